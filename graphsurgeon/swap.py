@@ -31,6 +31,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.node import map_arg
 
 from . import _runtime
+from ._codegen import FastCodeGen
 from ._errors import (
     ConflictError,
     NotPreservedError,
@@ -465,6 +466,7 @@ class _Builder:
                 continue
             self._copy(node)
         self._remove_dead_code()
+        self.graph.set_codegen(FastCodeGen())
         gm = GraphModule(self.attrs, self.graph, class_name="SwappedProgram")
         for target in self.non_persistent:
             owner_path, _, leaf = target.rpartition(".")

@@ -1,0 +1,127 @@
+"""Small built-in models for the demo, the tutorials, the tests and the benchmarks.
+
+``TinyGPT`` is a GPT-like decoder: token and position embeddings, ``n_layers`` blocks of
+(LayerNorm, causal attention from Linear q/k/v/o and softmax-matmul, LayerNorm, MLP
+Linear-GELU-Linear, residuals), a final LayerNorm and an output head.
+
+Example:
+    >>> import graphsurgeon as gs
+    >>> from graphsurgeon.examples import TinyGPT
+    >>> model = TinyGPT(n_layers=2)
+    >>> tokens = model.example_input()
+    >>> model(tokens).shape
+    torch.Size([1, 16, 256])
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+__all__ = ["Attention", "MLP", "Block", "TinyGPT", "FusedAttention", "GeluTanhMLP"]
+
+
+class Attention(nn.Module):
+    """Causal self-attention written out: q/k/v/o projections, softmax(q k^T / sqrt(d)) v."""
+
+    def __init__(self, hidden: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.q = nn.Linear(hidden, hidden)
+        self.k = nn.Linear(hidden, hidden)
+        self.v = nn.Linear(hidden, hidden)
+        self.o = nn.Linear(hidden, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, tokens, hidden = x.shape
+        head_dim = hidden // self.heads
+
+        def split(t: torch.Tensor) -> torch.Tensor:
+            return t.view(batch, tokens, self.heads, head_dim).transpose(1, 2)
+
+        q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(head_dim)
+        mask = torch.ones(tokens, tokens, dtype=torch.bool, device=x.device).triu(1)
+        scores = scores.masked_fill(mask, float("-inf"))
+        out = torch.softmax(scores, dim=-1) @ v
+        return self.o(out.transpose(1, 2).reshape(batch, tokens, hidden))
+
+
+class FusedAttention(nn.Module):
+    """The same computation as :class:`Attention` through ``scaled_dot_product_attention``,
+    reusing an existing Attention's weights: a typical eager replacement."""
+
+    def __init__(self, original: Attention):
+        super().__init__()
+        self.heads = original.heads
+        hidden = original.q.in_features
+        self.qkv = nn.Linear(hidden, 3 * hidden)
+        with torch.no_grad():
+            self.qkv.weight.copy_(torch.cat([original.q.weight, original.k.weight, original.v.weight]))
+            self.qkv.bias.copy_(torch.cat([original.q.bias, original.k.bias, original.v.bias]))
+        self.o = nn.Linear(hidden, hidden)
+        self.o.load_state_dict(original.o.state_dict())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, tokens, hidden = x.shape
+        q, k, v = self.qkv(x).view(batch, tokens, 3, self.heads, hidden // self.heads).permute(2, 0, 3, 1, 4)
+        out = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o(out.transpose(1, 2).reshape(batch, tokens, hidden))
+
+
+class MLP(nn.Module):
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.up = nn.Linear(hidden, 4 * hidden)
+        self.act = nn.GELU()
+        self.down = nn.Linear(4 * hidden, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(self.act(self.up(x)))
+
+
+class GeluTanhMLP(MLP):
+    """An MLP replacement with the tanh approximation of GELU: close, but not equal."""
+
+    def __init__(self, original: MLP):
+        super().__init__(original.up.in_features)
+        self.load_state_dict(original.state_dict())
+        self.act = nn.GELU(approximate="tanh")
+
+
+class Block(nn.Module):
+    def __init__(self, hidden: int, heads: int):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(hidden)
+        self.attn = Attention(hidden, heads)
+        self.ln2 = nn.LayerNorm(hidden)
+        self.mlp = MLP(hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyGPT(nn.Module):
+    def __init__(self, n_layers: int = 4, hidden: int = 64, heads: int = 4, vocab: int = 256, max_tokens: int = 64):
+        super().__init__()
+        self.max_tokens = max_tokens
+        self.vocab = vocab
+        self.embed = nn.Embedding(vocab, hidden)
+        self.pos = nn.Embedding(max_tokens, hidden)
+        self.layers = nn.ModuleList(Block(hidden, heads) for _ in range(n_layers))
+        self.ln_f = nn.LayerNorm(hidden)
+        self.head = nn.Linear(hidden, vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
+        x = self.embed(tokens) + self.pos(positions)
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(self.ln_f(x))
+
+    def example_input(self, batch: int = 1, tokens: int = 16, seed: int = 0) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(seed)
+        return torch.randint(0, self.vocab, (batch, tokens), generator=generator)
