@@ -226,7 +226,8 @@ class ProgramIndex:
                         f"{type_.__module__}.{type_.__qualname__}"
                     )
         self.calls_of: dict[str, list[str]] = {}
-        for name in list(self.signatures) + list(self.call_nodes):
+        called = [n for n, sig in self.signatures.items() if sig is not None]
+        for name in called + list(self.call_nodes):
             fqn, index = split_call_name(name)
             if not fqn:
                 continue

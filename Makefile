@@ -1,0 +1,44 @@
+# graphsurgeon: `make demo` and `make test` set everything up on a fresh machine.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.graphsurgeon-installed
+
+.PHONY: setup demo test lab bench lint format clean system-deps
+
+setup: $(STAMP) system-deps
+
+# Python side: the virtual environment, the CPU build of torch (a plain `pip install torch`
+# would fetch a multi-GB CUDA build), then the project with its dev extra.
+$(STAMP): pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --quiet "torch==2.13.0"
+	$(PY) -m pip install --quiet -e ".[dev]"
+	@touch $@
+
+# System side: graphviz's `dot` (rendering) and Chromium (the browser test).
+system-deps:
+	@bash tools/system-deps.sh
+
+demo: setup
+	$(PY) -m graphsurgeon demo
+
+test: setup
+	bash tools/run-tests.sh
+
+lab: setup
+	$(VENV)/bin/jupyter lab notebooks
+
+bench: setup
+	$(PY) benchmarks/swap.py
+
+lint: setup
+	$(VENV)/bin/ruff check graphsurgeon tests benchmarks tools
+	$(VENV)/bin/ruff format --check graphsurgeon tests benchmarks tools
+
+format: setup
+	$(VENV)/bin/ruff check --fix graphsurgeon tests benchmarks tools
+	$(VENV)/bin/ruff format graphsurgeon tests benchmarks tools
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
