@@ -594,8 +594,10 @@ class _Builder:
             name = getattr(argument, "name", "")
             if type(argument).__name__ == "ConstantArgument" or not name:
                 continue
+            old = self.index.by_name.get(name)
+            if old is None:
+                continue  # an output nobody used: export removed its node
             if name not in request.outputs:
-                old = self.index.by_name[name]
                 request.outputs[name] = _Leaf(source, i, meta=_output_meta(old))
 
     def _bind_swapped_node(self, node: Node, request: _Request) -> None:

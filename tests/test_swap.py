@@ -1,0 +1,872 @@
+"""swap(): every defect of torch's own engine, fixed; and what it gets right, kept right.
+
+Each test draws its model in a comment. Every swap is compared with the eager reference (a deep
+copy of the model with the replacement set by setattr), after checking that the replacement
+really changes the output.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import operator
+
+import pytest
+import torch
+import torch.utils._pytree as pytree
+from conftest import assert_close_tree, check_swap, clone_tree, eager_reference
+from torch import nn
+
+import graphsurgeon as gs
+
+
+class Scale(nn.Module):
+    """x * factor: the simplest replacement that changes numbers."""
+
+    def __init__(self, factor: float):
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x):
+        return x * self.factor
+
+
+# -- defect 1: outputs bound by name, not by graph position ------------------------------
+
+
+class Crossed(nn.Module):
+    # builds b before a, returns (a, b): graph order and return order disagree
+    def forward(self, x):
+        b = x * 3
+        a = x + 1
+        return a, b
+
+
+class UsesCrossed(nn.Module):
+    #   x -> crossed -> (a, b) -> a - 2 * b
+    def __init__(self):
+        super().__init__()
+        self.crossed = Crossed()
+
+    def forward(self, x):
+        a, b = self.crossed(x)
+        return a - 2 * b
+
+
+class CrossedReplacement(nn.Module):
+    def forward(self, x):
+        return x + 10, x * 30
+
+
+def test_outputs_are_bound_by_signature_name_not_graph_position():
+    model, x = UsesCrossed(), torch.randn(3)
+    check_swap(model, (x,), {"crossed": CrossedReplacement()})
+
+
+class ThreeOutputs(nn.Module):
+    def forward(self, x):
+        return x.sin(), x.cos(), x.tanh()
+
+
+class UsesLastOutput(nn.Module):
+    #   x -> three -> (sin, cos, tanh) -> only tanh used
+    def __init__(self):
+        super().__init__()
+        self.three = ThreeOutputs()
+
+    def forward(self, x):
+        _, _, last = self.three(x)
+        return last + 1
+
+
+class ThreeReplacement(nn.Module):
+    def forward(self, x):
+        return x, x * 2, x * 3
+
+
+def test_an_output_nobody_uses_does_not_shift_the_others():
+    model, x = UsesLastOutput(), torch.randn(4)
+    check_swap(model, (x,), {"three": ThreeReplacement()})
+
+
+# -- defect 2: constant arguments reach the replacement as their values -------------------
+
+
+class Scaled(nn.Module):
+    def forward(self, x, scale=1.0, flip=False, stop=None):
+        y = x * scale
+        y = -y if flip else y
+        return y[:stop]
+
+
+class CallsScaled(nn.Module):
+    #   x -> scaled(x, scale=2.5, flip=True, stop=2)
+    def __init__(self):
+        super().__init__()
+        self.scaled = Scaled()
+
+    def forward(self, x):
+        return self.scaled(x, scale=2.5, flip=True, stop=2)
+
+
+class ScaledTwice(nn.Module):
+    # uses every constant it is given: a None would crash, a wrong value would show
+    def forward(self, x, scale=1.0, flip=False, stop=None):
+        assert isinstance(scale, float) and isinstance(flip, bool) and isinstance(stop, int)
+        y = x * scale * 2
+        return (-y if flip else y)[:stop]
+
+
+def test_constant_arguments_are_passed_as_their_values():
+    model, x = CallsScaled(), torch.randn(4)
+    gm, _, _ = check_swap(model, (x,), {"scaled": ScaledTwice()})
+    call = next(n for n in gm.graph.nodes if n.op == "call_module")
+    assert call.kwargs["scale"] == 2.5 and call.kwargs["flip"] is True and call.kwargs["stop"] == 2
+
+
+def test_transformer_encoder_self_attention_gets_its_boolean_and_none_arguments():
+    #   TransformerEncoder(2 x TransformerEncoderLayer(self_attn, linear1, linear2, norms))
+    layer = nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, dropout=0.0, batch_first=True)
+    model = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False).eval()
+    x = torch.randn(2, 5, 16)
+    new_attn = nn.MultiheadAttention(16, 2, batch_first=True).eval()
+    check_swap(model, (x,), {"layers.0.self_attn": new_attn}, rtol=1e-4, atol=1e-5)
+
+
+# -- defect 3: glue between two swapped modules respects how the consumer takes arguments --
+
+
+class Pair(nn.Module):
+    def forward(self, x):
+        return x + 1, x - 1
+
+
+class TakesTwo(nn.Module):
+    def forward(self, p, q):
+        return p * q
+
+
+class TakesKeyword(nn.Module):
+    def forward(self, x=None):
+        return x * 2
+
+
+class Chain(nn.Module):
+    #   x -> foo -> (p, q) -> bar(p, q) -> r
+    #   x -> one -> baz(x=one(x)) -> s;  return r + s
+    def __init__(self):
+        super().__init__()
+        self.foo = Pair()
+        self.bar = TakesTwo()
+        self.one = Scale(1.0)
+        self.baz = TakesKeyword()
+
+    def forward(self, x):
+        p, q = self.foo(x)
+        r = self.bar(p, q)
+        s = self.baz(x=self.one(x))
+        return r + s
+
+
+class PairReplacement(nn.Module):
+    def forward(self, x):
+        return x * 2, x + 5
+
+
+class TakesTwoReplacement(nn.Module):
+    def forward(self, p, q):
+        return p - q
+
+
+class TakesKeywordReplacement(nn.Module):
+    def forward(self, x=None):
+        return x + 100
+
+
+def test_consecutive_swapped_modules_keep_positional_and_keyword_calling_conventions():
+    model, x = Chain(), torch.randn(3)
+    replacements = {
+        "foo": PairReplacement(),
+        "bar": TakesTwoReplacement(),
+        "one": Scale(3.0),
+        "baz": TakesKeywordReplacement(),
+    }
+    gm, _, _ = check_swap(model, (x,), replacements)
+    bar = next(n for n in gm.graph.nodes if n.op == "call_module" and n.target == "bar")
+    assert len(bar.args) == 2, "bar(p, q) is still called with two arguments"
+    baz = next(n for n in gm.graph.nodes if n.op == "call_module" and n.target == "baz")
+    assert list(baz.kwargs) == ["x"], "baz(x=...) is still called by keyword"
+
+
+class ReturnsTuple(nn.Module):
+    def forward(self, x):
+        return (x + 1, x + 2)
+
+
+class TakesTuple(nn.Module):
+    def forward(self, pair):
+        return pair[0] * pair[1]
+
+
+class TupleChain(nn.Module):
+    #   x -> make -> (a, b) -> use((a, b))
+    def __init__(self):
+        super().__init__()
+        self.make = ReturnsTuple()
+        self.use = TakesTuple()
+
+    def forward(self, x):
+        return self.use(self.make(x))
+
+
+class TakesTupleReplacement(nn.Module):
+    def forward(self, pair):
+        return pair[0] + pair[1]
+
+
+def test_a_structure_passed_whole_between_swapped_calls_is_not_taken_apart():
+    model, x = TupleChain(), torch.randn(3)
+    gm, _, _ = check_swap(model, (x,), {"make": ReturnsTuple(), "use": TakesTupleReplacement()})
+    use = next(n for n in gm.graph.nodes if n.op == "call_module" and n.target == "use")
+    (argument,) = use.args
+    assert isinstance(argument, torch.fx.Node), "the tuple goes through as one value, no rebuild"
+    getitems = [n for n in gm.graph.nodes if n.target is operator.getitem]
+    assert getitems == [], "no flatten/unflatten glue between the two calls"
+
+
+# -- defect 4: any attribute layout in the replacement ------------------------------------
+
+
+class LinearInside(nn.Module):
+    #   x -> lin (Linear 4->4) -> relu
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x).relu()
+
+
+def test_a_linear_replaced_by_a_sequential_leaves_no_orphaned_parameters():
+    model, x = LinearInside(), torch.randn(2, 4)
+    replacement = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 4))
+    gm, ep, _ = check_swap(model, (x,), {"lin": replacement})
+    names = dict(gm.named_parameters())
+    assert "lin.weight" not in names and "lin.bias" not in names
+    assert set(names) == {"lin.0.weight", "lin.0.bias", "lin.2.weight", "lin.2.bias"}
+    assert gm.lin is replacement, "the replacement is used as given"
+
+
+# -- defect 5: a module called more than once --------------------------------------------
+
+
+class SharedTwice(nn.Module):
+    #   x -> shared -> shared -> out   (one module, two calls: "shared", "shared@1")
+    def __init__(self):
+        super().__init__()
+        self.shared = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.shared(torch.relu(self.shared(x)))
+
+
+def test_swapping_a_shared_module_replaces_every_call():
+    model, x = SharedTwice(), torch.randn(2, 4)
+    ep = gs.export(model, (x,))
+    assert set(gs.partition(ep)) >= {"shared", "shared@1"}
+    gm, _, _ = check_swap(model, (x,), {"shared": nn.Linear(4, 4)}, ep=ep)
+    calls = [n for n in gm.graph.nodes if n.op == "call_module"]
+    assert [c.target for c in calls] == ["shared", "shared"]
+
+
+def test_swapping_one_call_of_a_shared_module_leaves_the_other_call():
+    model, x = SharedTwice(), torch.randn(2, 4)
+    ep = gs.export(model, (x,))
+    replacement = Scale(-1.0)
+    gm = gs.swap(ep, {"shared@1": replacement})
+    expected = -model(x).detach() + 0  # second call replaced by x * -1
+    with torch.no_grad():
+        expected = -torch.relu(model.shared(x))
+        assert not torch.allclose(expected, model(x))
+        torch.testing.assert_close(gm(x), expected)
+    first_only = gs.swap(ep, {"shared@0": Scale(0.5)})
+    with torch.no_grad():
+        torch.testing.assert_close(first_only(x), model.shared(torch.relu(x * 0.5)))
+
+
+class Looped(nn.Module):
+    #   x -> block -> block -> block   (a loop over one block)
+    def __init__(self):
+        super().__init__()
+        self.block = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
+
+    def forward(self, x):
+        for _ in range(3):
+            x = self.block(x)
+        return x
+
+
+def test_a_loop_over_one_block_swaps_every_iteration():
+    model, x = Looped(), torch.randn(2, 4)
+    ep = gs.export(model, (x,))
+    assert {"block", "block@1", "block@2"} <= set(gs.partition(ep))
+    check_swap(model, (x,), {"block": nn.Sequential(nn.Linear(4, 4), nn.Sigmoid())}, ep=ep)
+
+
+# -- defect 6: parent and child both requested -------------------------------------------
+
+
+class Nested(nn.Module):
+    #   x -> outer(inner(x))
+    def __init__(self):
+        super().__init__()
+        self.outer = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+
+    def forward(self, x):
+        return self.outer(x)
+
+
+def test_parent_and_child_both_requested_is_an_error_naming_both():
+    model, x = Nested(), torch.randn(2, 4)
+    ep = gs.export(model, (x,))
+    with pytest.raises(gs.ConflictError) as caught:
+        gs.swap(ep, {"outer": nn.Identity(), "outer.1": nn.Tanh()})
+    message = str(caught.value)
+    assert "'outer'" in message and "'outer.1'" in message and "inside the replacement" in message
+
+
+def test_a_call_requested_twice_is_an_error():
+    model, x = SharedTwice(), torch.randn(2, 4)
+    ep = gs.export(model, (x,))
+    with pytest.raises(gs.ConflictError, match="shared@1"):
+        gs.swap(ep, {"shared": nn.Identity(), "shared@1": nn.Identity()})
+
+
+# -- defect 7: in-place mutation inside the swapped module -------------------------------
+
+
+class AddsInPlace(nn.Module):
+    def forward(self, x):
+        x.add_(1)
+        return x * 2
+
+
+class MutatesInput(nn.Module):
+    #   x -> inplace (writes x) -> y;  return y + x   (x seen after the write)
+    def __init__(self):
+        super().__init__()
+        self.inplace = AddsInPlace()
+
+    def forward(self, x):
+        y = self.inplace(x)
+        return y + x
+
+
+class MultipliesInPlace(nn.Module):
+    def forward(self, x):
+        x.mul_(3)
+        return x - 1
+
+
+def test_a_swapped_module_that_writes_its_input_in_place():
+    model, x = MutatesInput(), torch.randn(3)
+    ep = gs.export(model, (x.clone(),))
+    gm = gs.swap(ep, {"inplace": MultipliesInPlace()})
+    reference = eager_reference(model, {"inplace": MultipliesInPlace()})
+    x_ref, x_gm = x.clone(), x.clone()
+    expected = reference(x_ref)
+    assert not torch.allclose(expected, model(x.clone()))
+    torch.testing.assert_close(gm(x_gm), expected)
+    torch.testing.assert_close(x_gm, x_ref, msg="the caller sees the same write")
+
+
+class Counter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("count", torch.zeros(()))
+
+    def forward(self, x):
+        self.count.add_(1)
+        return x + self.count
+
+
+class UsesCounter(nn.Module):
+    #   x -> counter (count += 1 in place) -> + 1
+    def __init__(self):
+        super().__init__()
+        self.counter = Counter()
+
+    def forward(self, x):
+        return self.counter(x) + 1
+
+
+class DoubleCounter(Counter):
+    def forward(self, x):
+        self.count.add_(2)
+        return x + self.count
+
+
+def test_a_swapped_module_that_writes_its_own_buffer_in_place():
+    model, x = UsesCounter(), torch.randn(3)
+    ep = gs.export(model, (x,))
+    replacement = DoubleCounter()
+    gm = gs.swap(ep, {"counter": replacement})
+    reference = eager_reference(model, {"counter": DoubleCounter()})
+    for _ in range(3):
+        torch.testing.assert_close(gm(x), reference(x))
+    assert float(replacement.count) == 6.0, "the replacement's own buffer was written"
+    assert float(ep.state_dict["counter.count"]) == 0.0, "the program's buffer was not"
+
+
+# -- defect 8: bad requests -------------------------------------------------------------
+
+
+def test_an_unknown_name_says_did_you_mean():
+    model, x = Nested(), torch.randn(2, 4)
+    ep = gs.export(model, (x,))
+    with pytest.raises(gs.UnknownModuleError, match=r"'outr'.*Did you mean 'outer'"):
+        gs.swap(ep, {"outr": nn.Identity()})
+
+
+def test_a_module_not_preserved_says_how_to_preserve_it():
+    model, x = Nested(), torch.randn(2, 4)
+    ep = torch.export.export(model, (x,))  # nothing preserved
+    with pytest.raises(gs.NotPreservedError) as caught:
+        gs.swap(ep, {"outer": nn.Identity()})
+    assert "preserve_module_call_signature" in str(caught.value)
+    assert "'outer'" in str(caught.value)
+    assert not isinstance(caught.value, KeyError)
+
+
+def test_a_replacement_that_is_not_a_module_is_refused():
+    model, x = Nested(), torch.randn(2, 4)
+    ep = gs.export(model, (x,))
+    with pytest.raises(gs.ReplacementError, match="not a torch.nn.Module"):
+        gs.swap(ep, {"outer": torch.relu})
+
+
+def test_a_replacement_returning_the_wrong_structure_names_the_module_at_run_time():
+    model, x = UsesCrossed(), torch.randn(3)
+    ep = gs.export(model, (x,))
+    gm = gs.swap(ep, {"crossed": Scale(2.0)})  # returns one tensor, a pair is expected
+    with pytest.raises(gs.ReplacementError) as caught:
+        gm(x)
+    message = str(caught.value)
+    assert "'crossed'" in message and "Scale" in message and "(*, *)" in message
+
+
+def test_a_replacement_returning_a_tuple_for_a_tensor_names_the_module():
+    model, x = LinearInside(), torch.randn(2, 4)
+    gm = gs.swap(gs.export(model, (x,)), {"lin": Pair()})
+    with pytest.raises(gs.ReplacementError, match=r"'lin' \(Pair\) returned tuple"):
+        gm(x)
+
+
+def test_swapping_a_container_or_the_root_is_refused_clearly():
+    model = nn.Sequential(nn.ModuleList([nn.Linear(4, 4)]))
+    model.forward = lambda x: model[0][0](x)  # the list is a container, never called
+    x = torch.randn(2, 4)
+    ep = gs.export(model, (x,))
+    with pytest.raises(gs.NotSwappableError, match="never called"):
+        gs.swap(ep, {"0": nn.Identity()})
+    with pytest.raises(gs.SwapError, match="root"):
+        gs.swap(ep, {"": nn.Identity()})
+
+
+def test_a_failed_swap_changes_nothing():
+    model, x = Nested(), torch.randn(2, 4)
+    ep = gs.export(model, (x,))
+    before = str(ep.graph)
+    with pytest.raises(gs.ConflictError):
+        gs.swap(ep, {"outer": nn.Identity(), "outer.0": nn.Identity()})
+    assert str(ep.graph) == before
+
+
+# -- defect 9: no global reordering ----------------------------------------------------
+
+
+def test_untouched_nodes_keep_their_names_and_order():
+    from graphsurgeon.examples import TinyGPT
+
+    model = TinyGPT(n_layers=3).eval()
+    tokens = model.example_input()
+    ep = gs.export(model, (tokens,))
+    gm = gs.swap(ep, {"layers.1.mlp": copy.deepcopy(model.layers[1].mlp)})
+    original = [n.name for n in ep.graph.nodes if n.op == "call_function"]
+    swapped = gs.partition(ep)["layers.1.mlp"].nodes
+    kept = [n for n in original if n not in swapped]
+    after = [n.name for n in gm.graph.nodes if n.op == "call_function" and n.name in set(original)]
+    assert after == kept
+
+
+# -- the program and the modules are never modified -------------------------------------
+
+
+def test_swap_modifies_neither_program_nor_model_nor_replacement():
+    model, x = LinearInside(), torch.randn(2, 4)
+    ep = gs.export(model, (x,))
+    graph_before = str(ep.graph)
+    state_before = {k: v.clone() for k, v in ep.state_dict.items()}
+    model_before = copy.deepcopy(model.state_dict())
+    replacement = nn.Linear(4, 4)
+    replacement_before = copy.deepcopy(replacement.state_dict())
+    gm = gs.swap(ep, {"lin": replacement})
+    gm(x)
+    assert str(ep.graph) == graph_before
+    for key, value in ep.state_dict.items():
+        torch.testing.assert_close(value, state_before[key])
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(value, model_before[key])
+    for key, value in replacement.state_dict().items():
+        torch.testing.assert_close(value, replacement_before[key])
+    assert gm.lin is replacement
+
+
+# -- what torch's engine gets right stays right ------------------------------------------
+
+
+class ConvNet(nn.Module):
+    #   x -> conv -> bn (train mode) -> relu -> pool -> flatten -> fc
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.act = nn.ReLU()
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x):
+        return self.fc(self.pool(self.act(self.bn(self.conv(x)))).flatten(1))
+
+
+def test_conv_net_with_batchnorm_in_train_mode_updates_running_stats_like_eager():
+    model, x = ConvNet().train(), torch.randn(4, 3, 8, 8)
+    ep = gs.export(copy.deepcopy(model), (x,))
+    replacements = {"act": nn.GELU()}
+    gm = gs.swap(ep, replacements)
+    reference = eager_reference(model, replacements)
+    before = ep.state_dict["bn.running_mean"].clone()
+    for _ in range(2):
+        out_gm, out_ref = gm(x), reference(x)
+        torch.testing.assert_close(out_gm, out_ref, rtol=1e-4, atol=1e-5)
+    assert not torch.allclose(reference.bn.running_mean, before), "precondition: stats moved"
+    torch.testing.assert_close(gm.get_buffer("bn.running_mean"), reference.bn.running_mean)
+    torch.testing.assert_close(gm.get_buffer("bn.running_var"), reference.bn.running_var)
+    torch.testing.assert_close(ep.state_dict["bn.running_mean"], before, msg="program untouched")
+
+
+def test_conv_net_batchnorm_swapped_in_train_mode():
+    model, x = ConvNet().train(), torch.randn(4, 3, 8, 8)
+    new_bn = nn.BatchNorm2d(8, momentum=0.5)
+    with torch.no_grad():
+        new_bn.weight.fill_(2.0)
+    gm, _, reference = check_swap(copy.deepcopy(model), (x,), {"bn": new_bn}, rtol=1e-4)
+    assert gm.bn is new_bn
+
+
+def test_transformer_encoder_swaps_linear1_and_a_whole_layer():
+    layer = nn.TransformerEncoderLayer(d_model=16, nhead=4, dim_feedforward=32, dropout=0.0, batch_first=True)
+    model = nn.TransformerEncoder(layer, num_layers=3, enable_nested_tensor=False).eval()
+    x = torch.randn(2, 6, 16)
+    ep = gs.export(model, (x,))
+    check_swap(model, (x,), {"layers.1.linear1": nn.Linear(16, 32)}, ep=ep, rtol=1e-4)
+    new_layer = nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=8, dropout=0.0, batch_first=True).eval()
+    check_swap(model, (x,), {"layers.2": new_layer}, ep=ep, rtol=1e-4)
+
+
+def test_transformer_decoder_swaps_self_attention_and_a_layer():
+    layer = nn.TransformerDecoderLayer(d_model=16, nhead=2, dim_feedforward=32, dropout=0.0, batch_first=True)
+    model = nn.TransformerDecoder(layer, num_layers=2).eval()
+    tgt, memory = torch.randn(2, 5, 16), torch.randn(2, 7, 16)
+    ep = gs.export(model, (tgt, memory))
+    new_attn = nn.MultiheadAttention(16, 4, batch_first=True).eval()
+    check_swap(model, (tgt, memory), {"layers.0.self_attn": new_attn}, ep=ep, rtol=1e-4)
+    new_layer = nn.TransformerDecoderLayer(d_model=16, nhead=4, dim_feedforward=16, dropout=0.0, batch_first=True).eval()
+    check_swap(model, (tgt, memory), {"layers.1": new_layer}, ep=ep, rtol=1e-4)
+
+
+class AttentionHolder(nn.Module):
+    #   q, k, v -> mha(q, k, v, need_weights=True) -> (out, weights) -> out + weights.sum()
+    def __init__(self):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def forward(self, q, k, v):
+        out, weights = self.mha(q, k, v, need_weights=True)
+        return out + weights.sum()
+
+
+def test_multihead_attention_swapped_with_its_tuple_output_and_keyword():
+    model = AttentionHolder().eval()
+    q, k, v = torch.randn(1, 3, 8), torch.randn(1, 4, 8), torch.randn(1, 4, 8)
+    check_swap(model, (q, k, v), {"mha": nn.MultiheadAttention(8, 4, batch_first=True).eval()}, rtol=1e-4)
+
+
+def test_gpt_like_decoder_swapping_attention_mlp_and_layers():
+    from graphsurgeon.examples import FusedAttention, GeluTanhMLP, TinyGPT
+
+    model = TinyGPT(n_layers=4).eval()
+    tokens = model.example_input()
+    ep = gs.export(model, (tokens,))
+    check_swap(model, (tokens,), {"layers.2.mlp": GeluTanhMLP(model.layers[2].mlp)}, ep=ep)
+    broken = FusedAttention(model.layers[0].attn)
+    with torch.no_grad():
+        broken.o.bias.add_(1.0)
+    check_swap(model, (tokens,), {"layers.0.attn": broken, "layers.3": copy.deepcopy(model.layers[0])}, ep=ep)
+
+
+def test_strict_export_swaps_too():
+    model, x = Chain(), torch.randn(3)
+    check_swap(model, (x,), {"foo": PairReplacement(), "baz": TakesKeywordReplacement()}, strict=True)
+
+
+def test_dynamic_shapes_survive_the_swap():
+    model = LinearInside()
+    batch = torch.export.Dim("batch", min=2, max=64)
+    x = torch.randn(3, 4)
+    ep = gs.export(model, (x,), dynamic_shapes=({0: batch},))
+    replacement = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
+    gm = gs.swap(ep, {"lin": replacement})
+    reference = eager_reference(model, {"lin": replacement})
+    for n in (2, 7, 33):
+        y = torch.randn(n, 4)
+        torch.testing.assert_close(gm(y), reference(y))
+
+
+class WithIntInput(nn.Module):
+    #   x, n -> body(x) * n   (n a dynamic int)
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(4, 4)
+
+    def forward(self, x, n: int):
+        return self.body(x) * n
+
+
+def test_a_dynamic_int_input():
+    model = WithIntInput()
+    x = torch.randn(2, 4)
+    ep = gs.export(model, (x, 3), dynamic_shapes=(None, torch.export.Dim.DYNAMIC))
+    gm = gs.swap(ep, {"body": Scale(2.0)})
+    for n in (3, 5):
+        torch.testing.assert_close(gm(x, n), x * 2.0 * n)
+
+
+class Branchy(nn.Module):
+    #   x -> cond(x.sum() > 0, true: branch_a, false: branch_b) -> head
+    def __init__(self):
+        super().__init__()
+        self.branch_a = nn.Linear(4, 4)
+        self.branch_b = nn.Linear(4, 4)
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x):
+        y = torch.cond(x.sum() > 0, lambda t: self.branch_a(t), lambda t: self.branch_b(t), (x,))
+        return self.head(y)
+
+
+def test_torch_cond_programs_swap_around_the_cond():
+    model = Branchy()
+    x = torch.randn(2, 4)
+    ep = gs.export(model, (x,), preserve=["head"])
+    gm = gs.swap(ep, {"head": nn.Linear(4, 2)})
+    reference = eager_reference(model, {"head": gm.head})
+    for sign in (1.0, -1.0):
+        y = x.abs() * sign
+        torch.testing.assert_close(gm(y), reference(y))
+
+
+def test_gradients_flow_through_the_swapped_program():
+    model, x = LinearInside(), torch.randn(2, 4)
+    ep = gs.export(model, (x,))
+    replacement = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
+    gm = gs.swap(ep, {"lin": replacement})
+    reference = eager_reference(model, {"lin": replacement})
+    gm(x).sum().backward()
+    reference(x).sum().backward()
+    grad = replacement[0].weight.grad
+    assert grad is not None and grad.abs().sum() > 0
+    torch.testing.assert_close(grad, reference.lin[0].weight.grad)
+
+
+class Residual(nn.Module):
+    #   x -> a -> b -> + x
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x))) + x
+
+
+def test_gradients_reach_untouched_parameters():
+    model, x = Residual(), torch.randn(2, 4)
+    ep = gs.export(model, (x,))
+    gm = gs.swap(ep, {"b": nn.Linear(4, 4)})
+    gm(x).sum().backward()
+    weight = gm.get_parameter("a.weight")
+    assert weight.grad is not None and weight.grad.abs().sum() > 0
+
+
+def test_the_swapped_program_can_be_exported_again():
+    model, x = Chain(), torch.randn(3)
+    replacements = {"foo": PairReplacement(), "bar": TakesTwoReplacement()}
+    gm, _, reference = check_swap(model, (x,), replacements)
+    again = torch.export.export(gm, (x,))
+    torch.testing.assert_close(again.module()(x), reference(x))
+    assert any(n.target == torch.ops.aten.sub.Tensor for n in again.graph.nodes)
+
+
+@dataclasses.dataclass
+class Batch:
+    features: torch.Tensor
+    bias: torch.Tensor
+
+
+@dataclasses.dataclass
+class Result:
+    value: torch.Tensor
+    aux: torch.Tensor
+
+
+pytree.register_dataclass(Batch)
+pytree.register_dataclass(Result)
+
+
+class DataclassModel(nn.Module):
+    #   Batch(features, bias) -> body -> Result(value, aux);  also kwargs with defaults
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(4, 4)
+
+    def forward(self, batch: Batch, extra: dict, scale: float = 1.0):
+        value = self.body(batch.features) + batch.bias + extra["shift"]
+        return Result(value=value * scale, aux=batch.features.sum())
+
+
+def test_dataclass_and_dict_inputs_and_outputs_and_kwargs():
+    model = DataclassModel()
+    batch = Batch(torch.randn(2, 4), torch.randn(4))
+    extra = {"shift": torch.randn(4)}
+    gm, _, reference = check_swap(model, (batch,), {"body": Scale(3.0)}, kwargs={"extra": extra, "scale": 2.0})
+    out = gm(batch, extra=extra, scale=2.0)
+    assert isinstance(out, Result)
+
+
+class DictOut(nn.Module):
+    #   x -> head -> {"logits": ..., "hidden": ...}
+    def __init__(self):
+        super().__init__()
+        self.head = Heads()
+
+    def forward(self, x):
+        return self.head(x)
+
+
+class Heads(nn.Module):
+    def forward(self, x):
+        return {"logits": x * 2, "hidden": x + 1}
+
+
+class HeadsReplacement(nn.Module):
+    def forward(self, x):
+        return {"logits": x * 5, "hidden": x - 1}
+
+
+def test_a_swapped_module_whose_output_is_the_model_output_is_returned_whole():
+    model, x = DictOut(), torch.randn(3)
+    gm, _, _ = check_swap(model, (x,), {"head": HeadsReplacement()})
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    (returned,) = output.args
+    assert isinstance(returned, torch.fx.Node), "no final flatten/unflatten: the dict goes out as is"
+
+
+class SequentialModel(nn.Module):
+    #   x -> layers (Sequential of 3 Linear) -> out
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
+
+    def forward(self, x):
+        return self.layers(x)
+
+
+def test_sequential_names_and_untouched_parameters_are_kept():
+    model, x = SequentialModel(), torch.randn(2, 4)
+    gm, ep, _ = check_swap(model, (x,), {"layers.2": nn.Linear(4, 4)})
+    assert gm.get_parameter("layers.0.weight") is ep.state_dict["layers.0.weight"]
+
+
+class Tied(nn.Module):
+    #   tokens -> embed -> head (weight tied to embed.weight)
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(10, 4)
+        self.head = nn.Linear(4, 10, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, tokens):
+        return self.head(self.embed(tokens))
+
+
+def test_tied_weights_survive_swapping_the_module_that_owns_them():
+    model, tokens = Tied(), torch.tensor([[1, 2, 3]])
+    replacement = nn.Embedding(10, 4)
+    gm, _, _ = check_swap(model, (tokens,), {"embed": replacement})
+    assert gm.embed is replacement
+
+
+def test_interpret_runs_under_the_fx_interpreter_with_the_same_result():
+    model, x = Chain(), torch.randn(3)
+    ep = gs.export(model, (x,))
+    replacements = {"foo": PairReplacement()}
+    compiled = gs.swap(ep, replacements)
+    interpreted = gs.swap(ep, replacements, interpret=True)
+    torch.testing.assert_close(interpreted(x), compiled(x))
+    torch.testing.assert_close(interpreted(x=x), compiled(x))
+
+
+def test_swap_works_on_a_program_exported_by_torch_directly():
+    model, x = Chain(), torch.randn(3)
+    ep = torch.export.export(model, (x,), preserve_module_call_signature=("foo", "baz"))
+    check_swap(model, (x,), {"foo": PairReplacement(), "baz": TakesKeywordReplacement()}, ep=ep)
+
+
+def test_swap_info_records_what_was_done():
+    model, x = SharedTwice(), torch.randn(2, 4)
+    ep = gs.export(model, (x,))
+    replacement = nn.Linear(4, 4)
+    gm = gs.swap(ep, {"shared": replacement})
+    info = gs.swap_info(gm)
+    assert info.program is ep
+    assert list(info.calls) == ["shared", "shared@1"]
+    assert info.calls["shared@1"] is replacement
+    assert info.partitions["shared"].nodes == gs.partition(ep)["shared"].nodes
+    assert set(info.call_nodes.values()) == {n.name for n in gm.graph.nodes if n.op == "call_module"}
+    assert gs.swap_info(nn.Linear(2, 2)) is None
+
+
+def test_no_swap_gives_the_original_program_unlifted():
+    model, x = ConvNet().eval(), torch.randn(2, 3, 8, 8)
+    ep = gs.export(model, (x,))
+    gm = gs.swap(ep, {})
+    torch.testing.assert_close(gm(x), model(x))
+    assert [n.name for n in gm.graph.nodes if n.op == "call_function"] == [
+        n.name for n in ep.graph.nodes if n.op == "call_function"
+    ]
+
+
+def test_inputs_of_another_structure_are_refused_clearly():
+    model = DataclassModel()
+    batch = Batch(torch.randn(2, 4), torch.randn(4))
+    gm = gs.swap(gs.export(model, (batch, {"shift": torch.randn(4)})), {})
+    with pytest.raises(gs.InputStructureError, match="'batch'"):
+        gm((batch.features, batch.bias), {"shift": torch.randn(4)})
+
+
+def test_outputs_match_for_repeated_calls():
+    model, x = Chain(), torch.randn(3)
+    gm, _, reference = check_swap(model, (x,), {"foo": PairReplacement()})
+    for _ in range(3):
+        assert_close_tree(gm(clone_tree(x)), reference(x))
