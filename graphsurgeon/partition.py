@@ -270,6 +270,13 @@ class ProgramIndex:
                     f"it returns {out!r}, a value computed outside it (an input passed through), "
                     "so the graph cannot tell which later uses are its output"
                 )
+        if nodes:
+            blocker = self._convexity_breaker(nodes, members)
+            if blocker is not None:
+                return (
+                    f"not convex: node {blocker.name!r} outside it both uses its results and "
+                    "feeds it, so it cannot become one call"
+                )
         output_set = set(outputs)
         for node in nodes:
             if node.name in output_set:
@@ -282,13 +289,6 @@ class ProgramIndex:
                 return (
                     f"node {node.name!r} is used outside it (by {user.name!r}) but is not "
                     "one of its outputs"
-                )
-        if nodes:
-            blocker = self._convexity_breaker(nodes, members)
-            if blocker is not None:
-                return (
-                    f"not convex: node {blocker.name!r} outside it both uses its results and "
-                    "feeds it, so it cannot become one call"
                 )
         return None
 

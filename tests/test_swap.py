@@ -870,3 +870,84 @@ def test_outputs_match_for_repeated_calls():
     gm, _, reference = check_swap(model, (x,), {"foo": PairReplacement()})
     for _ in range(3):
         assert_close_tree(gm(clone_tree(x)), reference(x))
+
+
+# -- property: random nested module trees, random swap sets ------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_OPS = {"tanh": torch.tanh, "sin": torch.sin, "relu": torch.relu, "neg": torch.neg}
+
+
+class Leaf(nn.Module):
+    """Linear(3, 3) followed by an elementwise op."""
+
+    def __init__(self, op: str):
+        super().__init__()
+        self.op = op
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return _OPS[self.op](self.lin(x))
+
+
+class Chained(nn.Module):
+    """Children one after another; ``residual`` adds the input back."""
+
+    def __init__(self, children, residual: bool, repeat_first: bool):
+        super().__init__()
+        self.parts = nn.ModuleList(children)
+        self.residual = residual
+        self.repeat_first = repeat_first
+
+    def forward(self, x):
+        y = x
+        for part in self.parts:
+            y = part(y)
+        if self.repeat_first:  # the same submodule called a second time
+            y = self.parts[0](y)
+        return y + x if self.residual else y
+
+
+def trees(depth: int = 3):
+    leaf = st.sampled_from(sorted(_OPS)).map(Leaf)
+    if depth == 0:
+        return leaf
+    node = st.builds(
+        Chained,
+        st.lists(trees(depth - 1), min_size=1, max_size=3),
+        st.booleans(),
+        st.booleans(),
+    )
+    return st.one_of(leaf, node)
+
+
+class Shifted(nn.Module):
+    """A replacement computing something else: the original's copy, shifted and scaled."""
+
+    def __init__(self, original: nn.Module, shift: float):
+        super().__init__()
+        self.inner = copy.deepcopy(original)
+        self.shift = shift
+
+    def forward(self, x):
+        return self.inner(x) * 0.5 + self.shift
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tree=trees(), data=st.data())
+def test_random_module_trees_with_random_swap_sets(tree, data):
+    model = nn.Sequential(tree).eval()
+    x = torch.randn(2, 3)
+    ep = gs.export(model, (x,))
+    info = gs.module_tree(ep)
+    candidates = sorted(f for f, i in info.items() if f and i.swappable)
+    chosen = data.draw(st.lists(st.sampled_from(candidates), max_size=4, unique=True), label="swap")
+    # keep an antichain: a module and its own submodule cannot both be swapped
+    chosen = [f for f in chosen if not any(f.startswith(o + ".") for o in chosen if o != f)]
+    if not chosen:
+        chosen = [candidates[0]]
+    modules = dict(model.named_modules())
+    replacements = {f: Shifted(modules[f], shift=0.25 * (i + 1)) for i, f in enumerate(chosen)}
+    check_swap(model, (x,), replacements, ep=ep)

@@ -1,0 +1,172 @@
+"""export(): signatures preserved for every module, unpreservable ones dropped with a reason."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import graphsurgeon as gs
+
+
+class Inner(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x, scale=None):
+        y = self.lin(x)
+        return y if scale is None else y * scale
+
+
+class TwoStructures(nn.Module):
+    #   x -> inner(x) -> inner(y, scale=2.0) -> out
+    #   (one module called with two argument structures: torch cannot preserve it)
+    def __init__(self):
+        super().__init__()
+        self.inner = Inner()
+        self.tail = nn.Linear(4, 2)
+
+    def forward(self, x):
+        y = self.inner(x)
+        return self.tail(self.inner(y, scale=2.0))
+
+
+def preserved(ep):
+    return {e.fqn for e in ep.module_call_graph if e.signature is not None and e.fqn}
+
+
+def test_all_modules_are_preserved_by_default():
+    model = nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.ReLU(), nn.Linear(4, 2)))
+    ep = gs.export(model, (torch.randn(3, 4),))
+    assert preserved(ep) == {"0", "1", "1.0", "1.1"}
+
+
+def test_preserve_a_list_of_names_or_a_predicate():
+    model = nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.ReLU(), nn.Linear(4, 2)))
+    x = torch.randn(3, 4)
+    assert preserved(gs.export(model, (x,), preserve=["1.1"])) == {"1.1"}
+    linear_only = gs.export(model, (x,), preserve=lambda fqn, m: isinstance(m, nn.Linear))
+    assert preserved(linear_only) == {"0", "1.1"}
+    assert preserved(gs.export(model, (x,), preserve="none")) == set()
+
+
+def test_an_unknown_name_in_preserve_says_did_you_mean():
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    with pytest.raises(gs.UnknownModuleError, match=r"'2'.*named_modules"):
+        gs.export(model, (torch.randn(3, 4),), preserve=["2"])
+
+
+def test_a_module_torch_cannot_preserve_is_dropped_and_the_reason_kept():
+    model, x = TwoStructures(), torch.randn(2, 4)
+    ep = gs.export(model, (x,))
+    notes = gs.export_notes(ep)
+    assert "inner" in notes.dropped and "in_spec mismatch" in notes.dropped["inner"]
+    assert "inner" not in preserved(ep) and "tail" in preserved(ep)
+    info = gs.module_tree(ep)["inner"]
+    assert not info.preserved and not info.swappable
+    assert "could not keep its signature" in info.reason
+    torch.testing.assert_close(ep.module()(x), model(x))
+
+
+def test_asking_explicitly_for_an_unpreservable_module_is_an_error_naming_it():
+    model, x = TwoStructures(), torch.randn(2, 4)
+    with pytest.raises(gs.ExportError, match=r"'inner'") as caught:
+        gs.export(model, (x,), preserve=["inner", "tail"])
+    assert caught.value.__cause__ is not None
+
+
+class NotExportable(nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:  # data-dependent control flow
+            return x
+        return -x
+
+
+def test_a_model_that_does_not_export_raises_export_error_with_the_cause():
+    with pytest.raises(gs.ExportError, match="NotExportable") as caught:
+        gs.export(NotExportable(), (torch.randn(3),))
+    assert caught.value.__cause__ is not None
+
+
+def test_strict_export_preserves_too():
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    ep = gs.export(model, (torch.randn(3, 4),), strict=True)
+    assert preserved(ep) == {"0", "1"}
+
+
+def test_dynamic_shapes_are_passed_through():
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    batch = torch.export.Dim("batch", min=1, max=128)
+    ep = gs.export(model, (torch.randn(3, 4),), dynamic_shapes=({0: batch},))
+    assert ep.module()(torch.randn(17, 4)).shape == (17, 4)
+
+
+def test_export_leaves_the_model_as_it_was():
+    model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
+    before = copy.deepcopy(model.state_dict())
+    gs.export(model, (torch.randn(3, 4),))
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(value, before[key])
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+
+class GatedMLP(nn.Module):
+    def __init__(self, hidden, inner):
+        super().__init__()
+        self.gate = nn.Linear(hidden, inner, bias=False)
+        self.up = nn.Linear(hidden, inner, bias=False)
+        self.down = nn.Linear(inner, hidden, bias=False)
+
+    def forward(self, x):
+        return self.down(nn.functional.silu(self.gate(x)) * self.up(x))
+
+
+class MetaDecoder(nn.Module):
+    #   tokens -> embed -> layers x (norm -> mlp, residual) -> norm -> head
+    def __init__(self, layers=2, hidden=1024, inner=4096, vocab=32000):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, hidden)
+        self.norms = nn.ModuleList(RMSNorm(hidden) for _ in range(layers))
+        self.mlps = nn.ModuleList(GatedMLP(hidden, inner) for _ in range(layers))
+        self.norm = RMSNorm(hidden)
+        self.head = nn.Linear(hidden, vocab, bias=False)
+
+    def forward(self, tokens):
+        x = self.embed(tokens)
+        for norm, mlp in zip(self.norms, self.mlps):
+            x = x + mlp(norm(x))
+        return self.head(self.norm(x))
+
+
+def test_a_model_on_the_meta_device_exports_and_swaps_without_weights():
+    with torch.device("meta"):
+        model = MetaDecoder()
+        tokens = torch.zeros(1, 8, dtype=torch.long)
+    ep = gs.export(model, (tokens,))
+    assert all(p.device.type == "meta" for p in ep.state_dict.values())
+    with torch.device("meta"):
+        replacement = GatedMLP(1024, 128)
+    gm = gs.swap(ep, {"mlps.1": replacement})
+    out = gm(tokens)
+    assert out.device.type == "meta" and out.shape == (1, 8, 32000)
+    assert gs.module_tree(ep)["mlps.1"].swappable
+
+
+def test_notes_record_types_and_attempts():
+    model, x = TwoStructures(), torch.randn(2, 4)
+    ep = gs.export(model, (x,))
+    notes = gs.export_notes(ep)
+    assert notes.module_types["inner.lin"] == "torch.nn.modules.linear.Linear"
+    assert notes.attempts == 2 and notes.seconds > 0
+    assert gs.export_notes(torch.export.export(model, (x,))) is None

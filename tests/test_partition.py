@@ -1,0 +1,157 @@
+"""module_tree() and partition(): which nodes each call owns, and whether it can be swapped."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import graphsurgeon as gs
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.act = nn.ReLU()
+
+    def forward(self, x):
+        return self.act(self.lin(x))
+
+
+class Model(nn.Module):
+    #   x -> blocks[0] (lin, act) -> blocks[1] (lin, act) -> shared -> shared -> out
+    #   blocks is a ModuleList (a container, never called itself)
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(), Block()])
+        self.shared = nn.Linear(4, 4)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return self.shared(self.shared(x))
+
+
+@pytest.fixture(scope="module")
+def program():
+    torch.manual_seed(0)
+    model = Model()
+    return gs.export(model, (torch.randn(2, 4),))
+
+
+def test_the_tree_lists_every_module_with_its_type_calls_and_nodes(program):
+    tree = gs.module_tree(program)
+    assert list(tree) == ["", "blocks", "blocks.0", "blocks.0.lin", "blocks.0.act",
+                          "blocks.1", "blocks.1.lin", "blocks.1.act", "shared"]
+    assert tree["blocks.0"].type_name == "Block" and tree["blocks.0"].calls == 1
+    assert tree["blocks.0"].num_nodes == 2 and tree["blocks.0"].children == ("blocks.0.lin", "blocks.0.act")
+    assert tree["shared"].calls == 2 and tree["shared"].call_names == ("shared", "shared@1")
+    assert tree[""].children == ("blocks", "shared")
+
+
+def test_a_container_has_no_calls_and_says_so(program):
+    info = gs.module_tree(program)["blocks"]
+    assert info.calls == 0 and not info.swappable and "never called" in info.reason
+
+
+def test_partitions_hold_nodes_in_graph_order_and_signature_names(program):
+    parts = gs.partition(program)
+    block = parts["blocks.1"]
+    names = [n.name for n in program.graph.nodes]
+    assert list(block.nodes) == sorted(block.nodes, key=names.index)
+    assert block.nodes == ("linear_1", "relu_1")
+    assert block.input_names == ("relu",) and block.output_names == ("relu_1",)
+    assert parts["shared@1"].call_index == 1 and parts["shared@1"].input_names == ("linear_2",)
+
+
+def test_every_preserved_module_is_swappable_here(program):
+    tree = gs.module_tree(program)
+    assert [f for f, i in tree.items() if f and not i.swappable] == ["blocks"]
+
+
+def test_the_table_reads_as_a_tree(program):
+    table = gs.module_tree(program).table()
+    lines = table.splitlines()
+    assert lines[0].split() == ["module", "type", "calls", "nodes", "swappable"]
+    assert any(line.startswith("      lin ") for line in lines)
+    assert "never called" in table
+
+
+def test_an_unknown_fqn_says_did_you_mean(program):
+    with pytest.raises(gs.UnknownModuleError, match="Did you mean 'shared'"):
+        gs.module_tree(program)["sharde"]
+
+
+def test_not_preserved_modules_say_how_to_preserve(program):
+    model = Model()
+    ep = torch.export.export(model, (torch.randn(2, 4),), preserve_module_call_signature=("shared",))
+    info = gs.module_tree(ep)["blocks.0"]
+    assert not info.preserved and not info.swappable
+    assert "preserve_module_call_signature" in info.reason
+
+
+class PassThrough(nn.Module):
+    #   x -> ident (nn.Identity: no nodes) -> + 1
+    def __init__(self):
+        super().__init__()
+        self.ident = nn.Identity()
+
+    def forward(self, x):
+        return self.ident(x) + 1
+
+
+def test_a_module_returning_its_input_unchanged_is_not_swappable():
+    ep = gs.export(PassThrough(), (torch.randn(3),))
+    info = gs.module_tree(ep)["ident"]
+    assert not info.swappable and "passed through" in info.reason
+    with pytest.raises(gs.NotSwappableError, match="'ident'"):
+        gs.swap(ep, {"ident": nn.ReLU()})
+
+
+class Leaky(nn.Module):
+    def forward(self, x):
+        hidden = x * 2
+        self.last_hidden = hidden  # read by the parent: a value that is not an output
+        return hidden + 1
+
+
+class ReadsLeak(nn.Module):
+    #   x -> leaky -> y;  y + leaky.last_hidden   (a side output)
+    def __init__(self):
+        super().__init__()
+        self.leaky = Leaky()
+
+    def forward(self, x):
+        y = self.leaky(x)
+        return y + self.leaky.last_hidden
+
+
+@pytest.mark.filterwarnings("ignore:The tensor attribute self.leaky.last_hidden")
+def test_a_side_output_makes_a_module_not_swappable():
+    ep = gs.export(ReadsLeak(), (torch.randn(3),))
+    part = gs.partition(ep)["leaky"]
+    assert not part.swappable and "is not one of its outputs" in part.reason
+
+
+@pytest.mark.filterwarnings("ignore:`isinstance\(treespec, LeafSpec\)` is deprecated:FutureWarning")
+def test_a_partition_that_is_not_convex_is_reported():
+    #   x -> block(lin -> act);  the lin node is taken out of the block's partition by hand,
+    #   so a node outside the block sits between two of its nodes
+    model = nn.Sequential(nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Tanh()))
+    ep = gs.export(model, (torch.randn(2, 4),))
+    assert gs.partition(ep)["0"].swappable
+    broken = copy.deepcopy(ep)
+    relu = next(n for n in broken.graph.nodes if n.name == "relu")
+    relu.meta["nn_module_stack"] = {
+        k: v for k, v in relu.meta["nn_module_stack"].items() if v[0] in ("",)
+    }
+    part = gs.partition(broken)["0"]
+    assert not part.swappable and "not convex" in part.reason and "'relu'" in part.reason
+
+
+def test_partition_rejects_a_non_program():
+    with pytest.raises(TypeError, match="ExportedProgram"):
+        gs.partition(nn.Linear(2, 2))
