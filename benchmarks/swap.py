@@ -1,0 +1,134 @@
+"""gs.swap against torch.export._swap._swap_modules, side by side on the same programs.
+
+The model is the GPT-like decoder of ``graphsurgeon.examples`` (hidden 64, 1x16 tokens) at 8,
+32 and 96 layers, exported once with every layer and every attention module preserved. Both
+engines swap the same request on the same ExportedProgram: one layer, then every layer, each
+replaced by a deep copy of itself (torch's engine needs the original attribute layout).
+
+Reported:
+- swap time: the first call on a fresh program (gs builds and caches its partition index then)
+  and the median of the following calls; ratio = torch / gs (higher is better for gs);
+- microseconds per graph node, to show time per node stays flat as the graph grows;
+- the forward at batch 1 under no_grad, as a ratio to the eager model carrying the same
+  replacements (runs interleaved, median).
+
+Usage: python benchmarks/swap.py [--quick] [--layers 8 32 96] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import statistics
+import sys
+import time
+import warnings
+
+import torch
+import torch.export._swap
+
+import graphsurgeon as gs
+from graphsurgeon.examples import TinyGPT
+
+
+def timed(function, *args):
+    start = time.perf_counter()
+    result = function(*args)
+    return time.perf_counter() - start, result
+
+
+def forward_ratio(modules: dict, tokens: torch.Tensor, rounds: int) -> dict:
+    """Median forward time of each module, interleaved so drift hits all alike."""
+    times = {name: [] for name in modules}
+    with torch.no_grad():
+        for module in modules.values():
+            for _ in range(5):
+                module(tokens)
+        for _ in range(rounds):
+            for name, module in modules.items():
+                start = time.perf_counter()
+                module(tokens)
+                times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def run(layers: int, repeat: int, rounds: int) -> list[dict]:
+    torch.manual_seed(0)
+    model = TinyGPT(n_layers=layers).eval()
+    tokens = model.example_input()
+    preserve = [f"layers.{i}" for i in range(layers)] + [f"layers.{i}.attn" for i in range(layers)]
+    ep = gs.export(model, (tokens,), preserve=preserve)
+    nodes = len(ep.graph.nodes)
+    rows = []
+    for label, count in (("1 layer", 1), ("all layers", layers)):
+        request = {f"layers.{i}": copy.deepcopy(model.layers[i]) for i in range(count)}
+        fresh = copy.copy(ep)  # a new program object: gs has no cache for it yet
+        gs_first, gm = timed(gs.swap, fresh, request)
+        torch_first, torch_gm = timed(torch.export._swap._swap_modules, ep, request)
+        gs_times, torch_times = [], []
+        for _ in range(repeat):
+            gs_times.append(timed(gs.swap, fresh, request)[0])
+            torch_times.append(timed(torch.export._swap._swap_modules, ep, request)[0])
+        gs_median, torch_median = statistics.median(gs_times), statistics.median(torch_times)
+        reference = gs.eager_reference(model, request)
+        if not gs.verify(reference, gm, (tokens,)):
+            raise SystemExit(f"{layers} layers, {label}: the swapped program does not match")
+        forward = forward_ratio({"eager": reference, "gs": gm, "torch": torch_gm}, tokens, rounds)
+        rows.append(
+            {
+                "layers": layers,
+                "nodes": nodes,
+                "swap": label,
+                "gs_first_ms": gs_first * 1e3,
+                "gs_ms": gs_median * 1e3,
+                "torch_ms": torch_median * 1e3,
+                "torch_first_ms": torch_first * 1e3,
+                "speedup": torch_median / gs_median,
+                "speedup_first": torch_first / gs_first,
+                "gs_us_per_node": gs_median * 1e6 / nodes,
+                "eager_fwd_ms": forward["eager"] * 1e3,
+                "gs_fwd_ratio": forward["gs"] / forward["eager"],
+                "torch_fwd_ratio": forward["torch"] / forward["eager"],
+            }
+        )
+        print(
+            f"  {layers:>3} layers, {label:<10}: gs {gs_median * 1e3:7.1f} ms "
+            f"(first {gs_first * 1e3:6.1f}), torch {torch_median * 1e3:7.1f} ms, "
+            f"{torch_median / gs_median:5.1f}x; forward gs {forward['gs'] / forward['eager']:.3f}x, "
+            f"torch {forward['torch'] / forward['eager']:.3f}x of eager",
+            file=sys.stderr,
+            flush=True,
+        )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--layers", type=int, nargs="+", default=[8, 32, 96])
+    parser.add_argument("--repeat", type=int, default=5, help="timed swaps after the first")
+    parser.add_argument("--rounds", type=int, default=40, help="interleaved forward rounds")
+    parser.add_argument("--quick", action="store_true", help="8 and 32 layers, fewer rounds")
+    options = parser.parse_args()
+    if options.quick:
+        options.layers, options.repeat, options.rounds = [8, 32], 3, 15
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore")  # torch's engine warns about its own get_attr use
+    gc.collect()
+    print(f"torch {torch.__version__}, 1 thread; GPT-like decoder, hidden 64, 1x16 tokens", file=sys.stderr)
+    rows = []
+    for layers in options.layers:
+        rows.extend(run(layers, options.repeat, options.rounds))
+    print()
+    print("| layers | nodes | swapped | gs.swap | first call | _swap_modules | speedup | µs/node | forward vs eager: gs | torch |")
+    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(
+            f"| {r['layers']} | {r['nodes']:,} | {r['swap']} | {r['gs_ms']:.1f} ms | "
+            f"{r['gs_first_ms']:.1f} ms | {r['torch_ms']:.0f} ms | {r['speedup']:.1f}x | "
+            f"{r['gs_us_per_node']:.1f} | {r['gs_fwd_ratio']:.3f}x | {r['torch_fwd_ratio']:.3f}x |"
+        )
+
+
+if __name__ == "__main__":
+    main()
