@@ -236,6 +236,11 @@ class ProgramIndex:
                 names.append(name)
         for names in self.calls_of.values():
             names.sort(key=lambda n: split_call_name(n)[1] or 0)
+        self.lifted = {
+            spec.arg.name
+            for spec in ep.graph_signature.input_specs
+            if spec.kind.name != "USER_INPUT" and hasattr(spec.arg, "name")
+        }
         self._partitions: dict[str, Partition] | None = None
         self._mutation_outputs = self._find_mutation_outputs(ep)
 
@@ -277,6 +282,15 @@ class ProgramIndex:
                     f"not convex: node {blocker.name!r} outside it both uses its results and "
                     "feeds it, so it cannot become one call"
                 )
+        foreign = self._foreign_input(nodes, members, signature)
+        if foreign is not None:
+            reader, value = foreign
+            inputs = ", ".join(repr(a.name) for a in signature.inputs if _has_name(a)) or "none"
+            return (
+                f"node {reader.name!r} reads {value.name!r}, which is not one of its inputs "
+                f"({inputs}): the preserved signature does not describe this graph (was the "
+                "program transformed after export? swap before run_decompositions)"
+            )
         output_set = set(outputs)
         for node in nodes:
             if node.name in output_set:
@@ -290,6 +304,24 @@ class ProgramIndex:
                     f"node {node.name!r} is used outside it (by {user.name!r}) but is not "
                     "one of its outputs"
                 )
+        return None
+
+    def _foreign_input(self, nodes, members, signature) -> tuple[Node, Node] | None:
+        """A value the call reads from outside that its signature does not pass in, if any.
+
+        Lifted state (parameters, buffers, constants) and symbolic sizes are read from
+        outside legitimately: the replacement brings its own.
+        """
+        declared = {a.name for a in signature.inputs if _has_name(a)}
+        for node in nodes:
+            for value in node.all_input_nodes:
+                if value in members or value.name in declared or value.name in self.lifted:
+                    continue
+                if value.op == "get_attr" or isinstance(
+                    value.meta.get("val"), (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
+                ):
+                    continue
+                return node, value
         return None
 
     def _resolves_outside(self, node: Node, members: set[Node]) -> bool:

@@ -323,6 +323,20 @@ class _Builder:
         self.used_names: set[str] = set()
         self.specs: dict[int, tuple[str, pytree.TreeSpec]] = {}
         self.swapped_paths = sorted({r.install_path for r in requests})
+        # functional graphs: mutated value's node name -> the placeholder it writes
+        placeholders = [n for n in index.nodes if n.op == "placeholder"]
+        by_target = {
+            spec.target: node
+            for node, spec in zip(placeholders, self.ep.graph_signature.input_specs)
+            if spec.target is not None
+        }
+        self.mutation_targets: dict[str, Node] = {}
+        for spec in self.ep.graph_signature.output_specs:
+            kind = spec.kind.name
+            if kind == "USER_INPUT_MUTATION":
+                self.mutation_targets[spec.arg.name] = index.by_name[spec.target]
+            elif kind in ("BUFFER_MUTATION", "PARAMETER_MUTATION"):
+                self.mutation_targets[spec.arg.name] = by_target[spec.target]
 
     # -- naming and emission helpers ------------------------------------------------------
 
@@ -611,6 +625,12 @@ class _Builder:
             # tensor object, so later users simply keep using that object.
             self.env[node] = self.env[alias]
             return
+        target = self.mutation_targets.get(node.name)
+        if target is not None:
+            # The same in a functional graph: the node is the new value of an input or a
+            # buffer that the original wrote; the eager replacement writes it in place.
+            self.env[node] = self.env[target]
+            return
         self.env[node] = _Removed(request, node)
 
     def _outputs(self, node: Node) -> None:
@@ -639,24 +659,13 @@ class _Builder:
             # The mutation happened inside a swapped call: the replacement, running eagerly,
             # updates its own state in place. Nothing to copy.
             return
-        kind = spec.kind.name
-        if kind == "USER_INPUT_MUTATION":
-            target_node = self.index.by_name[spec.target]
-            destination = self.value(target_node)
-        else:
-            destination = self.value(next(
-                self.env[p] for p, s in zip(
-                    (n for n in self.index.nodes if n.op == "placeholder"),
-                    self.ep.graph_signature.input_specs,
-                ) if s.target == spec.target
-            ))
-        source = self.value(value)
-        if source is destination:
-            return
+        destination = self.env[self.mutation_targets[value.name]]
+        if new_value is destination:
+            return  # bound to the written object itself (an eager replacement wrote it)
         self.graph.create_node(
             "call_function",
             torch.ops.aten.copy_.default,
-            (destination, source),
+            (self.materialize(destination), self.value(value)),
             name=self.fresh(f"write_back_{spec.target}"),
         )
 

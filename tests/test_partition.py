@@ -136,7 +136,7 @@ def test_a_side_output_makes_a_module_not_swappable():
     assert not part.swappable and "is not one of its outputs" in part.reason
 
 
-@pytest.mark.filterwarnings("ignore:`isinstance\(treespec, LeafSpec\)` is deprecated:FutureWarning")
+@pytest.mark.filterwarnings(r"ignore:`isinstance\(treespec, LeafSpec\)` is deprecated:FutureWarning")
 def test_a_partition_that_is_not_convex_is_reported():
     #   x -> block(lin -> act);  the lin node is taken out of the block's partition by hand,
     #   so a node outside the block sits between two of its nodes

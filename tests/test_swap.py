@@ -951,3 +951,42 @@ def test_random_module_trees_with_random_swap_sets(tree, data):
     modules = dict(model.named_modules())
     replacements = {f: Shifted(modules[f], shift=0.25 * (i + 1)) for i, f in enumerate(chosen)}
     check_swap(model, (x,), replacements, ep=ep)
+
+
+# -- functional programs (after run_decompositions): mutations are outputs, written back ---
+
+_DECOMPOSED_WARNING = "ignore:`isinstance\\(treespec, LeafSpec\\)` is deprecated:FutureWarning"
+
+
+@pytest.mark.filterwarnings(_DECOMPOSED_WARNING)
+def test_a_functional_program_writes_buffer_updates_back():
+    model, x = ConvNet().train(), torch.randn(4, 3, 8, 8)
+    ep = gs.export(copy.deepcopy(model), (x,)).run_decompositions({})
+    assert "BUFFER_MUTATION" in {s.kind.name for s in ep.graph_signature.output_specs}
+    gm = gs.swap(ep, {"fc": nn.Linear(8, 5)})
+    reference = eager_reference(model, {"fc": gm.fc})
+    for _ in range(2):
+        torch.testing.assert_close(gm(x), reference(x), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(gm.get_buffer("bn.running_mean"), reference.bn.running_mean)
+    assert int(gm.get_buffer("bn.num_batches_tracked")) == 2
+
+
+@pytest.mark.filterwarnings(_DECOMPOSED_WARNING)
+def test_a_functional_program_swaps_a_module_that_writes_its_input():
+    model, x = MutatesInput(), torch.randn(3)
+    ep = gs.export(model, (x.clone(),)).run_decompositions({})
+    assert "USER_INPUT_MUTATION" in {s.kind.name for s in ep.graph_signature.output_specs}
+    gm = gs.swap(ep, {"inplace": MultipliesInPlace()})
+    reference = eager_reference(model, {"inplace": MultipliesInPlace()})
+    x_gm, x_ref = x.clone(), x.clone()
+    torch.testing.assert_close(gm(x_gm), reference(x_ref))
+    torch.testing.assert_close(x_gm, x_ref)
+
+
+@pytest.mark.filterwarnings(_DECOMPOSED_WARNING)
+def test_a_signature_that_no_longer_describes_the_graph_is_refused():
+    # run_decompositions renames nodes and can leave preserved signatures naming other values
+    model, x = ConvNet().train(), torch.randn(4, 3, 8, 8)
+    ep = gs.export(model, (x,)).run_decompositions({})
+    with pytest.raises(gs.NotSwappableError, match="'act'.*not one of its inputs.*run_decompositions"):
+        gs.swap(ep, {"act": nn.GELU()})
