@@ -115,12 +115,17 @@ def main() -> None:
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")  # torch's engine warns about its own get_attr use
     gc.collect()
-    print(f"torch {torch.__version__}, 1 thread; GPT-like decoder, hidden 64, 1x16 tokens", file=sys.stderr)
+    print(
+        f"torch {torch.__version__}, 1 thread; GPT-like decoder, hidden 64, 1x16 tokens",
+        file=sys.stderr,
+    )
     rows = []
     for layers in options.layers:
         rows.extend(run(layers, options.repeat, options.rounds))
     print()
-    print("| layers | nodes | swapped | gs.swap | first call | _swap_modules | speedup | µs/node | forward vs eager: gs | torch |")
+    print(
+        "| layers | nodes | swapped | gs.swap | first call | _swap_modules | speedup | µs/node | forward vs eager: gs | torch |"
+    )
     print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(

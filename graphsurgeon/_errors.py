@@ -10,17 +10,17 @@ import difflib
 from collections.abc import Iterable
 
 __all__ = [
-    "GraphSurgeonError",
+    "ConflictError",
     "ExportError",
-    "PartitionError",
-    "UnknownModuleError",
-    "SwapError",
+    "GraphSurgeonError",
+    "MissingDependencyError",
     "NotPreservedError",
     "NotSwappableError",
-    "ConflictError",
+    "PartitionError",
     "ReplacementError",
+    "SwapError",
+    "UnknownModuleError",
     "VerifyError",
-    "MissingDependencyError",
 ]
 
 

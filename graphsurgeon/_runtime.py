@@ -13,7 +13,7 @@ import torch.utils._pytree as pytree
 
 from ._errors import GraphSurgeonError, ReplacementError
 
-__all__ = ["check_tensor", "check_structure", "flatten_input", "flatten_output", "unflatten"]
+__all__ = ["check_structure", "check_tensor", "flatten_input", "flatten_output", "unflatten"]
 
 
 class InputStructureError(GraphSurgeonError, TypeError):

@@ -20,7 +20,7 @@ import math
 import torch
 from torch import nn
 
-__all__ = ["Attention", "MLP", "Block", "TinyGPT", "FusedAttention", "GeluTanhMLP"]
+__all__ = ["MLP", "Attention", "Block", "FusedAttention", "GeluTanhMLP", "TinyGPT"]
 
 
 class Attention(nn.Module):
@@ -59,14 +59,20 @@ class FusedAttention(nn.Module):
         hidden = original.q.in_features
         self.qkv = nn.Linear(hidden, 3 * hidden)
         with torch.no_grad():
-            self.qkv.weight.copy_(torch.cat([original.q.weight, original.k.weight, original.v.weight]))
+            self.qkv.weight.copy_(
+                torch.cat([original.q.weight, original.k.weight, original.v.weight])
+            )
             self.qkv.bias.copy_(torch.cat([original.q.bias, original.k.bias, original.v.bias]))
         self.o = nn.Linear(hidden, hidden)
         self.o.load_state_dict(original.o.state_dict())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, tokens, hidden = x.shape
-        q, k, v = self.qkv(x).view(batch, tokens, 3, self.heads, hidden // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = (
+            self.qkv(x)
+            .view(batch, tokens, 3, self.heads, hidden // self.heads)
+            .permute(2, 0, 3, 1, 4)
+        )
         out = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.o(out.transpose(1, 2).reshape(batch, tokens, hidden))
 
@@ -105,7 +111,14 @@ class Block(nn.Module):
 
 
 class TinyGPT(nn.Module):
-    def __init__(self, n_layers: int = 4, hidden: int = 64, heads: int = 4, vocab: int = 256, max_tokens: int = 64):
+    def __init__(
+        self,
+        n_layers: int = 4,
+        hidden: int = 64,
+        heads: int = 4,
+        vocab: int = 256,
+        max_tokens: int = 64,
+    ):
         super().__init__()
         self.max_tokens = max_tokens
         self.vocab = vocab

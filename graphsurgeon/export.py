@@ -21,7 +21,7 @@ from torch.export import ExportedProgram
 
 from ._errors import ExportError, UnknownModuleError, did_you_mean
 
-__all__ = ["export", "ExportNotes"]
+__all__ = ["ExportNotes", "export"]
 
 Preserve = str | Iterable[str] | Callable[[str, torch.nn.Module], bool]
 
@@ -172,7 +172,9 @@ def export(
                 keep.remove(fqn)
     notes = ExportNotes(
         dropped=dropped,
-        module_types={n: _qualified_type(m) for n, m in model.named_modules(remove_duplicate=False)},
+        module_types={
+            n: _qualified_type(m) for n, m in model.named_modules(remove_duplicate=False)
+        },
         requested=tuple(wanted),
         seconds=time.perf_counter() - start,
         attempts=attempts,

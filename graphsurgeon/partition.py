@@ -222,8 +222,10 @@ class ProgramIndex:
                 name = call_name(path, index or 0)
                 self.call_nodes.setdefault(name, []).append(node)
                 if path not in self.types:
-                    self.types[path] = type_ if isinstance(type_, str) else (
-                        f"{type_.__module__}.{type_.__qualname__}"
+                    self.types[path] = (
+                        type_
+                        if isinstance(type_, str)
+                        else (f"{type_.__module__}.{type_.__qualname__}")
                     )
         self.calls_of: dict[str, list[str]] = {}
         called = [n for n, sig in self.signatures.items() if sig is not None]
@@ -318,7 +320,8 @@ class ProgramIndex:
                 if value in members or value.name in declared or value.name in self.lifted:
                     continue
                 if value.op == "get_attr" or isinstance(
-                    value.meta.get("val"), (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
+                    value.meta.get("val"),
+                    (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool),
                 ):
                     continue
                 return node, value
@@ -357,8 +360,12 @@ class ProgramIndex:
                 nodes = self.call_nodes.get(name, [])
                 signature = self.signatures.get(name)
                 reason = self.why_not_swappable(name, nodes)
-                inputs = tuple(a.name for a in signature.inputs if _has_name(a)) if signature else ()
-                outputs = tuple(a.name for a in signature.outputs if _has_name(a)) if signature else ()
+                inputs = (
+                    tuple(a.name for a in signature.inputs if _has_name(a)) if signature else ()
+                )
+                outputs = (
+                    tuple(a.name for a in signature.outputs if _has_name(a)) if signature else ()
+                )
                 qualified = self.types.get(fqn, "")
                 result[name] = Partition(
                     call_name=name,

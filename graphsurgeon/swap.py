@@ -50,7 +50,7 @@ from .partition import (
     split_call_name,
 )
 
-__all__ = ["swap", "SwapInfo", "swap_info"]
+__all__ = ["SwapInfo", "swap", "swap_info"]
 
 
 @dataclass(frozen=True)
@@ -226,7 +226,7 @@ def _subtrees(spec, start=0, path=(), out=None):
         return out
     offset = start
     for key, child in zip(_keys(spec), spec.children()):
-        _subtrees(child, offset, path + (key,), out)
+        _subtrees(child, offset, (*path, key), out)
         offset += child.num_leaves
     return out
 
@@ -238,7 +238,7 @@ def _leaf_paths(spec, path=(), out=None) -> list[tuple]:
         out.append(path)
         return out
     for key, child in zip(_keys(spec), spec.children()):
-        _leaf_paths(child, path + (key,), out)
+        _leaf_paths(child, (*path, key), out)
     return out
 
 
@@ -280,7 +280,7 @@ class _Source:
 class _Leaf:
     """Leaf ``index`` of a :class:`_Source`, made into a node on first use."""
 
-    __slots__ = ("source", "index", "name", "meta", "node")
+    __slots__ = ("index", "meta", "name", "node", "source")
 
     def __init__(self, source: _Source, index: int, name=None, meta=None):
         self.source, self.index, self.name, self.meta, self.node = source, index, name, meta, None
@@ -294,7 +294,7 @@ class _Leaf:
 class _Attr:
     """A parameter, buffer or constant, made into a ``get_attr`` node on first use."""
 
-    __slots__ = ("target", "name", "value", "node", "meta")
+    __slots__ = ("meta", "name", "node", "target", "value")
 
     def __init__(self, target: str, name: str, value: Any, meta: dict):
         self.target, self.name, self.value, self.node, self.meta = target, name, value, None, meta
@@ -303,7 +303,7 @@ class _Attr:
 class _Removed:
     """A node of a swapped call that is not one of its outputs: nothing outside may use it."""
 
-    __slots__ = ("request", "node")
+    __slots__ = ("node", "request")
 
     def __init__(self, request: _Request, node: Node):
         self.request, self.node = request, node
@@ -530,7 +530,9 @@ class _Builder:
                 node.meta = dict(leaves[0].meta)
                 self.env[leaves[0]] = node
                 continue
-            source = _Source(self, node, spec, (_runtime.flatten_input, (self.spec_node(spec), argument)))
+            source = _Source(
+                self, node, spec, (_runtime.flatten_input, (self.spec_node(spec), argument))
+            )
             for i, leaf in enumerate(leaves):
                 self.env[leaf] = _Leaf(source, i, name=leaf.name, meta=dict(leaf.meta))
 
@@ -541,7 +543,9 @@ class _Builder:
             self.attrs.setdefault(target, _get_path(self.ep.graph_module, target))
         args = map_arg(node.args, self.value)
         kwargs = map_arg(node.kwargs, self.value)
-        new = self.graph.create_node(node.op, node.target, args, kwargs, name=node.name, type_expr=node.type)
+        new = self.graph.create_node(
+            node.op, node.target, args, kwargs, name=node.name, type_expr=node.type
+        )
         new.meta = dict(node.meta)
         self.env[node] = new
 
@@ -591,7 +595,9 @@ class _Builder:
             and type(signature.outputs[0]).__name__ == "TensorArgument"
         )
         if tensor_out:
-            checked = self.emit_call(_runtime.check_tensor, (call, request.call_name, type_name), "checked")
+            checked = self.emit_call(
+                _runtime.check_tensor, (call, request.call_name, type_name), "checked"
+            )
         else:
             checked = self.emit_call(
                 _runtime.check_structure,
@@ -680,8 +686,9 @@ class _Builder:
             elif node.op == "call_function":
                 target = node.target
                 pure = target in pure_functions or (
-                    isinstance(target, torch._ops.OpOverload) and not target._schema.is_mutable
-                    and not target._schema.returns == []
+                    isinstance(target, torch._ops.OpOverload)
+                    and not target._schema.is_mutable
+                    and target._schema.returns != []
                     and torch.Tag.nondeterministic_seeded not in target.tags
                 )
                 if not pure:

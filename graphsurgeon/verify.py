@@ -16,7 +16,7 @@ from torch.export import ExportedProgram
 from ._errors import VerifyError
 from ._runtime import describe_spec
 
-__all__ = ["verify", "VerifyReport", "LeafCheck", "as_callable"]
+__all__ = ["LeafCheck", "VerifyReport", "as_callable", "verify"]
 
 
 @dataclass(frozen=True)
@@ -129,9 +129,13 @@ def _path(key_path) -> str:
     return "".join(str(k) for k in key_path)
 
 
-def _compare_tensors(path: str, a: torch.Tensor, b: torch.Tensor, rtol: float, atol: float) -> LeafCheck:
+def _compare_tensors(
+    path: str, a: torch.Tensor, b: torch.Tensor, rtol: float, atol: float
+) -> LeafCheck:
     if a.shape != b.shape:
-        return LeafCheck(path, False, math.nan, math.nan, f"shape {list(b.shape)} vs expected {list(a.shape)}")
+        return LeafCheck(
+            path, False, math.nan, math.nan, f"shape {list(b.shape)} vs expected {list(a.shape)}"
+        )
     if a.dtype != b.dtype:
         return LeafCheck(path, False, math.nan, math.nan, f"dtype {b.dtype} vs expected {a.dtype}")
     if a.device.type == "meta" or b.device.type == "meta":
@@ -198,15 +202,25 @@ def verify(
             checks.append(_compare_tensors(path, a, b, rtol, atol))
         elif isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
             checks.append(
-                LeafCheck(path, False, math.nan, math.nan, f"{type(b).__name__} vs expected {type(a).__name__}")
+                LeafCheck(
+                    path,
+                    False,
+                    math.nan,
+                    math.nan,
+                    f"{type(b).__name__} vs expected {type(a).__name__}",
+                )
             )
         else:
             equal = a == b
-            checks.append(LeafCheck(path, bool(equal), 0.0, 0.0, "" if equal else f"{b!r} vs expected {a!r}"))
+            checks.append(
+                LeafCheck(path, bool(equal), 0.0, 0.0, "" if equal else f"{b!r} vs expected {a!r}")
+            )
     return VerifyReport(all(c.ok for c in checks), tuple(checks), "", rtol, atol)
 
 
-def eager_reference(model: torch.nn.Module, replacements: Mapping[str, torch.nn.Module]) -> torch.nn.Module:
+def eager_reference(
+    model: torch.nn.Module, replacements: Mapping[str, torch.nn.Module]
+) -> torch.nn.Module:
     """A deep copy of ``model`` with each replacement set by setattr, parents before children.
 
     Only whole-module names (no ``@k``) have an eager equivalent. The replacements themselves

@@ -58,7 +58,9 @@ def differs(a, b) -> bool:
     return False
 
 
-def check_swap(model, args, replacements, kwargs=None, *, ep=None, rtol=1e-5, atol=1e-5, **export_options):
+def check_swap(
+    model, args, replacements, kwargs=None, *, ep=None, rtol=1e-5, atol=1e-5, **export_options
+):
     """Swap ``replacements`` into ``model``'s program and check it against the eager reference.
 
     The precondition comes first: the reference must compute something other than the

@@ -44,10 +44,22 @@ def program():
 
 def test_the_tree_lists_every_module_with_its_type_calls_and_nodes(program):
     tree = gs.module_tree(program)
-    assert list(tree) == ["", "blocks", "blocks.0", "blocks.0.lin", "blocks.0.act",
-                          "blocks.1", "blocks.1.lin", "blocks.1.act", "shared"]
+    assert list(tree) == [
+        "",
+        "blocks",
+        "blocks.0",
+        "blocks.0.lin",
+        "blocks.0.act",
+        "blocks.1",
+        "blocks.1.lin",
+        "blocks.1.act",
+        "shared",
+    ]
     assert tree["blocks.0"].type_name == "Block" and tree["blocks.0"].calls == 1
-    assert tree["blocks.0"].num_nodes == 2 and tree["blocks.0"].children == ("blocks.0.lin", "blocks.0.act")
+    assert tree["blocks.0"].num_nodes == 2 and tree["blocks.0"].children == (
+        "blocks.0.lin",
+        "blocks.0.act",
+    )
     assert tree["shared"].calls == 2 and tree["shared"].call_names == ("shared", "shared@1")
     assert tree[""].children == ("blocks", "shared")
 
@@ -87,7 +99,9 @@ def test_an_unknown_fqn_says_did_you_mean(program):
 
 def test_not_preserved_modules_say_how_to_preserve(program):
     model = Model()
-    ep = torch.export.export(model, (torch.randn(2, 4),), preserve_module_call_signature=("shared",))
+    ep = torch.export.export(
+        model, (torch.randn(2, 4),), preserve_module_call_signature=("shared",)
+    )
     info = gs.module_tree(ep)["blocks.0"]
     assert not info.preserved and not info.swappable
     assert "preserve_module_call_signature" in info.reason
@@ -136,7 +150,9 @@ def test_a_side_output_makes_a_module_not_swappable():
     assert not part.swappable and "is not one of its outputs" in part.reason
 
 
-@pytest.mark.filterwarnings(r"ignore:`isinstance\(treespec, LeafSpec\)` is deprecated:FutureWarning")
+@pytest.mark.filterwarnings(
+    r"ignore:`isinstance\(treespec, LeafSpec\)` is deprecated:FutureWarning"
+)
 def test_a_partition_that_is_not_convex_is_reported():
     #   x -> block(lin -> act);  the lin node is taken out of the block's partition by hand,
     #   so a node outside the block sits between two of its nodes

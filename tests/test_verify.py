@@ -26,7 +26,9 @@ class Returns(nn.Module):
 
 def test_equal_programs_match_and_the_report_is_truthy():
     x = torch.randn(3)
-    report = gs.verify(Returns(lambda x: {"a": x * 2, "n": 3}), Returns(lambda x: {"a": x * 2, "n": 3}), (x,))
+    report = gs.verify(
+        Returns(lambda x: {"a": x * 2, "n": 3}), Returns(lambda x: {"a": x * 2, "n": 3}), (x,)
+    )
     assert report and report.ok and len(report.leaves) == 2 and not report.mismatches
     assert "match" in str(report)
 
@@ -88,7 +90,7 @@ def test_a_program_that_fails_to_run_raises_verify_error_naming_it():
     def boom(x):
         raise RuntimeError("kaput")
 
-    with pytest.raises(gs.VerifyError, match="candidate.*kaput"):
+    with pytest.raises(gs.VerifyError, match=r"candidate.*kaput"):
         gs.verify(Returns(lambda x: x), Returns(boom), (x,))
 
 
@@ -112,6 +114,8 @@ def test_each_program_gets_its_own_copy_of_the_inputs():
 def test_the_verdict_agrees_with_torch_isclose(values, noise):
     a = torch.tensor(values, dtype=torch.float64)
     b = a + noise
-    report = gs.verify(Returns(lambda x: a), Returns(lambda x: b), (torch.zeros(1),), rtol=1e-5, atol=1e-5)
+    report = gs.verify(
+        Returns(lambda x: a), Returns(lambda x: b), (torch.zeros(1),), rtol=1e-5, atol=1e-5
+    )
     assert bool(report) == bool(torch.isclose(b, a, rtol=1e-5, atol=1e-5).all())
     assert math.isclose(report.max_abs, float((b - a).abs().max()), rel_tol=1e-9, abs_tol=1e-12)
