@@ -138,3 +138,112 @@ class TinyGPT(nn.Module):
     def example_input(self, batch: int = 1, tokens: int = 16, seed: int = 0) -> torch.Tensor:
         generator = torch.Generator().manual_seed(seed)
         return torch.randint(0, self.vocab, (batch, tokens), generator=generator)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, hidden: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(hidden))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class GroupedQueryAttention(nn.Module):
+    """Llama-style attention: grouped key/value heads, rotary position embedding, causal."""
+
+    def __init__(self, hidden: int, heads: int, kv_heads: int):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, hidden // heads
+        self.q_proj = nn.Linear(hidden, heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(hidden, kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(hidden, kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(heads * self.head_dim, hidden, bias=False)
+
+    @staticmethod
+    def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        first, second = x.chunk(2, dim=-1)
+        return x * cos + torch.cat([-second, first], dim=-1) * sin
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        batch, tokens, _ = x.shape
+        q = self.q_proj(x).view(batch, tokens, self.heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(batch, tokens, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(batch, tokens, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+        repeat = self.heads // self.kv_heads
+        k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
+        out = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o_proj(out.transpose(1, 2).reshape(batch, tokens, -1))
+
+
+class GatedMLP(nn.Module):
+    def __init__(self, hidden: int, inner: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, inner, bias=False)
+        self.up_proj = nn.Linear(hidden, inner, bias=False)
+        self.down_proj = nn.Linear(inner, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class LlamaLayer(nn.Module):
+    def __init__(self, hidden: int, heads: int, kv_heads: int, inner: int):
+        super().__init__()
+        self.input_layernorm = RMSNorm(hidden)
+        self.self_attn = GroupedQueryAttention(hidden, heads, kv_heads)
+        self.post_attention_layernorm = RMSNorm(hidden)
+        self.mlp = GatedMLP(hidden, inner)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaLike(nn.Module):
+    """A Llama-3-shaped decoder. The defaults are Llama-3-70B's shapes (80 layers, hidden
+    8192, 64 heads, 8 key/value heads, MLP 28672, vocabulary 128256): build it on the meta
+    device to export the whole graph without allocating weights.
+
+    Example:
+        >>> import torch
+        >>> with torch.device("meta"):
+        ...     model = LlamaLike(n_layers=2, hidden=64, heads=4, kv_heads=2, inner=128, vocab=100)
+        ...     tokens = torch.zeros(1, 8, dtype=torch.long)
+        >>> model(tokens).shape
+        torch.Size([1, 8, 100])
+    """
+
+    def __init__(
+        self,
+        n_layers: int = 80,
+        hidden: int = 8192,
+        heads: int = 64,
+        kv_heads: int = 8,
+        inner: int = 28672,
+        vocab: int = 128256,
+    ):
+        super().__init__()
+        self.head_dim = hidden // heads
+        self.embed_tokens = nn.Embedding(vocab, hidden)
+        self.layers = nn.ModuleList(
+            LlamaLayer(hidden, heads, kv_heads, inner) for _ in range(n_layers)
+        )
+        self.norm = RMSNorm(hidden)
+        self.lm_head = nn.Linear(hidden, vocab, bias=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(tokens.shape[1], device=tokens.device, dtype=torch.float32)
+        inverse = 1.0 / (
+            500000.0
+            ** (torch.arange(0, self.head_dim, 2, device=tokens.device).float() / self.head_dim)
+        )
+        angles = torch.outer(positions, inverse)
+        angles = torch.cat([angles, angles], dim=-1)
+        cos, sin = angles.cos(), angles.sin()
+        x = self.embed_tokens(tokens)
+        for layer in self.layers:
+            x = layer(x, cos, sin)
+        return self.lm_head(self.norm(x))
