@@ -840,14 +840,30 @@ def test_tied_weights_survive_swapping_the_module_that_owns_them():
     assert gm.embed is replacement
 
 
+class RecordsCaller(PairReplacement):
+    """Remembers whether torch.fx.Interpreter was on the stack when it ran."""
+
+    interpreted: bool | None = None
+
+    def forward(self, x):
+        import traceback
+
+        frames = traceback.extract_stack()
+        self.interpreted = any(f.filename.endswith("fx/interpreter.py") for f in frames)
+        return super().forward(x)
+
+
 def test_interpret_runs_under_the_fx_interpreter_with_the_same_result():
     model, x = Chain(), torch.randn(3)
     ep = gs.export(model, (x,))
-    replacements = {"foo": PairReplacement()}
-    compiled = gs.swap(ep, replacements)
-    interpreted = gs.swap(ep, replacements, interpret=True)
-    torch.testing.assert_close(interpreted(x), compiled(x))
-    torch.testing.assert_close(interpreted(x=x), compiled(x))
+    compiled_replacement, interpreted_replacement = RecordsCaller(), RecordsCaller()
+    compiled = gs.swap(ep, {"foo": compiled_replacement})
+    interpreted = gs.swap(ep, {"foo": interpreted_replacement}, interpret=True)
+    expected = compiled(x)
+    assert compiled_replacement.interpreted is False
+    torch.testing.assert_close(interpreted(x), expected)
+    assert interpreted_replacement.interpreted is True
+    torch.testing.assert_close(interpreted(x=x), expected)
 
 
 def test_swap_works_on_a_program_exported_by_torch_directly():
