@@ -29,6 +29,7 @@ from ._errors import (
 from ._runtime import InputStructureError
 from .export import ExportNotes, export, export_notes
 from .partition import ModuleInfo, ModuleTree, Partition, module_tree, partition
+from .surgery import Diff, HistoryEntry, Surgery, SurgeryError
 from .swap import SwapInfo, swap, swap_info
 from .verify import LeafCheck, VerifyReport, eager_reference, verify
 
@@ -44,6 +45,7 @@ __all__ = [
     "swap_info",
     "verify",
     "eager_reference",
+    "Surgery",
     # results
     "ExportNotes",
     "ModuleTree",
@@ -52,6 +54,8 @@ __all__ = [
     "SwapInfo",
     "VerifyReport",
     "LeafCheck",
+    "HistoryEntry",
+    "Diff",
     # errors
     "GraphSurgeonError",
     "ExportError",
@@ -64,5 +68,6 @@ __all__ = [
     "ReplacementError",
     "InputStructureError",
     "VerifyError",
+    "SurgeryError",
     "MissingDependencyError",
 ]

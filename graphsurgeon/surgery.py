@@ -1,0 +1,247 @@
+"""Surgery: a program and the swaps made to it, with history, undo/redo, diff and checks.
+
+A Surgery never changes the program it starts from. Its current state is the set of swaps
+made so far; ``module`` is the program with those swaps (built by :func:`graphsurgeon.swap`,
+once per state). Every operation either succeeds or leaves the Surgery exactly as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.export import ExportedProgram
+from torch.fx import GraphModule
+
+from ._errors import GraphSurgeonError, VerifyError
+from .export import export
+from .partition import ModuleTree, module_tree
+from .swap import swap
+from .verify import VerifyReport, eager_reference, verify
+
+__all__ = ["Surgery", "SurgeryError", "HistoryEntry", "Diff"]
+
+
+class SurgeryError(GraphSurgeonError):
+    """An operation a Surgery cannot do in its current state (nothing to undo, ...)."""
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One step of a Surgery: ``swap`` of ``name`` by a module of type ``replacement_type``."""
+
+    action: str
+    name: str
+    replacement_type: str
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.name} -> {self.replacement_type}"
+
+
+@dataclass(frozen=True)
+class Diff:
+    """Graph nodes removed, added and kept since the original program (by node name, in
+    graph order). Only computation nodes count: calls of ops, functions and modules."""
+
+    removed: tuple[str, ...]
+    added: tuple[str, ...]
+    kept: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return f"{len(self.removed)} removed, {len(self.added)} added, {len(self.kept)} kept"
+
+
+_COMPUTATION = ("call_function", "call_module", "call_method")
+
+
+def _computation(graph: torch.fx.Graph) -> list[str]:
+    return [n.name for n in graph.nodes if n.op in _COMPUTATION]
+
+
+class Surgery:
+    """Swap modules of an exported program step by step, with undo/redo and checks.
+
+    Example:
+        >>> import torch, graphsurgeon as gs
+        >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+        >>> x = torch.randn(2, 4)
+        >>> s = gs.Surgery.from_model(model, (x,))
+        >>> s.swap("1", torch.nn.GELU()).swap("0", torch.nn.Linear(4, 4))
+        <Surgery: 2 swaps (1, 0), 2 steps>
+        >>> s.undo().history[-1].name
+        '1'
+        >>> bool(s.verify())
+        True
+    """
+
+    def __init__(
+        self,
+        program: ExportedProgram,
+        *,
+        model: torch.nn.Module | None = None,
+        args: tuple[Any, ...] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+    ):
+        if not isinstance(program, ExportedProgram):
+            raise TypeError(
+                f"Surgery: expected an ExportedProgram, got {type(program).__name__}; "
+                "use gs.Surgery.from_model(model, args) to start from a model"
+            )
+        self.program = program
+        self.model = model
+        self.args = args
+        self.kwargs = dict(kwargs or {})
+        # Each state is the full mapping of swaps; the history lists how it was reached.
+        self._states: list[dict[str, torch.nn.Module]] = [{}]
+        self._steps: list[HistoryEntry] = []
+        self._position = 0
+        self._modules: dict[int, GraphModule] = {}
+
+    @classmethod
+    def from_model(
+        cls,
+        model: torch.nn.Module,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any] | None = None,
+        **export_options: Any,
+    ) -> Surgery:
+        """Export ``model`` with :func:`graphsurgeon.export` and start a Surgery on it.
+
+        The model is kept (not modified) as the eager reference for :meth:`verify`, and the
+        example inputs as the default inputs of :meth:`verify` and :meth:`export`.
+        """
+        if not isinstance(args, tuple):
+            args = (args,)
+        program = export(model, args, kwargs, **export_options)
+        return cls(program, model=model, args=args, kwargs=kwargs)
+
+    # -- state ----------------------------------------------------------------------------
+
+    @property
+    def replacements(self) -> dict[str, torch.nn.Module]:
+        """The swaps in force: ``{name: replacement}``, in the order they were made."""
+        return dict(self._states[self._position])
+
+    @property
+    def history(self) -> tuple[HistoryEntry, ...]:
+        """The steps that led to the current state (undone steps are not listed)."""
+        return tuple(self._steps[: self._position])
+
+    @property
+    def module(self) -> GraphModule:
+        """The current program as a runnable GraphModule (built once per state)."""
+        module = self._modules.get(self._position)
+        if module is None:
+            module = swap(self.program, self._states[self._position])
+            self._modules[self._position] = module
+        return module
+
+    @property
+    def tree(self) -> ModuleTree:
+        """The module tree of the original program."""
+        return module_tree(self.program)
+
+    # -- operations -----------------------------------------------------------------------
+
+    def swap(self, name: str, replacement: torch.nn.Module) -> Surgery:
+        """Swap ``name`` (every call of a module, or ``"name@k"`` one call) for ``replacement``.
+
+        Swapping a name again replaces the earlier replacement. Errors are those of
+        :func:`graphsurgeon.swap`; after an error the Surgery is unchanged.
+        """
+        state = dict(self._states[self._position])
+        state.pop(name, None)
+        state[name] = replacement
+        module = swap(self.program, state)  # raises before anything changes
+        del self._states[self._position + 1 :]
+        del self._steps[self._position :]
+        self._modules = {k: v for k, v in self._modules.items() if k <= self._position}
+        self._states.append(state)
+        self._steps.append(HistoryEntry("swap", name, type(replacement).__name__))
+        self._position += 1
+        self._modules[self._position] = module
+        return self
+
+    def undo(self) -> Surgery:
+        """Go back one step."""
+        if self._position == 0:
+            raise SurgeryError("nothing to undo: no swap has been made (or all are undone)")
+        self._position -= 1
+        return self
+
+    def redo(self) -> Surgery:
+        """Go forward again over a step that :meth:`undo` went back over."""
+        if self._position + 1 >= len(self._states):
+            raise SurgeryError("nothing to redo: no step was undone since the last swap")
+        self._position += 1
+        return self
+
+    def reset(self) -> Surgery:
+        """Back to the original program; the history is kept, so :meth:`redo` still works."""
+        self._position = 0
+        return self
+
+    # -- views and checks -----------------------------------------------------------------
+
+    def diff(self) -> Diff:
+        """Computation nodes removed, added and kept since the original program."""
+        before = _computation(self.program.graph)
+        after = _computation(self.module.graph)
+        after_set, before_set = set(after), set(before)
+        return Diff(
+            removed=tuple(n for n in before if n not in after_set),
+            added=tuple(n for n in after if n not in before_set),
+            kept=tuple(n for n in before if n in after_set),
+        )
+
+    def _inputs(self, args, kwargs) -> tuple[tuple, dict]:
+        if args is None:
+            if self.args is None:
+                raise VerifyError(
+                    "no inputs: pass args, or start with gs.Surgery.from_model(model, args)"
+                )
+            return self.args, dict(self.kwargs) if kwargs is None else dict(kwargs)
+        if not isinstance(args, tuple):
+            args = (args,)
+        return args, dict(kwargs or {})
+
+    def verify(
+        self,
+        args: tuple[Any, ...] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        rtol: float = 1e-5,
+        atol: float = 1e-5,
+    ) -> VerifyReport:
+        """Check the current program against its eager reference.
+
+        With the model known (:meth:`from_model`, or ``model=``) the reference is a deep copy
+        of it with the same replacements set; without it, the original program (which then
+        checks that the replacements compute what the original modules did).
+        """
+        args, kwargs = self._inputs(args, kwargs)
+        replacements = self._states[self._position]
+        if self.model is not None:
+            reference: Any = eager_reference(self.model, replacements)
+        else:
+            reference = self.program
+        return verify(reference, self.module, args, kwargs, rtol=rtol, atol=atol)
+
+    def export(
+        self,
+        args: tuple[Any, ...] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        **export_options: Any,
+    ) -> ExportedProgram:
+        """The current program exported again (with :func:`graphsurgeon.export`)."""
+        args, kwargs = self._inputs(args, kwargs)
+        return export(self.module, args, kwargs, **export_options)
+
+    def __repr__(self) -> str:
+        names = ", ".join(self._states[self._position]) or "none"
+        count = len(self._states[self._position])
+        return (
+            f"<Surgery: {count} swap{'s' if count != 1 else ''} ({names}), {self._position} steps>"
+        )
