@@ -1033,3 +1033,33 @@ def test_a_signature_that_no_longer_describes_the_graph_is_refused():
         gs.NotSwappableError, match=r"'act'.*not one of its inputs.*run_decompositions"
     ):
         gs.swap(ep, {"act": nn.GELU()})
+
+
+class Encoder(nn.Module):
+    def forward(self, batch):
+        return batch["ids"] * 2 + batch["mask"]
+
+
+class TakesDict(nn.Module):
+    #   batch {"ids", "mask"} -> enc(batch) -> + 1
+    def __init__(self):
+        super().__init__()
+        self.enc = Encoder()
+
+    def forward(self, batch):
+        return self.enc(batch) + 1
+
+
+class EncoderReplacement(nn.Module):
+    def forward(self, batch):
+        return batch["ids"] - batch["mask"]
+
+
+def test_a_model_input_passed_whole_to_a_swapped_module_is_not_taken_apart():
+    model = TakesDict()
+    batch = {"ids": torch.randn(3), "mask": torch.randn(3)}
+    gm, _, _ = check_swap(model, (batch,), {"enc": EncoderReplacement()})
+    enc = next(n for n in gm.graph.nodes if n.op == "call_module")
+    (argument,) = enc.args
+    assert argument.op == "placeholder", "the dict goes in as the model received it"
+    assert [n for n in gm.graph.nodes if n.target is operator.getitem] == []
