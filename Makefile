@@ -29,8 +29,9 @@ test: setup
 lab: setup
 	$(VENV)/bin/jupyter lab notebooks
 
+# Side-by-side performance runs against the anchors (several minutes on 2 cores).
 bench: setup
-	$(PY) benchmarks/swap.py
+	@for script in benchmarks/*.py; do echo "== $$script"; OMP_NUM_THREADS=1 $(PY) $$script || exit 1; done
 
 lint: setup
 	$(VENV)/bin/ruff check graphsurgeon tests benchmarks tools
