@@ -64,6 +64,10 @@ class SwapInfo:
         installed_at: call name -> attribute path of the replacement in the result.
         call_nodes: call name -> name of its ``call_module`` node in the result.
         partitions: call name -> the original :class:`Partition` that was replaced.
+        node_map: node name in the program -> name of the node holding its value in the
+            result. Names are kept where possible; they differ for an argument named after a
+            Python builtin (``input`` -> ``input_1``) and for a swapped call's outputs (now
+            taken from the call). Nodes of swapped calls that are not outputs are absent.
     """
 
     program: ExportedProgram = field(repr=False)
@@ -72,6 +76,7 @@ class SwapInfo:
     installed_at: Mapping[str, str]
     call_nodes: Mapping[str, str]
     partitions: Mapping[str, Partition] = field(repr=False)
+    node_map: Mapping[str, str] = field(default_factory=dict, repr=False)
 
 
 def swap_info(gm: torch.nn.Module) -> SwapInfo | None:
@@ -245,10 +250,14 @@ def _leaf_paths(spec, path=(), out=None) -> list[tuple]:
 class _Source:
     """A value in the new graph with a known pytree structure, whose leaves are made lazily."""
 
-    def __init__(self, builder: _Builder, node: Node, spec: pytree.TreeSpec, flatten=None):
+    def __init__(
+        self, builder: _Builder, node: Node, spec: pytree.TreeSpec, flatten=None, stack=None
+    ):
         self.builder = builder
         self.node = node
         self.spec = spec
+        # nn_module_stack of the glue nodes taking the value apart (those of its consumer)
+        self.stack = stack
         self.indexable = _indexable(spec)
         if self.indexable:
             self.paths = _leaf_paths(spec)
@@ -264,9 +273,14 @@ class _Source:
         node = self._at.get(path)
         if node is None:
             parent = self.at(path[:-1])
-            node = self.builder.emit_getitem(parent, path[-1], name, meta)
+            node = self.builder.emit_getitem(parent, path[-1], name, self._meta(meta))
             self._at[path] = node
         return node
+
+    def _meta(self, meta: dict | None) -> dict | None:
+        if self.stack is None:
+            return meta
+        return {**(meta or {}), "nn_module_stack": dict(self.stack)}
 
     def leaf(self, i: int, name: str | None = None, meta: dict | None = None) -> Node:
         if self.indexable:
@@ -274,7 +288,9 @@ class _Source:
         if self._flat is None:
             function, extra = self._flatten
             self._flat = self.builder.emit_call(function, (self.node, *extra), "flat")
-        return self.builder.emit_getitem(self._flat, i, name, meta)
+            if self.stack is not None:
+                self._flat.meta["nn_module_stack"] = dict(self.stack)
+        return self.builder.emit_getitem(self._flat, i, name, self._meta(meta))
 
 
 class _Leaf:
@@ -323,6 +339,7 @@ class _Builder:
         self.used_names: set[str] = set()
         self.specs: dict[int, tuple[str, pytree.TreeSpec]] = {}
         self.swapped_paths = sorted({r.install_path for r in requests})
+        self.copied_from: dict[Node, Node] = {}
         # functional graphs: mutated value's node name -> the placeholder it writes
         placeholders = [n for n in index.nodes if n.op == "placeholder"]
         by_target = {
@@ -480,6 +497,7 @@ class _Builder:
                 continue
             self._copy(node)
         self._remove_dead_code()
+        self.node_map = self._node_map()
         self.graph.set_codegen(FastCodeGen())
         gm = GraphModule(self.attrs, self.graph, class_name="SwappedProgram")
         for target in self.non_persistent:
@@ -548,6 +566,7 @@ class _Builder:
         )
         new.meta = dict(node.meta)
         self.env[node] = new
+        self.copied_from[new] = node
 
     def _emit_swapped_call(self, request: _Request) -> None:
         signature = request.partition.signature
@@ -604,11 +623,18 @@ class _Builder:
                 (call, self.spec_node(out_spec), request.call_name, type_name),
                 "checked",
             )
+        checked.meta = {
+            "nn_module_stack": dict(call.meta["nn_module_stack"]),
+            "graphsurgeon_check": request.call_name,
+        }
+        # the outputs are taken apart in the caller: the call's stack without its own entry
+        caller_stack = dict(list(call.meta["nn_module_stack"].items())[:-1])
         source = _Source(
             self,
             checked,
             out_spec,
             (_runtime.flatten_output, (self.spec_node(out_spec), request.call_name, type_name)),
+            stack=caller_stack,
         )
         for i, argument in enumerate(signature.outputs):
             name = getattr(argument, "name", "")
@@ -675,30 +701,49 @@ class _Builder:
             name=self.fresh(f"write_back_{spec.target}"),
         )
 
+    def _node_map(self) -> dict[str, str]:
+        """Old node name -> the name of the node holding its value in the new graph."""
+        mapping = {}
+        alive = set(self.graph.nodes)
+        for old, value in self.env.items():
+            if isinstance(value, (_Leaf, _Attr)):
+                value = value.node
+            if isinstance(value, Node) and value in alive:
+                mapping[old.name] = value.name
+        return mapping
+
     def _remove_dead_code(self) -> None:
-        pure_functions = {operator.getitem}
+        """Remove what the swap alone made dead: nodes that were used in the program and whose
+        every user was inside a swapped call. Nodes the program itself left unused stay, so
+        an unswapped program keeps all of its nodes."""
         removed_attrs: set[str] = set()
         for node in reversed(list(self.graph.nodes)):
             if node.users or node.op in ("placeholder", "output", "call_module"):
                 continue
+            old = self.copied_from.get(node)
             if node.op == "get_attr":
                 removed_attrs.add(node.target)
-            elif node.op == "call_function":
-                target = node.target
-                pure = target in pure_functions or (
-                    isinstance(target, torch._ops.OpOverload)
-                    and not target._schema.is_mutable
-                    and target._schema.returns != []
-                    and torch.Tag.nondeterministic_seeded not in target.tags
-                )
-                if not pure:
-                    continue
-            else:
+            elif (
+                node.op != "call_function" or old is None or not old.users or not _pure(node.target)
+            ):
                 continue
             self.graph.erase_node(node)
         still = {n.target for n in self.graph.nodes if n.op == "get_attr"}
         for target in removed_attrs - still:
             self.attrs.pop(target, None)
+
+
+def _pure(target: Any) -> bool:
+    """Whether a call can be dropped when its result is unused."""
+    if target is operator.getitem:
+        return True
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    schema = target._schema
+    # batch_norm writes its running statistics without a mutable schema annotation
+    if "norm" in schema.name or schema.is_mutable or not schema.returns:
+        return False
+    return torch.Tag.nondeterministic_seeded not in target.tags
 
 
 def _get_path(root: torch.nn.Module, target: str) -> Any:
@@ -728,16 +773,19 @@ def _output_meta(old: Node) -> dict:
 
 
 def _interpreted_forward(gm: GraphModule):
-    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
-    signature = inspect.Signature(
-        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
-    )
+    # Parameters are named as the model's arguments (placeholder targets), not as the
+    # placeholder nodes, which fx renames when they shadow a builtin ("input" -> "input_1").
+    names = [n.target for n in gm.graph.nodes if n.op == "placeholder"]
+    parameter = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    arguments = inspect.Signature([inspect.Parameter(n, parameter) for n in names])
 
     def forward(self, *args, **kwargs):
-        bound = signature.bind(*args, **kwargs)
+        bound = arguments.bind(*args, **kwargs)
         return torch.fx.Interpreter(self).run(*bound.args)
 
-    forward.__signature__ = signature
+    forward.__signature__ = inspect.Signature(
+        [inspect.Parameter("self", parameter), *arguments.parameters.values()]
+    )
     return types.MethodType(forward, gm)
 
 
@@ -777,7 +825,8 @@ def swap(
     # would otherwise run dozens of times over the whole heap while it does.
     gc.disable()
     try:
-        gm = _Builder(index, requests).build()
+        builder = _Builder(index, requests)
+        gm = builder.build()
     finally:
         if was_enabled:
             gc.enable()
@@ -788,6 +837,7 @@ def swap(
         installed_at={r.call_name: r.install_path for r in requests},
         call_nodes={r.call_name: r.call_node.name for r in requests},
         partitions={r.call_name: r.partition for r in requests},
+        node_map=builder.node_map,
     )
     if interpret:
         gm.forward = _interpreted_forward(gm)

@@ -187,6 +187,19 @@ def verify(
     kwargs = dict(kwargs or {})
     expected = _run(reference, "reference", args, kwargs)
     actual = _run(candidate, "candidate", args, kwargs)
+    return compare_outputs(expected, actual, rtol=rtol, atol=atol)
+
+
+def compare_outputs(
+    expected: Any, actual: Any, *, rtol: float = 1e-5, atol: float = 1e-5
+) -> VerifyReport:
+    """Compare two outputs already computed, as :func:`verify` does (pytree-aware).
+
+    Example:
+        >>> import torch
+        >>> bool(compare_outputs({"a": torch.ones(2)}, {"a": torch.ones(2) + 1e-7}))
+        True
+    """
     expected_leaves, expected_spec = pytree.tree_flatten_with_path(expected)
     actual_leaves, actual_spec = pytree.tree_flatten_with_path(actual)
     if expected_spec != actual_spec:

@@ -1063,3 +1063,44 @@ def test_a_model_input_passed_whole_to_a_swapped_module_is_not_taken_apart():
     (argument,) = enc.args
     assert argument.op == "placeholder", "the dict goes in as the model received it"
     assert [n for n in gm.graph.nodes if n.target is operator.getitem] == []
+
+
+def test_node_map_follows_renamed_arguments_and_swapped_outputs():
+    model, x = nn.Sequential(nn.Linear(4, 4), nn.ReLU()), torch.randn(2, 4)
+    ep = gs.export(model, (x,))
+    assert "input" in {n.name for n in ep.graph.nodes}, "precondition: an argument named input"
+    gm = gs.swap(ep, {"1": nn.GELU()})
+    node_map = gs.swap_info(gm).node_map
+    names = {n.name for n in gm.graph.nodes}
+    assert node_map["input"] in names and node_map["input"] != "input"
+    assert node_map["relu"] == "swapped_1_checked", "the output is now the call's"
+    assert node_map["linear"] == "linear"
+
+
+def test_an_unswapped_program_keeps_nodes_the_program_left_unused():
+    model, x = UsesLastOutput(), torch.randn(4)
+    ep = gs.export(model, (x,))
+    unused = [n.name for n in ep.graph.nodes if n.op == "call_function" and not n.users]
+    assert unused, "precondition: export kept outputs nobody uses"
+    gm = gs.swap(ep, {})
+    assert set(unused) <= {n.name for n in gm.graph.nodes}
+
+
+def test_generated_nodes_say_which_module_they_belong_to():
+    model, x = UsesCrossed(), torch.randn(3)
+    gm = gs.swap(gs.export(model, (x,)), {"crossed": CrossedReplacement()})
+    call = next(n for n in gm.graph.nodes if n.op == "call_module")
+    checked = next(iter(call.users))
+    assert [v[0] for v in call.meta["nn_module_stack"].values()] == ["", "crossed"]
+    assert checked.meta["nn_module_stack"] == call.meta["nn_module_stack"]
+    for getitem in checked.users:
+        assert [v[0] for v in getitem.meta["nn_module_stack"].values()] == [""]
+
+
+def test_the_interpreted_forward_has_the_model_signature():
+    import inspect
+
+    model, x = nn.Sequential(nn.Linear(4, 4), nn.ReLU()), torch.randn(2, 4)
+    gm = gs.swap(gs.export(model, (x,)), {"1": nn.GELU()}, interpret=True)
+    assert list(inspect.signature(gm.forward).parameters) == ["input"]
+    torch.testing.assert_close(gm(input=x), nn.functional.gelu(model[0](x)))
