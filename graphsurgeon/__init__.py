@@ -1,6 +1,7 @@
 """graphsurgeon: swap modules of torch.export programs for eager code, and check the result.
 
-The pipeline: ``export`` -> ``module_tree`` / ``partition`` -> ``swap`` -> ``verify``.
+The pipeline: ``export`` -> ``module_tree`` / ``partition`` -> ``swap`` -> ``verify`` /
+``compare`` -> ``Stepper``; ``Surgery`` keeps a program and its swaps with undo/redo.
 
 Example:
     >>> import torch, graphsurgeon as gs
@@ -27,8 +28,19 @@ from ._errors import (
     VerifyError,
 )
 from ._runtime import InputStructureError
+from .compare import CallComparison, CompareError, Comparison, compare
 from .export import ExportNotes, export, export_notes
 from .partition import ModuleInfo, ModuleTree, Partition, module_tree, partition
+from .step import (
+    Breakpoint,
+    Breakpoints,
+    NodeError,
+    StepError,
+    Stepper,
+    StepResult,
+    Summary,
+    UnknownNodeError,
+)
 from .surgery import Diff, HistoryEntry, Surgery, SurgeryError
 from .swap import SwapInfo, swap, swap_info
 from .verify import LeafCheck, VerifyReport, eager_reference, verify
@@ -45,6 +57,8 @@ __all__ = [
     "swap_info",
     "verify",
     "eager_reference",
+    "compare",
+    "Stepper",
     "Surgery",
     # results
     "ExportNotes",
@@ -56,6 +70,12 @@ __all__ = [
     "LeafCheck",
     "HistoryEntry",
     "Diff",
+    "Comparison",
+    "CallComparison",
+    "StepResult",
+    "Summary",
+    "Breakpoint",
+    "Breakpoints",
     # errors
     "GraphSurgeonError",
     "ExportError",
@@ -69,5 +89,9 @@ __all__ = [
     "InputStructureError",
     "VerifyError",
     "SurgeryError",
+    "CompareError",
+    "StepError",
+    "NodeError",
+    "UnknownNodeError",
     "MissingDependencyError",
 ]

@@ -1,0 +1,1128 @@
+"""Stepper: run a program node by node, like a debugger, and look at every value on the way.
+
+The cursor walks the graph the user sees: a :func:`graphsurgeon.swap` result, the original
+program's unlifted graph (for an ExportedProgram: the graph of ``gs.swap(ep, {})``, with the
+node names of ``ep.graph``), any other ``torch.fx.GraphModule``, or the ``.module`` of an
+object that has one. Nodes run through ``torch.fx.Interpreter.run_node``, so the stepper sees
+the true aten ops even where the generated code calls faster bindings, and a swapped call runs
+its replacement eagerly, as one node.
+
+Which module call a node belongs to comes from its ``nn_module_stack`` (``"fqn"``, or
+``"fqn@k"`` for the k-th repeated call). Nodes that carry none are glue the engine emits next to
+their first user (``get_attr`` of a parameter, ``getitem`` taking an output apart): they belong
+where their next node belongs; the check that follows a swapped call belongs to that call.
+
+Running to the end costs what ``torch.fx.Interpreter.run`` costs: with no conditional
+breakpoint the stepper runs a plain loop over a precomputed node list up to the next
+breakpoint position, found by bisection, with nothing allocated per node.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.export import ExportedProgram
+from torch.fx import GraphModule, Node
+
+from ._errors import GraphSurgeonError, UnknownModuleError, did_you_mean
+from .compare import (
+    PrivateStateInterpreter,
+    bind_inputs,
+    clone_inputs,
+    state_attributes,
+    unlifted,
+)
+from .partition import call_name as _call_name
+from .partition import program_index, split_call_name
+from .swap import swap_info
+
+__all__ = [
+    "Breakpoint",
+    "Breakpoints",
+    "NodeError",
+    "StepError",
+    "StepResult",
+    "Stepper",
+    "Summary",
+    "UnknownNodeError",
+]
+
+
+class StepError(GraphSurgeonError):
+    """A stepper request that cannot be carried out (the message says what to do)."""
+
+
+class UnknownNodeError(StepError, KeyError):
+    """A node name the stepped graph does not have, or whose value is not available.
+
+    It is a KeyError too, so ``st.env.get(name)`` and ``name in st.env`` behave as for a dict.
+    """
+
+    def __str__(self) -> str:  # KeyError would show the message in quotes
+        return str(self.args[0]) if self.args else ""
+
+
+class NodeError(StepError):
+    """A node raised while the stepper ran it. The stepper stays at that node.
+
+    Attributes:
+        node: the node's name; ``call``: the innermost module call it belongs to ('' at the top
+        level); ``position``: its position in the graph; ``cause``: the exception it raised
+        (also chained as ``__cause__``).
+    """
+
+    def __init__(self, message: str, node: str, call: str, position: int, cause: BaseException):
+        super().__init__(message)
+        self.node = node
+        self.call = call
+        self.position = position
+        self.cause = cause
+
+
+# -- summaries ------------------------------------------------------------------------------
+
+
+class _TensorText:
+    """Stands for a tensor inside a structure shown as text: ``Tensor[2, 4] float32``."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, tensor: torch.Tensor):
+        self.text = f"Tensor{list(tensor.shape)} {str(tensor.dtype).removeprefix('torch.')}"
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+_MAX_TEXT = 200
+_MISSING = object()
+
+
+def _tensor_leaves(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list, dict)):
+        return [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
+    return []
+
+
+def _has_data(t: torch.Tensor) -> bool:
+    # Fake and meta tensors have a shape and a dtype but no values to look at.
+    return t.device.type != "meta" and not isinstance(t, FakeTensor)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What a value looks like: for a tensor its shape, dtype, device, statistics and NaN/Inf
+    counts; for anything else the value itself, as text (tensors inside shown by shape).
+
+    ``min``, ``max``, ``mean`` and ``std`` (population, ``correction=0``) are over the finite
+    elements, so one Inf does not hide the rest; ``nan`` and ``inf`` count the others. They are
+    None when there is nothing to measure (no finite element, a meta tensor, a complex dtype).
+
+    Example:
+        >>> import torch
+        >>> from graphsurgeon.step import Summary
+        >>> print(Summary.of(torch.tensor([1.0, 3.0, float("nan")]), name="x"))
+        x: Tensor[3] float32 cpu  min 1  max 3  mean 2  std 1  nan 1  inf 0
+        >>> print(Summary.of((torch.zeros(2, 2), 4), name="pair"))
+        pair: tuple (Tensor[2, 2] float32, 4)
+    """
+
+    name: str
+    type: str
+    op: str = ""
+    module: str = ""
+    shape: tuple[int, ...] | None = None
+    dtype: str | None = None
+    device: str | None = None
+    numel: int | None = None
+    min: float | None = None
+    max: float | None = None
+    mean: float | None = None
+    std: float | None = None
+    nan: int = 0
+    inf: int = 0
+    text: str = ""
+
+    @property
+    def is_tensor(self) -> bool:
+        return self.shape is not None
+
+    @property
+    def finite(self) -> bool:
+        """No NaN and no Inf anywhere in the value."""
+        return self.nan == 0 and self.inf == 0
+
+    @classmethod
+    def of(cls, value: Any, name: str = "", op: str = "", module: str = "") -> Summary:
+        """Summarize ``value`` (computed now; the value itself is not kept)."""
+        if isinstance(value, torch.Tensor):
+            return _tensor_summary(value, name, op, module)
+        tensors = _tensor_leaves(value)
+        nan = inf = 0
+        for tensor in tensors:
+            if _has_data(tensor) and (tensor.is_floating_point() or tensor.is_complex()):
+                nan += int(torch.isnan(tensor).sum())
+                inf += int(torch.isinf(tensor).sum())
+        shown = (
+            pytree.tree_map(lambda v: _TensorText(v) if isinstance(v, torch.Tensor) else v, value)
+            if tensors
+            else value
+        )
+        text = repr(shown)
+        if len(text) > _MAX_TEXT:
+            text = text[: _MAX_TEXT - 3] + "..."
+        return cls(
+            name=name, type=type(value).__name__, op=op, module=module, nan=nan, inf=inf, text=text
+        )
+
+    def __str__(self) -> str:
+        head = f"{self.name}: " if self.name else ""
+        if not self.is_tensor:
+            return f"{head}{self.type} {self.text}"
+        parts = [f"{head}Tensor{list(self.shape)} {self.dtype} {self.device}"]
+        if self.min is not None:
+            parts.append(
+                f"min {_g(self.min)}  max {_g(self.max)}  mean {_g(self.mean)}  std {_g(self.std)}"
+            )
+        if self.numel:
+            parts.append(f"nan {self.nan}  inf {self.inf}")
+        return "  ".join(parts)
+
+
+def _g(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def _tensor_summary(value: torch.Tensor, name: str, op: str, module: str) -> Summary:
+    t = value.detach()
+    n = t.numel()
+    basics = {
+        "name": name,
+        "type": "Tensor",
+        "op": op,
+        "module": module,
+        "shape": tuple(t.shape),
+        "dtype": str(t.dtype).removeprefix("torch."),
+        "device": str(t.device),
+        "numel": n,
+    }
+    if n == 0 or not _has_data(t) or t.is_complex() or t.is_quantized or t.is_sparse:
+        return Summary(**basics)
+    # Memory-light mode summarizes every value, so the common case is one pass of cheap
+    # reductions in float64 and one sync: a finite sum, minimum and maximum mean no NaN and no
+    # Inf anywhere. float64 keeps the sum of squares exact enough for the spread.
+    flat = t.reshape(-1).double()
+    low, high = torch.aminmax(flat)
+    stats = torch.stack((flat.sum(), low, high, torch.dot(flat, flat))).tolist()
+    nan = inf = 0
+    count = n
+    if not (math.isfinite(stats[0]) and math.isfinite(stats[1]) and math.isfinite(stats[2])):
+        finite = torch.isfinite(flat)
+        count = int(finite.sum())
+        nan = int(torch.isnan(flat).sum())
+        inf = n - count - nan
+        if count == 0:
+            return Summary(**basics, nan=nan, inf=inf)
+        flat = flat[finite]
+        low, high = torch.aminmax(flat)
+        stats = torch.stack((flat.sum(), low, high, torch.dot(flat, flat))).tolist()
+    total, low_value, high_value, squares = stats
+    mean = total / count
+    std = math.sqrt(max(squares / count - mean * mean, 0.0))
+    return Summary(**basics, min=low_value, max=high_value, mean=mean, std=std, nan=nan, inf=inf)
+
+
+# -- breakpoints ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Breakpoint:
+    """A place or a condition where running stops.
+
+    Attributes:
+        kind: ``"node"`` (stop before the node runs), ``"enter"`` (stop before the first node
+            of a module call), ``"leave"`` (stop right after its last node), or ``"condition"``
+            (stop after a node whose value makes ``predicate`` true).
+        target: the node name, or the module (an fqn: every call; ``"fqn@k"``: one call);
+            for a condition, its label.
+        predicate: for a condition, called with each tensor the node produced.
+    """
+
+    kind: str
+    target: str
+    predicate: Callable[[torch.Tensor], bool] | None = field(default=None, repr=False)
+
+    def __str__(self) -> str:
+        if self.kind == "node":
+            return f"break before node {self.target!r}"
+        if self.kind == "enter":
+            return f"break on entering {self.target!r}"
+        if self.kind == "leave":
+            return f"break on leaving {self.target!r}"
+        return f"break when {self.target}"
+
+
+def _nan_or_inf(t: torch.Tensor) -> bool:
+    if not (t.is_floating_point() or t.is_complex()) or not _has_data(t) or t.numel() == 0:
+        return False
+    # One reduction in the common case: a NaN or an Inf anywhere makes the sum non-finite.
+    # A non-finite sum may also be an overflow of finite values, so that case looks closer.
+    if math.isfinite(abs(t.sum().item())):
+        return False
+    return not bool(torch.isfinite(t).all())
+
+
+def _has_nan(t: torch.Tensor) -> bool:
+    if not (t.is_floating_point() or t.is_complex()) or not _has_data(t) or t.numel() == 0:
+        return False
+    if not math.isnan(abs(t.sum().item())):  # a NaN anywhere makes the sum NaN
+        return False
+    return bool(torch.isnan(t).any())
+
+
+class _MagnitudeOver:
+    """Condition: some element's magnitude exceeds ``bound``. A class, so it prints its bound."""
+
+    __slots__ = ("bound",)
+
+    def __init__(self, bound: float):
+        self.bound = bound
+
+    def __call__(self, t: torch.Tensor) -> bool:
+        if t.dtype == torch.bool or not _has_data(t) or t.numel() == 0:
+            return False
+        return bool((t.abs() > self.bound).any())
+
+    def __repr__(self) -> str:
+        return f"_MagnitudeOver({self.bound!r})"
+
+
+class Breakpoints:
+    """The breakpoints of one :class:`Stepper`: ``st.breakpoints``.
+
+    Add with :meth:`node`, :meth:`enter`, :meth:`leave`, :meth:`condition`, :meth:`nan_or_inf`,
+    :meth:`nan`, :meth:`magnitude_over` (each returns the :class:`Breakpoint`, adding one twice keeps one);
+    remove with :meth:`remove` or :meth:`clear`. Iterating gives them in the order added.
+    """
+
+    def __init__(self, stepper: Stepper):
+        self._stepper = stepper
+        self._items: list[Breakpoint] = []
+
+    def _add(self, breakpoint: Breakpoint) -> Breakpoint:
+        if breakpoint not in self._items:
+            self._items.append(breakpoint)
+            self._stepper._breakpoints_changed()
+        return breakpoint
+
+    def node(self, name: str) -> Breakpoint:
+        """Stop before node ``name`` runs."""
+        self._stepper._node(name)
+        return self._add(Breakpoint("node", name))
+
+    def enter(self, module: str) -> Breakpoint:
+        """Stop before the first node of each call of ``module`` (or of call ``"fqn@k"``)."""
+        self._stepper._calls_named(module)
+        return self._add(Breakpoint("enter", module))
+
+    def leave(self, module: str) -> Breakpoint:
+        """Stop right after the last node of each call of ``module`` (or of call ``"fqn@k"``)."""
+        self._stepper._calls_named(module)
+        return self._add(Breakpoint("leave", module))
+
+    def condition(
+        self, predicate: Callable[[torch.Tensor], bool], label: str | None = None
+    ) -> Breakpoint:
+        """Stop after a node when ``predicate(tensor)`` is true for a tensor it produced.
+
+        The predicate sees each tensor of the node's value (a node returning a tuple is
+        checked leaf by leaf); non-tensor values are not checked. Checking costs a call per
+        node, so runs with a condition are slower than without.
+        """
+        if not callable(predicate):
+            raise StepError(
+                f"a condition breakpoint needs a function tensor -> bool, got "
+                f"{type(predicate).__name__}"
+            )
+        text = label or getattr(predicate, "__name__", None) or repr(predicate)
+        return self._add(Breakpoint("condition", text, predicate))
+
+    def nan_or_inf(self) -> Breakpoint:
+        """Stop after the first node whose value holds a NaN or an Inf."""
+        return self._add(Breakpoint("condition", "a NaN or Inf appears", _nan_or_inf))
+
+    def nan(self) -> Breakpoint:
+        """Stop after the first node whose value holds a NaN (an Inf, e.g. an attention mask
+        filled with ``-inf``, does not stop it)."""
+        return self._add(Breakpoint("condition", "a NaN appears", _has_nan))
+
+    def magnitude_over(self, bound: float) -> Breakpoint:
+        """Stop after the first node whose value has an element with ``|x| > bound``."""
+        if not isinstance(bound, (int, float)) or isinstance(bound, bool) or math.isnan(bound):
+            raise StepError(f"magnitude_over: expected a number, got {bound!r}")
+        return self._add(Breakpoint("condition", f"|value| > {bound:g}", _MagnitudeOver(bound)))
+
+    def remove(self, breakpoint: Breakpoint) -> None:
+        """Remove one breakpoint (as returned when it was added)."""
+        if breakpoint not in self._items:
+            listed = ", ".join(str(b) for b in self._items) or "none"
+            raise StepError(f"{breakpoint} is not set (set: {listed})")
+        self._items.remove(breakpoint)
+        self._stepper._breakpoints_changed()
+
+    def clear(self) -> None:
+        """Remove every breakpoint."""
+        self._items.clear()
+        self._stepper._breakpoints_changed()
+
+    def __iter__(self) -> Iterator[Breakpoint]:
+        return iter(list(self._items))
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, breakpoint: object) -> bool:
+        return breakpoint in self._items
+
+    def __str__(self) -> str:
+        if not self._items:
+            return "no breakpoints"
+        return "\n".join(f"{i}: {b}" for i, b in enumerate(self._items))
+
+    def __repr__(self) -> str:
+        return f"<Breakpoints: {len(self._items)}>"
+
+
+# -- results --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one move of the stepper did.
+
+    Attributes:
+        ran: the names of the nodes that ran, in order.
+        position: where the stepper is now (the number of nodes run so far).
+        reason: ``"step"`` (moved as far as asked), ``"target"`` (``run_to`` reached its
+            target), ``"breakpoint"``, or ``"end"`` (the program finished).
+        breakpoints: the breakpoints that stopped it (empty unless ``reason == "breakpoint"``).
+        trigger: for a condition breakpoint, the node whose value met it (the last one run).
+    """
+
+    ran: tuple[str, ...]
+    position: int
+    reason: str
+    breakpoints: tuple[Breakpoint, ...] = ()
+    trigger: str | None = None
+
+    @property
+    def last(self) -> str | None:
+        """The last node that ran, or None when nothing ran."""
+        return self.ran[-1] if self.ran else None
+
+    def __str__(self) -> str:
+        n = len(self.ran)
+        if n == 0:
+            text = "ran nothing"
+        elif n <= 3:
+            text = "ran " + ", ".join(self.ran)
+        else:
+            text = f"ran {n} nodes ({self.ran[0]} .. {self.ran[-1]})"
+        if self.reason == "breakpoint":
+            why = "; ".join(str(b) for b in self.breakpoints)
+            if self.trigger is not None:
+                why += f" (node {self.trigger!r})"
+            return f"{text}; stopped: {why}"
+        if self.reason == "end":
+            return f"{text}; the program finished"
+        return text
+
+
+# -- the graph's layout ---------------------------------------------------------------------
+
+_FQN = re.compile(r"\w+(?:\.\w+)*")
+
+
+def _calls_of_stack(stack: Mapping) -> tuple[str, ...]:
+    calls = []
+    for key, value in stack.items():
+        path = value[0] if isinstance(value, tuple) and value else None
+        # The root has path ""; torch also records bookkeeping entries that name no module.
+        if not isinstance(path, str) or not path or path.startswith("_empty_nn_module_stack"):
+            continue
+        if not _FQN.fullmatch(path):
+            continue
+        _, index = split_call_name(str(key))
+        calls.append(_call_name(path, index or 0))
+    return tuple(calls)
+
+
+def _op_text(node: Node) -> str:
+    if node.op == "call_function":
+        target = node.target
+        if isinstance(target, torch._ops.OpOverload):
+            return str(target)
+        module = getattr(target, "__module__", None) or ""
+        name = getattr(target, "__qualname__", None) or getattr(target, "__name__", str(target))
+        return f"{module}.{name}" if module and module != "_operator" else name
+    if node.op in ("call_module", "get_attr", "call_method"):
+        return f"{node.op} {node.target}"
+    return node.op
+
+
+class _Layout:
+    """Everything about the graph that stepping needs, computed once per stepper."""
+
+    def __init__(self, gm: GraphModule):
+        nodes = list(gm.graph.nodes)
+        self.nodes = nodes
+        self.names = [n.name for n in nodes]
+        self.by_name = {n.name: n for n in nodes}
+        self.position = {n: i for i, n in enumerate(nodes)}
+        info = swap_info(gm)
+        swapped_types = {}
+        if info is not None:
+            swapped_types = {c: type(m).__name__ for c, m in info.calls.items()}
+        self.swapped = swapped_types
+        # the module calls enclosing each node, outermost first; None: take the next node's
+        own: list[tuple[str, ...] | None] = []
+        for node in nodes:
+            stack = node.meta.get("nn_module_stack")
+            if node.op in ("placeholder", "output"):
+                own.append(())
+            elif stack:
+                own.append(_calls_of_stack(stack))
+            elif node.op == "call_module" and "graphsurgeon_swap" not in node.meta:
+                own.append((str(node.target),))  # a symbolically traced module call
+            else:
+                own.append(None)
+        for i, node in enumerate(nodes):
+            if own[i] is None:
+                # the check right after a swapped call belongs to the call
+                for arg in node.all_input_nodes:
+                    if "graphsurgeon_swap" in arg.meta and own[self.position[arg]]:
+                        own[i] = own[self.position[arg]]
+                        break
+        following: tuple[str, ...] = ()
+        for i in range(len(nodes) - 1, -1, -1):
+            if own[i] is None:
+                own[i] = following
+            elif nodes[i].op != "output":
+                following = own[i]
+        self.stacks: list[tuple[str, ...]] = own  # type: ignore[assignment]
+        self.members: dict[str, list[int]] = {}
+        for i, calls in enumerate(self.stacks):
+            for call in calls:
+                self.members.setdefault(call, []).append(i)
+        self.fqn_calls: dict[str, list[str]] = {}
+        for call in self.members:
+            fqn, _ = split_call_name(call)
+            self.fqn_calls.setdefault(fqn, []).append(call)
+        self.program_fqns: set[str] = set()
+        if info is not None:
+            self.program_fqns = set(program_index(info.program).fqns)
+        # the position after which each node's value is no longer needed
+        last = list(range(len(nodes)))
+        for i, node in enumerate(nodes):
+            for arg in node.all_input_nodes:
+                j = self.position[arg]
+                last[j] = max(last[j], i)
+        self.last_use = last
+        self.frees: list[tuple[Node, ...]] = [() for _ in nodes]
+        pending: dict[int, list[Node]] = {}
+        for j, i in enumerate(last):
+            # Parameters and buffers (get_attr) stay: the module holds them anyway, so dropping
+            # them would free nothing and only cost a summary each.
+            if nodes[j].op not in ("output", "get_attr"):
+                pending.setdefault(i, []).append(nodes[j])
+        for i, dead in pending.items():
+            self.frees[i] = tuple(dead)
+
+    def span(self, call: str) -> tuple[int, int]:
+        members = self.members[call]
+        return members[0], members[-1]
+
+
+# -- the stepper ----------------------------------------------------------------------------
+
+
+class _EnvView(Mapping):
+    """``st.env``: node name -> value, for the nodes that ran and whose values are kept."""
+
+    __slots__ = ("_stepper",)
+
+    def __init__(self, stepper: Stepper):
+        self._stepper = stepper
+
+    def __getitem__(self, name: str) -> Any:
+        stepper = self._stepper
+        node = stepper._node(name)
+        try:
+            return stepper._env[node]
+        except KeyError:
+            raise UnknownNodeError(stepper._why_no_value(node)) from None
+
+    def __contains__(self, name: object) -> bool:
+        node = self._stepper._layout.by_name.get(name) if isinstance(name, str) else None
+        return node is not None and node in self._stepper._env
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([node.name for node in self._stepper._env])
+
+    def __len__(self) -> int:
+        return len(self._stepper._env)
+
+    def __repr__(self) -> str:
+        names = [node.name for node in self._stepper._env]
+        shown = ", ".join(names[-5:])
+        more = f"{len(names) - 5} more, then " if len(names) > 5 else ""
+        plural = "" if len(names) == 1 else "s"
+        return f"<env: {len(names)} value{plural} ({more}{shown})>"
+
+
+def _resolve_program(program: Any) -> GraphModule:
+    if isinstance(program, ExportedProgram):
+        return unlifted(program)
+    if isinstance(program, GraphModule):
+        return program
+    module = getattr(program, "module", None)
+    if isinstance(module, GraphModule):
+        return module
+    if isinstance(program, torch.nn.Module):
+        raise StepError(
+            f"cannot step an eager {type(program).__name__}: it has no graph. Export it first: "
+            "gs.Stepper(gs.export(model, args), *args)"
+        )
+    raise StepError(
+        f"cannot step a {type(program).__name__}: pass an ExportedProgram, a GraphModule "
+        "(e.g. from gs.swap) or an object with a .module GraphModule"
+    )
+
+
+class Stepper:
+    """A cursor over a program's graph: run it node by node, stop where you like, look around.
+
+    ``program`` is an ExportedProgram (its unlifted graph is stepped), a GraphModule (from
+    ``gs.swap``, or any other), or an object with a ``.module`` GraphModule; ``args`` and
+    ``kwargs`` are the inputs, as for calling the program (keywords matched by name). Each run
+    gets its own copy of the inputs, so :meth:`reset` replays exactly the same run.
+
+    Moving: :meth:`step`, :meth:`step_over`, :meth:`step_out`, :meth:`run_to`,
+    :meth:`continue_`, :meth:`reset`. Every move stops at breakpoints (``st.breakpoints``),
+    except at the position it starts from, and returns a :class:`StepResult`.
+
+    Looking: ``current`` (the node that runs next; None when done), ``position`` / ``total``,
+    ``stack`` (the module calls around ``current``), ``env`` (values by node name),
+    :meth:`summary`, ``done``, ``output``, ``error``.
+
+    Memory: by default every value stays in ``env``. With ``st.memory_light = True`` a value is
+    dropped as soon as no later node needs it, after its :class:`Summary` is taken; ``env``
+    then holds only the values later nodes still need, the parameters and buffers (``get_attr``
+    nodes: the module holds them anyway) and, at the end, the output, while :meth:`summary`
+    answers for every node that ran.
+
+    Errors: when a node raises, the stepper stops *at* that node (it has not run), keeps the
+    error in ``st.error`` and raises it as a :class:`NodeError` naming the node and its module
+    call. Everything stays inspectable; fix the cause and step again, or :meth:`reset`.
+
+    Example:
+        >>> import torch, graphsurgeon as gs
+        >>> from graphsurgeon.step import Stepper
+        >>> model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
+        >>> x = torch.tensor([[1.0, -1.0]])
+        >>> st = Stepper(gs.export(model, (x,)), x)
+        >>> st.total, st.current.op
+        (6, 'placeholder')
+        >>> st.run_to("1").ran[1:]   # to the first node of module "1", the ReLU
+        ('p_0_weight', 'p_0_bias', 'linear')
+        >>> st.current.name, st.stack
+        ('relu', ('1',))
+        >>> st.env["linear"].shape
+        torch.Size([1, 2])
+        >>> st.continue_().reason
+        'end'
+        >>> torch.equal(st.output, model(x))
+        True
+    """
+
+    def __init__(self, program: Any, /, *args: Any, **kwargs: Any):
+        gm = _resolve_program(program)
+        self._gm = gm
+        self._layout = _Layout(gm)
+        # a copy of its own: the caller may change those tensors later, reset() replays this run
+        self._inputs = clone_inputs(bind_inputs(gm, args, kwargs, error=StepError))
+        # A graph that writes its own buffers (BatchNorm statistics) runs on private copies of
+        # them: stepping leaves the program as it was, and every reset() replays the same run.
+        self._interpreter = (
+            PrivateStateInterpreter(gm, garbage_collect_values=False)
+            if state_attributes(gm)
+            else torch.fx.Interpreter(gm, garbage_collect_values=False)
+        )
+        self._total = len(self._layout.nodes)
+        self._breakpoints = Breakpoints(self)
+        self._stops: dict[int, list[Breakpoint]] = {}
+        self._stop_positions: list[int] = []
+        self._conditions: tuple[Breakpoint, ...] = ()
+        self._light = False
+        self.reset()
+
+    # -- state ------------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Back to the start, with fresh copies of the inputs. Breakpoints are kept."""
+        self._env: dict[Node, Any] = {}
+        self._summaries: dict[Node, Summary] = {}
+        self._pos = 0
+        self._output: Any = None
+        self._error: NodeError | None = None
+        self._interpreter.env = self._env
+        self._interpreter.args_iter = iter(clone_inputs(self._inputs))
+        if isinstance(self._interpreter, PrivateStateInterpreter):
+            self._interpreter.renew_state()
+
+    @property
+    def graph_module(self) -> GraphModule:
+        """The GraphModule being stepped."""
+        return self._gm
+
+    @property
+    def breakpoints(self) -> Breakpoints:
+        """Where running stops: add, remove and list them (see :class:`Breakpoints`)."""
+        return self._breakpoints
+
+    @property
+    def current(self) -> Node | None:
+        """The node that runs next (a ``torch.fx.Node``), or None when the program is done."""
+        return self._layout.nodes[self._pos] if self._pos < self._total else None
+
+    @property
+    def position(self) -> int:
+        """How many nodes have run: the position of ``current`` in graph order."""
+        return self._pos
+
+    @property
+    def total(self) -> int:
+        """The number of nodes in the graph (placeholders and the output node included)."""
+        return self._total
+
+    @property
+    def done(self) -> bool:
+        return self._pos >= self._total
+
+    @property
+    def output(self) -> Any:
+        """What the program returned, once it is done."""
+        if not self.done:
+            raise StepError(
+                f"the program has not finished (at {self._pos}/{self._total}); "
+                "continue_() runs it to the end"
+            )
+        return self._output
+
+    @property
+    def error(self) -> NodeError | None:
+        """The error of the node the stepper is stopped at, if it raised; else None."""
+        return self._error
+
+    @property
+    def env(self) -> Mapping[str, Any]:
+        """Read-only: node name -> value, for the nodes that ran and whose values are kept."""
+        return _EnvView(self)
+
+    @property
+    def stack(self) -> tuple[str, ...]:
+        """The module calls enclosing ``current``, outermost first (``()`` at the top level)."""
+        if self._pos >= self._total:
+            return ()
+        return self._layout.stacks[self._pos]
+
+    @property
+    def memory_light(self) -> bool:
+        """Whether values are dropped once no later node needs them (summaries are kept)."""
+        return self._light
+
+    @memory_light.setter
+    def memory_light(self, on: bool) -> None:
+        self._light = bool(on)
+        if self._light:  # drop what is already dead
+            last_use = self._layout.last_use
+            position = self._layout.position
+            for node in [n for n in self._env if last_use[position[n]] < self._pos]:
+                if node.op not in ("output", "get_attr"):
+                    self._retire(node)
+
+    def module_of(self, name: str) -> str:
+        """The innermost module call node ``name`` belongs to ('' for the top level)."""
+        stack = self._layout.stacks[self._layout.position[self._node(name)]]
+        return stack[-1] if stack else ""
+
+    def nodes_of(self, module: str) -> tuple[str, ...]:
+        """The names of the nodes of ``module`` (every call of an fqn, or one ``"fqn@k"``)."""
+        positions = sorted(
+            {i for call in self._calls_named(module) for i in self._layout.members[call]}
+        )
+        return tuple(self._layout.names[i] for i in positions)
+
+    def summary(self, name: str) -> Summary:
+        """The :class:`Summary` of node ``name``'s value (it must have run)."""
+        node = self._node(name)
+        if node in self._env:
+            return self._summarize(node, self._env[node])
+        kept = self._summaries.get(node)
+        if kept is not None:
+            return kept
+        raise UnknownNodeError(self._why_no_value(node))
+
+    def where(self) -> str:
+        """Where the stepper is, in one line."""
+        if self.done:
+            return f"done: ran all {self._total} nodes"
+        node = self.current
+        stack = self.stack
+        inside = f" in {stack[-1]}" if stack else " at the top level"
+        text = f"at {self._pos}/{self._total}: next {node.name!r} ({_op_text(node)}){inside}"
+        if self._error is not None:
+            text += f"; it raised {type(self._error.cause).__name__}"
+        return text
+
+    def __repr__(self) -> str:
+        count = len(self._breakpoints)
+        marks = f"; {count} breakpoint{'s' if count != 1 else ''}" if count else ""
+        light = "; memory-light" if self._light else ""
+        return f"<Stepper {self.where()}{marks}{light}>"
+
+    # -- moving -----------------------------------------------------------------------------
+
+    def step(self, n: int = 1) -> StepResult:
+        """Run the next ``n`` nodes (fewer if a breakpoint or the end comes first)."""
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise StepError(f"step(n): n is a number of nodes, at least 1; got {n!r}")
+        self._check_not_done()
+        return self._advance(min(self._pos + n, self._total), "step")
+
+    def step_over(self) -> StepResult:
+        """Run the next node; if it starts a module call (or is a swapped call), run the whole call.
+
+        Of the calls that begin at ``current``, the outermost one is run to its end.
+        """
+        self._check_not_done()
+        layout, pos = self._layout, self._pos
+        here = layout.stacks[pos]
+        common = self._common_depth()
+        if len(here) > common:
+            end = layout.span(here[common])[1] + 1
+        else:
+            end = pos + 1
+        return self._advance(end, "step")
+
+    def step_out(self) -> StepResult:
+        """Run to the end of the module call the stepper is in (at the top level: to the end)."""
+        self._check_not_done()
+        common = self._common_depth()
+        if common == 0:
+            return self._advance(self._total, "step")
+        call = self._layout.stacks[self._pos][common - 1]
+        return self._advance(self._layout.span(call)[1] + 1, "step")
+
+    def run_to(
+        self,
+        target: str | Callable[[Node], bool] | None = None,
+        *,
+        node: str | None = None,
+        module: str | None = None,
+    ) -> StepResult:
+        """Run until ``current`` is the target: stop *before* it runs.
+
+        ``target`` is a node name, a module (fqn: its next call; ``"fqn@k"``: that call; stop
+        at the call's first node), or a predicate on the ``torch.fx.Node`` about to run. When
+        a name is both a node and a module, say which with ``node=`` or ``module=``. If
+        ``current`` already is the target, nothing runs.
+        """
+        given = [t for t in (target, node, module) if t is not None]
+        if len(given) != 1:
+            raise StepError(
+                "run_to: give exactly one target: a name, node=..., module=..., or a predicate"
+            )
+        self._check_not_done()
+        if callable(target) and not isinstance(target, str):
+            return self._advance(self._total, "target", until=target)
+        if node is not None:
+            return self._advance(self._node_position(node), "target")
+        if module is not None:
+            return self._advance(self._module_position(module), "target")
+        if not isinstance(target, str):
+            raise StepError(f"run_to: expected a name or a predicate, got {type(target).__name__}")
+        is_node = target in self._layout.by_name
+        is_module = self._is_module(target)
+        if is_node and is_module:
+            raise StepError(
+                f"{target!r} is both a node and a module; say run_to(node={target!r}) or "
+                f"run_to(module={target!r})"
+            )
+        if is_module:
+            return self._advance(self._module_position(target), "target")
+        if not is_node:
+            layout = self._layout
+            inside_swap = any(
+                target.startswith(split_call_name(c)[0] + ".") for c in layout.swapped
+            )
+            if target in layout.program_fqns or inside_swap:
+                self._calls_named(target)  # raises, saying why this module has no nodes here
+            choices = list(layout.by_name) + list(layout.fqn_calls)
+            raise UnknownNodeError(
+                f"the graph has no node or module {target!r}.{did_you_mean(target, choices)}"
+            )
+        return self._advance(self._node_position(target), "target")
+
+    def continue_(self) -> StepResult:
+        """Run to the next breakpoint, or to the end."""
+        self._check_not_done()
+        return self._advance(self._total, "step")
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _check_not_done(self) -> None:
+        if self._pos >= self._total:
+            raise StepError("the program has finished; reset() to run it again")
+
+    def _common_depth(self) -> int:
+        """How many module calls the last node run and ``current`` share (the frame we are in)."""
+        layout, pos = self._layout, self._pos
+        here = layout.stacks[pos]
+        before = layout.stacks[pos - 1] if pos > 0 else ()
+        depth = 0
+        for a, b in zip(before, here):
+            if a != b:
+                break
+            depth += 1
+        return depth
+
+    def _node(self, name: str) -> Node:
+        node = self._layout.by_name.get(name) if isinstance(name, str) else None
+        if node is None:
+            raise UnknownNodeError(
+                f"the graph has no node {name!r}.{did_you_mean(str(name), self._layout.by_name)}"
+            )
+        return node
+
+    def _node_position(self, name: str) -> int:
+        position = self._layout.position[self._node(name)]
+        if position < self._pos:
+            raise StepError(
+                f"node {name!r} already ran (position {position}; the stepper is at {self._pos}); "
+                "reset() to run from the start"
+            )
+        return position
+
+    def _is_module(self, name: str) -> bool:
+        layout = self._layout
+        if name in layout.members or name in layout.fqn_calls:
+            return True
+        fqn, index = split_call_name(name)
+        return index == 0 and fqn in layout.members
+
+    def _calls_named(self, module: str) -> list[str]:
+        layout = self._layout
+        if not isinstance(module, str):
+            raise StepError(f"expected a module name such as 'layers.0', got {module!r}")
+        if module in layout.fqn_calls:  # an fqn: every call of it
+            return list(layout.fqn_calls[module])
+        if module in layout.members:  # one call, "fqn@k"
+            return [module]
+        fqn, index = split_call_name(module)
+        if index == 0 and fqn in layout.members:
+            return [fqn]
+        for call, kind in layout.swapped.items():
+            outer, _ = split_call_name(call)
+            if module.startswith(outer + "."):
+                raise UnknownModuleError(
+                    f"module {module!r} runs inside the swapped call {call!r} ({kind}), which "
+                    f"is one node here; the stepper cannot step into eager code. Use {call!r}."
+                )
+        if module in layout.program_fqns or module == "":
+            raise UnknownModuleError(
+                f"module {module!r} has no nodes of its own in this graph (the root, or a "
+                "container such as nn.ModuleList: use one of its children)"
+            )
+        choices = list(layout.fqn_calls) + [c for c in layout.members if "@" in c]
+        raise UnknownModuleError(
+            f"the graph has no module {module!r}.{did_you_mean(module, choices)}"
+        )
+
+    def _module_position(self, module: str) -> int:
+        starts = sorted(self._layout.span(call)[0] for call in self._calls_named(module))
+        later = [s for s in starts if s >= self._pos]
+        if not later:
+            raise StepError(
+                f"no call of {module!r} starts at or after the stepper's position {self._pos} "
+                f"(its calls start at {starts}); reset() to run from the start"
+            )
+        return later[0]
+
+    def _why_no_value(self, node: Node) -> str:
+        position = self._layout.position[node]
+        if position >= self._pos:
+            return (
+                f"node {node.name!r} has not run yet (position {position}; the stepper is at "
+                f"{self._pos}); run_to({node.name!r}) then step() runs it"
+            )
+        return (
+            f"the value of {node.name!r} was dropped in memory-light mode (no later node needs "
+            f"it); summary({node.name!r}) still describes it"
+        )
+
+    def _summarize(self, node: Node, value: Any) -> Summary:
+        stack = self._layout.stacks[self._layout.position[node]]
+        return Summary.of(value, node.name, _op_text(node), stack[-1] if stack else "")
+
+    def _retire(self, node: Node) -> None:
+        value = self._env.pop(node, _MISSING)
+        if value is not _MISSING:  # already gone if an interrupt cut a previous pass short
+            self._summaries[node] = self._summarize(node, value)
+
+    def _breakpoints_changed(self) -> None:
+        stops: dict[int, list[Breakpoint]] = {}
+        conditions = []
+        layout = self._layout
+        for breakpoint in self._breakpoints:
+            if breakpoint.kind == "condition":
+                conditions.append(breakpoint)
+                continue
+            if breakpoint.kind == "node":
+                positions = [layout.position[layout.by_name[breakpoint.target]]]
+            else:
+                calls = self._calls_named(breakpoint.target)
+                if breakpoint.kind == "enter":
+                    positions = [layout.span(c)[0] for c in calls]
+                else:
+                    positions = [layout.span(c)[1] + 1 for c in calls]
+            for position in positions:
+                stops.setdefault(position, []).append(breakpoint)
+        self._stops = stops
+        self._stop_positions = sorted(stops)
+        self._conditions = tuple(conditions)
+
+    def _advance(
+        self, end: int, reason: str, until: Callable[[Node], bool] | None = None
+    ) -> StepResult:
+        start = self._pos
+        # The next breakpoint position after the start (never the start itself: a stepper
+        # stopped at a breakpoint must be able to move on).
+        k = bisect.bisect_right(self._stop_positions, start)
+        stop = self._stop_positions[k] if k < len(self._stop_positions) else self._total + 1
+        limit = min(end, stop, self._total)
+        self._error = None
+        trigger: Node | None = None
+        fired: tuple[Breakpoint, ...] = ()
+        if self._conditions or until is not None:
+            reached, trigger, fired = self._run_checked(start, limit, until)
+        else:
+            self._run_plain(start, limit)
+            reached = limit
+        self._pos = reached
+        if reached >= self._total:
+            self._output = self._gm.graph.process_outputs(self._env[self._layout.nodes[-1]])
+        ran = tuple(self._layout.names[start:reached])
+        at_stop = tuple(self._stops.get(reached, ())) if reached == stop else ()
+        if trigger is not None:
+            return StepResult(ran, reached, "breakpoint", fired, trigger.name)
+        if reached >= self._total:
+            return StepResult(ran, reached, "end")
+        if reason == "target" and (reached == end or (until is not None and reached < limit)):
+            return StepResult(ran, reached, "target", at_stop)
+        if at_stop:
+            return StepResult(ran, reached, "breakpoint", at_stop)
+        return StepResult(ran, reached, reason)
+
+    def _run_plain(self, start: int, limit: int) -> None:
+        # The hot loop: what Interpreter.run does per node, minus its bookkeeping.
+        env = self._env
+        run_node = self._interpreter.run_node
+        nodes = self._layout.nodes
+        node = None
+        try:
+            if self._light:
+                frees = self._layout.frees
+                retire = self._retire
+                for i in range(start, limit):
+                    node = nodes[i]
+                    env[node] = run_node(node)
+                    for dead in frees[i]:
+                        retire(dead)
+            else:
+                for node in nodes[start:limit]:
+                    env[node] = run_node(node)
+        except BaseException as error:
+            self._stopped_by_error(node, error)
+
+    def _run_checked(
+        self, start: int, limit: int, until: Callable[[Node], bool] | None
+    ) -> tuple[int, Node | None, tuple[Breakpoint, ...]]:
+        env = self._env
+        run_node = self._interpreter.run_node
+        nodes = self._layout.nodes
+        frees = self._layout.frees if self._light else None
+        conditions = self._conditions
+        for i in range(start, limit):
+            node = nodes[i]
+            if until is not None:
+                self._pos = i  # where the stepper stands should the predicate raise
+                if self._call_user(until, node, "run_to predicate", node):
+                    return i, None, ()
+            try:
+                value = run_node(node)
+            except BaseException as error:
+                self._stopped_by_error(node, error)
+            env[node] = value
+            fired: tuple[Breakpoint, ...] = ()
+            if conditions:
+                tensors = _tensor_leaves(value)
+                if tensors:
+                    self._pos = i + 1
+                    fired = tuple(
+                        c
+                        for c in conditions
+                        if any(self._call_user(c.predicate, t, str(c), node) for t in tensors)
+                    )
+            if frees is not None:
+                for dead in frees[i]:
+                    self._retire(dead)
+            if fired:
+                return i + 1, node, fired
+        return limit, None, ()
+
+    def _call_user(self, function: Callable, argument: Any, what: str, node: Node) -> bool:
+        try:
+            return bool(function(argument))
+        except Exception as error:
+            raise StepError(
+                f"the {what} raised {type(error).__name__}: {error} (at node {node.name!r})"
+            ) from error
+
+    def _stopped_by_error(self, node: Node | None, error: BaseException) -> None:
+        position = self._layout.position[node] if node is not None else self._pos
+        if node is not None and node in self._env:
+            position += 1  # it ran; what failed came after it (freeing, or an interrupt)
+        self._pos = position
+        if not isinstance(error, Exception) or node is None:
+            raise error  # KeyboardInterrupt and the like: position kept, nothing wrapped
+        stack = self._layout.stacks[self._layout.position[node]]
+        call = stack[-1] if stack else ""
+        where = f"in module {call!r}" if call else "at the top level"
+        message = (
+            f"while executing node {node.name!r} ({_op_text(node)}) {where}: "
+            f"{type(error).__name__}: {error}. The stepper stopped at this node: look at "
+            "st.env and st.summary(name), then step again, or reset()."
+        )
+        self._error = NodeError(message, node.name, call, position, error)
+        raise self._error from error

@@ -1,0 +1,549 @@
+"""Stepper: order, moves, breakpoints, errors, memory-light mode, on tiny models and TinyGPT."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+import graphsurgeon as gs
+from graphsurgeon._errors import GraphSurgeonError, UnknownModuleError
+from graphsurgeon.examples import FusedAttention, TinyGPT
+from graphsurgeon.step import (
+    NodeError,
+    StepError,
+    Stepper,
+    StepResult,
+    Summary,
+    UnknownNodeError,
+)
+
+# -- tiny models --------------------------------------------------------------------------
+
+
+#   x ──▶ first (Linear) ──▶ act (ReLU) ──▶ last (Linear) ──▶ out
+class Chain(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first = nn.Linear(4, 4)
+        self.act = nn.ReLU()
+        self.last = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.last(self.act(self.first(x)))
+
+
+#   x ──▶ shared ──▶ mid ──▶ shared (again, "shared@1") ──▶ * scale ──▶ out
+class Shared(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.shared = nn.Linear(4, 4)
+        self.mid = nn.Tanh()
+
+    def forward(self, x, *, scale=2.0):
+        return self.shared(self.mid(self.shared(x))) * scale
+
+
+#   x ──▶ proj (Linear) ──▶ sqrt ──▶ log ──▶ + 1 ──▶ out
+#   (proj makes negatives: sqrt turns them into NaN; log(0) gives -inf)
+class Unstable(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(3, 3)
+        with torch.no_grad():
+            self.proj.weight.copy_(torch.eye(3))
+            self.proj.bias.zero_()
+
+    def forward(self, x):
+        y = torch.sqrt(self.proj(x))
+        return torch.log(y) + 1
+
+
+class Flaky(nn.Module):
+    """A ReLU replacement that raises while ``broken`` is set."""
+
+    def __init__(self):
+        super().__init__()
+        self.broken = True
+
+    def forward(self, x):
+        if self.broken:
+            raise RuntimeError("flaky replacement is broken")
+        return torch.relu(x)
+
+
+@pytest.fixture(scope="module")
+def chain():
+    torch.manual_seed(0)
+    model = Chain().eval()
+    x = torch.randn(2, 4)
+    return model, x, gs.export(model, (x,))
+
+
+@pytest.fixture(scope="module")
+def gpt():
+    torch.manual_seed(0)
+    model = TinyGPT(2).eval()
+    tokens = model.example_input()
+    ep = gs.export(model, (tokens,))
+    swapped = gs.swap(ep, {"layers.0.attn": FusedAttention(model.layers[0].attn)})
+    return model, tokens, ep, swapped
+
+
+def names(gm: torch.fx.GraphModule) -> list[str]:
+    return [n.name for n in gm.graph.nodes]
+
+
+# -- order and the end result ---------------------------------------------------------------
+
+
+def test_step_order_is_graph_order_and_the_end_result_is_the_programs(chain):
+    model, x, ep = chain
+    stepper = Stepper(ep, x)
+    order = names(stepper.graph_module)
+    assert stepper.total == len(order) > 3 and stepper.position == 0
+    ran = []
+    while not stepper.done:
+        assert stepper.current.name == order[stepper.position]
+        result = stepper.step()
+        assert len(result.ran) == 1
+        ran.extend(result.ran)
+    assert ran == order and stepper.current is None and result.reason == "end"
+    with torch.no_grad():
+        assert torch.allclose(stepper.output, model(x))
+
+
+@settings(max_examples=25, deadline=None)
+@given(moves=st.lists(st.sampled_from(["1", "3", "over", "out", "continue"]), min_size=1))
+def test_any_sequence_of_moves_runs_each_node_once_in_graph_order(chain, moves):
+    _, x, ep = chain
+    stepper = Stepper(ep, x)
+    stepper.breakpoints.enter("act")  # so that "continue" does not always run to the end
+    order = names(stepper.graph_module)
+    ran = []
+    for move in moves:
+        if stepper.done:
+            break
+        if move in ("1", "3"):
+            result = stepper.step(int(move))
+        elif move == "over":
+            result = stepper.step_over()
+        elif move == "out":
+            result = stepper.step_out()
+        else:
+            result = stepper.continue_()
+        assert result.position == stepper.position
+        ran.extend(result.ran)
+    assert ran == order[: stepper.position]
+
+
+def test_continue_to_the_end_matches_the_swapped_program_on_a_transformer(gpt):
+    _, tokens, _, swapped = gpt
+    stepper = Stepper(swapped, tokens)
+    assert any(n.op == "call_module" for n in swapped.graph.nodes)  # a swapped call to step
+    result = stepper.continue_()
+    assert result.reason == "end" and result.ran == tuple(names(swapped))
+    with torch.no_grad():
+        assert torch.equal(stepper.output, swapped(tokens))
+
+
+@settings(max_examples=15, deadline=None)
+@given(values=st.lists(st.floats(-10, 10), min_size=8, max_size=8))
+def test_the_stepper_computes_what_the_program_computes_for_any_input(chain, values):
+    model, _, ep = chain
+    x = torch.tensor(values, dtype=torch.float32).reshape(2, 4)
+    stepper = Stepper(ep, x)
+    stepper.continue_()
+    with torch.no_grad():
+        assert torch.allclose(stepper.output, model(x), atol=1e-6)
+
+
+def test_kwargs_map_onto_placeholders_by_name_and_reset_replays_the_run():
+    torch.manual_seed(0)
+    model = Shared()
+    x = torch.randn(2, 4)
+    ep = gs.export(model, (x,), {"scale": 3.0})
+    stepper = Stepper(ep, x=x, scale=3.0)
+    first = stepper.continue_()
+    output = stepper.output.clone()
+    stepper.reset()
+    assert stepper.position == 0 and len(stepper.env) == 0
+    assert stepper.continue_().ran == first.ran
+    assert torch.equal(stepper.output, output)
+    with torch.no_grad():
+        assert torch.allclose(output, model(x, scale=3.0))
+
+
+# -- step_over, step_out, run_to ------------------------------------------------------------
+
+
+def test_step_over_runs_exactly_the_modules_nodes(gpt):
+    _, tokens, ep, _ = gpt
+    stepper = Stepper(ep, tokens)
+    stepper.run_to("layers.1.attn")
+    attention = stepper.nodes_of("layers.1.attn")
+    assert stepper.current.name == attention[0] and stepper.stack[-1] == "layers.1.attn.q"
+    result = stepper.step_over()
+    assert result.ran == attention
+    graph = {n.name: n for n in stepper.graph_module.graph.nodes}
+    computed = [name for name in result.ran if graph[name].op != "get_attr"]
+    assert computed == list(gs.partition(ep)["layers.1.attn"].nodes)
+    assert stepper.module_of(stepper.current.name) == "layers.1"  # the residual add
+
+
+def test_step_over_a_swapped_call_runs_the_call_and_its_check(gpt):
+    _, tokens, _, swapped = gpt
+    stepper = Stepper(swapped, tokens)
+    stepper.run_to("layers.0.attn")
+    call = gs.swap_info(swapped).call_nodes["layers.0.attn"]
+    assert stepper.current.name == call
+    result = stepper.step_over()
+    assert result.ran == stepper.nodes_of("layers.0.attn") == (call, f"{call}_checked")
+
+
+def test_step_over_a_plain_node_runs_one_node_and_step_out_leaves_the_call(gpt):
+    _, tokens, ep, _ = gpt
+    stepper = Stepper(ep, tokens)
+    stepper.run_to("transpose")  # inside layers.0.attn, after its q projection
+    assert stepper.stack == ("layers.0", "layers.0.attn")
+    assert stepper.step_over().ran == ("transpose",)
+    result = stepper.step_out()
+    attention = stepper.nodes_of("layers.0.attn")
+    assert result.ran[-1] == attention[-1] and "transpose" not in result.ran
+    assert stepper.stack == ("layers.0",)
+    assert stepper.step_out().ran[-1] == stepper.nodes_of("layers.0")[-1]
+
+
+def test_run_to_a_node_a_module_call_or_a_predicate():
+    torch.manual_seed(0)
+    model = Shared()
+    x = torch.randn(2, 4)
+    stepper = Stepper(gs.export(model, (x,)), x)
+    second = stepper.nodes_of("shared@1")
+    assert second and set(second).isdisjoint(stepper.nodes_of("shared@0"))
+    assert stepper.run_to("shared@1").reason == "target"
+    assert stepper.current.name == second[0]
+    assert stepper.run_to("shared@1").ran == ()  # already there: nothing runs
+    stepper.reset()
+    stepper.run_to(lambda node: node.target == torch.ops.aten.tanh.default)
+    assert stepper.current.name == "tanh" and stepper.stack == ("mid",)
+    stepper.run_to(node="mul")
+    assert stepper.current.name == "mul"
+    with pytest.raises(StepError, match=r"already ran"):
+        stepper.run_to("tanh")
+    with pytest.raises(StepError, match=r"no call of 'mid' starts"):
+        stepper.run_to("mid")
+
+
+# -- breakpoints ----------------------------------------------------------------------------
+
+
+def test_node_enter_and_leave_breakpoints(gpt):
+    _, tokens, ep, _ = gpt
+    stepper = Stepper(ep, tokens)
+    assert stepper.continue_().reason == "end"  # precondition: nothing stops it by itself
+    stepper.reset()
+    at_node = stepper.breakpoints.node("softmax_1")
+    enter = stepper.breakpoints.enter("layers.1.mlp")
+    leave = stepper.breakpoints.leave("layers.0.attn")
+    assert len(stepper.breakpoints) == 3
+
+    result = stepper.continue_()
+    assert result.reason == "breakpoint" and result.breakpoints == (leave,)
+    assert result.last == stepper.nodes_of("layers.0.attn")[-1]
+    result = stepper.continue_()
+    assert result.breakpoints == (at_node,) and stepper.current.name == "softmax_1"
+    result = stepper.continue_()
+    assert result.breakpoints == (enter,)
+    assert stepper.current.name == stepper.nodes_of("layers.1.mlp")[0]
+    assert stepper.continue_().reason == "end"
+
+    stepper.breakpoints.remove(at_node)
+    assert at_node not in stepper.breakpoints and len(stepper.breakpoints) == 2
+    stepper.breakpoints.clear()
+    stepper.reset()
+    assert stepper.continue_().reason == "end"
+
+
+def test_enter_breakpoint_on_a_module_stops_at_every_call():
+    torch.manual_seed(0)
+    x = torch.randn(2, 4)
+    stepper = Stepper(gs.export(Shared(), (x,)), x)
+    stepper.breakpoints.enter("shared")
+    starts = [stepper.nodes_of("shared@0")[0], stepper.nodes_of("shared@1")[0]]
+    stops = []
+    while stepper.continue_().reason == "breakpoint":
+        stops.append(stepper.current.name)
+    assert stops == starts
+
+
+def test_the_nan_breakpoint_stops_at_the_first_node_producing_a_nan():
+    model = Unstable()
+    x = torch.tensor([[4.0, -1.0, 0.0]])
+    with torch.no_grad():
+        assert torch.isnan(model(x)).any()  # precondition: NaN reaches the output
+    ep = gs.export(model, (x,))
+    stepper = Stepper(ep, x)
+    stepper.breakpoints.nan()
+    result = stepper.continue_()
+    assert result.reason == "breakpoint" and result.trigger == "sqrt"
+    assert stepper.summary("sqrt").nan == 1 and stepper.summary("linear").nan == 0
+    assert stepper.current.name == "log"  # stopped right after the culprit
+    assert "NaN" in str(result) and "'sqrt'" in str(result)
+
+
+def test_nan_ignores_inf_but_nan_or_inf_and_magnitude_catch_it():
+    model = Unstable()
+    x = torch.tensor([[4.0, 1.0, 0.0]])  # log(sqrt(0)) = -inf, and no NaN anywhere
+    with torch.no_grad():
+        output = model(x)
+    assert torch.isinf(output).any() and not torch.isnan(output).any()
+    ep = gs.export(model, (x,))
+    stepper = Stepper(ep, x)
+    stepper.breakpoints.nan()
+    assert stepper.continue_().reason == "end"
+    stepper.breakpoints.clear()
+    stepper.breakpoints.nan_or_inf()
+    stepper.reset()
+    assert stepper.continue_().trigger == "log"
+    stepper.breakpoints.clear()
+    stepper.breakpoints.magnitude_over(1.5)
+    stepper.reset()
+    assert stepper.continue_().trigger == "x"  # the input itself holds 4.0
+
+
+def test_a_custom_condition_sees_each_tensor_and_its_errors_are_reported(chain):
+    _, x, ep = chain
+    stepper = Stepper(ep, x)
+    seen = []
+    stepper.breakpoints.condition(lambda t: seen.append(t.shape) or False, label="never")
+    assert stepper.continue_().reason == "end" and len(seen) == stepper.total
+    stepper.breakpoints.clear()
+    stepper.breakpoints.condition(lambda t: t.missing_attribute, label="broken")
+    stepper.reset()
+    with pytest.raises(StepError, match=r"raised AttributeError"):
+        stepper.continue_()
+    assert stepper.position == 1  # the placeholder ran; the stepper is still usable
+    stepper.breakpoints.clear()
+    assert stepper.continue_().reason == "end"
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+
+def test_an_exception_stops_at_the_node_keeps_the_error_and_the_stepper_recovers(chain):
+    model, x, ep = chain
+    flaky = Flaky()
+    swapped = gs.swap(ep, {"act": flaky})
+    stepper = Stepper(swapped, x)
+    call = gs.swap_info(swapped).call_nodes["act"]
+    with pytest.raises(NodeError, match=f"while executing node '{call}'.*in module 'act'") as info:
+        stepper.continue_()
+    error = info.value
+    assert stepper.error is error and error.node == call and error.call == "act"
+    assert isinstance(error.cause, RuntimeError) and error.__cause__ is error.cause
+    assert stepper.current.name == call and not stepper.done
+    assert "linear" in stepper.env and call not in stepper.env
+    assert "raised RuntimeError" in repr(stepper)
+    flaky.broken = False  # fix the cause, then carry on from where it stopped
+    assert stepper.continue_().reason == "end" and stepper.error is None
+    with torch.no_grad():
+        assert torch.allclose(stepper.output, model(x))
+    stepper.reset()
+    assert stepper.continue_().reason == "end"
+
+
+def test_an_aten_op_failing_is_caught_the_same_way(chain):
+    _, _, ep = chain
+    stepper = Stepper(ep, torch.randn(2, 5))  # the program was exported for 4 features
+    with pytest.raises(NodeError, match=r"while executing node 'linear'.*in module 'first'"):
+        stepper.continue_()
+    assert stepper.current.name == "linear" and stepper.env["p_first_weight"].shape == (4, 4)
+
+
+def test_user_errors_name_the_object_and_what_to_do(chain):
+    model, x, ep = chain
+    with pytest.raises(StepError, match=r"Export it first"):
+        Stepper(model, x)
+    with pytest.raises(StepError, match=r"takes"):
+        Stepper(ep, x, x)
+    stepper = Stepper(ep, x)
+    with pytest.raises(StepError, match=r"at least 1"):
+        stepper.step(0)
+    with pytest.raises(UnknownNodeError, match=r"Did you mean 'linear'"):
+        stepper.summary("linaer")
+    with pytest.raises(UnknownModuleError, match=r"Did you mean 'first'"):
+        stepper.breakpoints.enter("frist")
+    with pytest.raises(UnknownNodeError, match=r"has not run yet"):
+        stepper.env["linear"]
+    with pytest.raises(StepError, match=r"not finished"):
+        _ = stepper.output
+    stepper.continue_()
+    with pytest.raises(StepError, match=r"reset"):
+        stepper.step()
+    assert issubclass(StepError, GraphSurgeonError) and issubclass(UnknownNodeError, KeyError)
+
+
+def test_a_submodule_of_a_swapped_call_cannot_be_stepped_into(gpt):
+    _, tokens, _, swapped = gpt
+    stepper = Stepper(swapped, tokens)
+    with pytest.raises(UnknownModuleError, match=r"inside the swapped call 'layers.0.attn'"):
+        stepper.breakpoints.enter("layers.0.attn.q")
+    with pytest.raises(UnknownModuleError, match=r"container"):
+        stepper.run_to("layers")
+
+
+def test_a_node_that_is_also_a_module_must_be_disambiguated():
+    #   x ──▶ relu (module named "relu") ──▶ relu (the aten node, also named "relu") ──▶ out
+    model = nn.Sequential()
+    model.add_module("relu", nn.ReLU())
+    x = torch.randn(3)
+    stepper = Stepper(gs.export(model, (x,)), x)
+    assert stepper.module_of("relu") == "relu"  # precondition: a node and a module, one name
+    with pytest.raises(StepError, match=r"both a node and a module"):
+        stepper.run_to("relu")
+    assert stepper.run_to(module="relu").reason == "target"
+
+
+# -- values: env, summaries, memory-light mode ------------------------------------------------
+
+
+def test_env_is_a_read_only_view_by_node_name(chain):
+    _, x, ep = chain
+    stepper = Stepper(ep, x)
+    stepper.run_to("relu")
+    assert list(stepper.env)[-1] == "linear" and len(stepper.env) == stepper.position
+    assert stepper.env.get("relu") is None and "relu" not in stepper.env
+    with pytest.raises(TypeError):
+        stepper.env["linear"] = 1  # type: ignore[index]
+
+
+def test_summary_of_tensors_and_of_other_values():
+    summary = Summary.of(torch.tensor([[1.0, -3.0], [float("inf"), float("nan")]]), name="t")
+    assert summary.shape == (2, 2) and summary.dtype == "float32" and summary.device == "cpu"
+    assert (summary.min, summary.max, summary.mean, summary.std) == (-3.0, 1.0, -1.0, 2.0)
+    assert (summary.nan, summary.inf) == (1, 1) and not summary.finite
+    assert str(summary) == (
+        "t: Tensor[2, 2] float32 cpu  min -3  max 1  mean -1  std 2  nan 1  inf 1"
+    )
+    integers = Summary.of(torch.tensor([1, 2, 3]))
+    assert integers.dtype == "int64" and (integers.min, integers.max, integers.mean) == (1, 3, 2)
+    assert Summary.of(torch.tensor([True, False])).mean == 0.5
+    assert Summary.of(torch.empty(0)).min is None
+    assert Summary.of(torch.empty(2, device="meta")).shape == (2,)
+    assert str(Summary.of(16, name="size")) == "size: int 16"
+    pair = Summary.of((torch.ones(2), None), name="pair")
+    assert pair.text == "(Tensor[2] float32, None)" and not pair.is_tensor
+
+
+def test_memory_light_mode_keeps_only_live_values_and_every_summary(gpt):
+    _, tokens, ep, _ = gpt
+    full = Stepper(ep, tokens)
+    full.run_to("layers.1")
+    light = Stepper(ep, tokens)
+    light.memory_light = True
+    light.run_to("layers.1")
+    assert len(full.env) == full.position and len(light.env) < full.position
+    graph = light.graph_module.graph
+    live = {n.name for n in graph.nodes if any(light.position <= _at(light, u) for u in n.users)}
+    state = {n.name for n in graph.nodes if n.op == "get_attr"}  # held by the module anyway
+    # exactly what later nodes still need, and the parameters
+    assert set(light.env) == (live | state) & set(full.env)
+    assert len(set(light.env) - state) < 10
+    for name in full.env:
+        assert light.summary(name) == full.summary(name)
+    with pytest.raises(UnknownNodeError, match=r"dropped in memory-light mode"):
+        light.env["embedding"]
+    light.continue_()
+    full.continue_()
+    assert [n for n in light.env if n not in state] == ["output"]
+    assert torch.equal(light.output, full.output)
+
+
+def _at(stepper: Stepper, node: torch.fx.Node) -> int:
+    return list(stepper.graph_module.graph.nodes).index(node)
+
+
+def test_switching_to_memory_light_mid_run_drops_what_is_dead(chain):
+    _, x, ep = chain
+    stepper = Stepper(ep, x)
+    stepper.run_to("last")
+    assert "linear" in stepper.env  # used by relu only, which already ran
+    stepper.memory_light = True
+    assert "linear" not in stepper.env and "relu" in stepper.env
+    assert stepper.summary("linear").shape == (2, 4)
+
+
+# -- program kinds and the user's objects -------------------------------------------------
+
+
+def test_every_kind_of_program_can_be_stepped(chain):
+    model, x, ep = chain
+
+    class HasModule:  # stands for an object with a current .module, e.g. a Surgery
+        module = gs.swap(ep, {})
+
+    programs = [ep, gs.swap(ep, {}), ep.module(), torch.fx.symbolic_trace(model), HasModule()]
+    for program in programs:
+        stepper = Stepper(program, x)
+        stepper.breakpoints.enter("act")
+        assert stepper.continue_().reason == "breakpoint", type(program).__name__
+        stepper.continue_()
+        with torch.no_grad():
+            assert torch.allclose(stepper.output, model(x)), type(program).__name__
+
+
+def test_stepping_leaves_the_inputs_the_program_and_its_modules_as_they_were():
+    #   x ──▶ x.add_(1) (in place, on the input) ──▶ lin ──▶ out
+    class WritesInput(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+
+        def forward(self, x):
+            x.add_(1)
+            return self.lin(x)
+
+    model = WritesInput()
+    x = torch.zeros(1, 2)
+    ep = gs.export(model, (x.clone(),))
+    replacement = nn.Linear(2, 2)
+    swapped = gs.swap(ep, {"lin": replacement})
+    before = [n.format_node() for n in swapped.graph.nodes]
+    stepper = Stepper(swapped, x)
+    stepper.continue_()
+    first = stepper.output.clone()
+    stepper.reset()
+    stepper.continue_()
+    assert torch.equal(x, torch.zeros(1, 2))  # the user's input was never written
+    assert torch.equal(stepper.output, first)  # each run got fresh inputs
+    assert [n.format_node() for n in swapped.graph.nodes] == before
+    assert not replacement._forward_hooks and not replacement._forward_pre_hooks
+
+
+def test_step_result_reads_well():
+    result = StepResult(("a", "b", "c", "d"), 4, "step")
+    assert str(result) == "ran 4 nodes (a .. d)" and result.last == "d"
+    assert str(StepResult((), 0, "target")) == "ran nothing"
+
+
+def test_a_program_that_updates_its_buffers_runs_on_private_copies():
+    #   x ──▶ lin ──▶ norm (BatchNorm1d, training: updates running statistics) ──▶ act ──▶ out
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3), nn.ReLU()).train()
+    x = torch.randn(4, 3)
+    swapped = gs.swap(gs.export(model, (x,)), {"2": nn.ReLU()})
+    mean = swapped.get_buffer("1.running_mean")
+    before = mean.clone()
+    stepper = Stepper(swapped, x)
+    stepper.continue_()
+    first = stepper.output.clone()
+    stepper.reset()
+    stepper.continue_()
+    assert torch.equal(mean, before) and torch.equal(stepper.output, first)
+    assert not torch.equal(stepper.env["b_1_running_mean"], before)  # it did run the update
+    with torch.no_grad():
+        swapped(x)
+    assert not torch.equal(mean, before)  # precondition: calling the program does update it
