@@ -190,6 +190,24 @@ def verify(
     return compare_outputs(expected, actual, rtol=rtol, atol=atol)
 
 
+def compare_leaf(
+    path: str, expected: Any, actual: Any, *, rtol: float = 1e-5, atol: float = 1e-5
+) -> LeafCheck:
+    """Compare one output leaf: tensors by shape, dtype and tolerance, others by equality."""
+    if isinstance(expected, torch.Tensor) and isinstance(actual, torch.Tensor):
+        return _compare_tensors(path, expected, actual, rtol, atol)
+    if isinstance(expected, torch.Tensor) or isinstance(actual, torch.Tensor):
+        return LeafCheck(
+            path,
+            False,
+            math.nan,
+            math.nan,
+            f"{type(actual).__name__} vs expected {type(expected).__name__}",
+        )
+    equal = bool(expected == actual)
+    return LeafCheck(path, equal, 0.0, 0.0, "" if equal else f"{actual!r} vs expected {expected!r}")
+
+
 def compare_outputs(
     expected: Any, actual: Any, *, rtol: float = 1e-5, atol: float = 1e-5
 ) -> VerifyReport:
@@ -208,26 +226,10 @@ def compare_outputs(
             f"{describe_spec(expected_spec)}"
         )
         return VerifyReport(False, (), problem, rtol, atol)
-    checks = []
-    for (key_path, a), (_, b) in zip(expected_leaves, actual_leaves):
-        path = _path(key_path)
-        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-            checks.append(_compare_tensors(path, a, b, rtol, atol))
-        elif isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-            checks.append(
-                LeafCheck(
-                    path,
-                    False,
-                    math.nan,
-                    math.nan,
-                    f"{type(b).__name__} vs expected {type(a).__name__}",
-                )
-            )
-        else:
-            equal = a == b
-            checks.append(
-                LeafCheck(path, bool(equal), 0.0, 0.0, "" if equal else f"{b!r} vs expected {a!r}")
-            )
+    checks = [
+        compare_leaf(_path(key_path), a, b, rtol=rtol, atol=atol)
+        for (key_path, a), (_, b) in zip(expected_leaves, actual_leaves)
+    ]
     return VerifyReport(all(c.ok for c in checks), tuple(checks), "", rtol, atol)
 
 
