@@ -107,7 +107,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--layers", type=int, nargs="+", default=[8, 32, 96])
     parser.add_argument("--repeat", type=int, default=5, help="timed swaps after the first")
-    parser.add_argument("--rounds", type=int, default=40, help="interleaved forward rounds")
+    parser.add_argument("--rounds", type=int, default=80, help="interleaved forward rounds")
     parser.add_argument("--quick", action="store_true", help="8 and 32 layers, fewer rounds")
     options = parser.parse_args()
     if options.quick:
