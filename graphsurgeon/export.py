@@ -135,17 +135,21 @@ def export(
     dropped: dict[str, str] = {}
     attempts = 0
     start = time.perf_counter()
+
+    def run(preserved: list[str]) -> ExportedProgram:
+        return torch.export.export(
+            model,
+            args,
+            kwargs=dict(kwargs) if kwargs else None,
+            dynamic_shapes=dynamic_shapes,
+            strict=strict,
+            preserve_module_call_signature=tuple(preserved),
+        )
+
     while True:
         attempts += 1
         try:
-            ep = torch.export.export(
-                model,
-                args,
-                kwargs=dict(kwargs) if kwargs else None,
-                dynamic_shapes=dynamic_shapes,
-                strict=strict,
-                preserve_module_call_signature=tuple(keep),
-            )
+            ep = run(keep)
             break
         except Exception as error:  # torch raises many unrelated types here
             culprits = _culprits(error, keep)
@@ -159,7 +163,7 @@ def export(
                 if keep and tolerant:
                     # The message does not name a module: find out whether preserving is
                     # the problem at all before blaming any module.
-                    keep, more = _bisect_failures(model, args, kwargs, dynamic_shapes, strict, keep)
+                    keep, more = _bisect_failures(run, keep)
                     attempts += more["attempts"]
                     dropped.update(more["dropped"])
                     if more["clean"] and more["dropped"]:
@@ -183,11 +187,12 @@ def export(
     return ep
 
 
-def _bisect_failures(model, args, kwargs, dynamic_shapes, strict, keep):
+def _bisect_failures(run: Callable[[list[str]], ExportedProgram], keep: list[str]):
     """Find the preserved modules that make export fail when torch does not name them.
 
-    Returns (keep, {"dropped": {...}, "attempts": n, "clean": bool}); "clean" is False when
-    the export fails even with nothing preserved (the model itself does not export).
+    ``run(preserved)`` exports with those fqns preserved. Returns (keep, {"dropped": {...},
+    "attempts": n, "clean": bool}); "clean" is False when the export fails even with nothing
+    preserved (the model itself does not export).
     """
     attempts = 0
 
@@ -195,14 +200,7 @@ def _bisect_failures(model, args, kwargs, dynamic_shapes, strict, keep):
         nonlocal attempts
         attempts += 1
         try:
-            torch.export.export(
-                model,
-                args,
-                kwargs=dict(kwargs) if kwargs else None,
-                dynamic_shapes=dynamic_shapes,
-                strict=strict,
-                preserve_module_call_signature=tuple(subset),
-            )
+            run(subset)
             return True, None
         except Exception as error:
             return False, error

@@ -170,3 +170,34 @@ def test_notes_record_types_and_attempts():
     assert notes.module_types["inner.lin"] == "torch.nn.modules.linear.Linear"
     assert notes.attempts == 2 and notes.seconds > 0
     assert gs.export_notes(torch.export.export(model, (x,))) is None
+
+
+class Plus(nn.Module):
+    def forward(self, x):
+        return x + 1
+
+
+class PlusThenLinear(nn.Module):
+    #   x -> a (x + 1) -> b (Linear)
+    def __init__(self):
+        super().__init__()
+        self.a = Plus()
+        self.b = nn.Linear(2, 2)
+
+    def forward(self, x):
+        return self.b(self.a(x))
+
+
+def test_a_failure_that_names_no_module_is_narrowed_down_by_bisection(monkeypatch):
+    real_export = torch.export.export
+
+    def export_failing_on_a(model, args, kwargs=None, **options):
+        if "a" in options.get("preserve_module_call_signature", ()):
+            raise RuntimeError("something went wrong somewhere")
+        return real_export(model, args, kwargs, **options)
+
+    monkeypatch.setattr(torch.export, "export", export_failing_on_a)
+    ep = gs.export(PlusThenLinear(), (torch.randn(1, 2),))
+    notes = gs.export_notes(ep)
+    assert set(notes.dropped) == {"a"} and "something went wrong" in notes.dropped["a"]
+    assert "b" in preserved(ep) and notes.attempts > 2
