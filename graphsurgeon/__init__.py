@@ -1,7 +1,8 @@
 """graphsurgeon: swap modules of torch.export programs for eager code, and check the result.
 
 The pipeline: ``export`` -> ``module_tree`` / ``partition`` -> ``swap`` -> ``verify`` /
-``compare`` -> ``Stepper``; ``Surgery`` keeps a program and its swaps with undo/redo.
+``compare`` -> ``to_dot`` / ``to_svg`` -> ``Stepper``; ``Surgery`` keeps a program and its
+swaps with undo/redo.
 
 Example:
     >>> import torch, graphsurgeon as gs
@@ -31,6 +32,7 @@ from ._runtime import InputStructureError
 from .compare import CallComparison, CompareError, Comparison, compare
 from .export import ExportNotes, export, export_notes
 from .partition import ModuleInfo, ModuleTree, Partition, module_tree, partition
+from .render import GraphView, RenderError, graph_view, to_dot, to_svg
 from .step import (
     Breakpoint,
     Breakpoints,
@@ -58,6 +60,9 @@ __all__ = [
     "verify",
     "eager_reference",
     "compare",
+    "to_dot",
+    "to_svg",
+    "graph_view",
     "Stepper",
     "Surgery",
     # results
@@ -70,6 +75,7 @@ __all__ = [
     "LeafCheck",
     "HistoryEntry",
     "Diff",
+    "GraphView",
     "Comparison",
     "CallComparison",
     "StepResult",
@@ -90,6 +96,7 @@ __all__ = [
     "VerifyError",
     "SurgeryError",
     "CompareError",
+    "RenderError",
     "StepError",
     "NodeError",
     "UnknownNodeError",

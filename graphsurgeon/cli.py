@@ -1,4 +1,4 @@
-"""The ``graphsurgeon`` command: ``demo`` and ``modules`` (more subcommands to come).
+"""The ``graphsurgeon`` command: ``demo``, ``modules`` and ``render``.
 
 Exit codes: 0 success, 1 the command ran and found a problem (a mismatch), 2 bad usage or an
 unreadable program file.
@@ -7,9 +7,12 @@ unreadable program file.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 from pathlib import Path
+
+from ._errors import GraphSurgeonError
 
 __all__ = ["main"]
 
@@ -24,14 +27,24 @@ def _load_program(path_text: str):
         raise SystemExit(_fail(f"{path}: is a directory, expected a .pt2 file"))
     if path.suffix != ".pt2":
         raise SystemExit(
-            _fail(f"{path}: expected a .pt2 file saved with torch.export.save, got {path.suffix or 'no suffix'!r}")
+            _fail(
+                f"{path}: expected a .pt2 file saved with torch.export.save, got {path.suffix or 'no suffix'!r}"
+            )
         )
+    # torch logs the whole traceback of a file it cannot read before raising; the one-line
+    # error below says it all, so its logger stays quiet while loading.
+    logger = logging.getLogger("torch.export")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
     try:
         return torch.export.load(str(path))
     except Exception as error:
+        first = (str(error).strip().splitlines() or [""])[0]
         raise SystemExit(
-            _fail(f"{path}: not a readable torch.export program ({type(error).__name__}: {error})")
+            _fail(f"{path}: not a readable torch.export program ({type(error).__name__}: {first})")
         ) from None
+    finally:
+        logger.setLevel(level)
 
 
 def _fail(message: str) -> int:
@@ -44,6 +57,62 @@ def _cmd_modules(options) -> int:
 
     ep = _load_program(options.program)
     print(gs.module_tree(ep).table())
+    return 0
+
+
+# Output formats of ``render``, by file suffix: DOT text, or a layout by graphviz's dot.
+_RENDER_FORMATS = {".svg": "svg", ".png": "png", ".pdf": "pdf", ".dot": "dot", ".gv": "dot"}
+
+
+def _parse_collapse(text: str):
+    """``auto`` | ``none`` | a depth | comma-separated module names."""
+    if text == "auto":
+        return "auto"
+    if text == "none":
+        return None
+    if text.isdigit():
+        return int(text)
+    return {name.strip() for name in text.split(",") if name.strip()}
+
+
+def _cmd_render(options) -> int:
+    from graphsurgeon import render
+
+    output = options.output
+    format_ = "dot"
+    if output is not None and output != "-":
+        suffix = Path(output).suffix.lower()
+        format_ = _RENDER_FORMATS.get(suffix)
+        if format_ is None:
+            known = ", ".join(sorted(_RENDER_FORMATS))
+            return _fail(
+                f"{output}: unknown output format {suffix or '(no suffix)'!r}; use {known}"
+            )
+    ep = _load_program(options.program)
+    highlight = [n.strip() for value in options.highlight for n in value.split(",") if n.strip()]
+    try:
+        view = render.graph_view(
+            ep,
+            highlight=highlight,
+            collapse=_parse_collapse(options.collapse),
+            max_nodes=options.max_nodes,
+            show_parameters=options.show_parameters,
+        )
+        data = view.dot.encode() if format_ == "dot" else render._layout(view.dot, format_)
+    except GraphSurgeonError as error:
+        return _fail(str(error))
+    if output is None or output == "-":
+        sys.stdout.write(data.decode())
+        return 0
+    try:
+        Path(output).write_bytes(data)
+    except OSError as error:
+        return _fail(f"{output}: cannot write ({error.strerror or error})")
+    collapsed = f", {len(view.collapsed)} modules collapsed" if view.collapsed else ""
+    print(
+        f"{output}: {view.drawn_nodes} nodes drawn of {view.graph_nodes} in the program{collapsed}",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -62,11 +131,15 @@ def _cmd_demo(options) -> int:
     ep = gs.export(model, (tokens,))
     export_s = time.perf_counter() - start
     tree = gs.module_tree(ep)
-    print(f"exported: {len(ep.graph.nodes)} graph nodes, {len(tree) - 1} modules in {export_s:.2f} s\n")
+    print(
+        f"exported: {len(ep.graph.nodes)} graph nodes, {len(tree) - 1} modules in {export_s:.2f} s\n"
+    )
     print(tree.table())
 
     replacements = {"layers.1.attn": FusedAttention(model.layers[1].attn)}
-    print("\nswap: layers.1.attn (Attention, written out) -> FusedAttention (scaled_dot_product_attention)")
+    print(
+        "\nswap: layers.1.attn (Attention, written out) -> FusedAttention (scaled_dot_product_attention)"
+    )
     start = time.perf_counter()
     swapped = gs.swap(ep, replacements)
     swap_s = time.perf_counter() - start
@@ -123,6 +196,40 @@ def main(argv: list[str] | None = None) -> int:
     modules = commands.add_parser("modules", help="the module tree of a .pt2 program as a table")
     modules.add_argument("program", help="a program saved with torch.export.save (.pt2)")
     modules.set_defaults(run=_cmd_modules)
+
+    render = commands.add_parser(
+        "render",
+        help="draw a .pt2 program with its module partitions (SVG, PNG, PDF or DOT)",
+        description="Draw a program saved with torch.export.save, one cluster per module.",
+    )
+    render.add_argument("program", help="a program saved with torch.export.save (.pt2)")
+    render.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="out.svg, out.png, out.pdf or out.dot (default: DOT text on standard output)",
+    )
+    render.add_argument(
+        "--collapse",
+        default="auto",
+        metavar="WHAT",
+        help="modules drawn as one box: auto (default: at most --max-nodes nodes), none, a "
+        "depth (1: every top-level module), or comma-separated module names",
+    )
+    render.add_argument(
+        "--highlight",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="a module to make stand out (repeat, or separate names with commas)",
+    )
+    render.add_argument(
+        "--max-nodes", type=int, default=300, help="the node budget of --collapse auto (300)"
+    )
+    render.add_argument(
+        "--show-parameters", action="store_true", help="draw parameters as nodes of their own"
+    )
+    render.set_defaults(run=_cmd_render)
 
     options = parser.parse_args(argv)
     try:

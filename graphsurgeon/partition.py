@@ -18,7 +18,7 @@ from torch.export import ExportedProgram
 from torch.export.exported_program import ModuleCallSignature
 from torch.fx import Node
 
-from ._errors import UnknownModuleError, did_you_mean
+from ._errors import PartitionError, UnknownModuleError, did_you_mean
 from .export import export_notes
 
 __all__ = ["ModuleInfo", "ModuleTree", "Partition", "module_tree", "partition", "split_call_name"]
@@ -174,6 +174,12 @@ def in_place_alias(node: Node) -> Node | None:
     return None
 
 
+def _type_text(type_: object) -> str:
+    if isinstance(type_, str):
+        return type_
+    return f"{type_.__module__}.{type_.__qualname__}"
+
+
 def _short_type(qualified: str) -> str:
     return qualified.rsplit(".", 1)[-1] if qualified else ""
 
@@ -186,7 +192,9 @@ class ProgramIndex:
 
     def __init__(self, ep: ExportedProgram):
         graph = ep.graph
-        self.ep = ep
+        # A weak reference: the index is cached in a WeakKeyDictionary keyed by the program,
+        # and a strong one here would keep every program alive forever.
+        self._ep = weakref.ref(ep)
         self.graph = graph
         self.nodes: list[Node] = list(graph.nodes)
         self.order: dict[Node, int] = {n: i for i, n in enumerate(self.nodes)}
@@ -216,17 +224,15 @@ class ProgramIndex:
                 continue
             for key, value in stack.items():
                 path, type_ = value
+                if not path and "" not in self.types:
+                    self.types[""] = _type_text(type_)  # a loaded program has no notes
                 if not path or path not in known:
                     continue  # the root, or a bookkeeping entry that names no module
                 _, index = split_call_name(str(key))
                 name = call_name(path, index or 0)
                 self.call_nodes.setdefault(name, []).append(node)
                 if path not in self.types:
-                    self.types[path] = (
-                        type_
-                        if isinstance(type_, str)
-                        else (f"{type_.__module__}.{type_.__qualname__}")
-                    )
+                    self.types[path] = _type_text(type_)
         self.calls_of: dict[str, list[str]] = {}
         called = [n for n, sig in self.signatures.items() if sig is not None]
         for name in called + list(self.call_nodes):
@@ -245,6 +251,13 @@ class ProgramIndex:
         }
         self._partitions: dict[str, Partition] | None = None
         self._mutation_outputs = self._find_mutation_outputs(ep)
+
+    @property
+    def ep(self) -> ExportedProgram:
+        ep = self._ep()
+        if ep is None:  # pragma: no cover - callers hold the program while they use its index
+            raise PartitionError("the program of this index no longer exists")
+        return ep
 
     @staticmethod
     def _find_mutation_outputs(ep: ExportedProgram) -> set[str]:

@@ -171,3 +171,23 @@ def test_a_partition_that_is_not_convex_is_reported():
 def test_partition_rejects_a_non_program():
     with pytest.raises(TypeError, match="ExportedProgram"):
         gs.partition(nn.Linear(2, 2))
+
+
+def test_the_cached_index_does_not_keep_a_program_alive():
+    import gc
+    import weakref
+
+    ep = gs.export(Model(), (torch.randn(2, 4),))
+    gs.partition(ep)
+    gs.swap(ep, {})  # the unswapped result is dropped at once; only the caches remain
+    alive = weakref.ref(ep)
+    del ep
+    gc.collect()
+    assert alive() is None
+
+
+def test_a_loaded_program_knows_its_root_type(tmp_path):
+    ep = gs.export(Model(), (torch.randn(2, 4),))
+    torch.export.save(ep, tmp_path / "model.pt2")
+    loaded = torch.export.load(tmp_path / "model.pt2")
+    assert gs.module_tree(loaded)[""].type_name == "Model"

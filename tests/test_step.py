@@ -115,7 +115,7 @@ def test_step_order_is_graph_order_and_the_end_result_is_the_programs(chain):
         assert torch.allclose(stepper.output, model(x))
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25, deadline=None, derandomize=True)
 @given(moves=st.lists(st.sampled_from(["1", "3", "over", "out", "continue"]), min_size=1))
 def test_any_sequence_of_moves_runs_each_node_once_in_graph_order(chain, moves):
     _, x, ep = chain
@@ -149,7 +149,7 @@ def test_continue_to_the_end_matches_the_swapped_program_on_a_transformer(gpt):
         assert torch.equal(stepper.output, swapped(tokens))
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=15, deadline=None, derandomize=True)
 @given(values=st.lists(st.floats(-10, 10), min_size=8, max_size=8))
 def test_the_stepper_computes_what_the_program_computes_for_any_input(chain, values):
     model, _, ep = chain

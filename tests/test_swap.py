@@ -915,7 +915,8 @@ def test_outputs_match_for_repeated_calls():
 
 # -- property: random nested module trees, random swap sets ------------------------------
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from conftest import differs  # noqa: E402
+from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 _OPS = {"tanh": torch.tanh, "sin": torch.sin, "relu": torch.relu, "neg": torch.neg}
@@ -976,7 +977,13 @@ class Shifted(nn.Module):
         return self.inner(x) * 0.5 + self.shift
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# derandomize: CI explores the same examples every run (sweep seeds locally to explore more)
+@settings(
+    max_examples=30,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(tree=trees(), data=st.data())
 def test_random_module_trees_with_random_swap_sets(tree, data):
     model = nn.Sequential(tree).eval()
@@ -991,6 +998,9 @@ def test_random_module_trees_with_random_swap_sets(tree, data):
         chosen = [candidates[0]]
     modules = dict(model.named_modules())
     replacements = {f: Shifted(modules[f], shift=0.25 * (i + 1)) for i, f in enumerate(chosen)}
+    # A ReLU downstream can erase what a replacement changes: such draws test nothing.
+    with torch.no_grad():
+        assume(differs(model(x), eager_reference(model, replacements)(x)))
     check_swap(model, (x,), replacements, ep=ep)
 
 

@@ -1,0 +1,1628 @@
+"""to_dot() and to_svg(): a program drawn with its module partitions, before and after a swap.
+
+What a picture shows:
+
+* one nested cluster per module call, from ``nn_module_stack``, labelled ``fqn: TypeName`` and
+  filled with a pale color derived from the fqn (the same color on every run and machine);
+  a module call that holds a single node is drawn as that node, filled with the module's color;
+* one node per fx node, labelled by op (``aten.linear``) and its output (``f32[1, 16, 64]``);
+  user inputs, buffers and constants have their own shapes, parameters are folded into the
+  node that uses them (``+ weight, bias``); pytree glue (``getitem`` chains, the swap's checks)
+  is not drawn: its edges go straight from the value's producer, labelled with the index path;
+* a swapped module call as one orange double-bordered box: the replacement's type and its call;
+* a collapsed module call as one box with its node and parameter counts, its edges aggregated;
+* a value used by more than 8 drawn nodes or boxes (rotary tables, masks fed to every layer)
+  without its edges: it says ``→ 80 users`` and each user names it (``shared: slice_1``).
+
+Every node, cluster and edge carries a stable ``id`` that graphviz copies into the SVG:
+``node:<fx node name>``, ``cluster:<call name>`` (an open module call), ``module:<call name>``
+(a collapsed one), ``modules:<first>..<last>`` (a run of collapsed siblings) and
+``edge:<tail>-><head>`` (tail and head are DOT node names: the fx node name, or the ``module:``
+id of a box; a repeated pair gets ``:2``, ``:3`` ...). The two pictures of a side-by-side diff
+prefix all of these with ``before/`` and ``after/``. Tooltips carry the fx node name, the full op
+and the source line from ``stack_trace``.
+
+Example:
+    >>> import torch, graphsurgeon as gs
+    >>> from graphsurgeon.render import graph_view
+    >>> from torch.nn import Linear, ReLU, Sequential
+    >>> model = Sequential(Sequential(Linear(4, 4), ReLU()), Linear(4, 2))
+    >>> ep = gs.export(model, (torch.randn(2, 4),))
+    >>> view = graph_view(ep)  # "0" holds two nodes: a cluster; "1" one node: drawn as it
+    >>> view.drawn_nodes, view.clusters, view.collapsed
+    (5, ('0',), ())
+    >>> graph_view(ep, collapse=1).collapsed
+    ('0', '1')
+"""
+
+from __future__ import annotations
+
+import colorsys
+import contextlib
+import functools
+import gc
+import hashlib
+import inspect
+import math
+import operator
+import os
+import re
+import shutil
+import subprocess
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from torch.export import ExportedProgram
+from torch.fx import Graph, GraphModule, Node
+
+from ._errors import GraphSurgeonError, MissingDependencyError, UnknownModuleError, did_you_mean
+from .partition import Partition, program_index, split_call_name
+from .swap import SwapInfo, swap_info
+
+__all__ = ["GraphView", "RenderError", "graph_view", "to_dot", "to_svg"]
+
+#: How many nodes ``collapse="auto"`` draws at most (boxes included), unless told otherwise.
+AUTO_MAX_NODES = 300
+
+
+class RenderError(GraphSurgeonError):
+    """A drawing request that cannot be carried out: an object that is not a program, a bad
+    ``collapse``/``diff``/``highlight`` value, or graphviz failing on the layout."""
+
+
+@dataclass(frozen=True)
+class GraphView:
+    """One picture of a program: its DOT text and what it shows.
+
+    Attributes:
+        dot: the graphviz DOT text (what :func:`to_dot` returns).
+        graph_nodes: fx nodes of the program drawn (of both programs, for a diff).
+        drawn_nodes: node statements in the DOT: fx nodes drawn, plus one per collapsed box.
+        clusters: module calls drawn as clusters, in model order (a call holding a single
+            node is drawn as that node, and is in neither this nor ``collapsed``).
+        collapsed: module calls drawn as one box (each member of a run box is listed).
+        highlighted: module calls drawn highlighted.
+        swapped: the swapped calls of the program (empty for an ExportedProgram).
+    """
+
+    dot: str = field(repr=False)
+    graph_nodes: int
+    drawn_nodes: int
+    clusters: tuple[str, ...]
+    collapsed: tuple[str, ...]
+    highlighted: tuple[str, ...]
+    swapped: tuple[str, ...]
+
+
+# -- what to draw: the program -----------------------------------------------------------
+
+# torch's metadata hook puts this entry in the stack of nodes that a pass created without one.
+_EMPTY_STACK_KEY = "_empty_nn_module_stack_from_metadata_hook"
+_RUNTIME = "graphsurgeon._runtime"
+# Functions of the swapped program that pass a value through (checked, or flattened to leaves).
+_PASS_THROUGH = frozenset({"check_tensor", "check_structure", "flatten_output", "flatten_input"})
+
+# Vertex kinds. _THROUGH and _HIDDEN nodes are never drawn; _PARAMETER ones only when asked.
+_OP, _INPUT, _OUTPUT, _PARAMETER, _BUFFER, _CONSTANT, _SWAPPED, _GLUE, _CHECK = (
+    "op", "input", "output", "parameter", "buffer", "constant", "swapped", "glue", "check",
+)  # fmt: skip
+_THROUGH, _HIDDEN = "through", "hidden"
+_STATE_KINDS = {
+    "PARAMETER": _PARAMETER,
+    "BUFFER": _BUFFER,
+    "CONSTANT_TENSOR": _CONSTANT,
+    "CUSTOM_OBJ": _CONSTANT,
+    "TOKEN": _HIDDEN,
+}
+
+
+@dataclass(frozen=True)
+class _Program:
+    """The original program, and the swapped one when there is one."""
+
+    ep: ExportedProgram
+    swapped: GraphModule | None
+    info: SwapInfo | None
+
+
+def _program(program: Any) -> _Program:
+    if isinstance(program, ExportedProgram):
+        return _Program(program, None, None)
+    if isinstance(program, GraphModule):
+        info = swap_info(program)
+        if info is None:
+            raise RenderError(
+                "cannot draw this GraphModule: it was not made by gs.swap. Draw the "
+                "ExportedProgram it came from instead (to_dot(ep))."
+            )
+        return _Program(info.program, program, info)
+    # A Surgery: its current module when something is swapped, else its program.
+    original = getattr(program, "program", None)
+    replacements = getattr(program, "replacements", None)
+    nothing_swapped = isinstance(replacements, Mapping) and not replacements
+    if isinstance(original, ExportedProgram) and nothing_swapped:
+        return _Program(original, None, None)
+    module = getattr(program, "module", None)
+    if isinstance(module, GraphModule) and swap_info(module) is not None:
+        return _program(module)
+    if isinstance(original, ExportedProgram):
+        return _Program(original, None, None)
+    raise RenderError(
+        f"cannot draw a {type(program).__name__}: expected an ExportedProgram "
+        "(gs.export(model, args)), a gs.swap result or a Surgery"
+    )
+
+
+# -- what to draw: one pass over a graph ---------------------------------------------------
+
+
+class _Vertex:
+    """An fx node that may be drawn, with where it goes and where its inputs come from.
+
+    Only names: the cache of analyses must not keep programs alive through their nodes.
+    """
+
+    __slots__ = ("chain", "inputs", "kind", "name", "params", "swap_call")
+
+    def __init__(self, node: Node, kind: str, chain: tuple[str, ...]):
+        self.name = node.name
+        self.kind = kind
+        self.swap_call: str | None = node.meta.get("graphsurgeon_swap")  # swapped call name
+        self.chain = chain  # module calls it is drawn in, outermost first
+        self.inputs: list[tuple[str, str]] = []  # (producer vertex name, index path "[0]")
+        self.params: list[str] = []  # names of the parameter vertices folded into it
+
+
+class _Call:
+    """One module call seen in a graph."""
+
+    __slots__ = ("children", "depth", "fqn", "name", "nodes", "params", "parent", "type")
+
+    def __init__(self, name: str, parent: str, depth: int, type_: str):
+        self.name = name
+        self.fqn = split_call_name(name)[0]
+        self.parent = parent  # the enclosing call, "" for the root
+        self.depth = depth  # 1 for a top-level module call
+        self.type = type_  # qualified type name
+        self.nodes = 0  # fx nodes of the call, nested calls and glue included
+        self.params: set[str] = set()  # parameter vertices used inside it
+        self.children: list[str] = []
+
+
+class _Analysis:
+    """Vertices and module calls of one graph, in graph order. Cached per graph."""
+
+    def __init__(self, graph: Graph, state: Mapping[str, tuple[str, str]], root: Any):
+        self.size = len(graph.nodes)
+        self.root_type = ""  # the model's qualified type, from the root entry of the stacks
+        self.vertices: list[_Vertex] = []
+        self.by_name: dict[str, _Vertex] = {}
+        self.calls: dict[str, _Call] = {}
+        kinds: dict[str, str] = {}
+        through: dict[str, tuple[str, str]] = {}  # glue node -> (producer, index path)
+        interned: dict[tuple[str, ...], tuple[str, ...]] = {}
+        placed_by_users: list[_Vertex] = []
+        for node in graph.nodes:
+            kind = _kind(node, state, root)
+            kinds[node.name] = kind
+            chain = self._chain(node, interned)
+            if kind == _THROUGH:
+                source, path = node.args[0].name, _index_path(node)
+                while source in through:
+                    source, inner = through[source]
+                    path = inner + path
+                through[node.name] = (source, path)
+                continue
+            if kind == _HIDDEN:
+                continue
+            if kind == _SWAPPED and chain and chain[-1] == node.meta["graphsurgeon_swap"]:
+                chain = chain[:-1]  # the box is drawn where its module was, not inside it
+            vertex = _Vertex(node, kind, chain)
+            for argument in node.all_input_nodes:
+                source, path = through.get(argument.name, (argument.name, ""))
+                source_kind = kinds.get(source)
+                if source_kind == _HIDDEN:
+                    continue
+                if source_kind == _PARAMETER:
+                    if source not in vertex.params:
+                        vertex.params.append(source)
+                    for name in chain:
+                        self.calls[name].params.add(source)
+                    continue
+                vertex.inputs.append((source, path))
+            if kind in (_PARAMETER, _BUFFER, _CONSTANT) or (
+                kind == _GLUE and "nn_module_stack" not in node.meta
+            ):
+                placed_by_users.append(vertex)
+            self.vertices.append(vertex)
+            self.by_name[vertex.name] = vertex
+        self._place(placed_by_users)
+
+    def _chain(self, node: Node, interned: dict) -> tuple[str, ...]:
+        stack = node.meta.get("nn_module_stack")
+        if not stack:
+            return ()
+        names = []
+        for key, value in stack.items():
+            if not isinstance(value, tuple) or not value:
+                continue
+            path = value[0]
+            if path == "" and not self.root_type:
+                self.root_type = _type_string(value)
+            if not path or not isinstance(path, str) or path == _EMPTY_STACK_KEY:
+                continue  # the root, or an entry that names no module
+            index = split_call_name(str(key))[1]
+            name = f"{path}@{index}" if index else path
+            if name in names:
+                continue
+            call = self.calls.get(name)
+            if call is None:
+                parent = names[-1] if names else ""
+                call = _Call(name, parent, len(names) + 1, _type_string(value))
+                self.calls[name] = call
+                if parent:
+                    self.calls[parent].children.append(name)
+            if node.op not in ("placeholder", "output", "get_attr"):
+                call.nodes += 1
+            names.append(name)
+        chain = tuple(names)
+        return interned.setdefault(chain, chain)
+
+    def _place(self, vertices: list[_Vertex]) -> None:
+        """Put buffers, constants, parameters and stray glue with the nodes that use them:
+        in the innermost module call all their users share."""
+        users: dict[str, list[_Vertex]] = {v.name: [] for v in vertices}
+        for vertex in self.vertices:
+            for source, _ in vertex.inputs:
+                if source in users:
+                    users[source].append(vertex)
+            for source in vertex.params:
+                users[source].append(vertex)
+        for vertex in reversed(vertices):  # users come later in the graph: settle them first
+            chains = [user.chain for user in users[vertex.name]]
+            vertex.chain = _common_prefix(chains) if chains else ()
+
+
+def _common_prefix(chains: list[tuple[str, ...]]) -> tuple[str, ...]:
+    first = chains[0]
+    length = len(first)
+    for chain in chains[1:]:
+        length = min(length, len(chain))
+        for i in range(length):
+            if chain[i] != first[i]:
+                length = i
+                break
+    return first[:length]
+
+
+def _type_string(entry: tuple) -> str:
+    type_ = entry[1] if len(entry) > 1 else ""
+    if isinstance(type_, str):
+        return type_
+    return f"{getattr(type_, '__module__', '')}.{getattr(type_, '__qualname__', type_)}"
+
+
+def _kind(node: Node, state: Mapping[str, tuple[str, str]], root: Any) -> str:
+    op = node.op
+    if op == "placeholder":
+        return state[node.name][0] if node.name in state else _INPUT
+    if op == "output":
+        return _OUTPUT
+    if op == "get_attr":
+        if node.name in state:
+            return state[node.name][0]
+        value = _attribute(root, node.target)
+        if isinstance(value, torch.Tensor):
+            return _CONSTANT
+        return _HIDDEN  # pytree specs of the swapped program, subgraphs of torch.cond
+    if op == "call_module":
+        return _SWAPPED if "graphsurgeon_swap" in node.meta else _OP
+    if op == "call_function":
+        target = node.target
+        first_is_node = bool(node.args) and isinstance(node.args[0], Node)
+        if target is operator.getitem and first_is_node:
+            return _THROUGH
+        if getattr(target, "__module__", None) == _RUNTIME:
+            if target.__name__ in _PASS_THROUGH and first_is_node:
+                return _THROUGH
+            return _GLUE
+        if getattr(target, "__module__", "").startswith("torch.utils._pytree"):
+            return _GLUE
+        if isinstance(target, torch._ops.OpOverload) and _is_check(target):
+            return _CHECK
+    return _OP
+
+
+def _is_check(op: torch._ops.OpOverload) -> bool:
+    """Run-time assertions torch.export records (dtype, device, range checks): no result."""
+    name = op._opname
+    return name.startswith("_assert") or name.startswith("sym_constrain_range")
+
+
+def _attribute(root: Any, target: str) -> Any:
+    value = root
+    for part in str(target).split("."):
+        value = getattr(value, part, None)
+        if value is None:
+            return None
+    return value
+
+
+def _index_path(node: Node) -> str:
+    if node.target is not operator.getitem:
+        return ""
+    key = node.args[1]
+    return f"[{key!r}]" if isinstance(key, str) else f"[{key}]"
+
+
+# Analyses of graphs drawn in this process, without keeping the graphs alive.
+_ANALYSES: weakref.WeakKeyDictionary[Graph, _Analysis] = weakref.WeakKeyDictionary()
+
+
+def _analysis(graph: Graph, state: Mapping[str, tuple[str, str]], root: Any) -> _Analysis:
+    cached = _ANALYSES.get(graph)
+    if cached is not None and cached.size == len(graph.nodes):
+        return cached
+    analysis = _Analysis(graph, state, root)
+    _ANALYSES[graph] = analysis
+    return analysis
+
+
+def _state(ep: ExportedProgram) -> dict[str, tuple[str, str]]:
+    """Placeholder name -> (vertex kind, fqn) of every parameter, buffer and constant."""
+    state = {}
+    for spec in ep.graph_signature.input_specs:
+        kind = _STATE_KINDS.get(spec.kind.name)
+        name = getattr(spec.arg, "name", None)
+        if kind is not None and name:
+            state[name] = (kind, spec.target or name)
+    return state
+
+
+# -- labels ------------------------------------------------------------------------------
+
+_DTYPES = {
+    torch.float32: "f32",
+    torch.float64: "f64",
+    torch.float16: "f16",
+    torch.bfloat16: "bf16",
+    torch.int64: "i64",
+    torch.int32: "i32",
+    torch.int16: "i16",
+    torch.int8: "i8",
+    torch.uint8: "u8",
+    torch.bool: "b8",
+    torch.complex64: "c64",
+    torch.complex128: "c128",
+}
+
+
+def _describe(value: Any, depth: int = 0) -> str:
+    """``f32[1, 16, 64]`` for a tensor, ``(f32[2], f32[2])`` for a tuple of them..."""
+    if isinstance(value, torch.Tensor):
+        dtype = _DTYPES.get(value.dtype) or str(value.dtype).removeprefix("torch.")
+        return f"{dtype}[{', '.join(str(d) for d in value.shape)}]"
+    if isinstance(value, (tuple, list)):
+        if depth > 1:
+            return "(…)"
+        parts = [_describe(v, depth + 1) for v in value[:3]]
+        if len(value) > 3:
+            parts.append(f"… {len(value)} items")
+        open_, close = ("(", ")") if isinstance(value, tuple) else ("[", "]")
+        return open_ + ", ".join(parts) + close
+    if value is None:
+        return ""
+    if isinstance(value, (bool, int, float, str, torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return _shorten(str(value), 40)
+    return type(value).__name__
+
+
+def _value(node: Node) -> str:
+    if "val" in node.meta:
+        return _describe(node.meta["val"])
+    meta = node.meta.get("tensor_meta")
+    if meta is not None and hasattr(meta, "shape"):
+        dtype = _DTYPES.get(meta.dtype) or str(meta.dtype).removeprefix("torch.")
+        return f"{dtype}[{', '.join(str(d) for d in meta.shape)}]"
+    return ""
+
+
+def _numel(node: Node) -> int:
+    value = node.meta.get("val")
+    if not isinstance(value, torch.Tensor):
+        return 0
+    try:
+        return math.prod(int(d) for d in value.shape)
+    except (TypeError, ValueError):  # a symbolic size
+        return 0
+
+
+def _count(number: int) -> str:
+    for limit, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if number >= limit:
+            return f"{number / limit:.1f}{suffix}"
+    return str(number)
+
+
+def _op_name(node: Node) -> tuple[str, str]:
+    """(short name for the label, full name for the tooltip) of what a node calls."""
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        return f"{target.namespace}.{target._opname}", str(target)
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return target.name(), target.name()
+    if isinstance(target, str):
+        return target, f"{node.op} {target}"
+    name = getattr(target, "__name__", None) or type(target).__name__
+    module = getattr(target, "__module__", None) or ""
+    module = {"_operator": "operator", "builtins": ""}.get(module, module)
+    qualified = getattr(target, "__qualname__", name)
+    return name, f"{module}.{qualified}" if module else qualified
+
+
+# A frame of a stack trace; the code line is missing for code without a file (<stdin>, eval).
+_FRAME = re.compile(
+    r'File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)'
+    r'(?:\n(?!\s*File ")(?P<code>[^\n]*))?'
+)
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_TORCH_PATH = re.compile(r"[\\/]site-packages[\\/]torch[\\/]")
+
+
+def _source(node: Node) -> str:
+    """The user's source lines behind a node: innermost frame with its code, then callers."""
+    trace = node.meta.get("stack_trace")
+    return _source_of_trace(trace) if isinstance(trace, str) and trace else ""
+
+
+@functools.lru_cache(maxsize=4096)  # the nodes of one source line share their stack trace
+def _source_of_trace(trace: str) -> str:
+    frames = []
+    for match in _FRAME.finditer(trace):
+        path = match.group("path")
+        if path.startswith(_TORCH_DIR) or _TORCH_PATH.search(path):
+            continue  # torch's own frames (nn.Linear.forward...) say nothing about the model
+        where = f"{os.path.basename(path.replace(chr(92), '/'))}:{match.group('line')}"
+        frames.append((where, match.group("function"), (match.group("code") or "").strip()))
+    if not frames:
+        return ""
+    where, function, code = frames[-1]
+    text = f"{where} in {function}" + (f"\n  {_shorten(code, 80)}" if code else "")
+    callers = [f for f, _, _ in frames[-4:-1]]
+    if callers:
+        text += "\ncalled from " + ", ".join(reversed(callers))
+    return text
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count:,} {word}" + ("" if count == 1 else "s")
+
+
+def _shorten(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _relative(target: str, chain: tuple[str, ...]) -> str:
+    """``layers.0.attn.q.weight`` seen from inside ``layers.0.attn.q``: ``weight``."""
+    fqn = split_call_name(chain[-1])[0] if chain else ""
+    if fqn and target.startswith(fqn + "."):
+        return target[len(fqn) + 1 :]
+    return target
+
+
+# -- colors ------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=8192)
+def _color(fqn: str, strong: bool = False) -> str:
+    """A pale color derived from the module's name (sha1, so it is the same in every process)."""
+    digest = hashlib.sha1(fqn.encode()).digest()
+    hue = int.from_bytes(digest[:4], "big") / 2**32
+    lightness, saturation = (0.80, 0.85) if strong else (0.92, 0.60)
+    red, green, blue = colorsys.hls_to_rgb(hue, lightness, saturation)
+    return f"#{round(red * 255):02x}{round(green * 255):02x}{round(blue * 255):02x}"
+
+
+_HIGHLIGHT = "#c026d3"
+_SWAP_FILL, _SWAP_LINE = "#fed7aa", "#c2410c"
+_ADDED, _REMOVED = "#15803d", "#9ca3af"
+
+
+# -- DOT text ----------------------------------------------------------------------------
+
+
+def _quote(text: str) -> str:
+    r"""A DOT string. Backslashes are doubled so that graphviz does not read ``\N``, ``\G``,
+    ``\l`` ... in user text as its own escapes; newlines become line breaks."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _tooltip(text: str) -> str:
+    # graphviz 2.43 unescapes tooltips twice, so a doubled backslash would still expand
+    # (``\\N`` shows the node name): show user backslashes as the look-alike U+29F5 instead.
+    return _quote(text.replace("\\", "\u29f5"))
+
+
+def _attributes(pairs: list[tuple[str, str]]) -> str:
+    return ", ".join(f"{key}={value}" for key, value in pairs)
+
+
+_HEADER = (
+    '  graph [rankdir=TB, fontname="Helvetica", fontsize=10, labeljust=l, nodesep=0.18, '
+    "ranksep=0.28, outputorder=edgesfirst];\n"
+    '  node [shape=box, style="rounded,filled", fillcolor="#ffffff", color="#6b7280", '
+    'fontname="Helvetica", fontsize=9, height=0.3, margin="0.08,0.03"];\n'
+    '  edge [color="#6b7280", arrowsize=0.5, penwidth=0.8, fontname="Helvetica", fontsize=7];'
+)
+
+
+# -- which modules are open ----------------------------------------------------------------
+
+
+class _Scene:
+    """The vertices of one picture (a program, or the merged before/after of a diff) and the
+    module calls they sit in: everything the collapse planner and the writer need."""
+
+    def __init__(
+        self,
+        vertices: list[_Vertex],
+        calls: Mapping[str, _Call],
+        chains: Mapping[str, tuple[str, ...]] | None = None,
+        show_parameters: bool = False,
+        aliases: Mapping[str, str] | None = None,
+    ):
+        self.chains = dict(chains or {})
+        # original name -> name in the swapped program, for the original's edges in a diff
+        self.aliases = dict(aliases or {})
+        self.vertices = [v for v in vertices if v.kind != _PARAMETER or show_parameters]
+        self.show_parameters = show_parameters
+        self.calls = calls
+        # Vertices directly in each call ("" is the root), and the calls that hold any.
+        self.direct: dict[str, int] = {"": 0}
+        present: set[str] = set()
+        for vertex in self.vertices:
+            chain = self.chain(vertex)
+            self.direct[chain[-1] if chain else ""] = (
+                self.direct.get(chain[-1] if chain else "", 0) + 1
+            )
+            present.update(chain)
+        self.present = [name for name in calls if name in present]  # model order
+        self.children = {
+            name: [c for c in calls[name].children if c in present] for name in self.present
+        }
+        self.top = [name for name in self.present if calls[name].parent == ""]
+
+    def chain(self, vertex: _Vertex) -> tuple[str, ...]:
+        return self.chains.get(vertex.name, vertex.chain)
+
+    def ancestors(self, names: Iterable[str]) -> set[str]:
+        closed = set()
+        for name in names:
+            while name and name not in closed:
+                closed.add(name)
+                name = self.calls[name].parent
+        return closed
+
+    def count(self, open_: set[str]) -> int:
+        """Nodes drawn when exactly the calls in ``open_`` are open (each other one is a box)."""
+
+        def cost(name: str) -> int:
+            if name not in open_:
+                return 1
+            return self.direct.get(name, 0) + sum(cost(c) for c in self.children[name])
+
+        return self.direct[""] + sum(cost(name) for name in self.top)
+
+    def opening_cost(self, name: str) -> int:
+        return self.direct.get(name, 0) + len(self.children[name]) - 1
+
+
+def _plan(
+    scene: _Scene, collapse: Any, collapsed: set[str], forced: set[str], budget: int
+) -> tuple[set[str], dict[str, list[str]]]:
+    """The open calls, and the runs of sibling boxes drawn as one ``{first call: members}``."""
+    present = scene.present
+    if collapse is None:
+        return set(present), {}
+    if isinstance(collapse, int):
+        return {n for n in present if scene.calls[n].depth < collapse} | forced, {}
+    if collapse != "auto":
+        return {n for n in present if n not in collapsed or n in forced}, {}
+    open_ = set(forced)
+    drawn = scene.count(open_)
+    runs: dict[str, list[str]] = {}
+    if drawn > budget:  # even the outermost boxes are too many
+        runs, drawn = _runs(scene, open_, drawn, budget, forced)
+    in_runs = {name for members in runs.values() for name in members}
+    order = {name: i for i, name in enumerate(present)}
+    while True:
+        # Open whole groups of modules of one type at a time, cheapest first: pictures stay
+        # regular (every attention open, or none) and the budget buys the most detail.
+        groups: dict[str, list[str]] = {}
+        for name in present:
+            parent = scene.calls[name].parent
+            closed = name not in open_ and name not in in_runs
+            if closed and (parent == "" or parent in open_):
+                groups.setdefault(scene.calls[name].type, []).append(name)
+        best = None
+        for members in groups.values():
+            cost = sum(scene.opening_cost(n) for n in members)
+            if cost > 0 and drawn + cost > budget:
+                continue
+            key = (cost, min(scene.calls[n].depth for n in members), order[members[0]])
+            if best is None or key < best[0]:
+                best = (key, members)
+        if best is None:
+            break
+        open_.update(best[1])
+        drawn += best[0][0]
+    return open_, runs
+
+
+def _runs(
+    scene: _Scene, open_: set[str], drawn: int, budget: int, keep: set[str]
+) -> tuple[dict[str, list[str]], int]:
+    """When even the outermost boxes are too many: runs of sibling boxes of one type
+    (``layers.0 … layers.999``) become one box each, longest runs first, until the picture
+    fits. Returns the runs ``{first call: members}`` and the nodes then drawn."""
+    candidates = []
+    for parent in [""] + [n for n in scene.present if n in open_]:
+        siblings = scene.top if parent == "" else scene.children[parent]
+        run: list[str] = []
+        for name in [*siblings, None]:
+            boxed = name is not None and name not in open_ and name not in keep
+            if run and (not boxed or scene.calls[name].type != scene.calls[run[0]].type):
+                if len(run) > 1:
+                    candidates.append(run)
+                run = []
+            if boxed:
+                run.append(name)
+    candidates.sort(key=lambda r: -len(r))  # stable: equal lengths stay in model order
+    runs = {}
+    for run in candidates:
+        if drawn <= budget:
+            break
+        runs[run[0]] = run
+        drawn -= len(run) - 1
+    return runs, drawn
+
+
+# -- the writer ----------------------------------------------------------------------------
+
+
+@dataclass
+class _Style:
+    """How the special parts of a picture look: highlights and diff markings."""
+
+    highlighted: set[str] = field(default_factory=set)  # call names
+    highlighted_vertices: set[str] = field(default_factory=set)  # swapped boxes
+    status: dict[str, str] = field(default_factory=dict)  # vertex name -> removed / added
+    boundaries: set[str] = field(default_factory=set)  # swapped calls drawn as clusters
+
+
+class _Context:
+    """What the writer looks up about the program: targets, parameters, partitions."""
+
+    def __init__(self, program: _Program, state: Mapping[str, tuple[str, str]]):
+        self.program = program
+        self.info = program.info
+        self.targets = {name: target for name, (_, target) in state.items()}
+        # fx nodes by name, of both programs: the swapped program's copies have the same meta
+        self.nodes = {n.name: n for n in program.ep.graph.nodes}
+        self.placeholders = {n: self.nodes[n] for n in state if n in self.nodes}
+        if program.swapped is not None:
+            self.nodes.update((n.name, n) for n in program.swapped.graph.nodes)
+        self._partitions: Mapping[str, Partition] | None = None
+        self._numel: dict[str, int] = {}
+
+    def numel(self, parameters: Iterable[str]) -> int:
+        """Elements in the named parameters (every module's tooltip counts its own)."""
+        total = 0
+        for name in parameters:
+            count = self._numel.get(name)
+            if count is None:
+                node = self.placeholders.get(name)
+                count = self._numel[name] = _numel(node) if node is not None else 0
+            total += count
+        return total
+
+    def partitions(self) -> Mapping[str, Partition]:
+        if self._partitions is None:
+            try:
+                self._partitions = program_index(self.program.ep).partitions()
+            except GraphSurgeonError:  # a program whose structure the engine cannot read
+                self._partitions = {}
+        return self._partitions
+
+    def replacement(self, call: str) -> Any:
+        return self.info.calls.get(call) if self.info is not None else None
+
+
+class _Writer:
+    """Writes one picture's statements: nested clusters, nodes, boxes and edges."""
+
+    def __init__(
+        self,
+        scene: _Scene,
+        open_: set[str],
+        runs: dict[str, list[str]],
+        style: _Style,
+        context: _Context,
+        prefix: str = "",
+        extra_edges: Iterable[tuple[str, str, str]] = (),
+    ):
+        self.scene = scene
+        self.calls = scene.calls
+        self.open = open_
+        self.runs = runs
+        self.run_of = {member: first for first, members in runs.items() for member in members}
+        self.style = style
+        self.context = context
+        self.prefix = prefix
+        self.extra_edges = list(extra_edges)
+        self.vertices = {v.name: v for v in scene.vertices}
+        self.nodes = context.nodes
+        self.lines: list[str] = []
+        self._tooltips: dict[str, str] = {}
+        self.refs: dict[str, str] = {}  # vertex name -> the DOT node it is drawn as
+        self.boxes: list[str] = []  # calls drawn as boxes
+        self.clusters: list[str] = []  # calls drawn as clusters
+        self.removed_boxes: set[str] = set()  # boxes holding only removed nodes
+        self.fanout: dict[str, int] = {}  # DOT node -> users, for values shared by many
+        self.shared: dict[str, list[str]] = {}  # DOT node -> the shared values it uses
+        self.drawn = 0
+
+    # -- clusters ----------------------------------------------------------------------
+
+    def write(self) -> list[str]:
+        members: dict[str, list[tuple[str, str]]] = {"": []}  # container -> what is in it
+        seen: set[str] = set()
+        box_status: dict[str, bool] = {}  # box -> every node in it removed
+        removed = self.style.status
+        for vertex in self.scene.vertices:
+            container, ref = "", None
+            for name in self.scene.chain(vertex):
+                if name not in self.open:
+                    box = self.run_of.get(name, name)
+                    ref = self._box_ref(box)
+                    if box not in seen:
+                        seen.add(box)
+                        members[container].append(("box", box))
+                    is_removed = removed.get(vertex.name) == "removed"
+                    box_status[box] = box_status.get(box, True) and is_removed
+                    break
+                if name not in seen:
+                    seen.add(name)
+                    members[container].append(("cluster", name))
+                    members[name] = []
+                container = name
+            if ref is None:
+                ref = self.prefix + vertex.name
+                members[container].append(("vertex", vertex.name))
+            self.refs[vertex.name] = ref
+        self.removed_boxes = {box for box, all_removed in box_status.items() if all_removed}
+        edges = self._collect_edges()
+        self._container("", members, "  ")
+        self._edge_lines(edges)
+        return self.lines
+
+    def _container(self, name: str, members: dict, indent: str) -> None:
+        for what, key in members[name]:
+            if what == "vertex":
+                self._vertex(self.vertices[key], indent)
+            elif what == "box":
+                self._box(key, indent)
+            elif self._inline(key, members[key]):
+                self._vertex(self.vertices[members[key][0][1]], indent, module=key)
+            else:
+                self._cluster(key, members, indent)
+
+    def _inline(self, name: str, inside: list[tuple[str, str]]) -> bool:
+        """A module call holding one node and nothing else is drawn as that node."""
+        return (
+            len(inside) == 1
+            and inside[0][0] == "vertex"
+            and not self.calls[name].children
+            and name not in self.style.boundaries
+        )
+
+    def _cluster(self, name: str, members: dict, indent: str) -> None:
+        call = self.calls[name]
+        highlighted = name in self.style.highlighted
+        boundary = name in self.style.boundaries
+        title = self._module_title(name)
+        classes = "module"
+        style, line, width = "filled", "#9ca3af", "0.8"
+        if boundary:
+            replacement = self.context.replacement(name)
+            title += f" → {type(replacement).__name__}"
+            classes += " swapped-boundary"
+            style, line, width = "filled,dashed", _SWAP_LINE, "1.5"
+        if highlighted:
+            classes += " highlighted"
+            line, width = _HIGHLIGHT, "2.5"
+        cluster_id = f"{self.prefix}cluster:{name}"
+        # graphviz draws a subgraph as a cluster only when its name starts with "cluster"
+        subgraph = f"cluster:{self.prefix}{name}"
+        attributes = [
+            ("id", _quote(cluster_id)),
+            ("class", _quote(classes)),
+            ("label", _quote(title)),
+            ("tooltip", _tooltip(self._module_tooltip(name))),
+            ("style", _quote(style)),
+            ("fillcolor", _quote(_color(call.fqn, highlighted))),
+            ("color", _quote(line)),
+            ("penwidth", width),
+        ]
+        self.clusters.append(name)
+        self.lines.append(f"{indent}subgraph {_quote(subgraph)} {{")
+        self.lines += [f"{indent}  {key}={value};" for key, value in attributes]
+        self._container(name, members, indent + "  ")
+        self.lines.append(f"{indent}}}")
+
+    # -- nodes -------------------------------------------------------------------------
+
+    def _vertex(self, vertex: _Vertex, indent: str, module: str | None = None) -> None:
+        self.drawn += 1
+        kind = vertex.kind
+        status = self.style.status.get(vertex.name, "")
+        highlighted = (module is not None and module in self.style.highlighted) or (
+            vertex.name in self.style.highlighted_vertices
+        )
+        label, tooltip = self._text(vertex)
+        label = _lines(label, self._sharing(self.prefix + vertex.name))
+        classes = [kind]
+        attributes: list[tuple[str, str]] = []
+        if module is not None:
+            classes.append("module")
+            label = f"{self._module_title(module)}\n{label}"
+            tooltip = f"{self._module_tooltip(module)}\n\n{tooltip}"
+            color = _color(self.calls[module].fqn, highlighted)
+            attributes.append(("fillcolor", _quote(color)))
+        attributes += _KIND_STYLE.get(kind, [])
+        if highlighted:
+            classes.append("highlighted")
+            attributes += [("color", _quote(_HIGHLIGHT)), ("penwidth", "2.5")]
+        if status == "removed":
+            classes.append("removed")
+            attributes += _REMOVED_STYLE
+        elif status == "added":
+            classes.append("added")
+            label = "+ " + label
+            attributes += [("color", _quote(_ADDED)), ("penwidth", "2")]
+        head = [
+            ("id", _quote(f"{self.prefix}node:{vertex.name}")),
+            ("class", _quote(" ".join(classes))),
+            ("label", _quote(label)),
+            ("tooltip", _tooltip(tooltip)),
+        ]
+        statement = _attributes(_merge(head + attributes))
+        self.lines.append(f"{indent}{_quote(self.prefix + vertex.name)} [{statement}];")
+
+    def _text(self, vertex: _Vertex) -> tuple[str, str]:
+        """(label, tooltip) of a node."""
+        node, kind = self.nodes[vertex.name], vertex.kind
+        if kind == _SWAPPED:
+            return self._swapped_text(vertex)
+        value = _value(node)
+        if kind == _INPUT:
+            return _lines(node.name, value), _lines(f"{node.name}: input of the program", value)
+        if kind == _OUTPUT:
+            return "output", "output of the program"
+        if kind in (_BUFFER, _CONSTANT, _PARAMETER):
+            target = self.context.targets.get(vertex.name, vertex.name)
+            return _lines(target, value), _lines(f"{node.name}: {kind} {target}", value)
+        short, full = _op_name(node)
+        label = _lines(short, value)
+        tooltip = _lines(f"{node.name} = {full}", value)
+        if vertex.params and not self.scene.show_parameters:
+            targets = [self.context.targets.get(p, p) for p in vertex.params]
+            names = [_relative(t, vertex.chain) for t in targets]
+            label += "\n+ " + _shorten(", ".join(names), 40)
+            for name, target in zip(vertex.params, targets):
+                param = self.context.placeholders.get(name)
+                described = _value(param) if param is not None else ""
+                tooltip += f"\nparameter {target} {described}".rstrip()
+        return label, _lines(tooltip, _source(node))
+
+    def _swapped_text(self, vertex: _Vertex) -> tuple[str, str]:
+        call = vertex.swap_call
+        replacement = self.context.replacement(call)
+        info = self.context.info
+        part = info.partitions.get(call) if info is not None else None
+        kind = type(replacement)
+        signature = _call_signature(part, replacement, self.context.program.ep) if part else ""
+        label = _lines(f"{call}: swapped", kind.__name__, signature)
+        tooltip = f"{vertex.name}: {call} runs {kind.__module__}.{kind.__qualname__}"
+        if part is not None:
+            tooltip += f"\nin place of {len(part.nodes)} nodes of {part.type_name}"
+        return label, tooltip
+
+    def _box(self, first: str, indent: str) -> None:
+        self.drawn += 1
+        members = self.runs.get(first, [first])
+        self.boxes += members
+        calls = [self.calls[m] for m in members]
+        highlighted = any(m in self.style.highlighted for m in members)
+        nodes = sum(c.nodes for c in calls)
+        numel = self.context.numel(set().union(*(c.params for c in calls)))
+        counts = _plural(nodes, "node") + (f" · {_count(numel)} params" if numel else "")
+        if len(members) > 1:
+            title = f"{members[0]} … {members[-1]}: {self._type_name(first)} × {len(members)}"
+            tooltip = f"{len(members)} calls of {calls[0].type}, collapsed\n{counts}"
+        else:
+            title = self._module_title(first)
+            tooltip = f"{self._module_tooltip(first)}\ncollapsed"
+        ref = self._box_ref(first)
+        removed = first in self.removed_boxes
+        classes = "module collapsed" + " highlighted" * highlighted + " removed" * removed
+        attributes = [
+            ("id", _quote(ref)),
+            ("class", _quote(classes)),
+            ("label", _quote(_lines(title, counts, self._sharing(ref)))),
+            ("tooltip", _tooltip(tooltip)),
+            ("shape", "box3d"),
+            ("margin", '"0.1,0.06"'),
+            ("style", "filled"),
+            ("fillcolor", _quote(_color(calls[0].fqn, highlighted))),
+        ]
+        if highlighted:
+            attributes += [("color", _quote(_HIGHLIGHT)), ("penwidth", "2.5")]
+        if removed:
+            attributes += [(k, v) for k, v in _REMOVED_STYLE if k != "style"]
+            attributes.append(("style", _quote("filled,dashed")))
+        statement = _attributes(_merge(attributes))
+        self.lines.append(f"{indent}{_quote(ref)} [{statement}];")
+
+    def _box_ref(self, first: str) -> str:
+        members = self.runs.get(first)
+        if members:
+            return f"{self.prefix}modules:{members[0]}..{members[-1]}"
+        return f"{self.prefix}module:{first}"
+
+    # -- module text -------------------------------------------------------------------
+
+    def _type_name(self, name: str) -> str:
+        return self.calls[name].type.rsplit(".", 1)[-1] or "?"
+
+    def _module_title(self, name: str) -> str:
+        return f"{name}: {self._type_name(name)}"
+
+    def _module_tooltip(self, name: str) -> str:
+        # asked once per drawn node of a module: computed once per module call
+        cached = self._tooltips.get(name)
+        if cached is None:
+            cached = self._tooltips[name] = self._describe_module(name)
+        return cached
+
+    def _describe_module(self, name: str) -> str:
+        call = self.calls[name]
+        numel = self.context.numel(call.params)
+        text = f"{name}: {call.type}\n{_plural(call.nodes, 'node')}"
+        if numel:
+            text += f", {numel:,} parameters"
+        part = self.context.partitions().get(name)
+        if part is not None:
+            text += "\nswappable" if part.swappable else f"\nnot swappable: {part.reason}"
+        return text
+
+    # -- edges -------------------------------------------------------------------------
+
+    def _collect_edges(self) -> dict[tuple[str, str, str], list[str]]:
+        """Edges between drawn nodes and boxes: ``(tail, head, index path) -> diff marks``.
+
+        A value that goes to more than ``_MAX_FANOUT`` nodes or boxes (rotary tables, masks,
+        positions fed to every layer) would tie the whole picture together with long edges:
+        its edges are left out, it says how many users it has, and each user names it.
+        """
+        status = self.style.status
+        plain = {self.prefix + name for name in self.vertices}
+        edges: dict[tuple[str, str, str], list[str]] = {}
+
+        aliases = self.scene.aliases
+
+        def add(source: str, target: str, path: str, mark: str) -> None:
+            source, target = aliases.get(source, source), aliases.get(target, target)
+            tail, head = self.refs.get(source), self.refs.get(target)
+            if tail is None or head is None or tail == head:
+                return  # not in this picture, or inside one box
+            if tail not in plain or head not in plain:
+                path = ""  # edges of a box are aggregated: one per neighbour
+            edges.setdefault((tail, head, path), []).append(mark)
+
+        for vertex in self.scene.vertices:
+            for source, path in vertex.inputs:
+                add(source, vertex.name, path, status.get(source) or status.get(vertex.name, ""))
+            if self.scene.show_parameters:
+                for source in vertex.params:
+                    add(source, vertex.name, "", status.get(vertex.name, ""))
+        for source, target, path in self.extra_edges:
+            add(source, target, path, "removed")
+        users: dict[str, set[str]] = {}
+        for tail, head, _ in edges:
+            users.setdefault(tail, set()).add(head)
+        self.fanout = {
+            tail: len(heads) for tail, heads in users.items() if len(heads) > _MAX_FANOUT
+        }
+        for tail, head, _ in edges:
+            if tail in self.fanout:
+                shared = self.shared.setdefault(head, [])
+                if tail not in shared:
+                    shared.append(tail)
+        return {key: marks for key, marks in edges.items() if key[0] not in self.fanout}
+
+    def _local(self, ref: str) -> str:
+        """A DOT node name without the picture's prefix (``before/module:x`` -> ``module:x``)."""
+        return ref[len(self.prefix) :]
+
+    def _sharing(self, ref: str) -> str:
+        """The label line of a node or box that uses, or is, a value shared by many."""
+        lines = []
+        if ref in self.fanout:
+            name = self._local(ref).removeprefix("module:")
+            lines.append(f"{name} → {self.fanout[ref]} users")
+        if ref in self.shared:
+            names = [self._local(tail).removeprefix("module:") for tail in self.shared[ref]]
+            lines.append("shared: " + _shorten(", ".join(names), 40))
+        return "\n".join(lines)
+
+    def _edge_lines(self, edges: dict[tuple[str, str, str], list[str]]) -> None:
+        repeats: dict[tuple[str, str], int] = {}
+        for (tail, head, path), marks in edges.items():
+            # An aggregated edge is marked removed or added only when all its parts are.
+            mark = marks[0] if all(m == marks[0] for m in marks) else ""
+            repeat = repeats[(tail, head)] = repeats.get((tail, head), 0) + 1
+            edge_id = f"{self.prefix}edge:{self._local(tail)}->{self._local(head)}"
+            if repeat > 1:
+                edge_id += f":{repeat}"
+            attributes = [("id", _quote(edge_id))]
+            if path:
+                attributes.append(("taillabel", _quote(path)))
+            if mark == "removed":
+                attributes += [("style", "dashed"), ("color", _quote(_REMOVED))]
+            elif mark == "added":
+                attributes += [("color", _quote(_ADDED)), ("penwidth", "1.5")]
+            self.lines.append(f"  {_quote(tail)} -> {_quote(head)} [{_attributes(attributes)}];")
+
+
+# More users than this and a value's edges are left out (see _Writer._collect_edges).
+_MAX_FANOUT = 8
+
+_KIND_STYLE: dict[str, list[tuple[str, str]]] = {
+    _INPUT: [("style", "filled"), ("fillcolor", '"#e5e7eb"')],
+    _OUTPUT: [("style", "filled"), ("fillcolor", '"#e5e7eb"')],
+    _BUFFER: [("shape", "cylinder"), ("style", "filled"), ("fillcolor", '"#fef9c3"')],
+    _PARAMETER: [("shape", "cylinder"), ("style", "filled"), ("fillcolor", '"#f3f4f6"')],
+    _CONSTANT: [("shape", "note"), ("style", "filled"), ("fillcolor", '"#f3f4f6"')],
+    _GLUE: [("shape", "plain"), ("fontcolor", '"#6b7280"')],
+    _CHECK: [("shape", "plain"), ("fontcolor", '"#9ca3af"'), ("fontsize", "7")],
+    _SWAPPED: [
+        ("style", _quote("filled,bold")),
+        ("peripheries", "2"),
+        ("fillcolor", _quote(_SWAP_FILL)),
+        ("color", _quote(_SWAP_LINE)),
+    ],
+}
+_REMOVED_STYLE = [
+    ("style", _quote("rounded,filled,dashed")),
+    ("color", _quote(_REMOVED)),
+    ("fontcolor", '"#6b7280"'),
+    ("fillcolor", '"#f3f4f6"'),
+]
+
+
+def _merge(attributes: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Later attributes win; the first position of each key is kept."""
+    merged: dict[str, str] = {}
+    for key, value in attributes:
+        merged[key] = value
+    return list(merged.items())
+
+
+def _lines(*parts: str) -> str:
+    return "\n".join(p for p in parts if p)
+
+
+def _call_signature(part: Partition, replacement: Any, ep: ExportedProgram) -> str:
+    """``(x: f32[1, 16, 64]) → f32[1, 16, 64]``: the call as the program makes it."""
+    signature = part.signature
+    if signature is None:
+        return ""
+    index = program_index(ep)
+
+    def describe(argument: Any) -> str:
+        if type(argument).__name__ == "ConstantArgument":
+            return _shorten(repr(argument.value), 24)
+        node = index.by_name.get(getattr(argument, "name", ""))
+        return _value(node) if node is not None else "?"
+
+    leaves = [describe(a) for a in signature.inputs]
+    args_spec, kwargs_spec = signature.in_spec.children()
+    names = _parameter_names(replacement, args_spec.num_children)
+    parts, offset = [], 0
+    for name, child in zip(names, args_spec.children()):
+        parts.append(f"{name}: {_structure(child, leaves[offset : offset + child.num_leaves])}")
+        offset += child.num_leaves
+    for key, child in zip(kwargs_spec.context, kwargs_spec.children()):
+        parts.append(f"{key}={_structure(child, leaves[offset : offset + child.num_leaves])}")
+        offset += child.num_leaves
+    outputs = [describe(a) for a in signature.outputs]
+    result = _structure(signature.out_spec, outputs)
+    text = f"({', '.join(parts)}) → {result}"
+    if len(text) > 48:
+        text = "(\n  " + ",\n  ".join(parts) + f"\n) → {result}"
+    return text
+
+
+def _parameter_names(module: Any, count: int) -> list[str]:
+    names: list[str] = []
+    try:
+        parameters = inspect.signature(module.forward).parameters.values()
+    except (TypeError, ValueError, AttributeError):
+        parameters = []
+    for parameter in parameters:
+        if parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD):
+            names.append(parameter.name)
+        elif parameter.kind == parameter.VAR_POSITIONAL:
+            names += [f"{parameter.name}[{i}]" for i in range(count - len(names))]
+    return (names + [f"arg{i}" for i in range(len(names), count)])[:count]
+
+
+def _structure(spec: pytree.TreeSpec, leaves: list[str]) -> str:
+    if spec.is_leaf():
+        return leaves[0] if leaves else "?"
+    if spec.type is type(None):
+        return "None"
+    parts, offset = [], 0
+    for child in spec.children():
+        parts.append(_structure(child, leaves[offset : offset + child.num_leaves]))
+        offset += child.num_leaves
+    if spec.type is dict:
+        return "{" + ", ".join(f"{k!r}: {p}" for k, p in zip(spec.context, parts)) + "}"
+    if spec.type is list:
+        return "[" + ", ".join(parts) + "]"
+    return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+
+
+# -- arguments -------------------------------------------------------------------------------
+
+
+def _names(value: Any, argument: str) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Iterable) and not isinstance(value, Mapping):
+        names = list(value)
+        for name in names:
+            if not isinstance(name, str):
+                raise RenderError(f"{argument}: expected module names (str), got {name!r}")
+        return sorted(set(names)) if isinstance(value, (set, frozenset)) else names
+    raise RenderError(
+        f"{argument}: expected a module name or a collection of them, got {type(value).__name__}"
+    )
+
+
+def _resolve(names: list[str], scene: _Scene, program: _Program, argument: str) -> list[str]:
+    """Module or call names -> the calls of the picture they stand for, in model order.
+
+    A module stands for each of its calls; a module without calls of its own (a container
+    such as nn.ModuleList) for the outermost calls of its submodules.
+    """
+    calls = scene.calls
+    index = program_index(program.ep)
+    known = set(index.fqns) | set(index.call_nodes) | {c.fqn for c in calls.values()} | set(calls)
+    wanted: set[str] = set()
+    for name in names:
+        if name == "":
+            raise RenderError(
+                f"{argument}: the root module '' is the whole picture; name a submodule"
+            )
+        if name not in known:
+            choices = sorted(known - {""})
+            raise UnknownModuleError(
+                f"{argument}: the program has no module {name!r}.{did_you_mean(name, choices)} "
+                "gs.module_tree(ep) lists every module."
+            )
+        fqn, call_index = split_call_name(name)
+        for call in calls.values():
+            if call.name == name or (call_index is None and call.fqn == fqn):
+                wanted.add(call.name)
+            elif call.fqn.startswith(fqn + ".") and call_index is None:
+                outer = _outermost(call, fqn, calls)
+                if outer:
+                    wanted.add(call.name)
+    return [name for name in calls if name in wanted]
+
+
+def _outermost(call: _Call, prefix: str, calls: Mapping[str, _Call]) -> bool:
+    parent = call.parent
+    while parent:
+        if calls[parent].fqn == prefix or calls[parent].fqn.startswith(prefix + "."):
+            return False
+        parent = calls[parent].parent
+    return True
+
+
+def _check_collapse(collapse: Any) -> None:
+    if collapse is None or collapse == "auto":
+        return
+    expected = "collapse: expected 'auto', None, a depth (1, 2, ...) or a set of module names"
+    if isinstance(collapse, str):
+        raise RenderError(
+            f"{expected}, got {collapse!r}; to collapse one module pass {{{collapse!r}}}"
+        )
+    if isinstance(collapse, bool):
+        raise RenderError(f"{expected}, got {collapse!r}")
+    if isinstance(collapse, int) and collapse < 1:
+        raise RenderError(
+            f"collapse: a depth is 1 or more (1 draws every top-level module as a box), got "
+            f"{collapse}; use collapse=None to collapse nothing"
+        )
+
+
+def _diff_mode(diff: Any, program: _Program) -> str | None:
+    if diff is None or diff is False:
+        return None
+    mode = "merged" if diff is True else diff
+    if mode not in ("merged", "split"):
+        raise RenderError(f"diff: expected None, True, 'merged' or 'split', got {diff!r}")
+    if program.info is None:
+        raise RenderError(
+            "diff: this program has no swaps to compare; draw a gs.swap result (or a Surgery "
+            "with swaps), and the picture compares it with the program it was made from"
+        )
+    return mode
+
+
+# -- putting it together ---------------------------------------------------------------------
+
+
+def graph_view(
+    program: Any,
+    *,
+    highlight: str | Iterable[str] = (),
+    collapse: Any = "auto",
+    diff: Any = None,
+    max_nodes: int = AUTO_MAX_NODES,
+    show_parameters: bool = False,
+) -> GraphView:
+    """Draw ``program`` as DOT text and say what the picture shows. See :func:`to_dot`.
+
+    Example:
+        >>> import torch, graphsurgeon as gs
+        >>> from graphsurgeon.render import graph_view
+        >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+        >>> view = graph_view(gs.export(model, (torch.randn(2, 4),)), collapse=1)
+        >>> view.collapsed, view.drawn_nodes
+        (('0', '1'), 4)
+    """
+    source = _program(program)
+    mode = _diff_mode(diff, source)
+    _check_collapse(collapse)
+    if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes < 1:
+        raise RenderError(f"max_nodes: expected a positive int, got {max_nodes!r}")
+    with _without_cyclic_gc():
+        return _view(source, mode, highlight, collapse, max_nodes, show_parameters)
+
+
+@contextlib.contextmanager
+def _without_cyclic_gc():
+    """Drawing allocates many small objects and no cycles: without this, the cyclic garbage
+    collector walks the whole heap (the program, torch) several times per picture."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _view(
+    source: _Program,
+    mode: str | None,
+    highlight: Any,
+    collapse: Any,
+    max_nodes: int,
+    show_parameters: bool,
+) -> GraphView:
+    ep, info = source.ep, source.info
+    state = _state(ep)
+    before = _analysis(ep.graph, state, ep.graph_module)
+    after = None
+    if source.swapped is not None:
+        after = _analysis(source.swapped.graph, state, source.swapped)
+    swapped = tuple(info.call_nodes) if info is not None else ()
+    style = _Style()
+    scene, pictures = _pictures(mode, before, after, info, style, show_parameters)
+
+    highlight_names = _names(highlight, "highlight")
+    style.highlighted = set(_resolve(highlight_names, scene, source, "highlight"))
+    chosen_swaps = _swaps_named(highlight_names, info)
+    if mode is None:  # the swapped module has no cluster here: its box stands out instead
+        style.highlighted_vertices = {info.call_nodes[c] for c in chosen_swaps}
+    collapsed: set[str] = set()
+    if collapse is not None and not isinstance(collapse, (int, str)):
+        collapsed = set(_resolve(_names(collapse, "collapse"), scene, source, "collapse"))
+    forced = scene.ancestors(n for n in swapped if mode is not None)
+    if collapse == "auto" or isinstance(collapse, int):
+        forced |= scene.ancestors(style.highlighted)
+    open_, runs = _plan(scene, collapse, collapsed, forced, max_nodes)
+
+    context = _Context(source, state)
+    writers = [_Writer(s, open_, runs, style, context, p, e) for s, p, e in pictures]
+    graph_name = before.root_type.rsplit(".", 1)[-1] or "program"
+    lines = [f"digraph {_quote(graph_name)} {{", _HEADER]
+    if len(writers) == 2:  # a split diff
+        lines.append("  newrank=true;")  # lets nodes of the two pictures share a rank
+        for writer, title in zip(writers, ("before", "after")):
+            lines.append(f"  subgraph {_quote('cluster:' + title)} {{")
+            lines.append(
+                f"    id={_quote('diff:' + title)}; label={_quote(title)}; fontsize=12; "
+                'color="#d1d5db";'
+            )
+            lines += ["  " + line for line in writer.write()]
+            lines.append("  }")
+        lines += _alignment(*writers, scene.aliases)
+    else:
+        lines += writers[0].write()
+    lines.append("}")
+
+    graph_nodes = len((source.swapped or ep).graph.nodes)
+    if mode is not None:
+        graph_nodes = len(ep.graph.nodes) + len(source.swapped.graph.nodes)
+    present = set(scene.present)
+    boxes = {b for w in writers for b in w.boxes}
+    clusters = {c for w in writers for c in w.clusters}
+    return GraphView(
+        dot="\n".join(lines) + "\n",
+        graph_nodes=graph_nodes,
+        drawn_nodes=sum(w.drawn for w in writers),
+        clusters=tuple(n for n in scene.present if n in clusters),
+        collapsed=tuple(n for n in scene.present if n in boxes),
+        highlighted=tuple(
+            n
+            for n in before.calls
+            if (n in style.highlighted and n in present) or n in chosen_swaps
+        ),
+        swapped=swapped,
+    )
+
+
+def _pictures(
+    mode: str | None,
+    before: _Analysis,
+    after: _Analysis | None,
+    info: SwapInfo | None,
+    style: _Style,
+    show_parameters: bool,
+) -> tuple[_Scene, list[tuple[_Scene, str, list[tuple[str, str, str]]]]]:
+    """The scene the collapse plan is made on, and the pictures drawn with that plan, as
+    ``(scene, id prefix, extra edges)``. Sets the diff markings of ``style``."""
+    if mode is None:
+        scene = _Scene((after or before).vertices, before.calls, {}, show_parameters)
+        return scene, [(scene, "", [])]
+    # In a diff the swapped box is drawn inside its module's boundary, in both pictures.
+    boundary_chains = {
+        v.name: (*v.chain, v.swap_call) for v in after.vertices if v.kind == _SWAPPED
+    }
+    vertices, removed, removed_edges, aliases = _merge_programs(before, after, info)
+    merged = _Scene(vertices, before.calls, boundary_chains, show_parameters, aliases)
+    style.boundaries = set(info.call_nodes)
+    style.status = dict.fromkeys(removed, "removed")
+    style.status.update(
+        (v.name, "added")
+        for v in after.vertices
+        if v.kind in (_SWAPPED, _GLUE) and v.name not in before.by_name
+    )
+    if mode == "merged":
+        return merged, [(merged, "", removed_edges)]
+    return merged, [
+        (_Scene(before.vertices, before.calls, {}, show_parameters), "before/", []),
+        (_Scene(after.vertices, before.calls, boundary_chains, show_parameters), "after/", []),
+    ]
+
+
+def _swaps_named(names: list[str], info: SwapInfo | None) -> list[str]:
+    """The swapped calls that ``names`` point at (by call name, fqn, or a parent's fqn)."""
+    if info is None:
+        return []
+    chosen = []
+    for call in info.call_nodes:
+        fqn = split_call_name(call)[0]
+        if any(name in (call, fqn) or fqn.startswith(name + ".") for name in names):
+            chosen.append(call)
+    return chosen
+
+
+def _merge_programs(
+    before: _Analysis, after: _Analysis, info: SwapInfo
+) -> tuple[list[_Vertex], list[str], list[tuple[str, str, str]], dict[str, str]]:
+    """Both programs as one list of vertices, in the original order.
+
+    Returns the vertices of the swapped program with the removed ones of the original put
+    back just before the box that replaced them; the names of the removed vertices; the
+    original edges from removed vertices to vertices that were kept; and the new names of
+    kept values that the swap renamed (an argument named ``input`` becomes ``input_1``).
+    """
+    removed_by_call = {
+        call: [name for name in part.nodes if name in before.by_name]
+        for call, part in info.partitions.items()
+    }
+    removed = [name for names in removed_by_call.values() for name in names]
+    removed_set = set(removed)
+    aliases = {
+        old: new
+        for old, new in getattr(info, "node_map", {}).items()
+        if old != new and old not in removed_set and new in after.by_name
+    }
+    merged: list[_Vertex] = []
+    for vertex in after.vertices:
+        if vertex.kind == _SWAPPED:
+            call = vertex.swap_call
+            merged += [before.by_name[name] for name in removed_by_call.get(call, [])]
+        merged.append(vertex)
+    # A value that only the removed nodes used (an input leaf only the swapped call read)
+    # is gone from the swapped program: draw it from the original.
+    names = {vertex.name for vertex in merged}
+    missing = []
+    for name in removed:
+        for source, _ in before.by_name[name].inputs:
+            if source not in names and source not in aliases:
+                names.add(source)
+                missing.append(before.by_name[source])
+    removed_edges = [
+        (source, aliases.get(vertex.name, vertex.name), path)
+        for vertex in before.vertices
+        if vertex.name not in removed_set and aliases.get(vertex.name, vertex.name) in names
+        for source, path in vertex.inputs
+        if source in removed_set
+    ]
+    return missing + merged, removed, removed_edges, aliases
+
+
+def _alignment(before: _Writer, after: _Writer, aliases: Mapping[str, str]) -> list[str]:
+    """Rank constraints that put each node kept by the swap level with itself in both pictures."""
+    lines = []
+    seen = set()
+    for name, ref in before.refs.items():
+        other = after.refs.get(aliases.get(name, name))
+        if other is None or (ref, other) in seen:
+            continue
+        seen.add((ref, other))
+        lines.append(f"  {{rank=same; {_quote(ref)}; {_quote(other)};}}")
+    return lines
+
+
+def to_dot(
+    program: Any,
+    *,
+    highlight: str | Iterable[str] = (),
+    collapse: Any = "auto",
+    diff: Any = None,
+    max_nodes: int = AUTO_MAX_NODES,
+    show_parameters: bool = False,
+) -> str:
+    """The DOT text of ``program`` drawn with its module partitions. Pure: no binary needed.
+
+    Args:
+        program: an ExportedProgram, a :func:`graphsurgeon.swap` result, or a Surgery (its
+            ``.module`` when something is swapped, else its ``.program``).
+        highlight: module fqns or call names (``"layers.1"``, ``"shared@1"``) to make stand out:
+            bold border, stronger fill. A container (``"layers"``) highlights its submodules;
+            a swapped module highlights its box. Unknown names raise
+            :class:`~graphsurgeon.UnknownModuleError`.
+        collapse: which module calls are drawn as one box (node count, edges aggregated):
+
+            * ``"auto"`` (default): as much detail as fits in ``max_nodes`` drawn nodes. Starts
+              with every top-level module collapsed, then opens whole groups of modules of one
+              type at a time (every ``Block``, then every ``MLP``...), cheapest first, while the
+              picture stays within budget. Highlighted modules (and their parents) stay open.
+              If the top-level boxes alone are too many, runs of sibling modules of one type
+              become one box. Nodes that belong to no module are always drawn.
+            * ``None``: nothing collapsed.
+            * a depth ``d >= 1``: calls ``d`` levels deep are boxes (``1``: every top-level
+              module); highlighted modules stay open.
+            * a set of fqns or call names: exactly those are boxes.
+
+        diff: compare a swapped program with the program it was made from:
+            ``"merged"`` (or ``True``) draws one picture: the removed nodes greyed and dashed
+            inside the swapped module's boundary (a dashed orange cluster), next to the added
+            box marked ``+`` in green. ``"split"`` draws two pictures side by side, ``before``
+            and ``after``, each node level with itself in the other, ids prefixed ``before/``
+            and ``after/``. Both keep the original node order. Swapped modules stay open.
+        max_nodes: the budget of ``collapse="auto"`` (per picture).
+        show_parameters: draw parameters as nodes of their own instead of folding them into
+            the node that uses them.
+
+    Example:
+        >>> import torch, graphsurgeon as gs
+        >>> from graphsurgeon.render import to_dot
+        >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+        >>> ep = gs.export(model, (torch.randn(2, 4),))
+        >>> dot = to_dot(ep, highlight="1")
+        >>> [line.strip()[:61] for line in dot.splitlines() if "highlighted" in line]
+        ['"relu" [id="node:relu", class="op module highlighted", label=']
+        >>> to_dot(ep) == to_dot(ep)
+        True
+    """
+    return graph_view(
+        program,
+        highlight=highlight,
+        collapse=collapse,
+        diff=diff,
+        max_nodes=max_nodes,
+        show_parameters=show_parameters,
+    ).dot
+
+
+# -- layouts -------------------------------------------------------------------------------
+
+_LAYOUTS: OrderedDict[str, bytes] = OrderedDict()
+_LAYOUTS_LOCK = threading.Lock()
+_LAYOUTS_MAX = 64
+
+
+def _layout(dot: str, format_: str = "svg") -> bytes:
+    """Run graphviz's ``dot`` on ``dot``; results are cached by (format, DOT text)."""
+    binary = shutil.which("dot")
+    if binary is None:
+        raise MissingDependencyError(
+            "drawing needs graphviz's `dot` program, which is not on PATH. Install graphviz: "
+            "`apt-get install graphviz` (Debian/Ubuntu), `brew install graphviz` (macOS) or "
+            "`conda install graphviz`; to_dot() works without it."
+        )
+    key = hashlib.sha256(f"{format_}\0{dot}".encode()).hexdigest()
+    with _LAYOUTS_LOCK:
+        cached = _LAYOUTS.get(key)
+        if cached is not None:
+            _LAYOUTS.move_to_end(key)
+            return cached
+    result = subprocess.run(
+        [binary, f"-T{format_}"], input=dot.encode(), capture_output=True, check=False
+    )
+    if result.returncode != 0:
+        message = result.stderr.decode(errors="replace").strip()
+        raise RenderError(f"graphviz's dot failed (exit {result.returncode}): {message}")
+    with _LAYOUTS_LOCK:
+        _LAYOUTS[key] = result.stdout
+        while len(_LAYOUTS) > _LAYOUTS_MAX:
+            _LAYOUTS.popitem(last=False)
+    return result.stdout
+
+
+def to_svg(
+    program: Any,
+    *,
+    highlight: str | Iterable[str] = (),
+    collapse: Any = "auto",
+    diff: Any = None,
+    max_nodes: int = AUTO_MAX_NODES,
+    show_parameters: bool = False,
+) -> str:
+    """The SVG of :func:`to_dot`'s picture, laid out by graphviz's ``dot`` (cached by DOT text).
+
+    Raises :class:`~graphsurgeon.MissingDependencyError` when ``dot`` is not installed.
+
+    Example:
+        >>> import torch, graphsurgeon as gs
+        >>> from graphsurgeon.render import to_svg
+        >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+        >>> svg = to_svg(gs.export(model, (torch.randn(2, 4),)))
+        >>> 'id="node:linear"' in svg and svg.rstrip().endswith("</svg>")
+        True
+    """
+    dot = to_dot(
+        program,
+        highlight=highlight,
+        collapse=collapse,
+        diff=diff,
+        max_nodes=max_nodes,
+        show_parameters=show_parameters,
+    )
+    return _layout(dot, "svg").decode()

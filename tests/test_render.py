@@ -1,0 +1,630 @@
+"""render: to_dot (exact text on tiny models), collapse, highlight, diff, escaping, SVG ids."""
+
+from __future__ import annotations
+
+import ast
+import gc
+import inspect
+import re
+import shutil
+import subprocess
+import types
+import weakref
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import graphsurgeon as gs
+from graphsurgeon import render
+from graphsurgeon.examples import FusedAttention, TinyGPT
+from graphsurgeon.render import RenderError, graph_view, to_dot, to_svg
+
+needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="graphviz `dot` not installed")
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def exported(model: nn.Module, *args, **kwargs):
+    """gs.export, without stack traces: exact DOT texts must not depend on line numbers."""
+    ep = gs.export(model, args, **kwargs)
+    for node in ep.graph.nodes:
+        node.meta.pop("stack_trace", None)
+    return ep
+
+
+def body(dot: str) -> str:
+    """The DOT text without its first five lines (name and default attributes) and last one."""
+    lines = dot.splitlines()
+    assert lines[0].startswith("digraph ") and lines[-1] == "}"
+    return "\n".join(lines[4:-1]) + "\n"
+
+
+def qualified(text: str) -> str:
+    """Expected texts name this module's classes as <tests>.Class, wherever pytest imports it."""
+    return text.replace("<tests>", __name__)
+
+
+# x ──▶ block: Inner ( lin: Linear ──▶ relu ) ──▶ head: Linear ──▶ out
+
+
+class Inner(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x))
+
+
+class Outer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = Inner()
+        self.head = nn.Linear(2, 2)
+
+    def forward(self, x):
+        return self.head(self.block(x))
+
+
+class Doubler(nn.Module):
+    """The replacement for ``block`` in the swap tests."""
+
+    def forward(self, x):
+        return x * 2
+
+
+@pytest.fixture(scope="module")
+def outer():
+    torch.manual_seed(0)
+    return exported(Outer(), torch.randn(1, 2))
+
+
+@pytest.fixture(scope="module")
+def swapped(outer):
+    return gs.swap(outer, {"block": Doubler()})
+
+
+HEADER = """\
+digraph "Outer" {
+  graph [rankdir=TB, fontname="Helvetica", fontsize=10, labeljust=l, nodesep=0.18, ranksep=0.28, outputorder=edgesfirst];
+  node [shape=box, style="rounded,filled", fillcolor="#ffffff", color="#6b7280", fontname="Helvetica", fontsize=9, height=0.3, margin="0.08,0.03"];
+  edge [color="#6b7280", arrowsize=0.5, penwidth=0.8, fontname="Helvetica", fontsize=7];
+"""
+
+X = '  "x" [id="node:x", class="input", label="x\\nf32[1, 2]", tooltip="x: input of the program\\nf32[1, 2]", style=filled, fillcolor="#e5e7eb"];\n'
+LINEAR = '    "linear" [id="node:linear", class="op module", label="block.lin: Linear\\naten.linear\\nf32[1, 2]\\n+ weight, bias", tooltip="block.lin: torch.nn.modules.linear.Linear\\n1 node, 6 parameters\\nswappable\\n\\nlinear = aten.linear.default\\nf32[1, 2]\\nparameter block.lin.weight f32[2, 2]\\nparameter block.lin.bias f32[2]", fillcolor="#f7dee8"];\n'
+RELU = '    "relu" [id="node:relu", class="op", label="aten.relu\\nf32[1, 2]", tooltip="relu = aten.relu.default\\nf32[1, 2]"];\n'
+HEAD = '  "linear_1" [id="node:linear_1", class="op module", label="head: Linear\\naten.linear\\nf32[1, 2]\\n+ weight, bias", tooltip="head: torch.nn.modules.linear.Linear\\n1 node, 6 parameters\\nswappable\\n\\nlinear_1 = aten.linear.default\\nf32[1, 2]\\nparameter head.weight f32[2, 2]\\nparameter head.bias f32[2]", fillcolor="#f7eede"];\n'
+OUTPUT = '  "output" [id="node:output", class="output", label="output", tooltip="output of the program", style=filled, fillcolor="#e5e7eb"];\n'
+
+
+def test_to_dot_draws_one_cluster_per_module_and_inlines_single_node_modules(outer):
+    assert len(gs.partition(outer)["block"].nodes) == 2  # a cluster, not an inlined node
+    expected = (
+        HEADER
+        + X
+        + qualified("""\
+  subgraph "cluster:block" {
+    id="cluster:block";
+    class="module";
+    label="block: Inner";
+    tooltip="block: <tests>.Inner\\n2 nodes, 6 parameters\\nswappable";
+    style="filled";
+    fillcolor="#f7e0de";
+    color="#9ca3af";
+    penwidth=0.8;
+""")
+        + LINEAR
+        + RELU
+        + "  }\n"
+        + HEAD
+        + OUTPUT
+        + """\
+  "x" -> "linear" [id="edge:x->linear"];
+  "linear" -> "relu" [id="edge:linear->relu"];
+  "relu" -> "linear_1" [id="edge:relu->linear_1"];
+  "linear_1" -> "output" [id="edge:linear_1->output"];
+}
+"""
+    )
+    assert to_dot(outer) == expected
+
+
+def test_highlight_gives_the_cluster_a_bold_border_and_a_stronger_fill(outer):
+    plain = to_dot(outer)
+    assert 'class="module highlighted"' not in plain
+    expected = qualified("""\
+  subgraph "cluster:block" {
+    id="cluster:block";
+    class="module highlighted";
+    label="block: Inner";
+    tooltip="block: <tests>.Inner\\n2 nodes, 6 parameters\\nswappable";
+    style="filled";
+    fillcolor="#f7a5a1";
+    color="#c026d3";
+    penwidth=2.5;
+""")
+    dot = to_dot(outer, highlight="block")
+    assert expected in dot
+    # nothing else changes
+    unhighlighted = (
+        expected.replace("module highlighted", "module")
+        .replace("#f7a5a1", "#f7e0de")
+        .replace('color="#c026d3";\n    penwidth=2.5;', 'color="#9ca3af";\n    penwidth=0.8;')
+    )
+    assert dot.replace(expected, unhighlighted) == plain
+    assert graph_view(outer, highlight=["block"]).highlighted == ("block",)
+
+
+def test_highlight_of_a_single_node_module_marks_the_node(outer):
+    dot = to_dot(outer, highlight="head")
+    assert '"linear_1" [id="node:linear_1", class="op module highlighted"' in dot
+    assert 'fillcolor="#f7d7a1", color="#c026d3", penwidth=2.5];' in dot
+
+
+def test_collapse_depth_draws_each_top_level_module_as_one_box(outer):
+    assert graph_view(outer, collapse=None).collapsed == ()
+    expected = (
+        X
+        + qualified("""\
+  "module:block" [id="module:block", class="module collapsed", label="block: Inner\\n2 nodes · 6 params", tooltip="block: <tests>.Inner\\n2 nodes, 6 parameters\\nswappable\\ncollapsed", shape=box3d, margin="0.1,0.06", style=filled, fillcolor="#f7e0de"];
+  "module:head" [id="module:head", class="module collapsed", label="head: Linear\\n1 node · 6 params", tooltip="head: torch.nn.modules.linear.Linear\\n1 node, 6 parameters\\nswappable\\ncollapsed", shape=box3d, margin="0.1,0.06", style=filled, fillcolor="#f7eede"];
+""")
+        + OUTPUT
+        + """\
+  "x" -> "module:block" [id="edge:x->module:block"];
+  "module:block" -> "module:head" [id="edge:module:block->module:head"];
+  "module:head" -> "output" [id="edge:module:head->output"];
+"""
+    )
+    assert body(to_dot(outer, collapse=1)) == expected
+    view = graph_view(outer, collapse=1)
+    assert view.collapsed == ("block", "head") and view.drawn_nodes == 4
+
+
+def test_collapse_a_set_of_modules_boxes_exactly_those(outer):
+    expected = (
+        X
+        + qualified("""\
+  "module:block" [id="module:block", class="module collapsed", label="block: Inner\\n2 nodes · 6 params", tooltip="block: <tests>.Inner\\n2 nodes, 6 parameters\\nswappable\\ncollapsed", shape=box3d, margin="0.1,0.06", style=filled, fillcolor="#f7e0de"];
+""")
+        + HEAD
+        + OUTPUT
+        + """\
+  "x" -> "module:block" [id="edge:x->module:block"];
+  "module:block" -> "linear_1" [id="edge:module:block->linear_1"];
+  "linear_1" -> "output" [id="edge:linear_1->output"];
+"""
+    )
+    assert body(to_dot(outer, collapse={"block"})) == expected
+    assert graph_view(outer, collapse=["block.lin"]).collapsed == ("block.lin",)
+
+
+def test_collapse_none_opens_everything_and_auto_fits_the_budget(outer):
+    everything = graph_view(outer, collapse=None)
+    assert everything.drawn_nodes == 5 and everything.clusters == ("block",)
+    assert graph_view(outer).dot == everything.dot  # 5 nodes fit in the default budget
+    tight = graph_view(outer, max_nodes=4)
+    assert tight.drawn_nodes <= 4 and tight.collapsed == ("block",)
+    # a highlighted module stays open, whatever the budget
+    assert graph_view(outer, max_nodes=4, highlight="block").clusters == ("block",)
+    assert graph_view(outer, collapse=1, highlight="block").clusters == ("block",)
+
+
+# x ──▶ layers.0 … layers.23 (ReLU each) ──▶ out   (24 top-level modules, a budget of 10)
+
+
+def test_auto_folds_runs_of_sibling_modules_when_the_top_level_is_too_big():
+    model = nn.Sequential(*[nn.ReLU() for _ in range(24)])
+    ep = exported(model, torch.randn(2, 2), preserve="none")
+    assert graph_view(ep, collapse=None).drawn_nodes == 26
+    view = graph_view(ep, max_nodes=10)
+    assert view.drawn_nodes == 3 and len(view.collapsed) == 24
+    assert (
+        '"modules:0..23" [id="modules:0..23", class="module collapsed", label="0 … 23: ReLU × 24\\n24 nodes"'
+        in view.dot
+    )
+    assert '"input" -> "modules:0..23" [id="edge:input->modules:0..23"];' in view.dot
+
+
+def test_auto_keeps_a_32_layer_decoder_within_budget_and_opens_whole_groups():
+    model = TinyGPT(32).eval()
+    preserve = [f"layers.{i}" for i in range(32)] + [f"layers.{i}.attn" for i in range(32)]
+    ep = gs.export(model, (model.example_input(),), preserve=preserve)
+    assert len(ep.graph.nodes) > 1000
+    view = graph_view(ep)
+    assert 200 < view.drawn_nodes <= 300
+    # every layer and MLP open, every attention one box: a regular picture
+    assert [f"layers.{i}.attn" for i in range(32)] == list(view.collapsed)
+    assert {f"layers.{i}" for i in range(32)} | {f"layers.{i}.mlp" for i in range(32)} <= set(
+        view.clusters
+    )
+    assert graph_view(ep, max_nodes=100).drawn_nodes <= 100
+    highlighted = graph_view(ep, highlight="layers.7.attn")
+    assert "layers.7.attn" in highlighted.clusters and "layers.7.attn" not in highlighted.collapsed
+
+
+# x ──▶ lin ──▶ lin@1 (the same Linear, twice) ──▶ split ──[1]──▶ cat ◀──[0]── split
+#                                         scale (buffer) ──▶ mul ◀── cat ;  + constant ──▶ out
+
+
+class Shared(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.register_buffer("scale", torch.ones(4))
+
+    def forward(self, x):
+        y = self.lin(self.lin(x))
+        a, b = y.split(2, dim=1)
+        return torch.cat([b, a], 1) * self.scale + torch.tensor([1.0, 2.0, 3.0, 4.0])
+
+
+@pytest.fixture(scope="module")
+def shared():
+    return exported(Shared().eval(), torch.randn(3, 4))
+
+
+def test_repeated_calls_buffers_constants_and_getitem_glue(shared):
+    assert {"lin", "lin@1"} <= set(gs.partition(shared))
+    expected = """\
+  "b_scale" [id="node:b_scale", class="buffer", label="scale\\nf32[4]", tooltip="b_scale: buffer scale\\nf32[4]", shape=cylinder, style=filled, fillcolor="#fef9c3"];
+  "c_lifted_tensor_0" [id="node:c_lifted_tensor_0", class="constant", label="lifted_tensor_0\\nf32[4]", tooltip="c_lifted_tensor_0: constant lifted_tensor_0\\nf32[4]", shape=note, style=filled, fillcolor="#f3f4f6"];
+  "x" [id="node:x", class="input", label="x\\nf32[3, 4]", tooltip="x: input of the program\\nf32[3, 4]", style=filled, fillcolor="#e5e7eb"];
+  "linear" [id="node:linear", class="op module", label="lin: Linear\\naten.linear\\nf32[3, 4]\\n+ weight, bias", tooltip="lin: torch.nn.modules.linear.Linear\\n1 node, 20 parameters\\nswappable\\n\\nlinear = aten.linear.default\\nf32[3, 4]\\nparameter lin.weight f32[4, 4]\\nparameter lin.bias f32[4]", fillcolor="#eedef7"];
+  "linear_1" [id="node:linear_1", class="op module", label="lin@1: Linear\\naten.linear\\nf32[3, 4]\\n+ weight, bias", tooltip="lin@1: torch.nn.modules.linear.Linear\\n1 node, 20 parameters\\nswappable\\n\\nlinear_1 = aten.linear.default\\nf32[3, 4]\\nparameter lin.weight f32[4, 4]\\nparameter lin.bias f32[4]", fillcolor="#eedef7"];
+  "split" [id="node:split", class="op", label="aten.split\\n[f32[3, 2], f32[3, 2]]", tooltip="split = aten.split.Tensor\\n[f32[3, 2], f32[3, 2]]"];
+  "cat" [id="node:cat", class="op", label="aten.cat\\nf32[3, 4]", tooltip="cat = aten.cat.default\\nf32[3, 4]"];
+  "mul" [id="node:mul", class="op", label="aten.mul\\nf32[3, 4]", tooltip="mul = aten.mul.Tensor\\nf32[3, 4]"];
+  "lift_fresh_copy" [id="node:lift_fresh_copy", class="op", label="aten.lift_fresh_copy\\nf32[4]", tooltip="lift_fresh_copy = aten.lift_fresh_copy.default\\nf32[4]"];
+  "detach_" [id="node:detach_", class="op", label="aten.detach_\\nf32[4]", tooltip="detach_ = aten.detach_.default\\nf32[4]"];
+  "add" [id="node:add", class="op", label="aten.add\\nf32[3, 4]", tooltip="add = aten.add.Tensor\\nf32[3, 4]"];
+  "output" [id="node:output", class="output", label="output", tooltip="output of the program", style=filled, fillcolor="#e5e7eb"];
+  "x" -> "linear" [id="edge:x->linear"];
+  "linear" -> "linear_1" [id="edge:linear->linear_1"];
+  "linear_1" -> "split" [id="edge:linear_1->split"];
+  "split" -> "cat" [id="edge:split->cat", taillabel="[1]"];
+  "split" -> "cat" [id="edge:split->cat:2", taillabel="[0]"];
+  "cat" -> "mul" [id="edge:cat->mul"];
+  "b_scale" -> "mul" [id="edge:b_scale->mul"];
+  "c_lifted_tensor_0" -> "lift_fresh_copy" [id="edge:c_lifted_tensor_0->lift_fresh_copy"];
+  "lift_fresh_copy" -> "detach_" [id="edge:lift_fresh_copy->detach_"];
+  "mul" -> "add" [id="edge:mul->add"];
+  "detach_" -> "add" [id="edge:detach_->add"];
+  "add" -> "output" [id="edge:add->output"];
+"""
+    assert body(to_dot(shared)) == expected
+
+
+def test_highlight_a_module_called_twice_or_one_of_its_calls(shared):
+    assert graph_view(shared, highlight="lin").highlighted == ("lin", "lin@1")
+    assert graph_view(shared, highlight="lin@1").highlighted == ("lin@1",)
+    dot = to_dot(shared, highlight="lin@1")
+    assert '"linear" [id="node:linear", class="op module",' in dot
+    assert '"linear_1" [id="node:linear_1", class="op module highlighted",' in dot
+
+
+def test_show_parameters_draws_them_with_edges_to_their_users(outer):
+    folded = to_dot(outer)
+    assert "p_head_weight" not in folded
+    dot = to_dot(outer, show_parameters=True)
+    assert (
+        '  "p_head_weight" [id="node:p_head_weight", class="parameter", label="head.weight\\nf32[2, 2]", '
+        'tooltip="p_head_weight: parameter head.weight\\nf32[2, 2]", shape=cylinder, style=filled, '
+        'fillcolor="#f3f4f6"];\n'
+    ) in dot
+    assert '"p_head_weight" -> "linear_1" [id="edge:p_head_weight->linear_1"];' in dot
+    # a module's parameters are drawn inside its cluster
+    cluster = dot[dot.index('subgraph "cluster:block"') : dot.index("  }\n")]
+    assert '"p_block_lin_weight" [' in cluster
+
+
+# x ──▶ heads.0 … heads.9 (each a Linear of x) ──▶ stack ──▶ out : x has ten users
+
+
+class Fan(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.heads = nn.ModuleList(nn.Linear(2, 2) for _ in range(10))
+
+    def forward(self, x):
+        return torch.stack([head(x) for head in self.heads])
+
+
+def test_a_value_with_many_users_is_named_by_them_instead_of_drawing_every_edge():
+    ep = exported(Fan(), torch.randn(1, 2))
+    assert len(ep.graph.find_nodes(op="placeholder", target="x")[0].users) == 10
+    dot = to_dot(ep)
+    assert not re.search(r'"x" -> ', dot)
+    assert 'label="x\\nf32[1, 2]\\nx → 10 users"' in dot
+    assert dot.count("\\nshared: x") == 10
+    assert dot.count('-> "stack"') == 10
+
+
+def test_diff_merged_greys_removed_nodes_and_marks_the_added_box(outer, swapped):
+    assert gs.swap_info(swapped).call_nodes == {"block": "swapped_block"}
+    expected = (
+        X
+        + qualified("""\
+  subgraph "cluster:block" {
+    id="cluster:block";
+    class="module swapped-boundary";
+    label="block: Inner → Doubler";
+    tooltip="block: <tests>.Inner\\n2 nodes, 6 parameters\\nswappable";
+    style="filled,dashed";
+    fillcolor="#f7e0de";
+    color="#c2410c";
+    penwidth=1.5;
+""")
+        + """\
+    "linear" [id="node:linear", class="op module removed", label="block.lin: Linear\\naten.linear\\nf32[1, 2]\\n+ weight, bias", tooltip="block.lin: torch.nn.modules.linear.Linear\\n1 node, 6 parameters\\nswappable\\n\\nlinear = aten.linear.default\\nf32[1, 2]\\nparameter block.lin.weight f32[2, 2]\\nparameter block.lin.bias f32[2]", fillcolor="#f3f4f6", style="rounded,filled,dashed", color="#9ca3af", fontcolor="#6b7280"];
+    "relu" [id="node:relu", class="op removed", label="aten.relu\\nf32[1, 2]", tooltip="relu = aten.relu.default\\nf32[1, 2]", style="rounded,filled,dashed", color="#9ca3af", fontcolor="#6b7280", fillcolor="#f3f4f6"];
+"""
+        + qualified("""\
+    "swapped_block" [id="node:swapped_block", class="swapped added", label="+ block: swapped\\nDoubler\\n(x: f32[1, 2]) → f32[1, 2]", tooltip="swapped_block: block runs <tests>.Doubler\\nin place of 2 nodes of Inner", style="filled,bold", peripheries=2, fillcolor="#fed7aa", color="#15803d", penwidth=2];
+  }
+""")
+        + HEAD
+        + OUTPUT
+        + """\
+  "x" -> "linear" [id="edge:x->linear", style=dashed, color="#9ca3af"];
+  "linear" -> "relu" [id="edge:linear->relu", style=dashed, color="#9ca3af"];
+  "x" -> "swapped_block" [id="edge:x->swapped_block", color="#15803d", penwidth=1.5];
+  "swapped_block" -> "linear_1" [id="edge:swapped_block->linear_1", color="#15803d", penwidth=1.5];
+  "linear_1" -> "output" [id="edge:linear_1->output"];
+  "relu" -> "linear_1" [id="edge:relu->linear_1", style=dashed, color="#9ca3af"];
+"""
+    )
+    assert body(to_dot(swapped, diff=True)) == expected
+    assert to_dot(swapped, diff="merged") == to_dot(swapped, diff=True)
+
+
+def test_the_swapped_program_alone_shows_one_box_for_the_swapped_module(swapped):
+    expected = (
+        X
+        + qualified("""\
+  "swapped_block" [id="node:swapped_block", class="swapped", label="block: swapped\\nDoubler\\n(x: f32[1, 2]) → f32[1, 2]", tooltip="swapped_block: block runs <tests>.Doubler\\nin place of 2 nodes of Inner", style="filled,bold", peripheries=2, fillcolor="#fed7aa", color="#c2410c"];
+""")
+        + HEAD
+        + OUTPUT
+        + """\
+  "x" -> "swapped_block" [id="edge:x->swapped_block"];
+  "swapped_block" -> "linear_1" [id="edge:swapped_block->linear_1"];
+  "linear_1" -> "output" [id="edge:linear_1->output"];
+"""
+    )
+    assert body(to_dot(swapped)) == expected
+    view = graph_view(swapped, highlight="block")
+    assert view.highlighted == ("block",) and view.swapped == ("block",)
+    assert 'class="swapped highlighted"' in view.dot
+
+
+def test_diff_split_draws_two_aligned_pictures_with_prefixed_ids(swapped):
+    dot = to_dot(swapped, diff="split")
+    assert dot.count('subgraph "cluster:before" {') == dot.count('subgraph "cluster:after" {') == 1
+    assert 'id="before/node:linear", class="op module removed"' in dot
+    assert 'id="after/node:swapped_block", class="swapped added"' in dot
+    # the swapped module's boundary is in both pictures
+    assert 'id="before/cluster:block";' in dot and 'id="after/cluster:block";' in dot
+    # each kept node is level with itself: the two pictures line up
+    for name in ("x", "linear_1", "output"):
+        assert f'  {{rank=same; "before/{name}"; "after/{name}";}}\n' in dot
+    assert '"before/linear" -> "before/relu" [id="before/edge:linear->relu"' in dot
+    assert "before/swapped_block" not in dot and "after/relu" not in dot
+
+
+def test_diff_draws_an_input_renamed_by_the_swap_once():
+    # input ──▶ lin ──▶ add ◀── input ;  add ──▶ head ──▶ out   (lin swapped for Identity)
+    class Residual(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+            self.head = nn.Linear(2, 2)
+
+        def forward(self, input):
+            return self.head(self.lin(input) + input)
+
+    ep = exported(Residual(), torch.randn(1, 2))
+    gm = gs.swap(ep, {"lin": nn.Identity()})
+    assert gs.swap_info(gm).node_map["input"] == "input_1"  # named after a builtin: renamed
+    dot = to_dot(gm, diff=True)
+    assert dot.count('class="input"') == 1
+    assert '"input_1" -> "linear" [id="edge:input_1->linear", style=dashed' in dot
+    assert '"input_1" -> "swapped_lin" [id="edge:input_1->swapped_lin"' in dot
+    assert '{rank=same; "before/input"; "after/input_1";}' in to_dot(gm, diff="split")
+
+
+def test_diff_keeps_the_original_order_in_a_decoder():
+    model = TinyGPT(2).eval()
+    ep = exported(model, model.example_input())
+    gm = gs.swap(ep, {"layers.1.attn": FusedAttention(model.layers[1].attn)})
+    dot = to_dot(gm, diff=True, collapse=None)
+    names = re.findall(r'^\s+"(\w+)" \[id="node:', dot, flags=re.M)
+    original = [n.name for n in ep.graph.nodes if f'"{n.name}" [id=' in dot]
+    kept = [n for n in names if n in set(original)]
+    assert kept == original  # removed nodes sit where they were, nothing reordered
+    assert names.index("swapped_layers_1_attn") == names.index("linear_9") + 1
+    assert "(x: f32[1, 16, 64]) → f32[1, 16, 64]" in dot
+
+
+def test_labels_and_ids_are_escaped():
+    # x ──▶ 'we"ird\N' (a module of type Odd"Name<&>) ──▶ out
+    odd = type('Odd"Name<&>', (nn.Module,), {"forward": lambda self, x: x * 2})
+
+    class Weird(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.add_module('we"ird\\N', odd())
+
+        def forward(self, x):
+            return getattr(self, 'we"ird\\N')(x)
+
+    ep = exported(Weird(), torch.randn(1, 2))
+    assert 'we"ird\\N' in gs.partition(ep)
+    dot = to_dot(ep)
+    assert 'label="we\\"ird\\\\N: Odd\\"Name<&>\\naten.mul\\nf32[1, 2]"' in dot
+    # tooltips: graphviz expands escapes in them twice, so backslashes become U+29F5
+    assert 'tooltip="we\\"ird\u29f5N: ' in dot
+    if shutil.which("dot"):
+        svg = to_svg(ep)
+        texts = [t.text for t in ET.fromstring(svg).iter(f"{SVG}text")]
+        assert 'we"ird\\N: Odd"Name<&>' in texts
+
+
+def test_tooltips_show_where_the_node_comes_from():
+    # x ──▶ relu ──▶ out, written in this file
+    class Relu(nn.Module):
+        def forward(self, x):
+            return torch.relu(x)
+
+    line = inspect.getsourcelines(Relu.forward)[1] + 1
+    dot = to_dot(gs.export(Relu(), (torch.randn(1, 2),)))
+    assert f"test_render.py:{line} in forward\\n  return torch.relu(x)" in dot
+    assert str(Path(__file__).parent) not in dot  # file names only, never paths
+
+
+def test_source_lines_skip_torch_frames_and_never_show_paths():
+    trace = (
+        'File "C:\\work\\model.py", line 12, in forward\n    x = layer(x)\n'
+        'File "<stdin>", line 3, in forward\n'
+        'File "/opt/site-packages/torch/nn/modules/linear.py", line 134, in forward\n'
+        "    return F.linear(input, self.weight, self.bias)"
+    )
+    assert render._source_of_trace(trace) == "<stdin>:3 in forward\ncalled from model.py:12"
+
+
+def test_the_same_program_gives_the_same_text_every_time(outer):
+    again = exported(Outer(), torch.randn(1, 2))
+    assert again is not outer
+    assert to_dot(again) == to_dot(outer)
+    assert to_dot(outer, collapse=1, highlight="head") == to_dot(
+        outer, collapse=1, highlight="head"
+    )
+
+
+def test_a_surgery_is_drawn_through_its_module_or_program(outer, swapped):
+    surgery = gs.Surgery(outer)
+    assert to_dot(surgery) == to_dot(outer)  # nothing swapped: the program itself
+    with pytest.raises(RenderError, match="no swaps to compare"):
+        to_dot(surgery, diff=True)
+    surgery.swap("block", Doubler())
+    assert to_dot(surgery) == to_dot(surgery.module) == to_dot(swapped)
+    assert to_dot(surgery, diff="split") == to_dot(swapped, diff="split")
+    # anything shaped like one
+    assert to_dot(types.SimpleNamespace(module=swapped, program=outer)) == to_dot(swapped)
+    assert to_dot(types.SimpleNamespace(module=None, program=outer)) == to_dot(outer)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        (
+            {"highlight": "blok"},
+            gs.UnknownModuleError,
+            "no module 'blok'. Did you mean 'block' or 'block.lin'?",
+        ),
+        ({"collapse": {"heed"}}, gs.UnknownModuleError, "Did you mean 'head'?"),
+        ({"collapse": "block"}, RenderError, "to collapse one module pass {'block'}"),
+        ({"collapse": 0}, RenderError, "use collapse=None to collapse nothing"),
+        ({"collapse": True}, RenderError, "expected 'auto', None, a depth"),
+        ({"highlight": [""]}, RenderError, "the root module '' is the whole picture"),
+        ({"highlight": 3}, RenderError, "expected a module name or a collection"),
+        ({"diff": True}, RenderError, "this program has no swaps to compare"),
+        ({"max_nodes": 0}, RenderError, "max_nodes: expected a positive int"),
+    ],
+)
+def test_bad_requests_say_what_is_wrong(outer, kwargs, error, message):
+    with pytest.raises(error) as caught:
+        to_dot(outer, **kwargs)
+    assert message in str(caught.value)
+    assert isinstance(caught.value, gs.GraphSurgeonError)
+
+
+def test_things_that_are_not_programs_are_refused(outer, swapped):
+    with pytest.raises(RenderError, match=r"not made by gs\.swap"):
+        to_dot(outer.module())
+    with pytest.raises(RenderError, match="cannot draw a str"):
+        to_dot("program.pt2")
+    with pytest.raises(RenderError, match="expected None, True, 'merged' or 'split'"):
+        to_dot(swapped, diff="both")
+
+
+def test_the_analysis_cache_does_not_keep_graphs_alive():
+    # x ──▶ 0: Linear ──▶ 1: ReLU ──▶ out, traced by torch.fx (nothing else holds its graph)
+    module = torch.fx.symbolic_trace(nn.Sequential(nn.Linear(2, 2), nn.ReLU()))
+    render._analysis(module.graph, {}, module)
+    graph = weakref.ref(module.graph)
+    assert graph() in render._ANALYSES
+    del module
+    gc.collect()
+    assert graph() is None
+
+
+def test_render_does_not_import_optional_ui_packages():
+    tree = ast.parse(Path(render.__file__).read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            imported.add(node.module.split(".")[0])
+    assert "torch" in imported
+    assert not imported & {"graphviz", "ipywidgets", "IPython"}
+
+
+# -- SVG -------------------------------------------------------------------------------------
+
+
+@needs_dot
+def test_svg_carries_the_ids_of_nodes_clusters_and_edges(outer):
+    svg = to_svg(outer)
+    root = ET.fromstring(svg)
+    groups = {g.get("id"): g.get("class") for g in root.iter(f"{SVG}g")}
+    assert groups["cluster:block"] == "cluster module"
+    assert groups["node:linear"] == "node op module"
+    assert groups["node:x"] == "node input"
+    assert groups["edge:relu->linear_1"] == "edge"
+    view = graph_view(outer)
+    assert sum(1 for c in groups.values() if c and c.startswith("node ")) == view.drawn_nodes
+    # tooltips survive as link titles
+    titles = [a.get("{http://www.w3.org/1999/xlink}title") for a in root.iter(f"{SVG}a")]
+    assert any(t and t.startswith("relu = aten.relu.default") for t in titles)
+
+
+@needs_dot
+def test_svg_of_collapsed_and_diff_views_keeps_their_ids(outer, swapped):
+    collapsed = ET.fromstring(to_svg(outer, collapse=1))
+    ids = {g.get("id") for g in collapsed.iter(f"{SVG}g")}
+    assert {"module:block", "module:head", "edge:module:block->module:head"} <= ids
+    split = ET.fromstring(to_svg(swapped, diff="split"))
+    ids = {g.get("id") for g in split.iter(f"{SVG}g")}
+    assert {"diff:before", "diff:after", "before/cluster:block", "after/cluster:block"} <= ids
+    assert {"before/node:relu", "after/node:swapped_block", "after/edge:x->swapped_block"} <= ids
+
+
+@needs_dot
+def test_layouts_are_cached_by_dot_text(outer, monkeypatch):
+    calls = []
+    real_run = subprocess.run
+
+    def counting_run(*args, **kwargs):
+        calls.append(args)
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(render.subprocess, "run", counting_run)
+    render._LAYOUTS.clear()
+    first = to_svg(outer, highlight="head")
+    second = to_svg(outer, highlight="head")
+    assert first == second and len(calls) == 1
+    to_svg(outer, highlight="block")
+    assert len(calls) == 2
+
+
+def test_a_missing_dot_binary_names_the_install_command(outer, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert shutil.which("dot") is None
+    with pytest.raises(gs.MissingDependencyError, match=r"apt-get install graphviz"):
+        to_svg(outer)
+    assert to_dot(outer)  # DOT needs no binary
