@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 from torch.fx.graph import CodeGen
+from torch.fx.node import _get_qualified_name
 
 __all__ = ["FastCodeGen", "fast_function"]
 
@@ -23,8 +24,30 @@ _NAMESPACES = (
     torch._C._special,
     torch._C._fft,
 )
-# Ops whose Python binding is not a plain view of the aten schema.
-_KEEP = frozenset({"sym_size", "sym_numel", "sym_stride", "sym_storage_offset", "_assert_scalar"})
+# Bindings written by hand in torch (not generated from the schema), or with another meaning.
+_KEEP = frozenset(
+    {
+        "sym_size",
+        "sym_numel",
+        "sym_stride",
+        "sym_storage_offset",
+        "_assert_scalar",
+        "range",
+        "nonzero",
+        "numel",
+        "as_tensor",
+        "tensor",
+        "asarray",
+        "from_numpy",
+        "frombuffer",
+        "sparse_coo_tensor",
+        "sparse_compressed_tensor",
+        "sparse_csr_tensor",
+    }
+)
+# Tensor methods whose binding takes exactly the schema's arguments. Other methods (``to``,
+# ``type``, ``new_*`` ...) have hand-written Python signatures and keep the OpOverload call.
+_METHODS = frozenset({"view", "expand", "contiguous", "repeat", "unfold"})
 _CACHE: dict[torch._ops.OpOverload, object | None] = {}
 
 
@@ -36,19 +59,33 @@ def fast_function(op: object) -> object | None:
         return _CACHE[op]
     found = None
     namespace, _, name = op._schema.name.partition("::")
-    if namespace == "aten" and name not in _KEEP and not op._schema.is_mutable:
+    if (
+        namespace == "aten"
+        and name not in _KEEP
+        and not name.startswith("__")  # operator dunders: the Python binding is a method
+        and not op._schema.is_mutable
+    ):
         for module in _NAMESPACES:
             candidate = getattr(module, name, None)
             if candidate is not None:
                 found = candidate
                 break
         else:
-            method = getattr(torch.Tensor, name, None)
-            # only C methods: a Python-level Tensor method may do more than the op
-            if method is not None and type(method).__name__ == "method_descriptor":
-                found = method
+            if name in _METHODS:
+                found = getattr(torch.Tensor, name)
+    if found is not None and not _nameable(found):
+        found = None  # the generated code could not refer to it (e.g. Tensor.__and__)
     _CACHE[op] = found
     return found
+
+
+def _nameable(function: object) -> bool:
+    """Whether fx's code generation can name ``function`` in generated code."""
+    try:
+        _get_qualified_name(function)
+    except Exception:
+        return False
+    return True
 
 
 class FastCodeGen(CodeGen):

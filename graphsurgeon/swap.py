@@ -168,6 +168,7 @@ def _plan(index: ProgramIndex, modules: Mapping[str, torch.nn.Module]) -> list[_
                 )
             )
     _check_conflicts(requests)
+    # an empty partition is never swappable (refused above), so every request has nodes[0]
     requests.sort(key=lambda r: index.order[r.nodes[0]])
     return requests
 
@@ -193,7 +194,6 @@ def _check_conflicts(requests: list[_Request]) -> None:
                 f"{a.call_name!r} and {b.call_name!r} share nodes (e.g. {node.name!r}); "
                 "request only one of them."
             )
-        # an empty partition cannot be swapped (it is refused earlier), so nodes[0] exists
 
 
 # -- building -----------------------------------------------------------------------------

@@ -1114,3 +1114,15 @@ def test_the_interpreted_forward_has_the_model_signature():
     gm = gs.swap(gs.export(model, (x,)), {"1": nn.GELU()}, interpret=True)
     assert list(inspect.signature(gm.forward).parameters) == ["input"]
     torch.testing.assert_close(gm(input=x), nn.functional.gelu(model[0](x)))
+
+
+def test_generated_code_uses_bindings_only_where_they_take_the_schema_arguments():
+    from graphsurgeon._codegen import fast_function
+
+    aten = torch.ops.aten
+    assert fast_function(aten.linear.default) is torch._C._nn.linear
+    assert fast_function(aten.view.default) is torch.Tensor.view
+    assert fast_function(aten.__and__.Tensor) is None, "a method the code could not name"
+    assert fast_function(aten.to.dtype_layout) is None, "Tensor.to has its own signature"
+    assert fast_function(aten.add_.Tensor) is None, "in-place ops keep their OpOverload"
+    assert fast_function(operator.getitem) is None

@@ -1,0 +1,101 @@
+"""Swaps on Hugging Face models built from small configs (no download): GPT-2 and BERT.
+
+Their forward takes keyword arguments and returns a ModelOutput dataclass; attention masks,
+layer lists and dropout modules that are never called are all on the way.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import transformers  # the dev extra installs it: a missing install fails here, loudly
+from conftest import check_swap
+
+import graphsurgeon as gs
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    #   ids -> wte + wpe -> h[0], h[1] (ln_1, attn(c_attn, c_proj), ln_2, mlp(c_fc, act, c_proj)) -> ln_f -> lm_head
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        n_layer=2,
+        n_embd=32,
+        n_head=2,
+        vocab_size=100,
+        n_positions=32,
+        bos_token_id=0,
+        eos_token_id=0,
+        attn_implementation="eager",
+    )
+    model = transformers.GPT2LMHeadModel(config).eval()
+    ids = torch.randint(0, 100, (1, 8))
+    kwargs = {"use_cache": False}
+    return model, ids, kwargs, gs.export(model, (ids,), kwargs)
+
+
+@pytest.fixture(scope="module")
+def bert():
+    #   ids, attention_mask -> embeddings -> layer[0], layer[1] (attention, intermediate, output) -> pooler
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        num_hidden_layers=2,
+        hidden_size=32,
+        num_attention_heads=2,
+        intermediate_size=64,
+        vocab_size=100,
+        max_position_embeddings=32,
+        attn_implementation="eager",
+    )
+    model = transformers.BertModel(config).eval()
+    ids = torch.randint(0, 100, (2, 8))
+    mask = torch.ones(2, 8, dtype=torch.long)
+    mask[1, 6:] = 0
+    kwargs = {"attention_mask": mask}
+    return model, ids, kwargs, gs.export(model, (ids,), kwargs)
+
+
+def shifted(module: torch.nn.Module, path: str) -> torch.nn.Module:
+    """A copy of ``module`` whose ``path`` bias is moved by 0.5: a replacement that shows."""
+    copied = copy.deepcopy(module)
+    with torch.no_grad():
+        copied.get_parameter(path).add_(0.5)
+    return copied
+
+
+@pytest.mark.parametrize(
+    ("name", "bias"),
+    [
+        ("transformer.h.0.mlp", "c_fc.bias"),
+        ("transformer.h.1.attn", "c_proj.bias"),
+        ("transformer.h.1", "ln_2.bias"),
+    ],
+)
+def test_gpt2_swaps_mlp_attention_and_a_block(gpt2, name, bias):
+    model, ids, kwargs, ep = gpt2
+    gm, _, _ = check_swap(
+        model, (ids,), {name: shifted(model.get_submodule(name), bias)}, kwargs, ep=ep
+    )
+    assert type(gm(ids, **kwargs)).__name__ == "CausalLMOutputWithCrossAttentions"
+
+
+@pytest.mark.parametrize(
+    ("name", "bias"),
+    [
+        ("encoder.layer.0.attention", "output.dense.bias"),
+        ("encoder.layer.1", "output.dense.bias"),
+        ("pooler", "dense.bias"),
+    ],
+)
+def test_bert_swaps_attention_a_layer_and_the_pooler(bert, name, bias):
+    model, ids, kwargs, ep = bert
+    check_swap(model, (ids,), {name: shifted(model.get_submodule(name), bias)}, kwargs, ep=ep)
+
+
+def test_unused_dropouts_and_layer_lists_are_explained(bert):
+    _, _, _, ep = bert
+    tree = gs.module_tree(ep)
+    assert "never called" in tree["encoder.layer"].reason
+    assert tree["encoder.layer.0.attention.self.query"].swappable
