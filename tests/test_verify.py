@@ -119,3 +119,18 @@ def test_the_verdict_agrees_with_torch_isclose(values, noise):
     )
     assert bool(report) == bool(torch.isclose(b, a, rtol=1e-5, atol=1e-5).all())
     assert math.isclose(report.max_abs, float((b - a).abs().max()), rel_tol=1e-9, abs_tol=1e-12)
+
+
+def test_complex_outputs_compare_both_parts():
+    z = torch.tensor([1 + 1j, 2 - 1j])
+    assert gs.verify(Returns(lambda x: z), Returns(lambda x: z.clone()), (torch.zeros(1),))
+    report = gs.verify(Returns(lambda x: z), Returns(lambda x: z.conj()), (torch.zeros(1),))
+    assert not report and math.isclose(report.max_abs, 2.0)
+
+
+def test_integer_and_bool_outputs_compare_exactly():
+    ids = torch.tensor([1, 2, 3])
+    assert gs.verify(Returns(lambda x: ids), Returns(lambda x: ids.clone()), (torch.zeros(1),))
+    assert not gs.verify(Returns(lambda x: ids), Returns(lambda x: ids + 1), (torch.zeros(1),))
+    mask = torch.tensor([True, False])
+    assert not gs.verify(Returns(lambda x: mask), Returns(lambda x: ~mask), (torch.zeros(1),))
