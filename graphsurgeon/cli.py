@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -166,14 +167,16 @@ def _cmd_demo(options) -> int:
         print("  (a mismatch is expected here: verify reports it instead of raising)")
 
     with torch.no_grad():
-        timings = {}
-        for name, module in (("eager", reference), ("swapped", swapped)):
-            for _ in range(5):
+        # interleaved runs, medians: drift on a busy machine hits both alike
+        runs: dict[str, list[float]] = {"eager": [], "swapped": []}
+        for _ in range(5):
+            reference(tokens), swapped(tokens)
+        for _ in range(100):
+            for name, module in (("eager", reference), ("swapped", swapped)):
+                start = time.perf_counter()
                 module(tokens)
-            start = time.perf_counter()
-            for _ in range(50):
-                module(tokens)
-            timings[name] = (time.perf_counter() - start) / 50
+                runs[name].append(time.perf_counter() - start)
+        timings = {name: statistics.median(values) for name, values in runs.items()}
     print(
         f"\ntimings: export {export_s:.2f} s, swap {swap_s * 1e3:.1f} ms, forward "
         f"{timings['swapped'] * 1e3:.2f} ms (eager reference {timings['eager'] * 1e3:.2f} ms, "
