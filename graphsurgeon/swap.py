@@ -723,9 +723,7 @@ class _Builder:
             old = self.copied_from.get(node)
             if node.op == "get_attr":
                 removed_attrs.add(node.target)
-            elif (
-                node.op != "call_function" or old is None or not old.users or not _pure(node.target)
-            ):
+            elif node.op != "call_function" or old is None or not old.users or not _droppable(node):
                 continue
             self.graph.erase_node(node)
         still = {n.target for n in self.graph.nodes if n.op == "get_attr"}
@@ -733,17 +731,21 @@ class _Builder:
             self.attrs.pop(target, None)
 
 
-def _pure(target: Any) -> bool:
-    """Whether a call can be dropped when its result is unused."""
-    if target is operator.getitem:
+_SYMBOLIC = (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def _droppable(node: Node) -> bool:
+    """Whether an unused call can go. A swapped call's inputs stay in use (they are its
+    arguments) and a call reading anything else is refused, so what a swap leaves dead is
+    glue (``getitem``) and size arithmetic the original module did on the side; tensor ops
+    are never dropped, whatever their schema says (batch_norm writes its running
+    statistics without declaring it)."""
+    if node.target is operator.getitem:
         return True
-    if not isinstance(target, torch._ops.OpOverload):
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
         return False
-    schema = target._schema
-    # batch_norm writes its running statistics without a mutable schema annotation
-    if "norm" in schema.name or schema.is_mutable or not schema.returns:
-        return False
-    return torch.Tag.nondeterministic_seeded not in target.tags
+    return isinstance(node.meta.get("val"), _SYMBOLIC)
 
 
 def _get_path(root: torch.nn.Module, target: str) -> Any:

@@ -125,10 +125,6 @@ def _run(program: Any, which: str, args: tuple, kwargs: Mapping[str, Any]) -> An
         ) from error
 
 
-def _path(key_path) -> str:
-    return "".join(str(k) for k in key_path)
-
-
 def _compare_tensors(
     path: str, a: torch.Tensor, b: torch.Tensor, rtol: float, atol: float
 ) -> LeafCheck:
@@ -226,7 +222,7 @@ def compare_outputs(
         )
         return VerifyReport(False, (), problem, rtol, atol)
     checks = [
-        compare_leaf(_path(key_path), a, b, rtol=rtol, atol=atol)
+        compare_leaf(pytree.keystr(key_path), a, b, rtol=rtol, atol=atol)
         for (key_path, a), (_, b) in zip(expected_leaves, actual_leaves)
     ]
     return VerifyReport(all(c.ok for c in checks), tuple(checks), "", rtol, atol)

@@ -1126,3 +1126,30 @@ def test_generated_code_uses_bindings_only_where_they_take_the_schema_arguments(
     assert fast_function(aten.to.dtype_layout) is None, "Tensor.to has its own signature"
     assert fast_function(aten.add_.Tensor) is None, "in-place ops keep their OpOverload"
     assert fast_function(operator.getitem) is None
+
+
+class ScalesBySize(nn.Module):
+    def forward(self, x):
+        return x * x.shape[0]
+
+
+class SizeUser(nn.Module):
+    #   x -> m (x * batch size, the size read outside m in strict mode) -> + 1
+    def __init__(self):
+        super().__init__()
+        self.m = ScalesBySize()
+
+    def forward(self, x):
+        return self.m(x) + 1
+
+
+def test_size_arithmetic_only_the_swapped_module_used_is_dropped():
+    model, x = SizeUser(), torch.randn(4, 3)
+    batch = torch.export.Dim("batch", min=2, max=64)
+    ep = gs.export(model, (x,), dynamic_shapes=({0: batch},), strict=True)
+    sizes = [n for n in ep.graph.nodes if n.target == torch.ops.aten.sym_size.int]
+    assert sizes and sizes[0].name not in gs.partition(ep)["m"].nodes, "precondition"
+    gm, _, reference = check_swap(model, (x,), {"m": nn.Tanh()}, ep=ep)
+    assert not [n for n in gm.graph.nodes if n.target == torch.ops.aten.sym_size.int]
+    y = torch.randn(9, 3)
+    torch.testing.assert_close(gm(y), reference(y))
