@@ -15,7 +15,9 @@ Example:
     True
 """
 
-from ._errors import (
+from ._runtime import InputStructureError
+from .compare import CallComparison, CompareError, Comparison, compare
+from .errors import (
     ConflictError,
     ExportError,
     GraphSurgeonError,
@@ -28,8 +30,6 @@ from ._errors import (
     UnknownModuleError,
     VerifyError,
 )
-from ._runtime import InputStructureError
-from .compare import CallComparison, CompareError, Comparison, compare
 from .export import ExportNotes, export, export_notes
 from .partition import ModuleInfo, ModuleTree, Partition, module_tree, partition
 from .render import GraphView, RenderError, graph_view, to_dot, to_svg

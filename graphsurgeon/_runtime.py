@@ -11,13 +11,9 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from ._errors import GraphSurgeonError, ReplacementError
+from .errors import InputStructureError, ReplacementError
 
 __all__ = ["check_structure", "check_tensor", "flatten_input", "flatten_output", "unflatten"]
-
-
-class InputStructureError(GraphSurgeonError, TypeError):
-    """The swapped program was called with inputs of another structure than at export."""
 
 
 def describe_spec(spec: pytree.TreeSpec) -> str:

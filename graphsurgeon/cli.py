@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from ._errors import GraphSurgeonError
+from .errors import GraphSurgeonError
 
 __all__ = ["main"]
 

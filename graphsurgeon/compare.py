@@ -28,8 +28,8 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.fx import GraphModule, Node
 
-from ._errors import GraphSurgeonError, UnknownModuleError, did_you_mean
 from ._runtime import describe_spec
+from .errors import CompareError, GraphSurgeonError, UnknownModuleError, did_you_mean
 from .partition import partition, program_index
 from .swap import swap, swap_info
 from .verify import LeafCheck, VerifyReport, compare_leaf, compare_outputs
@@ -42,10 +42,6 @@ __all__ = [
     "partition_module",
     "unlifted",
 ]
-
-
-class CompareError(GraphSurgeonError):
-    """compare() cannot compare these programs (the message says why and what to do)."""
 
 
 # -- the original program, unlifted, and its partitions as small GraphModules ---------------

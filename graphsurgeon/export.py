@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
-from ._errors import ExportError, UnknownModuleError, did_you_mean
+from .errors import ExportError, UnknownModuleError, did_you_mean
 
 __all__ = ["ExportNotes", "export"]
 

@@ -18,7 +18,8 @@ from torch.export import ExportedProgram
 from torch.export.exported_program import ModuleCallSignature
 from torch.fx import Node
 
-from ._errors import PartitionError, UnknownModuleError, did_you_mean
+from . import _meta
+from .errors import PartitionError, UnknownModuleError, did_you_mean
 from .export import export_notes
 
 __all__ = ["ModuleInfo", "ModuleTree", "Partition", "module_tree", "partition", "split_call_name"]
@@ -177,11 +178,172 @@ def in_place_alias(node: Node) -> Node | None:
 def _type_text(type_: object) -> str:
     if isinstance(type_, str):
         return type_
-    return f"{type_.__module__}.{type_.__qualname__}"
+    return f"{getattr(type_, '__module__', '')}.{getattr(type_, '__qualname__', type_)}"
 
 
 def _short_type(qualified: str) -> str:
     return qualified.rsplit(".", 1)[-1] if qualified else ""
+
+
+# -- which module call each node belongs to ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Call:
+    """One module call seen in a graph (internal: what :class:`CallIndex` knows of it).
+
+    ``parent`` is the enclosing call ('' for the root), ``depth`` 1 for a top-level module,
+    ``type`` the module's qualified type name as the graph recorded it.
+    """
+
+    name: str
+    fqn: str
+    index: int
+    parent: str
+    depth: int
+    type: str
+
+
+class CallIndex:
+    """Which module calls each node of one fx graph belongs to: decided here, read everywhere.
+
+    Partition, swap, fuse, render, the stepper and compare all read this index, so a node sits
+    in the same module in the picture and in the stepper. The rules:
+
+    * a node with ``meta["nn_module_stack"]`` belongs to the calls its stack records, outermost
+      first (the root entry and torch's bookkeeping entries name no module and are skipped); a
+      key ending in ``@k`` is the k-th repeated call, named ``"fqn@k"``;
+    * the program's inputs and the output node belong to the top level;
+    * a ``call_module`` node without a stack (a symbolically traced graph) is a call of its
+      target;
+    * any other node without a stack (a parameter or buffer, pytree glue made by a swap) belongs
+      to the innermost call that all its users share, and to the top level when unused.
+
+    Only names are kept (never nodes), so a cached index does not keep its graph alive.
+    Internal; :func:`call_index` builds it once per graph.
+    """
+
+    def __init__(self, graph: torch.fx.Graph, state: frozenset[str] = frozenset()):
+        nodes = list(graph.nodes)
+        self.size = len(nodes)
+        self.root_type = ""
+        self.calls: dict[str, Call] = {}
+        # modules whose own name ends in "@k", as graphsurgeon names repeated calls
+        self.ambiguous: list[str] = []
+        interned: dict[tuple[str, ...], tuple[str, ...]] = {}
+        chains: dict[str, tuple[str, ...]] = {}
+        pending: list[Node] = []  # placed by their users, once those are settled
+        for node in nodes:
+            stack = node.meta.get("nn_module_stack")
+            if stack:
+                chain = self._chain(stack)
+                chains[node.name] = interned.setdefault(chain, chain)
+            elif node.op == "output" or (node.op == "placeholder" and node.name not in state):
+                chains[node.name] = ()
+            elif node.op == "call_module" and isinstance(node.target, str):
+                # a module call in a symbolically traced graph: the call of its target
+                if node.target not in self.calls:
+                    self.calls[node.target] = Call(node.target, node.target, 0, "", 1, "")
+                chains[node.name] = (node.target,)
+            else:
+                pending.append(node)
+        for node in reversed(pending):  # users come later in the graph: settle them first
+            users = [chains[user.name] for user in node.users if user.name in chains]
+            chains[node.name] = _common_prefix(users) if users else ()
+        self.chains = chains
+        self.order = [node.name for node in nodes]
+        members: dict[str, list[str]] = {name: [] for name in self.calls}
+        for name in self.order:
+            for call in chains[name]:
+                members[call].append(name)
+        self.members = members
+
+    def _chain(self, stack: Mapping) -> tuple[str, ...]:
+        names: list[str] = []
+        for key, value in stack.items():
+            if not isinstance(value, tuple) or not value:
+                continue
+            path = value[0]
+            if not isinstance(path, str):
+                continue
+            if path == "":
+                if not self.root_type:
+                    self.root_type = _type_text(value[1]) if len(value) > 1 else ""
+                continue
+            if path == _meta.EMPTY_STACK_KEY:
+                continue
+            index = _call_index_of(str(key), path)
+            name = call_name(path, index)
+            if name in names:
+                continue
+            if name not in self.calls:
+                if _CALL_SUFFIX.search(path) and path not in self.ambiguous:
+                    self.ambiguous.append(path)
+                parent = names[-1] if names else ""
+                type_ = _type_text(value[1]) if len(value) > 1 else ""
+                self.calls[name] = Call(name, path, index, parent, len(names) + 1, type_)
+            names.append(name)
+        return tuple(names)
+
+    def chain(self, node: str) -> tuple[str, ...]:
+        """The calls around node ``node``, outermost first (``()`` at the top level)."""
+        return self.chains[node]
+
+    def call_of(self, node: str) -> str:
+        """The innermost call node ``node`` belongs to ('' at the top level)."""
+        chain = self.chains[node]
+        return chain[-1] if chain else ""
+
+
+def _call_index_of(key: str, path: str) -> int:
+    """Which call of module ``path`` a stack key records. torch writes the key as a prefix, the
+    path, and ``@k`` for the k-th repeated call: ``L__self__blk@1`` is the second call of
+    ``blk``, or the first of a module registered as ``"blk@1"``, whose path says which."""
+    if key.endswith(path):
+        return 0
+    match = _CALL_SUFFIX.search(key)
+    if match is not None and key[: match.start()].endswith(path):
+        return int(match.group(1))
+    return 0
+
+
+def _common_prefix(chains: list[tuple[str, ...]]) -> tuple[str, ...]:
+    first = chains[0]
+    length = len(first)
+    for chain in chains[1:]:
+        length = min(length, len(chain))
+        for i in range(length):
+            if chain[i] != first[i]:
+                length = i
+                break
+    return first[:length]
+
+
+# Indexes of graphs seen in this process, without keeping the graphs alive.
+_CALL_INDEXES: weakref.WeakKeyDictionary[torch.fx.Graph, CallIndex] = weakref.WeakKeyDictionary()
+
+
+def call_index(program: ExportedProgram | torch.fx.GraphModule | torch.fx.Graph) -> CallIndex:
+    """The :class:`CallIndex` of a program's graph, built once per graph (and again if the
+    graph changed size). For an ExportedProgram, its lifted parameters and buffers are placed
+    with the nodes that read them; its user inputs are top-level."""
+    state: frozenset[str] = frozenset()
+    if isinstance(program, ExportedProgram):
+        state = frozenset(
+            spec.arg.name
+            for spec in program.graph_signature.input_specs
+            if spec.kind.name != "USER_INPUT" and getattr(spec.arg, "name", None)
+        )
+        graph = program.graph
+    elif isinstance(program, torch.fx.GraphModule):
+        graph = program.graph
+    else:
+        graph = program
+    index = _CALL_INDEXES.get(graph)
+    if index is None or index.size != len(graph.nodes):
+        index = CallIndex(graph, state)
+        _CALL_INDEXES[graph] = index
+    return index
 
 
 class ProgramIndex:
@@ -201,6 +363,16 @@ class ProgramIndex:
         self.by_name: dict[str, Node] = {n.name: n for n in self.nodes}
         notes = export_notes(ep)
         self.notes = notes
+        calls = call_index(ep)
+        if calls.ambiguous:
+            name = calls.ambiguous[0]
+            raise PartitionError(
+                f"the program has a module named {name!r}: graphsurgeon (and torch.export) name "
+                f"the k-th repeated call of a module 'fqn@k', so {name!r} could be the second "
+                f"call of {split_call_name(name)[0]!r}. Register the module under another name "
+                f"(e.g. {name.replace('@', '_')!r}) and export again."
+            )
+        self.calls = calls
         self.signatures: dict[str, ModuleCallSignature | None] = {}
         self.fqns: list[str] = []
         for entry in ep.module_call_graph:
@@ -212,31 +384,27 @@ class ProgramIndex:
             for fqn in notes.module_types:
                 if fqn not in self.fqns:
                     self.fqns.append(fqn)
+        # A module the graph records but module_call_graph lost (a transformed or hand-made
+        # program) is still a module of the program: "not preserved", not "no module".
+        for call in calls.calls.values():
+            if call.fqn not in self.fqns:
+                self.fqns.append(call.fqn)
         if "" not in self.fqns:
             self.fqns.insert(0, "")
         # call name -> nodes (graph order); fqn -> qualified type
-        self.call_nodes: dict[str, list[Node]] = {}
         self.types: dict[str, str] = dict(notes.module_types) if notes is not None else {}
-        known = set(self.fqns)
-        for node in self.nodes:
-            stack = node.meta.get("nn_module_stack")
-            if not stack:
-                continue
-            for key, value in stack.items():
-                path, type_ = value
-                if not path and "" not in self.types:
-                    self.types[""] = _type_text(type_)  # a loaded program has no notes
-                if not path or path not in known:
-                    continue  # the root, or a bookkeeping entry that names no module
-                _, index = split_call_name(str(key))
-                name = call_name(path, index or 0)
-                self.call_nodes.setdefault(name, []).append(node)
-                if path not in self.types:
-                    self.types[path] = _type_text(type_)
+        if "" not in self.types and calls.root_type:
+            self.types[""] = calls.root_type  # a loaded program has no notes
+        for call in calls.calls.values():
+            self.types.setdefault(call.fqn, call.type)
+        self.call_nodes: dict[str, list[Node]] = {
+            name: [self.by_name[n] for n in members if self.by_name[n].op != "placeholder"]
+            for name, members in calls.members.items()
+        }
         self.calls_of: dict[str, list[str]] = {}
         called = [n for n, sig in self.signatures.items() if sig is not None]
         for name in called + list(self.call_nodes):
-            fqn, index = split_call_name(name)
+            fqn, _ = split_call_name(name)
             if not fqn:
                 continue
             names = self.calls_of.setdefault(fqn, [])

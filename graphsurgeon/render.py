@@ -61,19 +61,21 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.fx import Graph, GraphModule, Node
 
-from ._errors import GraphSurgeonError, MissingDependencyError, UnknownModuleError, did_you_mean
-from .partition import Partition, program_index, split_call_name
+from . import _meta
+from .errors import (
+    GraphSurgeonError,
+    MissingDependencyError,
+    RenderError,
+    UnknownModuleError,
+    did_you_mean,
+)
+from .partition import Partition, call_index, program_index, split_call_name
 from .swap import SwapInfo, swap_info
 
 __all__ = ["GraphView", "RenderError", "graph_view", "to_dot", "to_svg"]
 
 #: How many nodes ``collapse="auto"`` draws at most (boxes included), unless told otherwise.
 AUTO_MAX_NODES = 300
-
-
-class RenderError(GraphSurgeonError):
-    """A drawing request that cannot be carried out: an object that is not a program, a bad
-    ``collapse``/``diff``/``highlight`` value, or graphviz failing on the layout."""
 
 
 @dataclass(frozen=True)
@@ -102,8 +104,6 @@ class GraphView:
 
 # -- what to draw: the program -----------------------------------------------------------
 
-# torch's metadata hook puts this entry in the stack of nodes that a pass created without one.
-_EMPTY_STACK_KEY = "_empty_nn_module_stack_from_metadata_hook"
 _RUNTIME = "graphsurgeon._runtime"
 # Functions of the swapped program that pass a value through (checked, or flattened to leaves).
 _PASS_THROUGH = frozenset({"check_tensor", "check_structure", "flatten_output", "flatten_input"})
@@ -173,7 +173,7 @@ class _Vertex:
     def __init__(self, node: Node, kind: str, chain: tuple[str, ...]):
         self.name = node.name
         self.kind = kind
-        self.swap_call: str | None = node.meta.get("graphsurgeon_swap")  # swapped call name
+        self.swap_call: str | None = node.meta.get(_meta.SWAPPED)  # swapped call name
         self.chain = chain  # module calls it is drawn in, outermost first
         self.inputs: list[tuple[str, str]] = []  # (producer vertex name, index path "[0]")
         self.params: list[str] = []  # names of the parameter vertices folded into it
@@ -196,22 +196,32 @@ class _Call:
 
 
 class _Analysis:
-    """Vertices and module calls of one graph, in graph order. Cached per graph."""
+    """Vertices and module calls of one graph, in graph order. Cached per graph.
 
-    def __init__(self, graph: Graph, state: Mapping[str, tuple[str, str]], root: Any):
+    Which call each node sits in comes from the program's one node -> call index
+    (:func:`graphsurgeon.partition.call_index`), which the stepper reads too.
+    """
+
+    def __init__(self, graph: Graph, state: Mapping[str, tuple[str, str]], root: Any, index):
         self.size = len(graph.nodes)
-        self.root_type = ""  # the model's qualified type, from the root entry of the stacks
+        self.root_type = index.root_type  # the model's qualified type
         self.vertices: list[_Vertex] = []
         self.by_name: dict[str, _Vertex] = {}
         self.calls: dict[str, _Call] = {}
+        for info in index.calls.values():
+            self.calls[info.name] = _Call(info.name, info.parent, info.depth, info.type)
+            if info.parent:
+                self.calls[info.parent].children.append(info.name)
         kinds: dict[str, str] = {}
         through: dict[str, tuple[str, str]] = {}  # glue node -> (producer, index path)
-        interned: dict[tuple[str, ...], tuple[str, ...]] = {}
-        placed_by_users: list[_Vertex] = []
+        chains = index.chains
         for node in graph.nodes:
             kind = _kind(node, state, root)
             kinds[node.name] = kind
-            chain = self._chain(node, interned)
+            chain = chains[node.name]
+            if node.op not in ("placeholder", "output", "get_attr"):
+                for name in chain:
+                    self.calls[name].nodes += 1
             if kind == _THROUGH:
                 source, path = node.args[0].name, _index_path(node)
                 while source in through:
@@ -221,7 +231,7 @@ class _Analysis:
                 continue
             if kind == _HIDDEN:
                 continue
-            if kind == _SWAPPED and chain and chain[-1] == node.meta["graphsurgeon_swap"]:
+            if kind == _SWAPPED and chain and chain[-1] == node.meta[_meta.SWAPPED]:
                 chain = chain[:-1]  # the box is drawn where its module was, not inside it
             vertex = _Vertex(node, kind, chain)
             for argument in node.all_input_nodes:
@@ -236,76 +246,8 @@ class _Analysis:
                         self.calls[name].params.add(source)
                     continue
                 vertex.inputs.append((source, path))
-            if kind in (_PARAMETER, _BUFFER, _CONSTANT) or (
-                kind == _GLUE and "nn_module_stack" not in node.meta
-            ):
-                placed_by_users.append(vertex)
             self.vertices.append(vertex)
             self.by_name[vertex.name] = vertex
-        self._place(placed_by_users)
-
-    def _chain(self, node: Node, interned: dict) -> tuple[str, ...]:
-        stack = node.meta.get("nn_module_stack")
-        if not stack:
-            return ()
-        names = []
-        for key, value in stack.items():
-            if not isinstance(value, tuple) or not value:
-                continue
-            path = value[0]
-            if path == "" and not self.root_type:
-                self.root_type = _type_string(value)
-            if not path or not isinstance(path, str) or path == _EMPTY_STACK_KEY:
-                continue  # the root, or an entry that names no module
-            index = split_call_name(str(key))[1]
-            name = f"{path}@{index}" if index else path
-            if name in names:
-                continue
-            call = self.calls.get(name)
-            if call is None:
-                parent = names[-1] if names else ""
-                call = _Call(name, parent, len(names) + 1, _type_string(value))
-                self.calls[name] = call
-                if parent:
-                    self.calls[parent].children.append(name)
-            if node.op not in ("placeholder", "output", "get_attr"):
-                call.nodes += 1
-            names.append(name)
-        chain = tuple(names)
-        return interned.setdefault(chain, chain)
-
-    def _place(self, vertices: list[_Vertex]) -> None:
-        """Put buffers, constants, parameters and stray glue with the nodes that use them:
-        in the innermost module call all their users share."""
-        users: dict[str, list[_Vertex]] = {v.name: [] for v in vertices}
-        for vertex in self.vertices:
-            for source, _ in vertex.inputs:
-                if source in users:
-                    users[source].append(vertex)
-            for source in vertex.params:
-                users[source].append(vertex)
-        for vertex in reversed(vertices):  # users come later in the graph: settle them first
-            chains = [user.chain for user in users[vertex.name]]
-            vertex.chain = _common_prefix(chains) if chains else ()
-
-
-def _common_prefix(chains: list[tuple[str, ...]]) -> tuple[str, ...]:
-    first = chains[0]
-    length = len(first)
-    for chain in chains[1:]:
-        length = min(length, len(chain))
-        for i in range(length):
-            if chain[i] != first[i]:
-                length = i
-                break
-    return first[:length]
-
-
-def _type_string(entry: tuple) -> str:
-    type_ = entry[1] if len(entry) > 1 else ""
-    if isinstance(type_, str):
-        return type_
-    return f"{getattr(type_, '__module__', '')}.{getattr(type_, '__qualname__', type_)}"
 
 
 def _kind(node: Node, state: Mapping[str, tuple[str, str]], root: Any) -> str:
@@ -322,7 +264,7 @@ def _kind(node: Node, state: Mapping[str, tuple[str, str]], root: Any) -> str:
             return _CONSTANT
         return _HIDDEN  # pytree specs of the swapped program, subgraphs of torch.cond
     if op == "call_module":
-        return _SWAPPED if "graphsurgeon_swap" in node.meta else _OP
+        return _SWAPPED if _meta.SWAPPED in node.meta else _OP
     if op == "call_function":
         target = node.target
         first_is_node = bool(node.args) and isinstance(node.args[0], Node)
@@ -365,11 +307,13 @@ def _index_path(node: Node) -> str:
 _ANALYSES: weakref.WeakKeyDictionary[Graph, _Analysis] = weakref.WeakKeyDictionary()
 
 
-def _analysis(graph: Graph, state: Mapping[str, tuple[str, str]], root: Any) -> _Analysis:
+def _analysis(program: ExportedProgram | GraphModule, state: Mapping[str, tuple[str, str]]):
+    graph = program.graph
     cached = _ANALYSES.get(graph)
     if cached is not None and cached.size == len(graph.nodes):
         return cached
-    analysis = _Analysis(graph, state, root)
+    root = program.graph_module if isinstance(program, ExportedProgram) else program
+    analysis = _Analysis(graph, state, root, call_index(program))
     _ANALYSES[graph] = analysis
     return analysis
 
@@ -1333,10 +1277,10 @@ def _view(
 ) -> GraphView:
     ep, info = source.ep, source.info
     state = _state(ep)
-    before = _analysis(ep.graph, state, ep.graph_module)
+    before = _analysis(ep, state)
     after = None
     if source.swapped is not None:
-        after = _analysis(source.swapped.graph, state, source.swapped)
+        after = _analysis(source.swapped, state)
     swapped = tuple(info.call_nodes) if info is not None else ()
     style = _Style()
     scene, pictures = _pictures(mode, before, after, info, style, show_parameters)

@@ -7,10 +7,9 @@ object that has one. Nodes run through ``torch.fx.Interpreter.run_node``, so the
 the true aten ops even where the generated code calls faster bindings, and a swapped call runs
 its replacement eagerly, as one node.
 
-Which module call a node belongs to comes from its ``nn_module_stack`` (``"fqn"``, or
-``"fqn@k"`` for the k-th repeated call). Nodes that carry none are glue the engine emits next to
-their first user (``get_attr`` of a parameter, ``getitem`` taking an output apart): they belong
-where their next node belongs; the check that follows a swapped call belongs to that call.
+Which module call a node belongs to (``"fqn"``, or ``"fqn@k"`` for the k-th repeated call) is
+read from the one node -> call index of :mod:`graphsurgeon.partition`, which the pictures read
+too: the stepper and the picture always agree on it.
 
 Running to the end costs what ``torch.fx.Interpreter.run`` costs: with no conditional
 breakpoint the stepper runs a plain loop over a precomputed node list up to the next
@@ -21,7 +20,6 @@ from __future__ import annotations
 
 import bisect
 import math
-import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +30,6 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.export import ExportedProgram
 from torch.fx import GraphModule, Node
 
-from ._errors import GraphSurgeonError, UnknownModuleError, did_you_mean
 from .compare import (
     PrivateStateInterpreter,
     bind_inputs,
@@ -40,8 +37,8 @@ from .compare import (
     state_attributes,
     unlifted,
 )
-from .partition import call_name as _call_name
-from .partition import program_index, split_call_name
+from .errors import NodeError, StepError, UnknownModuleError, UnknownNodeError, did_you_mean
+from .partition import call_index, program_index, split_call_name
 from .swap import swap_info
 
 __all__ = [
@@ -54,37 +51,6 @@ __all__ = [
     "Summary",
     "UnknownNodeError",
 ]
-
-
-class StepError(GraphSurgeonError):
-    """A stepper request that cannot be carried out (the message says what to do)."""
-
-
-class UnknownNodeError(StepError, KeyError):
-    """A node name the stepped graph does not have, or whose value is not available.
-
-    It is a KeyError too, so ``st.env.get(name)`` and ``name in st.env`` behave as for a dict.
-    """
-
-    def __str__(self) -> str:  # KeyError would show the message in quotes
-        return str(self.args[0]) if self.args else ""
-
-
-class NodeError(StepError):
-    """A node raised while the stepper ran it. The stepper stays at that node.
-
-    Attributes:
-        node: the node's name; ``call``: the innermost module call it belongs to ('' at the top
-        level); ``position``: its position in the graph; ``cause``: the exception it raised
-        (also chained as ``__cause__``).
-    """
-
-    def __init__(self, message: str, node: str, call: str, position: int, cause: BaseException):
-        super().__init__(message)
-        self.node = node
-        self.call = call
-        self.position = position
-        self.cause = cause
 
 
 # -- summaries ------------------------------------------------------------------------------
@@ -450,22 +416,6 @@ class StepResult:
 
 # -- the graph's layout ---------------------------------------------------------------------
 
-_FQN = re.compile(r"\w+(?:\.\w+)*")
-
-
-def _calls_of_stack(stack: Mapping) -> tuple[str, ...]:
-    calls = []
-    for key, value in stack.items():
-        path = value[0] if isinstance(value, tuple) and value else None
-        # The root has path ""; torch also records bookkeeping entries that name no module.
-        if not isinstance(path, str) or not path or path.startswith("_empty_nn_module_stack"):
-            continue
-        if not _FQN.fullmatch(path):
-            continue
-        _, index = split_call_name(str(key))
-        calls.append(_call_name(path, index or 0))
-    return tuple(calls)
-
 
 def _op_text(node: Node) -> str:
     if node.op == "call_function":
@@ -494,32 +444,10 @@ class _Layout:
         if info is not None:
             swapped_types = {c: type(m).__name__ for c, m in info.calls.items()}
         self.swapped = swapped_types
-        # the module calls enclosing each node, outermost first; None: take the next node's
-        own: list[tuple[str, ...] | None] = []
-        for node in nodes:
-            stack = node.meta.get("nn_module_stack")
-            if node.op in ("placeholder", "output"):
-                own.append(())
-            elif stack:
-                own.append(_calls_of_stack(stack))
-            elif node.op == "call_module" and "graphsurgeon_swap" not in node.meta:
-                own.append((str(node.target),))  # a symbolically traced module call
-            else:
-                own.append(None)
-        for i, node in enumerate(nodes):
-            if own[i] is None:
-                # the check right after a swapped call belongs to the call
-                for arg in node.all_input_nodes:
-                    if "graphsurgeon_swap" in arg.meta and own[self.position[arg]]:
-                        own[i] = own[self.position[arg]]
-                        break
-        following: tuple[str, ...] = ()
-        for i in range(len(nodes) - 1, -1, -1):
-            if own[i] is None:
-                own[i] = following
-            elif nodes[i].op != "output":
-                following = own[i]
-        self.stacks: list[tuple[str, ...]] = own  # type: ignore[assignment]
+        # the module calls enclosing each node, outermost first: the one index every view reads
+        chains = call_index(gm).chains
+        own = [chains[node.name] for node in nodes]
+        self.stacks: list[tuple[str, ...]] = own
         self.members: dict[str, list[int]] = {}
         for i, calls in enumerate(self.stacks):
             for call in calls:

@@ -15,17 +15,13 @@ import torch
 from torch.export import ExportedProgram
 from torch.fx import GraphModule
 
-from ._errors import GraphSurgeonError, VerifyError
+from .errors import SurgeryError, VerifyError
 from .export import export
 from .partition import ModuleTree, module_tree
 from .swap import swap
 from .verify import VerifyReport, eager_reference, verify
 
 __all__ = ["Surgery", "SurgeryError", "HistoryEntry", "Diff"]
-
-
-class SurgeryError(GraphSurgeonError):
-    """An operation a Surgery cannot do in its current state (nothing to undo, ...)."""
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from torch.fx.node import map_arg
 
 from . import _runtime
 from ._codegen import FastCodeGen
-from ._errors import (
+from .errors import (
     ConflictError,
     NotPreservedError,
     NotSwappableError,

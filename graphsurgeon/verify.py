@@ -13,8 +13,8 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
-from ._errors import VerifyError
 from ._runtime import describe_spec
+from .errors import VerifyError
 
 __all__ = ["LeafCheck", "VerifyReport", "as_callable", "verify"]
 

@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from torch import nn
 
 import graphsurgeon as gs
-from graphsurgeon._errors import UnknownModuleError
 from graphsurgeon.compare import (
     CompareError,
     Comparison,
@@ -19,6 +18,7 @@ from graphsurgeon.compare import (
     partition_module,
     unlifted,
 )
+from graphsurgeon.errors import UnknownModuleError
 from graphsurgeon.examples import MLP, FusedAttention, TinyGPT
 
 # -- tiny models --------------------------------------------------------------------------

@@ -551,15 +551,16 @@ def test_things_that_are_not_programs_are_refused(outer, swapped):
         to_dot(swapped, diff="both")
 
 
-def test_the_analysis_cache_does_not_keep_graphs_alive():
-    # x ──▶ 0: Linear ──▶ 1: ReLU ──▶ out, traced by torch.fx (nothing else holds its graph)
-    module = torch.fx.symbolic_trace(nn.Sequential(nn.Linear(2, 2), nn.ReLU()))
-    render._analysis(module.graph, {}, module)
-    graph = weakref.ref(module.graph)
-    assert graph() in render._ANALYSES
-    del module
+def test_drawing_does_not_keep_programs_alive():
+    # x ──▶ 0: Linear ──▶ 1: ReLU ──▶ out; drawn before and after a swap, then dropped
+    model = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+    ep = gs.export(model, (torch.randn(1, 2),))
+    swapped = gs.swap(ep, {"1": nn.Tanh()})
+    assert to_dot(swapped, diff="split") and to_dot(ep)
+    program, result = weakref.ref(ep), weakref.ref(swapped)
+    del ep, swapped
     gc.collect()
-    assert graph() is None
+    assert program() is None and result() is None
 
 
 def test_render_does_not_import_optional_ui_packages():

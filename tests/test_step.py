@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 import graphsurgeon as gs
-from graphsurgeon._errors import GraphSurgeonError, UnknownModuleError
+from graphsurgeon.errors import GraphSurgeonError, UnknownModuleError
 from graphsurgeon.examples import FusedAttention, TinyGPT
 from graphsurgeon.step import (
     NodeError,

@@ -1,0 +1,174 @@
+"""Every error graphsurgeon raises on purpose, in one place.
+
+Each message names the object (a module fqn, a call name, a node, an argument), says what is
+wrong and says what to do. Catch :class:`GraphSurgeonError` for all of them::
+
+    GraphSurgeonError
+    ├── ExportError              torch.export could not export the model (the cause is chained)
+    ├── PartitionError           the program's module structure cannot be read as asked
+    │   └── UnknownModuleError   a module or call name the program does not have
+    ├── SwapError                a swap or fuse request that cannot be carried out
+    │   ├── NotPreservedError    the module's call signature was not preserved at export
+    │   ├── NotSwappableError    its nodes cannot be replaced as one unit (the reason says why)
+    │   ├── ConflictError        two requests claim the same nodes (a module and its child)
+    │   └── ReplacementError     the replacement cannot take the call, or returned the wrong thing
+    ├── InputError               a swapped or fused program called with inputs it refuses
+    │   ├── InputStructureError  another structure than at export (also a TypeError)
+    │   └── GuardError           a size outside the exported range, another constant (ValueError)
+    ├── VerifyError              verify() could not run a program, or was asked wrongly
+    ├── CompareError             compare() cannot compare these programs
+    ├── SurgeryError             an operation a Surgery cannot do in its state (nothing to undo)
+    ├── RenderError              a drawing request that cannot be carried out
+    ├── StepError                a stepper request that cannot be carried out
+    │   ├── NodeError            a node raised while the stepper ran it
+    │   └── UnknownNodeError     a node the graph does not have (also a KeyError)
+    └── MissingDependencyError   an optional package or program (graphviz's dot) is missing
+
+Example:
+    >>> import torch, graphsurgeon as gs
+    >>> model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
+    >>> ep = gs.export(model, (torch.randn(2),))
+    >>> try:
+    ...     gs.swap(ep, {"relu": torch.nn.GELU()})
+    ... except gs.GraphSurgeonError as error:
+    ...     print(type(error).__name__, "-", error)
+    UnknownModuleError - the program has no module 'relu'. gs.module_tree(ep) lists every module.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+__all__ = [
+    "CompareError",
+    "ConflictError",
+    "ExportError",
+    "GraphSurgeonError",
+    "GuardError",
+    "InputError",
+    "InputStructureError",
+    "MissingDependencyError",
+    "NodeError",
+    "NotPreservedError",
+    "NotSwappableError",
+    "PartitionError",
+    "RenderError",
+    "ReplacementError",
+    "StepError",
+    "SurgeryError",
+    "SwapError",
+    "UnknownModuleError",
+    "UnknownNodeError",
+    "VerifyError",
+]
+
+
+class GraphSurgeonError(Exception):
+    """Base class of every error graphsurgeon raises on purpose."""
+
+
+class ExportError(GraphSurgeonError):
+    """torch.export could not export the model (the cause is chained)."""
+
+
+class PartitionError(GraphSurgeonError):
+    """The program's module structure cannot be read as asked."""
+
+
+class UnknownModuleError(PartitionError):
+    """A module or call name that the program does not have."""
+
+
+class SwapError(GraphSurgeonError):
+    """A swap or fuse request that cannot be carried out."""
+
+
+class NotPreservedError(SwapError):
+    """The module's call signature was not preserved at export time."""
+
+
+class NotSwappableError(SwapError):
+    """The module's nodes cannot be replaced as one unit (see the reason)."""
+
+
+class ConflictError(SwapError):
+    """Two requests claim the same nodes (a module and its child, or a call twice)."""
+
+
+class ReplacementError(SwapError):
+    """A replacement is not usable: not an nn.Module, its forward cannot take the call's
+    arguments, or it returned another structure, shape or dtype than the program expects."""
+
+
+class InputError(GraphSurgeonError):
+    """A swapped or fused program was called with inputs its program refuses."""
+
+
+class InputStructureError(InputError, TypeError):
+    """The inputs have another structure than at export (a missing key, a short tuple)."""
+
+
+class GuardError(InputError, ValueError):
+    """An input breaks what the program was exported for: a size outside the range its
+    dynamic shapes allow (or other than the static size), or a constant input that differs."""
+
+
+class VerifyError(GraphSurgeonError):
+    """verify() could not run a program on the given inputs, or was given bad arguments."""
+
+
+class CompareError(GraphSurgeonError):
+    """compare() cannot compare these programs (the message says why and what to do)."""
+
+
+class SurgeryError(GraphSurgeonError):
+    """An operation a Surgery cannot do in its current state (nothing to undo, ...)."""
+
+
+class RenderError(GraphSurgeonError):
+    """A drawing request that cannot be carried out: an object that is not a program, a bad
+    ``collapse``/``diff``/``highlight`` value, or graphviz failing on the layout."""
+
+
+class StepError(GraphSurgeonError):
+    """A stepper request that cannot be carried out (the message says what to do)."""
+
+
+class UnknownNodeError(StepError, KeyError):
+    """A node name the stepped graph does not have, or whose value is not available.
+
+    It is a KeyError too, so ``st.env.get(name)`` and ``name in st.env`` behave as for a dict.
+    """
+
+    def __str__(self) -> str:  # KeyError would show the message in quotes
+        return str(self.args[0]) if self.args else ""
+
+
+class NodeError(StepError):
+    """A node raised while the stepper ran it. The stepper stays at that node.
+
+    Attributes:
+        node: the node's name; ``call``: the innermost module call it belongs to ('' at the top
+        level); ``position``: its position in the graph; ``cause``: the exception it raised
+        (also chained as ``__cause__``).
+    """
+
+    def __init__(self, message: str, node: str, call: str, position: int, cause: BaseException):
+        super().__init__(message)
+        self.node = node
+        self.call = call
+        self.position = position
+        self.cause = cause
+
+
+class MissingDependencyError(GraphSurgeonError):
+    """An optional dependency (a package or a binary such as graphviz's ``dot``) is missing."""
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """Return `` Did you mean 'x'?`` for the closest choices, or ``''`` when nothing is close."""
+    close = difflib.get_close_matches(name, [str(c) for c in choices], n=3, cutoff=0.6)
+    if not close:
+        return ""
+    return " Did you mean " + " or ".join(repr(c) for c in close) + "?"
