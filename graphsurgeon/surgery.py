@@ -18,7 +18,7 @@ from torch.fx import GraphModule
 from .errors import SurgeryError, VerifyError
 from .export import export
 from .partition import ModuleTree, module_tree
-from .swap import swap
+from .swap import Diff, swap, swap_info
 from .verify import VerifyReport, eager_reference, verify
 
 __all__ = ["Surgery", "SurgeryError", "HistoryEntry", "Diff"]
@@ -34,26 +34,6 @@ class HistoryEntry:
 
     def __str__(self) -> str:
         return f"{self.action} {self.name} -> {self.replacement_type}"
-
-
-@dataclass(frozen=True)
-class Diff:
-    """Graph nodes removed, added and kept since the original program (by node name, in
-    graph order). Only computation nodes count: calls of ops, functions and modules."""
-
-    removed: tuple[str, ...]
-    added: tuple[str, ...]
-    kept: tuple[str, ...]
-
-    def __str__(self) -> str:
-        return f"{len(self.removed)} removed, {len(self.added)} added, {len(self.kept)} kept"
-
-
-_COMPUTATION = ("call_function", "call_module", "call_method")
-
-
-def _computation(graph: torch.fx.Graph) -> list[str]:
-    return [n.name for n in graph.nodes if n.op in _COMPUTATION]
 
 
 class Surgery:
@@ -182,15 +162,9 @@ class Surgery:
     # -- views and checks -----------------------------------------------------------------
 
     def diff(self) -> Diff:
-        """Computation nodes removed, added and kept since the original program."""
-        before = _computation(self.program.graph)
-        after = _computation(self.module.graph)
-        after_set, before_set = set(after), set(before)
-        return Diff(
-            removed=tuple(n for n in before if n not in after_set),
-            added=tuple(n for n in after if n not in before_set),
-            kept=tuple(n for n in before if n in after_set),
-        )
+        """Computation nodes removed, added and kept since the original program (the
+        :class:`~graphsurgeon.swap.Diff` the before/after pictures draw too)."""
+        return swap_info(self.module).diff
 
     def _inputs(self, args, kwargs) -> tuple[tuple, dict]:
         if args is None:

@@ -16,6 +16,7 @@ model) is passed through whole instead of being flattened and rebuilt.
 
 from __future__ import annotations
 
+import functools
 import gc
 import inspect
 import operator
@@ -50,7 +51,7 @@ from .partition import (
     split_call_name,
 )
 
-__all__ = ["SwapInfo", "swap", "swap_info"]
+__all__ = ["Diff", "SwapInfo", "swap", "swap_info"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,9 @@ class SwapInfo:
             result. Names are kept where possible; they differ for an argument named after a
             Python builtin (``input`` -> ``input_1``) and for a swapped call's outputs (now
             taken from the call). Nodes of swapped calls that are not outputs are absent.
+        copies: node name in the result -> the program node it is a copy of.
+        result_nodes: the computation nodes of the result, in graph order.
+        diff: what the swap removed, added and kept (:class:`Diff`).
     """
 
     program: ExportedProgram = field(repr=False)
@@ -77,6 +81,66 @@ class SwapInfo:
     call_nodes: Mapping[str, str]
     partitions: Mapping[str, Partition] = field(repr=False)
     node_map: Mapping[str, str] = field(default_factory=dict, repr=False)
+    copies: Mapping[str, str] = field(default_factory=dict, repr=False)
+    result_nodes: tuple[str, ...] = field(default=(), repr=False)
+
+    @functools.cached_property
+    def diff(self) -> Diff:
+        """What the swap changed in the graph, as a :class:`Diff` (computed once)."""
+        return _diff(self)
+
+
+_COMPUTATION = ("call_function", "call_module", "call_method")
+
+
+@dataclass(frozen=True)
+class Diff:
+    """Graph nodes removed, added and kept by a swap, compared with its program.
+
+    Only computation nodes count (calls of ops, functions and modules); names are in graph
+    order. This is the one definition of what a swap changed: ``Surgery.diff()`` returns it and
+    the before/after pictures draw it.
+
+    Attributes:
+        removed: nodes of the program that the result no longer computes.
+        added: nodes of the result that are not copies of program nodes (the calls of the
+            replacements, the checks of what they return, glue that takes outputs apart).
+        kept: nodes of the program that the result still computes.
+        removed_by_call: swapped call -> its removed nodes; under ``""`` the nodes outside
+            every swapped call that the swap left unused and dropped (size arithmetic).
+        renamed: program node -> its name in the result, where the two differ (an argument
+            named after a Python builtin: ``input`` -> ``input_1``).
+    """
+
+    removed: tuple[str, ...]
+    added: tuple[str, ...]
+    kept: tuple[str, ...]
+    removed_by_call: Mapping[str, tuple[str, ...]] = field(default_factory=dict, repr=False)
+    renamed: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    def __str__(self) -> str:
+        return f"{len(self.removed)} removed, {len(self.added)} added, {len(self.kept)} kept"
+
+
+def _diff(info: SwapInfo) -> Diff:
+    before = [n.name for n in info.program.graph.nodes if n.op in _COMPUTATION]
+    copied = set(info.copies.values())
+    kept = tuple(n for n in before if n in copied)
+    removed = tuple(n for n in before if n not in copied)
+    removed_set = set(removed)
+    by_call: dict[str, tuple[str, ...]] = {}
+    in_calls: set[str] = set()
+    for call, part in info.partitions.items():
+        by_call[call] = tuple(n for n in part.nodes if n in removed_set)
+        in_calls.update(by_call[call])
+    dropped = tuple(n for n in removed if n not in in_calls)
+    if dropped:
+        by_call[""] = dropped
+    added = tuple(new for new in info.result_nodes if new not in info.copies)
+    renamed = {
+        old: new for old, new in info.node_map.items() if old != new and old not in removed_set
+    }
+    return Diff(removed, added, kept, by_call, renamed)
 
 
 def swap_info(gm: torch.nn.Module) -> SwapInfo | None:
@@ -498,6 +562,8 @@ class _Builder:
             self._copy(node)
         self._remove_dead_code()
         self.node_map = self._node_map()
+        alive = set(self.graph.nodes)
+        self.copies = {new.name: old.name for new, old in self.copied_from.items() if new in alive}
         self.graph.set_codegen(FastCodeGen())
         gm = GraphModule(self.attrs, self.graph, class_name="SwappedProgram")
         for target in self.non_persistent:
@@ -840,6 +906,8 @@ def swap(
         call_nodes={r.call_name: r.call_node.name for r in requests},
         partitions={r.call_name: r.partition for r in requests},
         node_map=builder.node_map,
+        copies=builder.copies,
+        result_nodes=tuple(n.name for n in gm.graph.nodes if n.op in _COMPUTATION),
     )
     if interpret:
         gm.forward = _interpreted_forward(gm)
