@@ -1,8 +1,9 @@
 """graphsurgeon: swap modules of torch.export programs for eager code, and check the result.
 
-The pipeline: ``export`` -> ``module_tree`` / ``partition`` -> ``swap`` -> ``verify`` /
-``compare`` -> ``to_dot`` / ``to_svg`` -> ``Stepper``; ``Surgery`` keeps a program and its
-swaps with undo/redo.
+The pipeline: ``export`` -> ``module_tree`` / ``partition`` -> ``fuse`` / ``swap`` ->
+``verify`` / ``compare`` -> ``to_dot`` / ``to_svg`` -> ``Stepper``; ``Surgery`` keeps a program
+and its swaps with undo/redo. Result types are in :mod:`graphsurgeon.types`, every error in
+:mod:`graphsurgeon.errors` (the common ones are here too).
 
 Example:
     >>> import torch, graphsurgeon as gs
@@ -15,46 +16,36 @@ Example:
     True
 """
 
-from ._runtime import InputStructureError
-from .compare import CallComparison, CompareError, Comparison, compare
+from . import errors, types
+from .compare import Comparison, compare
 from .errors import (
-    ConflictError,
     ExportError,
     GraphSurgeonError,
+    GuardError,
+    InputStructureError,
     MissingDependencyError,
-    NotPreservedError,
-    NotSwappableError,
     PartitionError,
     ReplacementError,
     SwapError,
-    UnknownModuleError,
-    VerifyError,
 )
-from .export import ExportNotes, export, export_notes
+from .export import export, export_notes
+from .fuse import fuse
 from .partition import ModuleInfo, ModuleTree, Partition, module_tree, partition
-from .render import GraphView, RenderError, graph_view, to_dot, to_svg
-from .step import (
-    Breakpoint,
-    Breakpoints,
-    NodeError,
-    StepError,
-    Stepper,
-    StepResult,
-    Summary,
-    UnknownNodeError,
-)
-from .surgery import Diff, HistoryEntry, Surgery, SurgeryError
-from .swap import SwapInfo, swap, swap_info
-from .verify import LeafCheck, VerifyReport, eager_reference, verify
+from .render import to_dot, to_svg
+from .step import Stepper
+from .surgery import Surgery
+from .swap import swap, swap_info
+from .verify import VerifyReport, eager_reference, verify
 
 __version__ = "0.1.0"
 
 __all__ = [
-    # pipeline
+    # the pipeline
     "export",
     "export_notes",
     "module_tree",
     "partition",
+    "fuse",
     "swap",
     "swap_info",
     "verify",
@@ -62,43 +53,24 @@ __all__ = [
     "compare",
     "to_dot",
     "to_svg",
-    "graph_view",
     "Stepper",
     "Surgery",
-    # results
-    "ExportNotes",
+    # results a user names most (the rest: graphsurgeon.types)
     "ModuleTree",
     "ModuleInfo",
     "Partition",
-    "SwapInfo",
     "VerifyReport",
-    "LeafCheck",
-    "HistoryEntry",
-    "Diff",
-    "GraphView",
     "Comparison",
-    "CallComparison",
-    "StepResult",
-    "Summary",
-    "Breakpoint",
-    "Breakpoints",
-    # errors
+    # errors (every one: graphsurgeon.errors)
     "GraphSurgeonError",
     "ExportError",
     "PartitionError",
-    "UnknownModuleError",
     "SwapError",
-    "NotPreservedError",
-    "NotSwappableError",
-    "ConflictError",
     "ReplacementError",
     "InputStructureError",
-    "VerifyError",
-    "SurgeryError",
-    "CompareError",
-    "RenderError",
-    "StepError",
-    "NodeError",
-    "UnknownNodeError",
+    "GuardError",
     "MissingDependencyError",
+    # modules
+    "errors",
+    "types",
 ]

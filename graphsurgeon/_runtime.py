@@ -1,73 +1,115 @@
-"""Functions the swapped program's generated code calls at run time.
+"""Functions the generated code of a swapped or fused program calls at run time.
 
-They live in their own module so the generated code can import them by name (and the program
-pickles). Each raises a :class:`GraphSurgeonError` that names the module and both structures.
+They live in their own module so the generated code can name them. Each raises a
+:class:`~graphsurgeon.GraphSurgeonError` that names the call or the input, what came and what
+was expected. The common case (everything as expected) costs a comparison or two.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
 
-from .errors import InputStructureError, ReplacementError
+from ._meta import describe_spec, describe_value, leaf_keystrs, tensor_text
+from .errors import GuardError, InputStructureError, ReplacementError
 
-__all__ = ["check_structure", "check_tensor", "flatten_input", "flatten_output", "unflatten"]
-
-
-def describe_spec(spec: pytree.TreeSpec) -> str:
-    """A compact, readable form of a pytree structure: ``(*, {'a': *})``."""
-    if spec.is_leaf():
-        return "*"
-    children = [describe_spec(c) for c in spec.children()]
-    kind = spec.type
-    if kind is tuple:
-        return "(" + ", ".join(children) + ("," if len(children) == 1 else "") + ")"
-    if kind is list:
-        return "[" + ", ".join(children) + "]"
-    if kind is dict:
-        return "{" + ", ".join(f"{k!r}: {c}" for k, c in zip(spec.context, children)) + "}"
-    if kind is type(None):
-        return "None"
-    return f"{getattr(kind, '__name__', kind)}(" + ", ".join(children) + ")"
+__all__ = [
+    "ExpectedTensor",
+    "check_constant",
+    "check_inputs",
+    "check_same",
+    "check_structure",
+    "check_tensor",
+    "flatten_input",
+    "flatten_output",
+    "unflatten",
+]
 
 
-def describe_value(value: Any) -> str:
-    """What a value is, for an error message: ``Tensor[2, 4] float32``, ``tuple of 2``..."""
-    if isinstance(value, torch.Tensor):
-        return f"Tensor{list(value.shape)} {str(value.dtype).removeprefix('torch.')}"
-    return f"{type(value).__name__} with structure {describe_spec(pytree.tree_structure(value))}"
+class ExpectedTensor:
+    """What one output of a module call was at export: its dtype and the sizes that are
+    static (a dynamic size is None). A replacement's output is checked against it."""
+
+    __slots__ = ("dtype", "shape", "sizes", "static")
+
+    def __init__(self, value: torch.Tensor):
+        self.dtype = value.dtype
+        self.sizes = tuple(d if isinstance(d, int) else None for d in value.shape)
+        self.static = None not in self.sizes
+        self.shape = torch.Size(self.sizes) if self.static else None
+
+    def matches(self, value: torch.Tensor) -> bool:
+        if value.dtype != self.dtype:
+            return False
+        if self.static:
+            return value.shape == self.shape
+        shape = value.shape
+        if len(shape) != len(self.sizes):
+            return False
+        return all(want is None or got == want for got, want in zip(shape, self.sizes))
+
+    def __str__(self) -> str:
+        return tensor_text(["?" if d is None else d for d in self.sizes], self.dtype)
+
+    def __repr__(self) -> str:
+        return f"ExpectedTensor({self})"
 
 
-def check_tensor(value: Any, call_name: str, type_name: str) -> Any:
-    """Pass ``value`` through when it is a tensor; else name the replacement and what it returned."""
-    if isinstance(value, torch.Tensor):
-        return value
-    raise ReplacementError(
-        f"the replacement for {call_name!r} ({type_name}) returned {describe_value(value)}, "
-        f"but the program expects a single Tensor there, as the original module returned. "
-        "Make its forward return the same structure as the original's."
+def _wrong_output(value: Any, expected: ExpectedTensor, call_name: str, type_name: str, where):
+    return ReplacementError(
+        f"{call_name} ({type_name}) returned {describe_value(value)} for {where}, the program "
+        f"expects {expected} there, as the original module returned. Make the replacement "
+        "return the same shapes and dtypes."
     )
 
 
-def check_structure(value: Any, spec: pytree.TreeSpec, call_name: str, type_name: str) -> Any:
-    """Pass ``value`` through when its pytree structure is ``spec``; else say how it differs."""
-    actual = pytree.tree_structure(value)
-    if actual == spec:
+def check_tensor(value: Any, expected: ExpectedTensor | None, call_name: str, type_name: str):
+    """Pass ``value`` through when it is a tensor as ``expected``; else say what came."""
+    if isinstance(value, torch.Tensor) and (expected is None or expected.matches(value)):
         return value
-    raise ReplacementError(
-        f"the replacement for {call_name!r} ({type_name}) returned the structure "
-        f"{describe_spec(actual)}, but the program expects {describe_spec(spec)} (the original "
-        "module's output structure). Make its forward return the same structure."
-    )
+    if not isinstance(value, torch.Tensor):
+        raise ReplacementError(
+            f"{call_name} ({type_name}) returned {describe_value(value)}, but the program "
+            "expects a single Tensor there, as the original module returned. Make its forward "
+            "return the same structure as the original's."
+        )
+    raise _wrong_output(value, expected, call_name, type_name, "its output")
+
+
+def check_structure(
+    value: Any,
+    spec: pytree.TreeSpec,
+    expected: Sequence[ExpectedTensor | None],
+    call_name: str,
+    type_name: str,
+) -> Any:
+    """Pass ``value`` through when its structure is ``spec`` and each tensor leaf is as
+    ``expected`` (None: not checked); else say what differs."""
+    leaves, actual = pytree.tree_flatten(value)
+    if actual != spec:
+        raise ReplacementError(
+            f"{call_name} ({type_name}) returned the structure {describe_spec(actual)}, but the "
+            f"program expects {describe_spec(spec)} (the original module's output structure): "
+            f"{structure_difference(actual, spec, 'output')}. Make its forward return the same "
+            "structure."
+        )
+    for i, (leaf, want) in enumerate(zip(leaves, expected)):
+        if want is None:
+            continue
+        if not isinstance(leaf, torch.Tensor) or not want.matches(leaf):
+            where = f"output {leaf_keystrs(spec)[i] or i}"
+            raise _wrong_output(leaf, want, call_name, type_name, where)
+    return value
 
 
 def flatten_output(value: Any, spec: pytree.TreeSpec, call_name: str, type_name: str) -> list:
-    """The leaves of a replacement's output, after checking its structure."""
+    """The leaves of a (checked) replacement's output of a type ``[k]`` cannot index."""
     leaves, actual = pytree.tree_flatten(value)
-    if actual != spec:
-        check_structure(value, spec, call_name, type_name)
+    if actual != spec:  # pragma: no cover - check_structure ran first
+        check_structure(value, spec, [None] * spec.num_leaves, call_name, type_name)
     return leaves
 
 
@@ -76,12 +118,89 @@ def flatten_input(value: Any, spec: pytree.TreeSpec, argument: str) -> list:
     leaves, actual = pytree.tree_flatten(value)
     if actual != spec:
         raise InputStructureError(
-            f"argument {argument!r} has the structure {describe_spec(actual)}, but the program "
-            f"was exported with {describe_spec(spec)}. Call it with inputs shaped as at export."
+            f"input {argument!r} has the structure {describe_spec(actual)}, but the program "
+            f"was exported with {describe_spec(spec)}: "
+            f"{structure_difference(actual, spec, argument)}. Call it with inputs structured "
+            "as at export."
         )
     return leaves
+
+
+def check_inputs(guard, *leaves: Any) -> None:
+    """Check the program's inputs (see :mod:`graphsurgeon._guards`); returns nothing."""
+    guard(*leaves)
+
+
+def check_constant(value: Any, expected: Any, call_name: str, where: str) -> None:
+    """A fused call takes a constant argument it was exported with (``scale=2.5``)."""
+    if type(value) is type(expected) and (value == expected or value != value != expected):
+        return
+    raise GuardError(
+        f"{call_name}: argument {where} is {describe_value(value)}, but the call was exported "
+        f"with {expected!r}: a constant is baked into its nodes. Export again with that value."
+    )
+
+
+def check_same(first: Any, other: Any, call_name: str, first_where: str, other_where: str) -> None:
+    """A fused call exported with one value in two arguments (``attn(h, h, h)``) reads only the
+    first: refuse two different values rather than ignore the second."""
+    if other is first:
+        return
+    raise GuardError(
+        f"{call_name} was exported with the same value as {first_where} and {other_where} (as "
+        f"in attn(h, h, h)), and its nodes read it once; it was given two different values. "
+        "Pass the same tensor, or export with distinct inputs."
+    )
 
 
 def unflatten(leaves: list, spec: pytree.TreeSpec) -> Any:
     """Rebuild a structure of a registered pytree type (dataclass, namedtuple...) from leaves."""
     return pytree.tree_unflatten(list(leaves), spec)
+
+
+def structure_difference(actual: pytree.TreeSpec, expected: pytree.TreeSpec, root: str) -> str:
+    """Where two structures first differ, said in words: ``d['b'] is missing``.
+
+    Example:
+        >>> import torch.utils._pytree as pytree
+        >>> got = pytree.tree_structure({"a": 1})
+        >>> want = pytree.tree_structure({"a": 1, "b": 2})
+        >>> structure_difference(got, want, "d")
+        "d['b'] is missing"
+    """
+
+    def kind(spec: pytree.TreeSpec) -> str:
+        if spec.is_leaf():
+            return "a leaf (a tensor or a value)"
+        name = getattr(spec.type, "__name__", str(spec.type))
+        return f"a {name} of {spec.num_children}"
+
+    def walk(a: pytree.TreeSpec, b: pytree.TreeSpec, path: str) -> str | None:
+        if a == b:
+            return None
+        if a.is_leaf() or b.is_leaf() or a.type is not b.type:
+            return f"{path} is {kind(a)} where the program takes {kind(b)}"
+        if b.type is dict:
+            missing = [k for k in b.context if k not in a.context]
+            if missing:
+                return f"{path}[{missing[0]!r}] is missing"
+            extra = [k for k in a.context if k not in b.context]
+            if extra:
+                return f"{path}[{extra[0]!r}] is not an input of the program"
+            children_a = dict(zip(a.context, a.children()))
+            for key, child in zip(b.context, b.children()):
+                found = walk(children_a[key], child, f"{path}[{key!r}]")
+                if found:
+                    return found
+            return None
+        if a.num_children != b.num_children:
+            return f"{path} is {kind(a)} where the program takes {kind(b)}"
+        if a.context != b.context:
+            return f"{path} has fields {a.context!r} where the program takes {b.context!r}"
+        for i, (x, y) in enumerate(zip(a.children(), b.children())):
+            found = walk(x, y, f"{path}[{i}]")
+            if found:
+                return found
+        return None
+
+    return walk(actual, expected, root) or f"{root} differs"

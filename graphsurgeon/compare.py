@@ -16,9 +16,7 @@ ends with the drift at the program's outputs.
 
 from __future__ import annotations
 
-import inspect
 import math
-import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,304 +26,22 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.fx import GraphModule, Node
 
-from ._runtime import describe_spec
-from .errors import CompareError, GraphSurgeonError, UnknownModuleError, did_you_mean
-from .partition import partition, program_index
-from .swap import swap, swap_info
+from . import _meta
+from ._exec import (
+    PrivateStateInterpreter,
+    bind_inputs,
+    clone_inputs,
+    keep_state,
+    original_nodes,
+    runnable_original,
+)
+from .errors import CompareError, UnknownModuleError, did_you_mean
+from .fuse import fused_call
+from .partition import program_index
+from .swap import swap_info
 from .verify import LeafCheck, VerifyReport, compare_leaf, compare_outputs
 
-__all__ = [
-    "CallComparison",
-    "CompareError",
-    "Comparison",
-    "compare",
-    "partition_module",
-    "unlifted",
-]
-
-
-# -- the original program, unlifted, and its partitions as small GraphModules ---------------
-
-# Keyed by the program, so nothing here keeps a program alive; each entry remembers the graph
-# it was made from, so a program whose graph was replaced gets fresh ones.
-_UNLIFTED: weakref.WeakKeyDictionary[ExportedProgram, tuple[Any, GraphModule, dict[str, Node]]] = (
-    weakref.WeakKeyDictionary()
-)
-_CUTS: weakref.WeakKeyDictionary[ExportedProgram, tuple[Any, dict[str, GraphModule]]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def unlifted(ep: ExportedProgram) -> GraphModule:
-    """The original program as a runnable GraphModule: ``gs.swap(ep, {})``, built once per program.
-
-    It takes the model's own arguments; parameters and buffers are ``get_attr`` nodes named
-    like ``ep``'s placeholders, and every other node keeps its name from ``ep.graph``.
-
-    Example:
-        >>> import torch, graphsurgeon as gs
-        >>> from graphsurgeon.compare import unlifted
-        >>> ep = gs.export(torch.nn.Sequential(torch.nn.Linear(4, 4)), (torch.randn(2, 4),))
-        >>> [(n.op, n.name) for n in unlifted(ep).graph.nodes if n.op != "placeholder"]
-        [('get_attr', 'p_0_weight'), ('get_attr', 'p_0_bias'), ('call_function', 'linear'), ('output', 'output')]
-        >>> unlifted(ep) is unlifted(ep)
-        True
-    """
-    return _unlifted_entry(ep)[1]
-
-
-def _unlifted_entry(ep: ExportedProgram) -> tuple[Any, GraphModule, dict[str, Node]]:
-    if not isinstance(ep, ExportedProgram):
-        raise CompareError(
-            f"expected a torch.export.ExportedProgram, got {type(ep).__name__}; "
-            "make one with gs.export(model, args)"
-        )
-    cached = _UNLIFTED.get(ep)
-    if cached is None or cached[0] is not ep.graph:
-        module = swap(ep, {})
-        cached = (ep.graph, module, _same_nodes(ep, module))
-        _UNLIFTED[ep] = cached
-    return cached
-
-
-def _same_nodes(ep: ExportedProgram, module: GraphModule) -> dict[str, Node]:
-    """``ep.graph`` node name -> the node of ``module`` that computes the same value."""
-    by_name = {n.name: n for n in module.graph.nodes}
-    node_map = swap_info(module).node_map
-    return {old: by_name[new] for old, new in node_map.items() if new in by_name}
-
-
-def partition_module(ep: ExportedProgram, call_name: str) -> GraphModule:
-    """The nodes of one module call of ``ep``, cut out as a GraphModule of their own.
-
-    Its placeholders are the call signature's inputs in signature order (constants excluded),
-    its output is the tuple of the signature's graph outputs, and parameters are ``get_attr``
-    nodes sharing the original program's tensors. Built once per program and call.
-
-    Example:
-        >>> import torch, graphsurgeon as gs
-        >>> from graphsurgeon.compare import partition_module
-        >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
-        >>> ep = gs.export(model, (torch.randn(2, 4),))
-        >>> part = partition_module(ep, "1")
-        >>> [n.op for n in part.graph.nodes]
-        ['placeholder', 'call_function', 'output']
-        >>> part(torch.tensor([[-1.0, 2.0]]))
-        (tensor([[0., 2.]]),)
-    """
-    _, original, same = _unlifted_entry(ep)
-    cached = _CUTS.get(ep)
-    if cached is None or cached[0] is not ep.graph:
-        cached = (ep.graph, {})
-        _CUTS[ep] = cached
-    cuts = cached[1]
-    module = cuts.get(call_name)
-    if module is None:
-        module = _cut(ep, original, same, call_name)
-        cuts[call_name] = module
-    return module
-
-
-def _cut(
-    ep: ExportedProgram, original: GraphModule, same: dict[str, Node], call_name: str
-) -> GraphModule:
-    parts = partition(ep)
-    part = parts.get(call_name)
-    if part is None:
-        raise UnknownModuleError(
-            f"the program has no module call {call_name!r}.{did_you_mean(call_name, parts)} "
-            "gs.partition(ep) lists every call."
-        )
-    if part.signature is None:
-        raise CompareError(
-            f"the call signature of {call_name!r} was not preserved, so its inputs and outputs "
-            "are unknown; export with gs.export(model, args) to preserve it"
-        )
-    members = {same[name] for name in part.nodes if name in same}
-    graph = torch.fx.Graph()
-    env: dict[Node, Node] = {}
-    for argument in part.signature.inputs:
-        if _is_constant(argument):
-            continue
-        placeholder = graph.placeholder(argument.name or "unused")
-        source = same.get(argument.name)
-        # The same value passed twice fills two placeholders; the graph uses the first.
-        if source is not None and source not in env:
-            env[source] = placeholder
-
-    def lookup(node: Node) -> Node:
-        found = env.get(node)
-        if found is not None:
-            return found
-        if node.op == "get_attr":
-            env[node] = graph.node_copy(node)
-            return env[node]
-        raise CompareError(
-            f"internal: the nodes of {call_name!r} use {node.name!r}, which is neither one of "
-            "its inputs nor one of its own nodes"
-        )
-
-    for node in original.graph.nodes:
-        if node in members and node.op not in ("placeholder", "output"):
-            env[node] = graph.node_copy(node, lookup)
-    outputs: list[Node | None] = []
-    for argument in part.signature.outputs:
-        if _is_constant(argument):
-            continue
-        node = same.get(argument.name)
-        if node is None:
-            outputs.append(None)  # an output nothing used: export removed its node
-            continue
-        if node not in env:
-            raise CompareError(
-                f"internal: output {argument.name!r} of {call_name!r} is not computed by its nodes"
-            )
-        outputs.append(env[node])
-    graph.output(tuple(outputs))
-    return GraphModule(original, graph, class_name=f"Original_{_identifier(call_name)}")
-
-
-def _identifier(text: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in text)
-
-
-def _is_constant(argument: Any) -> bool:
-    return type(argument).__name__ == "ConstantArgument" or not getattr(argument, "name", "")
-
-
-# -- running a program and binding its inputs ----------------------------------------------
-
-
-def _placeholder_signature(gm: GraphModule) -> inspect.Signature:
-    # What fx's code generation gives ``forward``: one parameter per placeholder, its default
-    # in ``node.args``. Read from the graph, so a replaced ``forward`` cannot mislead it.
-    parameters = []
-    for node in gm.graph.nodes:
-        if node.op != "placeholder":
-            continue
-        name = str(node.target)
-        if name.startswith("**"):
-            kind, name = inspect.Parameter.VAR_KEYWORD, name[2:]
-        elif name.startswith("*"):
-            kind, name = inspect.Parameter.VAR_POSITIONAL, name[1:]
-        elif any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters):
-            kind = inspect.Parameter.KEYWORD_ONLY
-        else:
-            kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
-        default = node.args[0] if node.args else inspect.Parameter.empty
-        if kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
-            default = inspect.Parameter.empty
-        parameters.append(inspect.Parameter(name, kind, default=default))
-    return inspect.Signature(parameters)
-
-
-def bind_inputs(
-    gm: GraphModule,
-    args: tuple,
-    kwargs: Mapping[str, Any],
-    error: type[GraphSurgeonError] = CompareError,
-) -> list[Any]:
-    """The values of ``gm``'s placeholders, in order, for a call ``gm(*args, **kwargs)``.
-
-    Keyword arguments are matched to placeholders by name and defaults filled in; a
-    GraphModule whose code flattens pytree inputs (``ep.module()``) gets them flattened.
-    """
-    info = getattr(gm.graph._codegen, "pytree_info", None)
-    flattening = info is not None and info.in_spec is not None
-    try:
-        signature = inspect.signature(gm.forward) if flattening else _placeholder_signature(gm)
-    except (TypeError, ValueError) as problem:
-        raise error(f"cannot read the parameters of this {type(gm).__name__}: {problem}") from None
-    try:
-        bound = signature.bind(*args, **kwargs)
-    except TypeError as problem:
-        raise error(
-            f"the program takes {signature} but was given {len(args)} positional argument(s) "
-            f"and keyword(s) {sorted(kwargs)}: {problem}"
-        ) from None
-    bound.apply_defaults()
-    if flattening:
-        # The placeholders are the leaves of the call as the model saw it, (args, kwargs),
-        # rebuilt here from the bound parameters.
-        spec = info.in_spec
-        values = [bound.arguments[name] for name in signature.parameters]
-        structured: Any = tuple(values)
-        children = spec.children() if spec.type is tuple else []
-        if len(children) == 2 and children[1].type is dict:
-            positional = children[0].num_children
-            keys = list(children[1].context)
-            if all(k in bound.arguments for k in keys):
-                structured = (tuple(values[:positional]), {k: bound.arguments[k] for k in keys})
-        leaves, actual = pytree.tree_flatten(structured)
-        if actual != spec:
-            raise error(
-                f"the inputs have the structure {describe_spec(actual)}, but the program takes "
-                f"{describe_spec(spec)}"
-            )
-        return leaves
-    values: list[Any] = []
-    for parameter in signature.parameters.values():
-        value = bound.arguments[parameter.name]
-        if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
-            values.extend(value)  # a ``*args`` placeholder takes every remaining value
-        elif parameter.kind is inspect.Parameter.VAR_KEYWORD:
-            if value:
-                raise error(
-                    f"this program's **{parameter.name} parameter cannot be stepped with keyword "
-                    f"arguments ({sorted(value)})"
-                )
-        else:
-            values.append(value)
-    return values
-
-
-def clone_inputs(value: Any) -> Any:
-    """A copy of ``value`` with every tensor cloned: each run gets inputs of its own."""
-    return pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, value)
-
-
-def state_attributes(gm: GraphModule) -> frozenset[str]:
-    """The ``get_attr`` targets of ``gm`` that are state a run may write: every tensor that is
-    not a Parameter (buffers such as BatchNorm statistics, which ``aten.batch_norm`` updates
-    in place without saying so in its schema, and the targets of ``copy_`` write-backs)."""
-    state = set()
-    for node in gm.graph.nodes:
-        if node.op != "get_attr":
-            continue
-        value: Any = gm
-        for part in str(node.target).split("."):
-            value = getattr(value, part, None)
-        if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
-            state.add(str(node.target))
-    return frozenset(state)
-
-
-class PrivateStateInterpreter(torch.fx.Interpreter):
-    """An Interpreter that runs on private copies of the program's state (its buffers).
-
-    Running the program then leaves its buffers as they were, and every run after
-    :meth:`renew_state` starts from the same state. Other attributes are read as usual.
-    """
-
-    def __init__(self, gm: GraphModule, garbage_collect_values: bool = True):
-        super().__init__(gm, garbage_collect_values=garbage_collect_values)
-        self.written = state_attributes(gm)
-        self.private: dict[str, Any] = {}
-        self.renew_state()
-
-    def renew_state(self) -> None:
-        self.private = {
-            target: _copy_value(self.fetch_attr(target)) for target in sorted(self.written)
-        }
-
-    def get_attr(self, target, args, kwargs) -> Any:
-        if target in self.private:
-            return self.private[target]
-        return super().get_attr(target, args, kwargs)
-
-
-def _copy_value(value: Any) -> Any:
-    return value.detach().clone() if isinstance(value, torch.Tensor) else value
+__all__ = ["CallComparison", "Comparison", "compare"]
 
 
 class _Recorder(PrivateStateInterpreter):
@@ -358,26 +74,6 @@ class _Recorder(PrivateStateInterpreter):
             self.values[n.name] = clone_inputs(result)
         self.failed_at = None
         return result
-
-
-class _KeepState:
-    """Puts back the buffers of the given modules on exit: a replacement in training mode
-    updates its statistics when it runs, and compare() is only a question."""
-
-    def __init__(self, modules):
-        self.modules = list({id(m): m for m in modules}.values())
-        self.saved: list[tuple[torch.Tensor, torch.Tensor]] = []
-
-    def __enter__(self) -> _KeepState:
-        for module in self.modules:
-            for buffer in module.buffers():
-                self.saved.append((buffer, buffer.detach().clone()))
-        return self
-
-    def __exit__(self, *exc) -> None:
-        with torch.no_grad():
-            for buffer, saved in self.saved:
-                buffer.copy_(saved)
 
 
 def _run(recorder: _Recorder, which: str, values: list[Any]) -> Any:
@@ -592,12 +288,6 @@ def _number(x: float) -> str:
     return "0" if x == 0 else f"{x:.3g}"
 
 
-def _spec_paths(spec: pytree.TreeSpec) -> list[str]:
-    # Key paths of a structure known only by its spec: unflatten placeholders, flatten with paths.
-    dummy = pytree.tree_unflatten([0] * spec.num_leaves, spec)
-    return [pytree.keystr(path) for path, _ in pytree.tree_flatten_with_path(dummy)[0]]
-
-
 def _up_to(spec: pytree.TreeSpec, value: Any) -> list[Any] | None:
     # flatten_up_to keeps a None that stands where the spec has a leaf (an unused argument).
     try:
@@ -672,13 +362,14 @@ def compare(
             "compare: the swapped program was made from another ExportedProgram than the one "
             "given; pass the program it was made from (gs.swap_info(swapped).program)"
         )
-    _, original, same = _unlifted_entry(ep)
-    call_nodes = dict(info.call_nodes)
+    original, same = runnable_original(ep), original_nodes(ep)
+    # fused calls run the program's own nodes: nothing to compare there
+    call_nodes = {c: n for c, n in info.call_nodes.items() if c not in info.fused}
     watched_inputs = {
-        same[a.name].name
-        for part in info.partitions.values()
-        for a in part.signature.inputs
-        if not _is_constant(a) and a.name in same
+        same[name].name
+        for call in call_nodes
+        for name in _meta.graph_names(info.partitions[call].signature.inputs)
+        if name in same
     }
     reference = _Recorder(original, values=watched_inputs)
     expected = _run(
@@ -687,15 +378,14 @@ def compare(
         bind_inputs(original, clone_inputs(args), clone_inputs(kwargs)),
     )
     capture = _Recorder(swapped, calls=call_nodes.values())
-    with _KeepState(info.calls.values()):
-        actual = _run(
-            capture,
-            "swapped program",
-            bind_inputs(swapped, clone_inputs(args), clone_inputs(kwargs)),
-        )
+    actual = _run(
+        capture,
+        "swapped program",
+        bind_inputs(swapped, clone_inputs(args), clone_inputs(kwargs)),
+    )
     calls = []
-    for name, replacement in info.calls.items():
-        node_name = call_nodes[name]
+    for name, node_name in call_nodes.items():
+        replacement = info.calls[name]
         if node_name not in capture.call_inputs:
             continue  # the call never ran (dead code): nothing to compare
         calls.append(
@@ -724,25 +414,27 @@ def _compare_call(
     if flat_inputs is None or len(flat_inputs) != len(signature.inputs):
         raise CompareError(
             f"internal: the inputs captured for {name!r} have the structure "
-            f"{describe_spec(pytree.tree_structure(inputs))}, not the signature's "
-            f"{describe_spec(signature.in_spec)}"
+            f"{_meta.describe_spec(pytree.tree_structure(inputs))}, not the signature's "
+            f"{_meta.describe_spec(signature.in_spec)}"
         )
     index = program_index(ep)
-    graph_inputs = [v for a, v in zip(signature.inputs, flat_inputs) if not _is_constant(a)]
-    upstream = [original_values.get(a.name) for a in signature.inputs if not _is_constant(a)]
+    graph_inputs = [v for a, v in zip(signature.inputs, flat_inputs) if not _meta.is_constant(a)]
+    upstream = [original_values.get(n) for n in _meta.graph_names(signature.inputs)]
     drift = _max_drift(upstream, graph_inputs)
-    module = partition_module(ep, name)
+    module = fused_call(ep, name)
+    args, kwargs = inputs
     try:
-        # the cut shares the original program's buffers: put them back after it ran
-        with torch.no_grad(), _KeepState([module]):
-            original_out = list(module(*graph_inputs))
+        # the cut has buffers of its own: put them back after it ran, for the next question
+        with torch.no_grad(), keep_state([module]):
+            original_out = module(*clone_inputs(args), **clone_inputs(kwargs))
     except Exception as error:
         raise CompareError(
             f"running the original nodes of {name!r} on the captured inputs failed: "
             f"{type(error).__name__}: {error}"
         ) from error
+    expected_leaves = _up_to(signature.out_spec, original_out)
     flat_out = _up_to(signature.out_spec, output)
-    paths = _spec_paths(signature.out_spec)
+    paths = _meta.leaf_keystrs(signature.out_spec)
     leaves = []
     if flat_out is None or len(flat_out) != len(signature.outputs):
         leaves.append(
@@ -751,22 +443,23 @@ def _compare_call(
                 False,
                 math.nan,
                 math.nan,
-                f"returned {describe_spec(pytree.tree_structure(output))}, expected "
-                f"{describe_spec(signature.out_spec)}",
+                f"returned {_meta.describe_spec(pytree.tree_structure(output))}, expected "
+                f"{_meta.describe_spec(signature.out_spec)}",
             )
         )
     else:
-        produced = iter(original_out)
-        for argument, path, actual in zip(signature.outputs, paths, flat_out):
-            expected = argument.value if _is_constant(argument) else next(produced)
-            if expected is None and not _is_constant(argument):
+        for argument, path, expected, actual in zip(
+            signature.outputs, paths, expected_leaves, flat_out
+        ):
+            constant = _meta.is_constant(argument)
+            node = None if constant else index.by_name.get(argument.name)
+            if not constant and node is None:
                 # the original program never computed it (nothing used it): nothing to compare
                 leaves.append(
                     LeafCheck(path, True, 0.0, 0.0, "unused: not computed by the original")
                 )
                 continue
             leaf = compare_leaf(path, expected, actual, rtol=rtol, atol=atol)
-            node = None if _is_constant(argument) else index.by_name.get(argument.name)
             if node is not None and not node.users:
                 # an output nothing in the program reads: a difference there cannot matter
                 problem = "unused by the program" + ("" if leaf.ok else f"; {leaf.problem}")

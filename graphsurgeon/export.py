@@ -9,6 +9,7 @@ retried, and the reason is kept so that :func:`graphsurgeon.module_tree` can sho
 
 from __future__ import annotations
 
+import inspect
 import re
 import time
 import weakref
@@ -33,6 +34,8 @@ class ExportNotes:
     Attributes:
         dropped: fqn -> why its call signature could not be preserved.
         module_types: fqn -> qualified type name of every module of the model.
+        parameters: fqn -> the names of its forward's positional parameters (``("x",)``), so a
+            fused call's inputs and a replacement's expected call can be named as in the model.
         requested: the fqns asked to be preserved (before any were dropped).
         seconds: wall time of the whole export, retries included.
         attempts: how many torch.export calls it took.
@@ -40,6 +43,7 @@ class ExportNotes:
 
     dropped: Mapping[str, str] = field(default_factory=dict)
     module_types: Mapping[str, str] = field(default_factory=dict)
+    parameters: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     requested: tuple[str, ...] = ()
     seconds: float = 0.0
     attempts: int = 1
@@ -52,6 +56,15 @@ _NOTES: weakref.WeakKeyDictionary[ExportedProgram, ExportNotes] = weakref.WeakKe
 def export_notes(ep: ExportedProgram) -> ExportNotes | None:
     """The notes :func:`export` kept for ``ep``, or None when ``ep`` was made elsewhere."""
     return _NOTES.get(ep)
+
+
+def _positional_parameters(module: torch.nn.Module) -> tuple[str, ...]:
+    try:
+        parameters = inspect.signature(module.forward).parameters.values()
+    except (TypeError, ValueError):  # a forward without a readable signature (a builtin)
+        return ()
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return tuple(p.name for p in parameters if p.kind in kinds)
 
 
 def _qualified_type(module: torch.nn.Module) -> str:
@@ -178,6 +191,9 @@ def export(
         dropped=dropped,
         module_types={
             n: _qualified_type(m) for n, m in model.named_modules(remove_duplicate=False)
+        },
+        parameters={
+            n: _positional_parameters(m) for n, m in model.named_modules(remove_duplicate=False)
         },
         requested=tuple(wanted),
         seconds=time.perf_counter() - start,

@@ -419,6 +419,63 @@ class ProgramIndex:
         }
         self._partitions: dict[str, Partition] | None = None
         self._mutation_outputs = self._find_mutation_outputs(ep)
+        self._in_subgraphs: set[str] | None = None
+
+    def parameter_names(self, fqn: str, count: int) -> list[str]:
+        """The names of the first ``count`` positional parameters of module ``fqn``'s forward,
+        as recorded at export (``arg0``, ``arg1``... where unknown)."""
+        known = list(self.notes.parameters.get(fqn, ())) if self.notes is not None else []
+        return (known + [f"arg{i}" for i in range(len(known), count)])[:count]
+
+    def call_text(self, name: str, parameters: list[str] | None = None) -> str:
+        """How the program calls ``name``: ``(x: f32[1, 16], scale=2.5) → f32[1, 16]``.
+
+        ``parameters`` names the positional arguments (default: the original forward's)."""
+        signature = self.signatures.get(name)
+        if signature is None:
+            return "(?)"
+
+        def describe(argument) -> str:
+            if _meta.is_constant(argument):
+                text = repr(getattr(argument, "value", None))
+                return text if len(text) <= 24 else text[:23] + "…"
+            node = self.by_name.get(argument.name)
+            value = node.meta.get("val") if node is not None else None
+            if isinstance(value, torch.Tensor):
+                return _meta.tensor_text(value.shape, value.dtype)
+            return type(value).__name__ if value is not None else "?"
+
+        leaves = [describe(a) for a in signature.inputs]
+        args_spec, _ = signature.in_spec.children()
+        names = parameters or self.parameter_names(split_call_name(name)[0], args_spec.num_children)
+        parts = []
+        for key, child, offset in _meta.split_arguments(signature.in_spec):
+            text = _meta.format_structure(child, leaves[offset : offset + child.num_leaves])
+            if isinstance(key, int):
+                label = names[key] if key < len(names) else f"arg{key}"
+                parts.append(f"{label}: {text}")
+            else:
+                parts.append(f"{key}={text}")
+        outputs = [describe(a) for a in signature.outputs]
+        return f"({', '.join(parts)}) → {_meta.format_structure(signature.out_spec, outputs)}"
+
+    def why_no_calls(self, fqn: str) -> str:
+        """Why module ``fqn`` has no call in the graph (a container, unused, or hidden in a
+        ``torch.cond`` branch)."""
+        if self._in_subgraphs is None:
+            # Nodes of torch.cond branches live in subgraphs of the program, not in its graph.
+            found: set[str] = set()
+            for name, module in self.ep.graph_module.named_modules():
+                if name and isinstance(module, torch.fx.GraphModule):
+                    found.update(c.fqn for c in call_index(module).calls.values())
+            self._in_subgraphs = found
+        if fqn in self._in_subgraphs:
+            return (
+                "called only inside a torch.cond branch: its nodes live in the branch's "
+                "subgraph, not in the program's graph. Swap the module that calls torch.cond, "
+                "or replace it in the model before exporting"
+            )
+        return "never called during export (a container such as nn.ModuleList, or unused)"
 
     @property
     def ep(self) -> ExportedProgram:
@@ -450,13 +507,34 @@ class ProgramIndex:
                 "torch.export.export(..., preserve_module_call_signature=...)"
             )
         members = set(nodes)
-        outputs = [a.name for a in signature.outputs if _has_name(a)]
+        outputs = list(_meta.graph_names(signature.outputs))
+        if not nodes:
+            if any(out in self.by_name for out in outputs):
+                return (
+                    "it has no nodes of its own: it returns its input unchanged (like "
+                    "nn.Identity, or Dropout in eval mode), so the program does not record where "
+                    "it is called. Swap the module that calls it"
+                )
+            return (
+                "it has no nodes of its own: it computes nothing in the graph (its outputs are "
+                "constants or unused), so there is nothing to replace"
+            )
+        last = max(self.order[n] for n in nodes)
         for out in outputs:
             node = self.by_name.get(out)
-            if node is not None and node not in members:
+            if node is None or node in members:
+                continue
+            # An input returned unchanged. If nothing after the call reads that value, the
+            # output is simply unused and the call can be swapped. If something does, the graph
+            # cannot tell the module's output from the input itself: a replacement that returns
+            # something else there would be read by some of those users and not by others.
+            later = [u for u in node.users if u.op == "output" or self.order[u] > last]
+            if later:
                 return (
-                    f"it returns {out!r}, a value computed outside it (an input passed through), "
-                    "so the graph cannot tell which later uses are its output"
+                    f"it returns its input {out!r} unchanged, and {later[0].name!r} after the "
+                    "call reads that value: the graph cannot tell the module's output from the "
+                    "input itself. Return a new value from the module (x.clone()), or swap the "
+                    "module that calls it"
                 )
         if nodes:
             blocker = self._convexity_breaker(nodes, members)
@@ -468,7 +546,7 @@ class ProgramIndex:
         foreign = self._foreign_input(nodes, members, signature)
         if foreign is not None:
             reader, value = foreign
-            inputs = ", ".join(repr(a.name) for a in signature.inputs if _has_name(a)) or "none"
+            inputs = ", ".join(repr(n) for n in _meta.graph_names(signature.inputs)) or "none"
             return (
                 f"node {reader.name!r} reads {value.name!r}, which is not one of its inputs "
                 f"({inputs}): the preserved signature does not describe this graph (was the "
@@ -495,7 +573,7 @@ class ProgramIndex:
         Lifted state (parameters, buffers, constants) and symbolic sizes are read from
         outside legitimately: the replacement brings its own.
         """
-        declared = {a.name for a in signature.inputs if _has_name(a)}
+        declared = set(_meta.graph_names(signature.inputs))
         for node in nodes:
             for value in node.all_input_nodes:
                 if value in members or value.name in declared or value.name in self.lifted:
@@ -541,12 +619,8 @@ class ProgramIndex:
                 nodes = self.call_nodes.get(name, [])
                 signature = self.signatures.get(name)
                 reason = self.why_not_swappable(name, nodes)
-                inputs = (
-                    tuple(a.name for a in signature.inputs if _has_name(a)) if signature else ()
-                )
-                outputs = (
-                    tuple(a.name for a in signature.outputs if _has_name(a)) if signature else ()
-                )
+                inputs = _meta.graph_names(signature.inputs) if signature else ()
+                outputs = _meta.graph_names(signature.outputs) if signature else ()
                 qualified = self.types.get(fqn, "")
                 result[name] = Partition(
                     call_name=name,
@@ -563,11 +637,6 @@ class ProgramIndex:
                 )
         self._partitions = result
         return result
-
-
-def _has_name(argument) -> bool:
-    # ConstantArgument has a name field too, but it names no graph value.
-    return type(argument).__name__ != "ConstantArgument" and bool(getattr(argument, "name", ""))
 
 
 _INDEX: weakref.WeakKeyDictionary[ExportedProgram, ProgramIndex] = weakref.WeakKeyDictionary()
@@ -639,7 +708,7 @@ def module_tree(ep: ExportedProgram) -> ModuleTree:
         calls = [parts[n] for n in names]
         blocking = next((p for p in calls if not p.swappable), None)
         if not calls:
-            reason = "never called during export (a container, or unused)"
+            reason = index.why_no_calls(fqn)
         elif blocking is not None:
             where = f"call {blocking.call_name!r}: " if len(calls) > 1 else ""
             reason = where + (blocking.reason or "")

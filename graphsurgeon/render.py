@@ -266,6 +266,8 @@ def _kind(node: Node, state: Mapping[str, tuple[str, str]], root: Any) -> str:
     if op == "call_module":
         return _SWAPPED if _meta.SWAPPED in node.meta else _OP
     if op == "call_function":
+        if _meta.GUARD in node.meta:
+            return _HIDDEN  # the program's input checks: no value, nothing to draw
         target = node.target
         first_is_node = bool(node.args) and isinstance(node.args[0], Node)
         if target is operator.getitem and first_is_node:

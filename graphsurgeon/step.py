@@ -30,13 +30,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.export import ExportedProgram
 from torch.fx import GraphModule, Node
 
-from .compare import (
-    PrivateStateInterpreter,
-    bind_inputs,
-    clone_inputs,
-    state_attributes,
-    unlifted,
-)
+from ._exec import PrivateStateInterpreter, bind_inputs, clone_inputs, runnable_original
 from .errors import NodeError, StepError, UnknownModuleError, UnknownNodeError, did_you_mean
 from .partition import call_index, program_index, split_call_name
 from .swap import swap_info
@@ -520,7 +514,7 @@ class _EnvView(Mapping):
 
 def _resolve_program(program: Any) -> GraphModule:
     if isinstance(program, ExportedProgram):
-        return unlifted(program)
+        return runnable_original(program)
     if isinstance(program, GraphModule):
         return program
     module = getattr(program, "module", None)
@@ -589,12 +583,13 @@ class Stepper:
         self._layout = _Layout(gm)
         # a copy of its own: the caller may change those tensors later, reset() replays this run
         self._inputs = clone_inputs(bind_inputs(gm, args, kwargs, error=StepError))
-        # A graph that writes its own buffers (BatchNorm statistics) runs on private copies of
-        # them: stepping leaves the program as it was, and every reset() replays the same run.
+        # A graph that writes buffers (BatchNorm statistics), its own or its replacements',
+        # runs on private copies of them: stepping leaves the program and every module as they
+        # were, and every reset() replays the same run.
+        private = PrivateStateInterpreter(gm, garbage_collect_values=False)
+        stateful = private.private or private.private_buffers
         self._interpreter = (
-            PrivateStateInterpreter(gm, garbage_collect_values=False)
-            if state_attributes(gm)
-            else torch.fx.Interpreter(gm, garbage_collect_values=False)
+            private if stateful else torch.fx.Interpreter(gm, garbage_collect_values=False)
         )
         self._total = len(self._layout.nodes)
         self._breakpoints = Breakpoints(self)

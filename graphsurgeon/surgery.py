@@ -1,8 +1,9 @@
 """Surgery: a program and the swaps made to it, with history, undo/redo, diff and checks.
 
-A Surgery never changes the program it starts from. Its current state is the set of swaps
-made so far; ``module`` is the program with those swaps (built by :func:`graphsurgeon.swap`,
-once per state). Every operation either succeeds or leaves the Surgery exactly as it was.
+A Surgery never changes the program it starts from. Its current state is the set of swaps and
+fused calls made so far; ``module`` is the program with those (built by the one pass behind
+:func:`graphsurgeon.swap` and :func:`graphsurgeon.fuse`, once per state). Every operation either
+succeeds or leaves the Surgery exactly as it was.
 """
 
 from __future__ import annotations
@@ -18,15 +19,16 @@ from torch.fx import GraphModule
 from .errors import SurgeryError, VerifyError
 from .export import export
 from .partition import ModuleTree, module_tree
-from .swap import Diff, swap, swap_info
+from .swap import FUSE, Diff, rewrite, swap_info
 from .verify import VerifyReport, eager_reference, verify
 
-__all__ = ["Surgery", "SurgeryError", "HistoryEntry", "Diff"]
+__all__ = ["Diff", "HistoryEntry", "Surgery"]
 
 
 @dataclass(frozen=True)
 class HistoryEntry:
-    """One step of a Surgery: ``swap`` of ``name`` by a module of type ``replacement_type``."""
+    """One step of a Surgery: ``swap`` of ``name`` by a module of type ``replacement_type``, or
+    ``fuse`` of ``name`` (``replacement_type`` is then ``"fused"``)."""
 
     action: str
     name: str
@@ -69,8 +71,9 @@ class Surgery:
         self.model = model
         self.args = args
         self.kwargs = dict(kwargs or {})
-        # Each state is the full mapping of swaps; the history lists how it was reached.
-        self._states: list[dict[str, torch.nn.Module]] = [{}]
+        # Each state is the full mapping {name: replacement, or FUSE}; the history lists how
+        # it was reached.
+        self._states: list[dict[str, Any]] = [{}]
         self._steps: list[HistoryEntry] = []
         self._position = 0
         self._modules: dict[int, GraphModule] = {}
@@ -98,7 +101,12 @@ class Surgery:
     @property
     def replacements(self) -> dict[str, torch.nn.Module]:
         """The swaps in force: ``{name: replacement}``, in the order they were made."""
-        return dict(self._states[self._position])
+        return {n: m for n, m in self._states[self._position].items() if m is not FUSE}
+
+    @property
+    def fused(self) -> tuple[str, ...]:
+        """The names fused so far (in force), in the order they were fused."""
+        return tuple(n for n, m in self._states[self._position].items() if m is FUSE)
 
     @property
     def history(self) -> tuple[HistoryEntry, ...]:
@@ -110,7 +118,7 @@ class Surgery:
         """The current program as a runnable GraphModule (built once per state)."""
         module = self._modules.get(self._position)
         if module is None:
-            module = swap(self.program, self._states[self._position])
+            module = rewrite(self.program, self._states[self._position])
             self._modules[self._position] = module
         return module
 
@@ -124,18 +132,31 @@ class Surgery:
     def swap(self, name: str, replacement: torch.nn.Module) -> Surgery:
         """Swap ``name`` (every call of a module, or ``"name@k"`` one call) for ``replacement``.
 
-        Swapping a name again replaces the earlier replacement. Errors are those of
-        :func:`graphsurgeon.swap`; after an error the Surgery is unchanged.
+        Swapping a name again replaces the earlier replacement (or its fusing). Errors are those
+        of :func:`graphsurgeon.swap`; after an error the Surgery is unchanged.
         """
+        if replacement is FUSE:
+            return self.fuse(name)
+        return self._change(
+            name, replacement, HistoryEntry("swap", name, type(replacement).__name__)
+        )
+
+    def fuse(self, name: str) -> Surgery:
+        """Fuse ``name``: its nodes become one call of a GraphModule of their own (see
+        :func:`graphsurgeon.fuse`); the program computes exactly what it did."""
+        return self._change(name, FUSE, HistoryEntry("fuse", name, "fused"))
+
+    def _change(self, name: str, value: Any, entry: HistoryEntry) -> Surgery:
         state = dict(self._states[self._position])
         state.pop(name, None)
-        state[name] = replacement
-        module = swap(self.program, state)  # raises before anything changes
+        state[name] = value
+        verb = "fuse" if value is FUSE else "swap"
+        module = rewrite(self.program, state, verb=verb)  # raises before anything changes
         del self._states[self._position + 1 :]
         del self._steps[self._position :]
         self._modules = {k: v for k, v in self._modules.items() if k <= self._position}
         self._states.append(state)
-        self._steps.append(HistoryEntry("swap", name, type(replacement).__name__))
+        self._steps.append(entry)
         self._position += 1
         self._modules[self._position] = module
         return self
@@ -192,7 +213,7 @@ class Surgery:
         checks that the replacements compute what the original modules did).
         """
         args, kwargs = self._inputs(args, kwargs)
-        replacements = self._states[self._position]
+        replacements = self.replacements  # fused calls compute what the original did
         if self.model is not None:
             reference: Any = eager_reference(self.model, replacements)
         else:
@@ -210,8 +231,9 @@ class Surgery:
         return export(self.module, args, kwargs, **export_options)
 
     def __repr__(self) -> str:
-        names = ", ".join(self._states[self._position]) or "none"
-        count = len(self._states[self._position])
-        return (
-            f"<Surgery: {count} swap{'s' if count != 1 else ''} ({names}), {self._position} steps>"
-        )
+        swaps, fused = self.replacements, self.fused
+        count = len(swaps)
+        text = f"<Surgery: {count} swap{'s' if count != 1 else ''} ({', '.join(swaps) or 'none'})"
+        if fused:
+            text += f", {len(fused)} fused ({', '.join(fused)})"
+        return text + f", {self._position} step{'s' if self._position != 1 else ''}>"

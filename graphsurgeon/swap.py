@@ -9,9 +9,16 @@ the call's output nodes, by name, to the matching leaf of the replacement's outp
 used those outputs now use the replacement's. Nothing is legalized or reordered, no node is
 copied twice, the graph is compiled once.
 
+The same pass fuses (:func:`graphsurgeon.fuse`): a fused call is replaced by a GraphModule cut
+from the call's own nodes (:func:`cut_call`), so it computes bit for bit what the program did.
+
 Pytree glue is only emitted where a value is really taken apart: a leaf is a ``getitem`` chain
 made on first use, and a structure that is exactly another call's output (or an argument of the
 model) is passed through whole instead of being flattened and rebuilt.
+
+What the result refuses: the program's first node checks the inputs as ``ep.module()`` does
+(structure, static and dynamic sizes, constant inputs: :mod:`graphsurgeon._guards`), and what
+each replacement returns is checked at its call (structure, dtype, static sizes).
 """
 
 from __future__ import annotations
@@ -19,9 +26,10 @@ from __future__ import annotations
 import functools
 import gc
 import inspect
+import keyword
 import operator
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,8 +39,9 @@ from torch.export import ExportedProgram
 from torch.fx import GraphModule, Node
 from torch.fx.node import map_arg
 
-from . import _runtime
+from . import _meta, _runtime
 from ._codegen import FastCodeGen
+from ._guards import InputGuard
 from .errors import (
     ConflictError,
     NotPreservedError,
@@ -51,18 +60,21 @@ from .partition import (
     split_call_name,
 )
 
-__all__ = ["Diff", "SwapInfo", "swap", "swap_info"]
+__all__ = ["Diff", "SwapInfo", "cut_call", "swap", "swap_info"]
 
 
 @dataclass(frozen=True)
 class SwapInfo:
-    """What a swapped program was made from; kept in ``gm.meta["graphsurgeon"]``.
+    """What a swapped or fused program was made from; kept in ``gm.meta["graphsurgeon"]``.
 
     Attributes:
         program: the ExportedProgram it was made from (not modified).
-        requests: the request as given, ``{name: replacement}``.
-        calls: call name -> the replacement now running it, in graph order.
-        installed_at: call name -> attribute path of the replacement in the result.
+        requests: the request as given, ``{name: replacement}`` (fused names map to the
+            GraphModule cut for their first call).
+        calls: call name -> the module now running it (a replacement, or for a fused call the
+            GraphModule of its own nodes), in graph order.
+        fused: the calls that are fused rather than swapped, in graph order.
+        installed_at: call name -> attribute path of that module in the result.
         call_nodes: call name -> name of its ``call_module`` node in the result.
         partitions: call name -> the original :class:`Partition` that was replaced.
         node_map: node name in the program -> name of the node holding its value in the
@@ -83,11 +95,17 @@ class SwapInfo:
     node_map: Mapping[str, str] = field(default_factory=dict, repr=False)
     copies: Mapping[str, str] = field(default_factory=dict, repr=False)
     result_nodes: tuple[str, ...] = field(default=(), repr=False)
+    fused: tuple[str, ...] = ()
 
     @functools.cached_property
     def diff(self) -> Diff:
         """What the swap changed in the graph, as a :class:`Diff` (computed once)."""
         return _diff(self)
+
+    @property
+    def swapped(self) -> tuple[str, ...]:
+        """The calls replaced by eager modules (not fused), in graph order."""
+        return tuple(c for c in self.calls if c not in self.fused)
 
 
 _COMPUTATION = ("call_function", "call_module", "call_method")
@@ -144,19 +162,31 @@ def _diff(info: SwapInfo) -> Diff:
 
 
 def swap_info(gm: torch.nn.Module) -> SwapInfo | None:
-    """The :class:`SwapInfo` of a program made by :func:`swap`, or None for any other module."""
+    """The :class:`SwapInfo` of a program made by :func:`swap` or :func:`graphsurgeon.fuse`,
+    or None for any other module."""
     meta = getattr(gm, "meta", None)
-    return meta.get("graphsurgeon") if isinstance(meta, dict) else None
+    return meta.get(_meta.INFO) if isinstance(meta, dict) else None
 
 
 # -- planning -----------------------------------------------------------------------------
+
+
+class _Fuse:
+    """Stands for "fuse this call" where a replacement module would stand in a request."""
+
+    def __repr__(self) -> str:
+        return "FUSE"
+
+
+#: In a request ``{name: FUSE}``: cut the call's own nodes into a GraphModule of their own.
+FUSE = _Fuse()
 
 
 @dataclass
 class _Request:
     call_name: str
     fqn: str
-    replacement: torch.nn.Module
+    replacement: torch.nn.Module | _Fuse
     install_path: str
     partition: Partition
     nodes: list[Node]
@@ -164,32 +194,36 @@ class _Request:
     emitted: bool = False
     outputs: dict[str, Any] = field(default_factory=dict)
     call_node: Node | None = None
+    module: torch.nn.Module | None = None  # what runs the call (the cut, for a fused call)
+
+    @property
+    def fused(self) -> bool:
+        return self.replacement is FUSE
 
 
-def _type_name(module: torch.nn.Module) -> str:
+def _type_name(module: Any) -> str:
     return type(module).__name__
 
 
-def _plan(index: ProgramIndex, modules: Mapping[str, torch.nn.Module]) -> list[_Request]:
+def _plan(index: ProgramIndex, modules: Mapping[str, Any], verb: str = "swap") -> list[_Request]:
     if not isinstance(modules, Mapping):
         raise SwapError(
-            f"swap: expected a mapping {{module name: replacement}}, got {type(modules).__name__}"
+            f"{verb}: expected a mapping {{module name: replacement}}, got {type(modules).__name__}"
         )
     parts = index.partitions()
     known_names = list(index.fqns) + [n for n in parts if "@" in n]
     requests: list[_Request] = []
     for name, replacement in modules.items():
         if not isinstance(name, str):
-            raise SwapError(f"swap: module names are strings such as 'blocks.0', got {name!r}")
-        if not isinstance(replacement, torch.nn.Module):
-            raise ReplacementError(
-                f"the replacement for {name!r} is a {type(replacement).__name__}, not a "
-                "torch.nn.Module. Wrap a function in an nn.Module whose forward calls it."
-            )
+            raise SwapError(f"{verb}: module names are strings such as 'blocks.0', got {name!r}")
+        if replacement is not FUSE:
+            _check_module(name, replacement)
         fqn, index_ = split_call_name(name)
         if fqn == "":
             raise SwapError(
-                "swap: the root module cannot be swapped; call the replacement model directly"
+                f"{verb}: the root module cannot be {verb}ped; call the replacement model directly"
+                if verb == "swap"
+                else "fuse: the root module is the whole program; name a submodule"
             )
         if fqn not in index.fqns:
             raise UnknownModuleError(
@@ -199,8 +233,10 @@ def _plan(index: ProgramIndex, modules: Mapping[str, torch.nn.Module]) -> list[_
         calls = index.calls_of.get(fqn, [])
         if not calls:
             raise NotSwappableError(
-                f"module {fqn!r} was never called during export, so there is nothing to swap "
-                "(a container such as nn.ModuleList? swap its children)."
+                f"cannot {verb} {fqn!r}: {index.why_no_calls(fqn)}. Its submodules may be "
+                f"{verb}pable: gs.module_tree(ep) lists them."
+                if verb == "swap"
+                else f"cannot fuse {fqn!r}: {index.why_no_calls(fqn)}."
             )
         if index_ is None:
             chosen, install = calls, fqn
@@ -217,24 +253,61 @@ def _plan(index: ProgramIndex, modules: Mapping[str, torch.nn.Module]) -> list[_
             part = parts[cname]
             if not part.preserved:
                 raise NotPreservedError(
-                    f"cannot swap {cname!r}: its call signature was {part.reason}."
+                    f"cannot {verb} {cname!r}: its call signature was {part.reason}."
                 )
             if not part.swappable:
-                raise NotSwappableError(f"cannot swap {cname!r}: {part.reason}.")
-            requests.append(
-                _Request(
-                    call_name=cname,
-                    fqn=fqn,
-                    replacement=replacement,
-                    install_path=install,
-                    partition=part,
-                    nodes=index.call_nodes.get(cname, []),
-                )
+                raise NotSwappableError(f"cannot {verb} {cname!r}: {part.reason}.")
+            request = _Request(
+                call_name=cname,
+                fqn=fqn,
+                replacement=replacement,
+                install_path=install,
+                partition=part,
+                nodes=index.call_nodes.get(cname, []),
             )
+            if not request.fused:
+                _check_call(index, request)
+            requests.append(request)
     _check_conflicts(requests)
     # an empty partition is never swappable (refused above), so every request has nodes[0]
     requests.sort(key=lambda r: index.order[r.nodes[0]])
     return requests
+
+
+def _check_module(name: str, replacement: Any) -> None:
+    """A replacement must be a working nn.Module."""
+    if not isinstance(replacement, torch.nn.Module):
+        raise ReplacementError(
+            f"the replacement for {name!r} is a {type(replacement).__name__}, not a "
+            "torch.nn.Module. Wrap a function in an nn.Module whose forward calls it."
+        )
+    if "_modules" not in vars(replacement) or "_parameters" not in vars(replacement):
+        raise ReplacementError(
+            f"the replacement for {name!r} ({_type_name(replacement)}) is not initialized as a "
+            "module: its __init__ does not call super().__init__() (it must, before setting "
+            "any attribute)."
+        )
+
+
+def _check_call(index: ProgramIndex, request: _Request) -> None:
+    """The replacement's forward must take the arguments the program calls the module with."""
+    module = request.replacement
+    signature = request.partition.signature
+    try:
+        parameters = inspect.signature(module.forward)
+    except (TypeError, ValueError):
+        return  # a forward whose signature Python cannot read: it will tell at run time
+    args_spec, kwargs_spec = signature.in_spec.children()
+    try:
+        parameters.bind(*range(args_spec.num_children), **dict.fromkeys(kwargs_spec.context))
+    except TypeError as problem:
+        raise ReplacementError(
+            f"the replacement for {request.call_name!r} ({_type_name(module)}) cannot take the "
+            f"arguments the program calls it with: the program calls "
+            f"{request.call_name}{index.call_text(request.call_name)}, but its forward is "
+            f"forward{parameters} ({problem}). Make forward accept those arguments (add the "
+            "missing parameters, or **kwargs for the keywords it ignores)."
+        ) from None
 
 
 def _check_conflicts(requests: list[_Request]) -> None:
@@ -260,6 +333,26 @@ def _check_conflicts(requests: list[_Request]) -> None:
             )
 
 
+# -- attribute paths the generated code can write --------------------------------------------
+
+
+def _safe_component(part: str) -> str:
+    """An attribute name fx's generated code can spell: ``self.layers.0`` becomes
+    ``getattr(self.layers, "0")``, which fx writes itself; a keyword (``in``), or a name with a
+    quote, a backslash or a line break, fx would write as code that does not compile."""
+    if keyword.iskeyword(part):
+        return part + "_"
+    if part.isprintable() and not any(c in part for c in "\"\\'"):
+        return part
+    cleaned = "".join(c if c.isalnum() or c == "_" else "_" for c in part)
+    return cleaned or "_"
+
+
+def safe_path(target: str) -> str:
+    """``layers.in.weight`` -> ``layers.in_.weight``: the path with every component spellable."""
+    return ".".join(_safe_component(p) for p in target.split("."))
+
+
 # -- building -----------------------------------------------------------------------------
 
 _STATIC_GET = (tuple, list, dict)
@@ -280,12 +373,6 @@ def _is_namedtuple(kind: type) -> bool:
     return isinstance(kind, type) and issubclass(kind, tuple) and hasattr(kind, "_fields")
 
 
-def _keys(spec: pytree.TreeSpec) -> list:
-    if spec.type is dict:
-        return list(spec.context)
-    return list(range(spec.num_children))
-
-
 def _subtrees(spec, start=0, path=(), out=None):
     """``{(first leaf, number of leaves): [(path, subspec), ...]}`` of every indexable subtree."""
     if out is None:
@@ -294,20 +381,9 @@ def _subtrees(spec, start=0, path=(), out=None):
     if spec.is_leaf() or spec.type is type(None):
         return out
     offset = start
-    for key, child in zip(_keys(spec), spec.children()):
+    for key, child in zip(_meta.children_keys(spec), spec.children()):
         _subtrees(child, offset, (*path, key), out)
         offset += child.num_leaves
-    return out
-
-
-def _leaf_paths(spec, path=(), out=None) -> list[tuple]:
-    if out is None:
-        out = []
-    if spec.is_leaf():
-        out.append(path)
-        return out
-    for key, child in zip(_keys(spec), spec.children()):
-        _leaf_paths(child, (*path, key), out)
     return out
 
 
@@ -315,16 +391,16 @@ class _Source:
     """A value in the new graph with a known pytree structure, whose leaves are made lazily."""
 
     def __init__(
-        self, builder: _Builder, node: Node, spec: pytree.TreeSpec, flatten=None, stack=None
+        self, writer: _GraphWriter, node: Node, spec: pytree.TreeSpec, flatten=None, stack=None
     ):
-        self.builder = builder
+        self.writer = writer
         self.node = node
         self.spec = spec
         # nn_module_stack of the glue nodes taking the value apart (those of its consumer)
         self.stack = stack
         self.indexable = _indexable(spec)
         if self.indexable:
-            self.paths = _leaf_paths(spec)
+            self.paths = _meta.leaf_paths(spec)
             self.subtrees = _subtrees(spec)
         else:
             self.paths = None
@@ -337,7 +413,7 @@ class _Source:
         node = self._at.get(path)
         if node is None:
             parent = self.at(path[:-1])
-            node = self.builder.emit_getitem(parent, path[-1], name, self._meta(meta))
+            node = self.writer.emit_getitem(parent, path[-1], name, self._meta(meta))
             self._at[path] = node
         return node
 
@@ -351,10 +427,10 @@ class _Source:
             return self.at(self.paths[i], name, meta)
         if self._flat is None:
             function, extra = self._flatten
-            self._flat = self.builder.emit_call(function, (self.node, *extra), "flat")
+            self._flat = self.writer.emit_call(function, (self.node, *extra), "flat")
             if self.stack is not None:
                 self._flat.meta["nn_module_stack"] = dict(self.stack)
-        return self.builder.emit_getitem(self._flat, i, name, self._meta(meta))
+        return self.writer.emit_getitem(self._flat, i, name, self._meta(meta))
 
 
 class _Leaf:
@@ -389,41 +465,20 @@ class _Removed:
         self.request, self.node = request, node
 
 
-class _Builder:
-    def __init__(self, index: ProgramIndex, requests: list[_Request]):
-        self.index = index
-        self.ep = index.ep
-        self.requests = requests
-        self.graph = torch.fx.Graph()
-        self.env: dict[Node, Any] = {}
-        self.attrs: dict[str, Any] = {}
-        self.non_persistent: set[str] = set()
-        self.owner: dict[Node, _Request] = {n: r for r in requests for n in r.nodes}
-        self.taken: set[str] = set(index.by_name)
-        self.used_names: set[str] = set()
-        self.specs: dict[int, tuple[str, pytree.TreeSpec]] = {}
-        self.swapped_paths = sorted({r.install_path for r in requests})
-        self.copied_from: dict[Node, Node] = {}
-        # functional graphs: mutated value's node name -> the placeholder it writes
-        placeholders = [n for n in index.nodes if n.op == "placeholder"]
-        by_target = {
-            spec.target: node
-            for node, spec in zip(placeholders, self.ep.graph_signature.input_specs)
-            if spec.target is not None
-        }
-        self.mutation_targets: dict[str, Node] = {}
-        for spec in self.ep.graph_signature.output_specs:
-            kind = spec.kind.name
-            if kind == "USER_INPUT_MUTATION":
-                self.mutation_targets[spec.arg.name] = index.by_name[spec.target]
-            elif kind in ("BUFFER_MUTATION", "PARAMETER_MUTATION"):
-                self.mutation_targets[spec.arg.name] = by_target[spec.target]
+class _GraphWriter:
+    """A new fx graph being written: fresh names, glue, constants held as attributes, and
+    structures rebuilt from leaves with as little glue as possible."""
 
-    # -- naming and emission helpers ------------------------------------------------------
+    def __init__(self, taken: set[str]):
+        self.graph = torch.fx.Graph()
+        self.attrs: dict[str, Any] = {}
+        self.taken = taken  # names the new graph must not reuse (those of the program)
+        self.used_names: set[str] = set()
+        self._constants: dict[int, tuple[str, Any]] = {}
 
     def fresh(self, base: str) -> str:
         base = "".join(c if c.isalnum() or c == "_" else "_" for c in base).strip("_") or "v"
-        if base[0].isdigit():
+        if base[0].isdigit() or keyword.iskeyword(base):
             base = "_" + base
         name, k = base, 0
         while name in self.taken or name in self.used_names:
@@ -444,25 +499,18 @@ class _Builder:
         name = self.fresh(f"{args[0].name}_{suffix}" if isinstance(args[0], Node) else suffix)
         return self.graph.create_node("call_function", function, tuple(args), name=name)
 
-    def spec_node(self, spec: pytree.TreeSpec) -> Node:
-        key = id(spec)
-        if key not in self.specs:
-            target = f"_spec_{len(self.specs)}"
-            self.specs[key] = (target, spec)
-            self.attrs[target] = spec
-        target, _ = self.specs[key]
+    def constant_node(self, value: Any, base: str) -> Node:
+        """A ``get_attr`` of a Python object the generated code needs (a spec, a guard)."""
+        key = id(value)
+        if key not in self._constants:
+            target = f"_{base}_{len(self._constants)}"
+            self._constants[key] = (target, value)
+            self.attrs[target] = value
+        target, _ = self._constants[key]
         return self.graph.create_node("get_attr", target, name=self.fresh(target))
 
-    def value(self, old: Any) -> Any:
-        """The new-graph value of a value of the old graph (an old node, or a constant)."""
-        if isinstance(old, Node):
-            try:
-                old = self.env[old]
-            except KeyError:
-                raise SwapError(
-                    f"internal: node {old.name!r} is used before it is defined in the swapped graph"
-                ) from None
-        return self.materialize(old)
+    def spec_node(self, spec: pytree.TreeSpec) -> Node:
+        return self.constant_node(spec, "spec")
 
     def materialize(self, x: Any) -> Any:
         """Make a lazy value (leaf, attribute) into a node of the new graph."""
@@ -470,7 +518,7 @@ class _Builder:
             return x.get()
         if isinstance(x, _Attr):
             if x.node is None:
-                target = self._retarget(x.target)
+                target = self.attribute_target(x.target)
                 self.attrs.setdefault(target, x.value)
                 x.node = self.graph.create_node("get_attr", target, name=x.name)
                 x.node.meta = x.meta
@@ -482,13 +530,8 @@ class _Builder:
             )
         return x
 
-    def _retarget(self, target: str) -> str:
-        # A parameter still used outside a swapped module (tied weights) must not resolve into
-        # the replacement now installed at that path: keep it under a name of its own.
-        for path in self.swapped_paths:
-            if target == path or target.startswith(path + "."):
-                return "_retained_" + target.replace(".", "_").replace("@", "_at_")
-        return target
+    def attribute_target(self, target: str) -> str:
+        return safe_path(target)
 
     def rebuild(self, spec: pytree.TreeSpec, values: list) -> Any:
         """A structure ``spec`` over ``values`` (new-graph leaves, possibly lazy), with as
@@ -526,6 +569,56 @@ class _Builder:
             name=self.fresh(f"unflatten_{getattr(kind, '__name__', 'tree')}"),
         )
 
+    def module(self, class_name: str) -> GraphModule:
+        self.graph.set_codegen(FastCodeGen())
+        return GraphModule(self.attrs, self.graph, class_name=class_name)
+
+
+class _Builder(_GraphWriter):
+    def __init__(self, index: ProgramIndex, requests: list[_Request]):
+        super().__init__(set(index.by_name))
+        self.index = index
+        self.ep = index.ep
+        self.requests = requests
+        self.env: dict[Node, Any] = {}
+        self.non_persistent: set[str] = set()
+        self.owner: dict[Node, _Request] = {n: r for r in requests for n in r.nodes}
+        self.swapped_paths = sorted({r.install_path for r in requests})
+        self.copied_from: dict[Node, Node] = {}
+        # functional graphs: mutated value's node name -> the placeholder it writes
+        placeholders = [n for n in index.nodes if n.op == "placeholder"]
+        by_target = {
+            spec.target: node
+            for node, spec in zip(placeholders, self.ep.graph_signature.input_specs)
+            if spec.target is not None
+        }
+        self.mutation_targets: dict[str, Node] = {}
+        for spec in self.ep.graph_signature.output_specs:
+            kind = spec.kind.name
+            if kind == "USER_INPUT_MUTATION":
+                self.mutation_targets[spec.arg.name] = index.by_name[spec.target]
+            elif kind in ("BUFFER_MUTATION", "PARAMETER_MUTATION"):
+                self.mutation_targets[spec.arg.name] = by_target[spec.target]
+
+    def value(self, old: Any) -> Any:
+        """The new-graph value of a value of the old graph (an old node, or a constant)."""
+        if isinstance(old, Node):
+            try:
+                old = self.env[old]
+            except KeyError:
+                raise SwapError(
+                    f"internal: node {old.name!r} is used before it is defined in the swapped graph"
+                ) from None
+        return self.materialize(old)
+
+    def attribute_target(self, target: str) -> str:
+        # A parameter still used outside a swapped module (tied weights) must not resolve into
+        # the replacement now installed at that path: keep it under a name of its own.
+        for path in self.swapped_paths:
+            if target == path or target.startswith(path + "."):
+                return "_retained_" + _flat_name(target)
+        return safe_path(target)
+
     # -- the pass -------------------------------------------------------------------------
 
     def build(self) -> GraphModule:
@@ -556,7 +649,7 @@ class _Builder:
             request = self.owner.get(node)
             if request is not None:
                 if not request.emitted:
-                    self._emit_swapped_call(request)
+                    self._emit_call(request)
                 self._bind_swapped_node(node, request)
                 continue
             self._copy(node)
@@ -564,8 +657,7 @@ class _Builder:
         self.node_map = self._node_map()
         alive = set(self.graph.nodes)
         self.copies = {new.name: old.name for new, old in self.copied_from.items() if new in alive}
-        self.graph.set_codegen(FastCodeGen())
-        gm = GraphModule(self.attrs, self.graph, class_name="SwappedProgram")
+        gm = self.module("SwappedProgram")
         for target in self.non_persistent:
             owner_path, _, leaf = target.rpartition(".")
             owner = gm.get_submodule(owner_path) if owner_path else gm
@@ -578,7 +670,7 @@ class _Builder:
             return ep.state_dict[target]
         if spec.kind.name == "BUFFER":
             if spec.persistent is False:
-                self.non_persistent.add(self._retarget(target))
+                self.non_persistent.add(self.attribute_target(target))
                 value = ep.constants[target]
             else:
                 value = ep.state_dict[target]
@@ -605,11 +697,20 @@ class _Builder:
         if sum(s.num_leaves for _, s in arguments) != len(user_leaves):
             raise SwapError("internal: the program's input structure does not match its inputs")
         offset = 0
+        described: list[tuple[str, Any, list[tuple[str, Any]]]] = []  # what the guard checks
+        sources: dict[str, int] = {}  # how torch's guards name each leaf: L['x'], L['d']['a']
+        placeholders: list[Node] = []
         for argument, spec in arguments:
             leaves = user_leaves[offset : offset + spec.num_leaves]
             offset += spec.num_leaves
             node = self.graph.placeholder(argument)
             self.used_names.add(node.name)
+            placeholders.append(node)
+            checked = []
+            for leaf, keys in zip(leaves, _meta.leaf_keystrs(spec)):
+                sources[f"L[{argument!r}]{keys}"] = len(sources)
+                checked.append((f"{argument}{keys}", leaf.meta.get("val")))
+            described.append((argument, spec, checked))
             if spec.is_leaf():
                 node.meta = dict(leaves[0].meta)
                 self.env[leaves[0]] = node
@@ -619,27 +720,38 @@ class _Builder:
             )
             for i, leaf in enumerate(leaves):
                 self.env[leaf] = _Leaf(source, i, name=leaf.name, meta=dict(leaf.meta))
+        if placeholders:
+            guard = InputGuard(
+                described, dict(ep.range_constraints), getattr(ep, "_guards_code", ()), sources
+            )
+            args = (self.constant_node(guard, "input_guard"), *placeholders)
+            node = self.graph.create_node(
+                "call_function", _runtime.check_inputs, args, name=self.fresh("check_inputs")
+            )
+            node.meta = {_meta.GUARD: True}
 
     def _copy(self, node: Node) -> None:
         if node.op == "get_attr":
             # a subgraph of a higher-order op (torch.cond branches) or a constant module
-            target = node.target
-            self.attrs.setdefault(target, _get_path(self.ep.graph_module, target))
+            self.attrs.setdefault(
+                safe_path(node.target), _get_path(self.ep.graph_module, node.target)
+            )
         args = map_arg(node.args, self.value)
         kwargs = map_arg(node.kwargs, self.value)
+        target = safe_path(node.target) if node.op == "get_attr" else node.target
         new = self.graph.create_node(
-            node.op, node.target, args, kwargs, name=node.name, type_expr=node.type
+            node.op, target, args, kwargs, name=node.name, type_expr=node.type
         )
         new.meta = dict(node.meta)
         self.env[node] = new
         self.copied_from[new] = node
 
-    def _emit_swapped_call(self, request: _Request) -> None:
+    def _call_arguments(self, request: _Request) -> tuple[tuple, dict]:
         signature = request.partition.signature
         flat: list[Any] = []
         for argument in signature.inputs:
-            if type(argument).__name__ == "ConstantArgument":
-                flat.append(argument.value)
+            if _meta.is_constant(argument):
+                flat.append(getattr(argument, "value", None))
                 continue
             node = self.index.by_name.get(argument.name)
             if node is None or node not in self.env:
@@ -648,69 +760,113 @@ class _Builder:
                 flat.append(None)
                 continue
             flat.append(self.env[node])
-        args_spec, kwargs_spec = signature.in_spec.children()
-        args, offset = [], 0
-        for child in args_spec.children():
-            args.append(self.rebuild(child, flat[offset : offset + child.num_leaves]))
-            offset += child.num_leaves
-        kwargs = {}
-        for key, child in zip(kwargs_spec.context, kwargs_spec.children()):
-            kwargs[key] = self.rebuild(child, flat[offset : offset + child.num_leaves])
-            offset += child.num_leaves
+        args, kwargs = [], {}
+        for key, child, offset in _meta.split_arguments(signature.in_spec):
+            value = self.rebuild(child, flat[offset : offset + child.num_leaves])
+            if isinstance(key, int):
+                args.append(value)
+            else:
+                kwargs[key] = value
+        return tuple(args), kwargs
+
+    def _emit_call(self, request: _Request) -> None:
+        signature = request.partition.signature
+        args, kwargs = self._call_arguments(request)
+        if request.fused:
+            request.module = cut_call(
+                self.index,
+                request.call_name,
+                state=self._state_value,
+                mutations=self.mutation_targets,
+            )
+        else:
+            request.module = request.replacement
         base = request.call_name.replace("@", "_call")
+        install = safe_path(request.install_path)
         call = self.graph.create_node(
             "call_module",
-            request.install_path,
-            tuple(args),
+            install,
+            args,
             kwargs,
-            name=self.fresh(f"swapped_{base}"),
+            name=self.fresh(f"{'fused' if request.fused else 'swapped'}_{base}"),
         )
         call.meta = {
             "nn_module_stack": _outer_stack(request.nodes[0], request.fqn),
-            "graphsurgeon_swap": request.call_name,
+            _meta.FUSED if request.fused else _meta.SWAPPED: request.call_name,
         }
-        self.attrs[request.install_path] = request.replacement
+        self.attrs[install] = request.module
         request.call_node = call
         request.emitted = True
         out_spec = signature.out_spec
+        caller_stack = dict(list(call.meta["nn_module_stack"].items())[:-1])
+        if request.fused:
+            checked = call  # its own nodes, cut from the program: nothing to check
+        else:
+            checked = self._emit_output_check(request, call)
+        # the outputs are taken apart in the caller: the call's stack without its own entry
+        source = _Source(
+            self,
+            checked,
+            out_spec,
+            (
+                _runtime.flatten_output,
+                (self.spec_node(out_spec), request.call_name, _type_name(request.module)),
+            ),
+            stack=caller_stack,
+        )
+        members = set(request.nodes)
+        for i, argument in enumerate(signature.outputs):
+            if _meta.is_constant(argument):
+                continue
+            old = self.index.by_name.get(argument.name)
+            if old is None or old not in members:
+                # an output nobody used (export removed its node), or an input returned
+                # unchanged that nothing after the call reads (partition checked): no binding
+                continue
+            if argument.name not in request.outputs:
+                request.outputs[argument.name] = _Leaf(source, i, meta=_output_meta(old))
+
+    def _emit_output_check(self, request: _Request, call: Node) -> Node:
+        signature = request.partition.signature
+        out_spec = signature.out_spec
         type_name = _type_name(request.replacement)
+        expected = [self._expected(argument) for argument in signature.outputs]
         tensor_out = (
             out_spec.is_leaf()
             and len(signature.outputs) == 1
             and type(signature.outputs[0]).__name__ == "TensorArgument"
         )
         if tensor_out:
-            checked = self.emit_call(
-                _runtime.check_tensor, (call, request.call_name, type_name), "checked"
-            )
+            want = self.constant_node(expected[0], "expected") if expected[0] is not None else None
+            args = (call, want, request.call_name, type_name)
+            checked = self.emit_call(_runtime.check_tensor, args, "checked")
         else:
-            checked = self.emit_call(
-                _runtime.check_structure,
-                (call, self.spec_node(out_spec), request.call_name, type_name),
-                "checked",
+            args = (
+                call,
+                self.spec_node(out_spec),
+                self.constant_node(tuple(expected), "expected"),
+                request.call_name,
+                type_name,
             )
+            checked = self.emit_call(_runtime.check_structure, args, "checked")
         checked.meta = {
             "nn_module_stack": dict(call.meta["nn_module_stack"]),
-            "graphsurgeon_check": request.call_name,
+            _meta.CHECK: request.call_name,
         }
-        # the outputs are taken apart in the caller: the call's stack without its own entry
-        caller_stack = dict(list(call.meta["nn_module_stack"].items())[:-1])
-        source = _Source(
-            self,
-            checked,
-            out_spec,
-            (_runtime.flatten_output, (self.spec_node(out_spec), request.call_name, type_name)),
-            stack=caller_stack,
-        )
-        for i, argument in enumerate(signature.outputs):
-            name = getattr(argument, "name", "")
-            if type(argument).__name__ == "ConstantArgument" or not name:
-                continue
-            old = self.index.by_name.get(name)
-            if old is None:
-                continue  # an output nobody used: export removed its node
-            if name not in request.outputs:
-                request.outputs[name] = _Leaf(source, i, meta=_output_meta(old))
+        return checked
+
+    def _expected(self, argument: Any) -> _runtime.ExpectedTensor | None:
+        if _meta.is_constant(argument):
+            return None
+        node = self.index.by_name.get(argument.name)
+        value = node.meta.get("val") if node is not None else None
+        return _runtime.ExpectedTensor(value) if isinstance(value, torch.Tensor) else None
+
+    def _state_value(self, placeholder: Node) -> Any:
+        """The value a cut call reads for one of the program's lifted state placeholders: the
+        very object this program holds, so the call and the program share their state."""
+        value = self.env.get(placeholder)
+        return value.value if isinstance(value, _Attr) else None
 
     def _bind_swapped_node(self, node: Node, request: _Request) -> None:
         leaf = request.outputs.get(node.name)
@@ -754,8 +910,8 @@ class _Builder:
     def _write_back(self, value: Node, spec) -> None:
         new_value = self.env.get(value)
         if isinstance(new_value, _Removed):
-            # The mutation happened inside a swapped call: the replacement, running eagerly,
-            # updates its own state in place. Nothing to copy.
+            # The mutation happened inside a swapped or fused call: the module, running
+            # eagerly, updates its own state in place. Nothing to copy.
             return
         destination = self.env[self.mutation_targets[value.name]]
         if new_value is destination:
@@ -821,6 +977,10 @@ def _get_path(root: torch.nn.Module, target: str) -> Any:
     return value
 
 
+def _flat_name(target: str) -> str:
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in target.replace("@", "_at_"))
+
+
 def _outer_stack(node: Node, fqn: str) -> dict:
     """The nn_module_stack of a swapped call: its parents' entries, then its own."""
     stack = node.meta.get("nn_module_stack") or {}
@@ -840,6 +1000,208 @@ def _output_meta(old: Node) -> dict:
     return meta
 
 
+# -- one call, cut out ----------------------------------------------------------------------
+
+
+class _CallCut(_GraphWriter):
+    """The nodes of one module call, copied into a GraphModule that takes and returns what the
+    module did (its arguments as the program passed them, its output structure)."""
+
+    def __init__(self, index: ProgramIndex, name: str, state, mutations):
+        super().__init__(set())
+        self.index = index
+        self.name = name
+        self.part = index.partitions()[name]
+        self.members = set(index.call_nodes.get(name, []))
+        self.state = state
+        self.mutations = mutations
+        self.env: dict[Node, Any] = {}
+        self.inputs: dict[str, Any] = {}  # graph value name -> its leaf among the arguments
+        self.lifted = {
+            spec.arg.name: spec.target
+            for spec in index.ep.graph_signature.input_specs
+            if spec.kind.name != "USER_INPUT" and getattr(spec.arg, "name", None)
+        }
+
+    def build(self) -> GraphModule:
+        signature = self.part.signature
+        fqn = self.part.fqn
+        args_spec, _ = signature.in_spec.children()
+        names = self.index.parameter_names(fqn, args_spec.num_children)
+        leaves: list[Any] = []
+        where: list[str] = []
+        for key, spec, _ in _meta.split_arguments(signature.in_spec):
+            argument = names[key] if isinstance(key, int) else key
+            node = self.graph.placeholder(self.fresh(argument))
+            inner = _meta.leaf_keystrs(spec)
+            where += [f"{argument}{keys}" for keys in inner]
+            if spec.is_leaf():
+                leaves.append(node)
+                continue
+            source = _Source(
+                self, node, spec, (_runtime.flatten_input, (self.spec_node(spec), argument))
+            )
+            leaves += [_Leaf(source, i) for i in range(spec.num_leaves)]
+        first_of: dict[str, int] = {}
+        for i, (argument, leaf) in enumerate(zip(signature.inputs, leaves)):
+            if _meta.is_constant(argument):
+                self._emit_check(
+                    _runtime.check_constant, (leaf, argument.value, self.name, where[i])
+                )
+                continue
+            node = self.index.by_name.get(argument.name)
+            if node is None:
+                continue  # an argument the module ignored: export dropped its value
+            if argument.name in first_of:
+                j = first_of[argument.name]
+                self._emit_check(
+                    _runtime.check_same, (leaves[j], leaf, self.name, where[j], where[i])
+                )
+                continue
+            first_of[argument.name] = i
+            self.env[node] = leaf
+        written = []
+        for node in self.index.call_nodes.get(self.name, []):
+            self._copy(node)
+            if node.name in self.mutations:
+                written.append(node)
+        for node in written:  # a functional graph's writes to buffers and inputs, done here
+            target = self.value(self.mutations[node.name])
+            self.graph.create_node(
+                "call_function",
+                torch.ops.aten.copy_.default,
+                (target, self.value(node)),
+                name=self.fresh(f"write_{node.name}"),
+            )
+        outputs = []
+        for argument in signature.outputs:
+            if _meta.is_constant(argument):
+                outputs.append(getattr(argument, "value", None))
+                continue
+            node = self.index.by_name.get(argument.name)
+            outputs.append(self.env.get(node) if node is not None else None)
+        self.graph.output(self.rebuild(signature.out_spec, outputs))
+        type_name = self.part.type_name or "Module"
+        return self.module(f"Fused{type_name}")
+
+    def _emit_check(self, function, args) -> None:
+        node = self.graph.create_node(
+            "call_function",
+            function,
+            tuple(self.materialize(a) for a in args),
+            name=self.fresh(function.__name__),
+        )
+        node.meta = {_meta.GUARD: True}
+
+    def value(self, old: Any) -> Any:
+        if not isinstance(old, Node):
+            return old
+        if old not in self.env:
+            self.env[old] = self._outside(old)
+        return self.materialize(self.env[old])
+
+    def _outside(self, old: Node) -> Any:
+        """A value the call's nodes read from outside the call without it being an argument:
+        the program's parameters and buffers, subgraphs of torch.cond, and size arithmetic."""
+        if old.op == "placeholder" and old.name in self.lifted:
+            target = self.lifted[old.name]
+            value = self.state(old)
+            if value is None:
+                raise SwapError(f"internal: no value for {target!r} of {self.name!r}")
+            return _Attr(self._relative(target), old.name, value, dict(old.meta))
+        if old.op == "get_attr":
+            value = _get_path(self.index.ep.graph_module, old.target)
+            return _Attr(self._relative(old.target), old.name, value, dict(old.meta))
+        if old.op == "call_function" and isinstance(old.meta.get("val"), _SYMBOLIC):
+            # size arithmetic done outside the call on its inputs: do it again here
+            self._copy(old)
+            return self.env[old]
+        raise SwapError(
+            f"cannot cut {self.name!r}: node {old.name!r} outside it feeds it without being one "
+            "of its arguments"
+        )
+
+    def _relative(self, target: str) -> str:
+        prefix = self.part.fqn + "."
+        if target.startswith(prefix):
+            return safe_path(target[len(prefix) :])
+        return "_outer_" + _flat_name(target)
+
+    def _copy(self, node: Node) -> None:
+        args = map_arg(node.args, self.value)
+        kwargs = map_arg(node.kwargs, self.value)
+        if node.op == "get_attr":
+            self.env[node] = self._outside(node)
+            return
+        new = self.graph.create_node(
+            node.op, node.target, args, kwargs, name=self.fresh(node.name), type_expr=node.type
+        )
+        new.meta = dict(node.meta)
+        self.env[node] = new
+
+
+def cut_call(
+    index_or_program: ProgramIndex | ExportedProgram,
+    name: str,
+    *,
+    state: Callable[[Node], Any] | None = None,
+    mutations: Mapping[str, Node] | None = None,
+) -> GraphModule:
+    """The nodes of call ``name`` as a GraphModule of their own: the form a fused call takes.
+
+    It takes the arguments the program passed the module (as the module's forward names them),
+    checks the constants it was exported with and that arguments that were one value still are,
+    runs the call's original nodes, and returns the module's output structure. ``state`` gives
+    the value of each lifted parameter or buffer the nodes read (default: the program's
+    parameters, and copies of its buffers, so running it never changes the program).
+    """
+    index = (
+        program_index(index_or_program)
+        if isinstance(index_or_program, ExportedProgram)
+        else index_or_program
+    )
+    parts = index.partitions()
+    part = parts.get(name)
+    if part is None:
+        raise UnknownModuleError(
+            f"the program has no module call {name!r}.{did_you_mean(name, parts)} "
+            "gs.partition(ep) lists every call."
+        )
+    if not part.swappable:
+        raise NotSwappableError(f"cannot fuse {name!r}: {part.reason}.")
+    if state is None:
+        state = _standalone_state(index)
+    if mutations is None:
+        mutations = _Builder(index, []).mutation_targets
+    return _CallCut(index, name, state, mutations).build()
+
+
+def _standalone_state(index: ProgramIndex) -> Callable[[Node], Any]:
+    ep = index.ep
+    by_name = {
+        spec.arg.name: spec
+        for spec in ep.graph_signature.input_specs
+        if getattr(spec.arg, "name", None)
+    }
+    copies: dict[str, Any] = {}
+
+    def state(placeholder: Node) -> Any:
+        spec = by_name[placeholder.name]
+        if spec.kind.name == "PARAMETER":
+            return ep.state_dict[spec.target]
+        if spec.kind.name == "BUFFER":
+            if spec.target not in copies:
+                source = ep.state_dict if spec.persistent is not False else ep.constants
+                copies[spec.target] = source[spec.target].clone()
+            return copies[spec.target]
+        return ep.constants[spec.target]
+
+    return state
+
+
+# -- the verbs ----------------------------------------------------------------------------------
+
+
 def _interpreted_forward(gm: GraphModule):
     # Parameters are named as the model's arguments (placeholder targets), not as the
     # placeholder nodes, which fx renames when they shadow a builtin ("input" -> "input_1").
@@ -857,6 +1219,47 @@ def _interpreted_forward(gm: GraphModule):
     return types.MethodType(forward, gm)
 
 
+def rewrite(
+    ep: ExportedProgram, modules: Mapping[str, Any], *, interpret: bool = False, verb: str = "swap"
+) -> GraphModule:
+    """The one pass behind :func:`swap` and :func:`graphsurgeon.fuse`: ``modules`` maps names to
+    replacements, or to :data:`FUSE` for calls to fuse."""
+    index = program_index(ep)
+    requests = _plan(index, modules, verb)
+    was_enabled = gc.isenabled()
+    # The pass allocates many small objects and no cycles that matter; the cyclic collector
+    # would otherwise run dozens of times over the whole heap while it does.
+    gc.disable()
+    try:
+        builder = _Builder(index, requests)
+        gm = builder.build()
+    finally:
+        if was_enabled:
+            gc.enable()
+    calls = {r.call_name: r.module for r in requests}
+    given = {}
+    for name, module in modules.items():
+        given[name] = module
+        if module is FUSE:
+            fqn, k = split_call_name(name)
+            given[name] = calls[call_name(fqn, k or 0)] if k is not None else calls.get(name)
+    gm.meta[_meta.INFO] = SwapInfo(
+        program=ep,
+        requests=given,
+        calls=calls,
+        fused=tuple(r.call_name for r in requests if r.fused),
+        installed_at={r.call_name: safe_path(r.install_path) for r in requests},
+        call_nodes={r.call_name: r.call_node.name for r in requests},
+        partitions={r.call_name: r.partition for r in requests},
+        node_map=builder.node_map,
+        copies=builder.copies,
+        result_nodes=tuple(n.name for n in gm.graph.nodes if n.op in _COMPUTATION),
+    )
+    if interpret:
+        gm.forward = _interpreted_forward(gm)
+    return gm
+
+
 def swap(
     ep: ExportedProgram,
     modules: Mapping[str, torch.nn.Module],
@@ -871,12 +1274,20 @@ def swap(
         modules: ``{name: replacement}``. ``"blocks.0"`` swaps every call of that module
             (one replacement serves them all); ``"shared@1"`` swaps only the second call,
             ``"shared@0"`` only the first. Replacements are used as given (not copied).
+            Each replacement's ``forward`` must accept the arguments the program calls the
+            module with: checked here, with the expected call in the error.
         interpret: run the graph under ``torch.fx.Interpreter`` instead of generated code
             (slower; easier to debug).
 
     Returns:
-        A GraphModule taking and returning exactly what the original model does.
-        ``gm.meta["graphsurgeon"]`` holds a :class:`SwapInfo`.
+        A GraphModule taking and returning exactly what the original model does, and
+        refusing what the program refuses (:class:`~graphsurgeon.GuardError` for a size
+        outside the exported range or another constant, :class:`~graphsurgeon.InputStructureError`
+        for another structure). What a replacement returns is checked at its call: another
+        structure, dtype or static size is a :class:`~graphsurgeon.ReplacementError` naming
+        the call. ``gm.meta["graphsurgeon"]`` holds a :class:`SwapInfo`. The result shares
+        parameters with ``ep`` (as ``ep.module()`` does) and holds copies of its buffers;
+        ``copy.deepcopy(gm)`` gives a fully independent program.
 
     Example:
         >>> import torch, graphsurgeon as gs
@@ -886,29 +1297,7 @@ def swap(
         >>> torch.allclose(gm(x), torch.nn.functional.gelu(model[0](x)))
         True
     """
-    index = program_index(ep)
-    requests = _plan(index, modules)
-    was_enabled = gc.isenabled()
-    # The pass allocates many small objects and no cycles that matter; the cyclic collector
-    # would otherwise run dozens of times over the whole heap while it does.
-    gc.disable()
-    try:
-        builder = _Builder(index, requests)
-        gm = builder.build()
-    finally:
-        if was_enabled:
-            gc.enable()
-    gm.meta["graphsurgeon"] = SwapInfo(
-        program=ep,
-        requests=dict(modules),
-        calls={r.call_name: r.replacement for r in requests},
-        installed_at={r.call_name: r.install_path for r in requests},
-        call_nodes={r.call_name: r.call_node.name for r in requests},
-        partitions={r.call_name: r.partition for r in requests},
-        node_map=builder.node_map,
-        copies=builder.copies,
-        result_nodes=tuple(n.name for n in gm.graph.nodes if n.op in _COMPUTATION),
-    )
-    if interpret:
-        gm.forward = _interpreted_forward(gm)
-    return gm
+    for name, module in modules.items() if isinstance(modules, Mapping) else ():
+        if module is FUSE:
+            raise SwapError(f"swap: {name!r} asks for a fused call; use gs.fuse(ep, [{name!r}])")
+    return rewrite(ep, modules, interpret=interpret, verb="swap")

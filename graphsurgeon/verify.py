@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import math
-import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -13,8 +12,9 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
-from ._runtime import describe_spec
-from .errors import VerifyError
+from ._exec import clone_inputs, keep_state, runnable_original
+from ._meta import describe_spec
+from .errors import GraphSurgeonError, VerifyError
 
 __all__ = ["LeafCheck", "VerifyReport", "as_callable", "verify"]
 
@@ -86,17 +86,19 @@ class VerifyReport:
         printer.text(str(self))
 
 
-_UNLIFTED: weakref.WeakKeyDictionary[ExportedProgram, torch.nn.Module] = weakref.WeakKeyDictionary()
+def as_callable(program: Any) -> Any:
+    """A runnable module for an eager model, a GraphModule or an ExportedProgram.
 
-
-def as_callable(program: Any) -> torch.nn.Module:
-    """A runnable module for an eager model, a GraphModule or an ExportedProgram."""
+    An ExportedProgram runs as its one runnable original (``graphsurgeon._exec``), which holds
+    copies of the program's buffers: running it never changes the program. A program whose
+    structure graphsurgeon cannot read runs as ``program.module()``, inside :class:`keep_state`
+    like everything verify runs.
+    """
     if isinstance(program, ExportedProgram):
-        module = _UNLIFTED.get(program)
-        if module is None:
-            module = program.module()
-            _UNLIFTED[program] = module
-        return module
+        try:
+            return runnable_original(program)
+        except GraphSurgeonError:
+            return program.module()
     if isinstance(program, torch.nn.Module):
         return program
     if callable(program):
@@ -107,17 +109,13 @@ def as_callable(program: Any) -> torch.nn.Module:
     )
 
 
-def _clone_inputs(value: Any) -> Any:
-    # Each program gets its own copy of the inputs: a model that writes its inputs in place
-    # must not change what the other one sees.
-    return pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, value)
-
-
 def _run(program: Any, which: str, args: tuple, kwargs: Mapping[str, Any]) -> Any:
     module = as_callable(program)
     try:
-        with torch.no_grad():
-            return module(*_clone_inputs(args), **_clone_inputs(dict(kwargs)))
+        # verify is a question: a model in training mode updates its statistics when it runs,
+        # so its buffers (and a program's) are put back afterwards
+        with torch.no_grad(), keep_state([module]):
+            return module(*clone_inputs(args), **clone_inputs(dict(kwargs)))
     except Exception as error:
         raise VerifyError(
             f"verify: running the {which} ({type(program).__name__}) failed: "

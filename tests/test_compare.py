@@ -11,14 +11,10 @@ from hypothesis import strategies as st
 from torch import nn
 
 import graphsurgeon as gs
-from graphsurgeon.compare import (
-    CompareError,
-    Comparison,
-    compare,
-    partition_module,
-    unlifted,
-)
-from graphsurgeon.errors import UnknownModuleError
+from graphsurgeon._exec import runnable_original
+from graphsurgeon.compare import Comparison, compare
+from graphsurgeon.errors import CompareError, UnknownModuleError
+from graphsurgeon.fuse import fused_call
 from graphsurgeon.examples import MLP, FusedAttention, TinyGPT
 
 # -- tiny models --------------------------------------------------------------------------
@@ -227,17 +223,17 @@ def test_an_output_nothing_uses_is_reported_as_unused():
 # -- the cut partitions -------------------------------------------------------------------
 
 
-def test_partition_module_computes_what_the_module_computes_and_is_cached(gpt):
+def test_the_cut_call_computes_what_the_module_computes_and_is_cached(gpt):
     model, _, ep = gpt
-    part = partition_module(ep, "layers.1.attn")
-    assert partition_module(ep, "layers.1.attn") is part
+    part = fused_call(ep, "layers.1.attn")
+    assert fused_call(ep, "layers.1.attn") is part
     assert [n.op for n in part.graph.nodes].count("placeholder") == 1
     hidden = torch.randn(1, 16, 64)
     with torch.no_grad():
-        (out,) = part(hidden)
+        out = part(hidden)
         assert torch.allclose(out, model.layers[1].attn(hidden), atol=1e-6)
     with pytest.raises(UnknownModuleError, match=r"Did you mean 'layers.1.attn'"):
-        partition_module(ep, "layers.1.atn")
+        fused_call(ep, "layers.1.atn")
 
 
 def test_unlifted_names_match_the_programs_even_for_an_argument_named_input():
@@ -247,7 +243,7 @@ def test_unlifted_names_match_the_programs_even_for_an_argument_named_input():
     assert gs.partition(ep)["0"].input_names == ("input",)
     comparison = compare(ep, gs.swap(ep, {"0": nudged(model[0], 0.0)}), (x,))
     assert comparison.first_divergence is None and comparison["0"].input_drift == 0.0
-    assert unlifted(ep) is unlifted(ep)
+    assert runnable_original(ep) is runnable_original(ep)
 
 
 # -- reports, errors, and the user's objects ---------------------------------------------------
@@ -316,7 +312,7 @@ def test_compare_leaves_buffers_of_the_original_and_of_replacements_as_they_were
     ep = gs.export(model, (x,))
     replacement = nn.BatchNorm1d(3).train()
     swapped = gs.swap(ep, {"1": replacement})
-    original_mean = unlifted(ep).get_buffer("1.running_mean")
+    original_mean = runnable_original(ep).get_buffer("1.running_mean")
     before = original_mean.clone(), replacement.running_mean.clone()
     comparison = compare(ep, swapped, (x,))
     assert comparison.ok and comparison["1"].leaves[0].max_abs < 1e-6

@@ -55,7 +55,7 @@ def test_preserve_a_list_of_names_or_a_predicate():
 
 def test_an_unknown_name_in_preserve_says_did_you_mean():
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
-    with pytest.raises(gs.UnknownModuleError, match=r"'2'.*named_modules"):
+    with pytest.raises(gs.errors.UnknownModuleError, match=r"'2'.*named_modules"):
         gs.export(model, (torch.randn(3, 4),), preserve=["2"])
 
 

@@ -93,7 +93,7 @@ def test_the_table_reads_as_a_tree(program):
 
 
 def test_an_unknown_fqn_says_did_you_mean(program):
-    with pytest.raises(gs.UnknownModuleError, match="Did you mean 'shared'"):
+    with pytest.raises(gs.errors.UnknownModuleError, match="Did you mean 'shared'"):
         gs.module_tree(program)["sharde"]
 
 
@@ -117,11 +117,13 @@ class PassThrough(nn.Module):
         return self.ident(x) + 1
 
 
-def test_a_module_returning_its_input_unchanged_is_not_swappable():
+def test_a_module_without_nodes_is_not_swappable_and_says_why():
     ep = gs.export(PassThrough(), (torch.randn(3),))
+    assert gs.partition(ep)["ident"].nodes == ()  # precondition: no node records the call
     info = gs.module_tree(ep)["ident"]
-    assert not info.swappable and "passed through" in info.reason
-    with pytest.raises(gs.NotSwappableError, match="'ident'"):
+    assert not info.swappable and "no nodes of its own" in info.reason
+    assert "returns its input unchanged" in info.reason
+    with pytest.raises(gs.errors.NotSwappableError, match="'ident'.*Swap the module that calls"):
         gs.swap(ep, {"ident": nn.ReLU()})
 
 

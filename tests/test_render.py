@@ -522,10 +522,10 @@ def test_a_surgery_is_drawn_through_its_module_or_program(outer, swapped):
     [
         (
             {"highlight": "blok"},
-            gs.UnknownModuleError,
+            gs.errors.UnknownModuleError,
             "no module 'blok'. Did you mean 'block' or 'block.lin'?",
         ),
-        ({"collapse": {"heed"}}, gs.UnknownModuleError, "Did you mean 'head'?"),
+        ({"collapse": {"heed"}}, gs.errors.UnknownModuleError, "Did you mean 'head'?"),
         ({"collapse": "block"}, RenderError, "to collapse one module pass {'block'}"),
         ({"collapse": 0}, RenderError, "use collapse=None to collapse nothing"),
         ({"collapse": True}, RenderError, "expected 'auto', None, a depth"),

@@ -56,19 +56,19 @@ def test_undo_redo_reset(surgery):
 def test_a_new_swap_after_undo_drops_the_redo_branch(surgery):
     surgery.swap("act", nn.Tanh()).undo().swap("a", nn.Linear(4, 4))
     assert [h.name for h in surgery.history] == ["a"]
-    with pytest.raises(gs.SurgeryError, match="nothing to redo"):
+    with pytest.raises(gs.errors.SurgeryError, match="nothing to redo"):
         surgery.redo()
 
 
 def test_nothing_to_undo_is_a_clear_error(surgery):
-    with pytest.raises(gs.SurgeryError, match="nothing to undo"):
+    with pytest.raises(gs.errors.SurgeryError, match="nothing to undo"):
         surgery.undo()
 
 
 def test_a_failed_swap_leaves_the_surgery_as_it_was(surgery):
     surgery.swap("act", nn.Tanh())
     module, history = surgery.module, surgery.history
-    with pytest.raises(gs.UnknownModuleError):
+    with pytest.raises(gs.errors.UnknownModuleError):
         surgery.swap("actt", nn.GELU())
     with pytest.raises(gs.ReplacementError):
         surgery.swap("b", "not a module")
@@ -90,7 +90,7 @@ def test_verify_against_the_eager_reference_and_without_a_model(surgery):
     x = surgery.args[0]
     report = bare.verify((x,))
     assert not report, "without the model the original program is the reference"
-    with pytest.raises(gs.VerifyError, match="no inputs"):
+    with pytest.raises(gs.errors.VerifyError, match="no inputs"):
         bare.verify()
 
 

@@ -331,7 +331,7 @@ class Nested(nn.Module):
 def test_parent_and_child_both_requested_is_an_error_naming_both():
     model, x = Nested(), torch.randn(2, 4)
     ep = gs.export(model, (x,))
-    with pytest.raises(gs.ConflictError) as caught:
+    with pytest.raises(gs.errors.ConflictError) as caught:
         gs.swap(ep, {"outer": nn.Identity(), "outer.1": nn.Tanh()})
     message = str(caught.value)
     assert "'outer'" in message and "'outer.1'" in message and "inside the replacement" in message
@@ -340,7 +340,7 @@ def test_parent_and_child_both_requested_is_an_error_naming_both():
 def test_a_call_requested_twice_is_an_error():
     model, x = SharedTwice(), torch.randn(2, 4)
     ep = gs.export(model, (x,))
-    with pytest.raises(gs.ConflictError, match="shared@1"):
+    with pytest.raises(gs.errors.ConflictError, match="shared@1"):
         gs.swap(ep, {"shared": nn.Identity(), "shared@1": nn.Identity()})
 
 
@@ -426,14 +426,14 @@ def test_a_swapped_module_that_writes_its_own_buffer_in_place():
 def test_an_unknown_name_says_did_you_mean():
     model, x = Nested(), torch.randn(2, 4)
     ep = gs.export(model, (x,))
-    with pytest.raises(gs.UnknownModuleError, match=r"'outr'.*Did you mean 'outer'"):
+    with pytest.raises(gs.errors.UnknownModuleError, match=r"'outr'.*Did you mean 'outer'"):
         gs.swap(ep, {"outr": nn.Identity()})
 
 
 def test_a_module_not_preserved_says_how_to_preserve_it():
     model, x = Nested(), torch.randn(2, 4)
     ep = torch.export.export(model, (x,))  # nothing preserved
-    with pytest.raises(gs.NotPreservedError) as caught:
+    with pytest.raises(gs.errors.NotPreservedError) as caught:
         gs.swap(ep, {"outer": nn.Identity()})
     assert "preserve_module_call_signature" in str(caught.value)
     assert "'outer'" in str(caught.value)
@@ -469,7 +469,7 @@ def test_swapping_a_container_or_the_root_is_refused_clearly():
     model.forward = lambda x: model[0][0](x)  # the list is a container, never called
     x = torch.randn(2, 4)
     ep = gs.export(model, (x,))
-    with pytest.raises(gs.NotSwappableError, match="never called"):
+    with pytest.raises(gs.errors.NotSwappableError, match="never called"):
         gs.swap(ep, {"0": nn.Identity()})
     with pytest.raises(gs.SwapError, match="root"):
         gs.swap(ep, {"": nn.Identity()})
@@ -479,7 +479,7 @@ def test_a_failed_swap_changes_nothing():
     model, x = Nested(), torch.randn(2, 4)
     ep = gs.export(model, (x,))
     before = str(ep.graph)
-    with pytest.raises(gs.ConflictError):
+    with pytest.raises(gs.errors.ConflictError):
         gs.swap(ep, {"outer": nn.Identity(), "outer.0": nn.Identity()})
     assert str(ep.graph) == before
 
@@ -1040,7 +1040,7 @@ def test_a_signature_that_no_longer_describes_the_graph_is_refused():
     model, x = ConvNet().train(), torch.randn(4, 3, 8, 8)
     ep = gs.export(model, (x,)).run_decompositions({})
     with pytest.raises(
-        gs.NotSwappableError, match=r"'act'.*not one of its inputs.*run_decompositions"
+        gs.errors.NotSwappableError, match=r"'act'.*not one of its inputs.*run_decompositions"
     ):
         gs.swap(ep, {"act": nn.GELU()})
 

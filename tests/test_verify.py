@@ -90,7 +90,7 @@ def test_a_program_that_fails_to_run_raises_verify_error_naming_it():
     def boom(x):
         raise RuntimeError("kaput")
 
-    with pytest.raises(gs.VerifyError, match=r"candidate.*kaput"):
+    with pytest.raises(gs.errors.VerifyError, match=r"candidate.*kaput"):
         gs.verify(Returns(lambda x: x), Returns(boom), (x,))
 
 

@@ -1,0 +1,96 @@
+"""fuse(): each named module call becomes one call of a GraphModule holding its own nodes.
+
+The program keeps computing exactly what it did (bit for bit: the same nodes run, in the same
+order), but each fused call is now one ``call_module`` node, like a swapped one, of a small
+GraphModule cut from the program: the form ``torch.export._swap`` builds and throws away. That
+GraphModule takes the arguments the program passed the module and returns what the module
+returned, so it runs on its own, prints as code, and exports again.
+
+The same cut serves :func:`graphsurgeon.compare`, which runs a swapped call's original nodes
+on the inputs the replacement received: :func:`fused_call`.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable
+
+from torch.export import ExportedProgram
+from torch.fx import GraphModule
+
+from .errors import SwapError
+from .partition import program_index
+from .swap import FUSE, cut_call, rewrite
+
+__all__ = ["fuse", "fused_call"]
+
+
+def fuse(
+    ep: ExportedProgram, names: str | Iterable[str], *, interpret: bool = False
+) -> GraphModule:
+    """Fuse module calls of ``ep``: each becomes one ``call_module`` of its own nodes.
+
+    Args:
+        ep: any ExportedProgram whose named modules had their call signatures preserved. It
+            is never modified.
+        names: module names (``"blocks.0"``: every call of it) or call names (``"shared@1"``).
+        interpret: run the result under ``torch.fx.Interpreter`` (slower; easier to debug).
+
+    Returns:
+        A runnable GraphModule that computes what ``ep`` computes, bit for bit, and refuses what
+        it refuses. ``gs.swap_info(gm).calls[name]`` is the fused call's GraphModule: runnable on
+        its own with the module's arguments, printable (``.code``), and re-exportable.
+
+    Example:
+        >>> import torch, graphsurgeon as gs
+        >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+        >>> x = torch.randn(3, 4)
+        >>> ep = gs.export(model, (x,))
+        >>> gm = gs.fuse(ep, ["0"])
+        >>> torch.equal(gm(x), ep.module()(x))
+        True
+        >>> block = gs.swap_info(gm).calls["0"]
+        >>> [n.op for n in block.graph.nodes]
+        ['placeholder', 'get_attr', 'get_attr', 'call_function', 'output']
+    """
+    if isinstance(names, str):
+        names = [names]
+    try:
+        wanted = list(dict.fromkeys(names))
+    except TypeError:
+        raise SwapError(
+            f"fuse: expected module names such as ['blocks.0'], got {type(names).__name__}"
+        ) from None
+    if not wanted:
+        raise SwapError("fuse: no module named; pass the names of the modules to fuse")
+    return rewrite(ep, dict.fromkeys(wanted, FUSE), interpret=interpret, verb="fuse")
+
+
+# Cuts made for compare(), per program and call; keyed weakly, so no program is kept alive.
+_CUTS: weakref.WeakKeyDictionary[ExportedProgram, tuple[object, dict[str, GraphModule]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def fused_call(ep: ExportedProgram, name: str) -> GraphModule:
+    """The nodes of call ``name`` of ``ep`` as a runnable GraphModule of their own, made once per
+    program and call. It reads the program's parameters and its own copies of the buffers, so
+    running it never changes ``ep``.
+
+    Example:
+        >>> import torch, graphsurgeon as gs
+        >>> from graphsurgeon.fuse import fused_call
+        >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+        >>> ep = gs.export(model, (torch.randn(2, 4),))
+        >>> fused_call(ep, "1")(torch.tensor([[-1.0, 2.0]]))
+        tensor([[0., 2.]])
+    """
+    index = program_index(ep)
+    cached = _CUTS.get(ep)
+    if cached is None or cached[0] is not index:
+        cached = (index, {})
+        _CUTS[ep] = cached
+    cuts = cached[1]
+    if name not in cuts:
+        cuts[name] = cut_call(index, name)
+    return cuts[name]
