@@ -16,7 +16,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
-from ._errors import VerifyError
+from ._errors import VerifyError, a_type
 from ._runtime import describe_spec
 
 __all__ = ["LeafCheck", "VerifyReport", "as_callable", "verify"]
@@ -135,8 +135,8 @@ def _check_tolerance(name: str, value: Any) -> float:
     """``value`` as a float when it is a usable tolerance; else a VerifyError naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise VerifyError(
-            f"{name}={value!r}: expected a finite number >= 0 such as {name}=1e-5, got a "
-            f"{type(value).__name__}"
+            f"{name}={value!r}: expected a finite number >= 0 such as {name}=1e-5, got "
+            f"{a_type(value)}"
         )
     number = float(value)
     if not math.isfinite(number) or number < 0:
@@ -337,8 +337,8 @@ def verify(
         args = (args,)
     if kwargs is not None and not isinstance(kwargs, Mapping):
         raise VerifyError(
-            f"kwargs: expected a mapping of keyword inputs such as {{'mask': mask}}, got a "
-            f"{type(kwargs).__name__}; positional inputs go in args"
+            f"kwargs: expected a mapping of keyword inputs such as {{'mask': mask}}, got "
+            f"{a_type(kwargs)}; positional inputs go in args"
         )
     kwargs = dict(kwargs or {})
     expected = _run(reference, "reference", args, kwargs)

@@ -367,7 +367,7 @@ def test_a_tensor_against_a_non_tensor_is_a_mismatch():
     [
         (-1, "=-1: expected a finite number >= 0"),
         ("1e-3", "='1e-3': expected a finite number >= 0 such as {name}=1e-5, got a str"),
-        (None, "=None: expected a finite number >= 0 such as {name}=1e-5, got a NoneType"),
+        (None, "=None: expected a finite number >= 0 such as {name}=1e-5, got None"),
         (float("nan"), "=nan: expected a finite number >= 0"),
         (float("inf"), "=inf: expected a finite number >= 0"),
         (True, "=True: expected a finite number >= 0 such as {name}=1e-5, got a bool"),
