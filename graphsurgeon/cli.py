@@ -1,13 +1,16 @@
 """The ``graphsurgeon`` command: ``demo``, ``modules`` and ``render``.
 
-Exit codes: 0 success, 1 the command ran and found a problem (a mismatch), 2 bad usage or an
-unreadable program file.
+Exit codes: 0 success, 1 the command ran and found a problem (a mismatch), 2 bad usage, an
+unreadable program file or an output that cannot be written; errors are one line on standard
+error, without a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
+import re
 import statistics
 import sys
 import time
@@ -22,9 +25,13 @@ def _load_program(path_text: str):
     import torch
 
     path = Path(path_text)
-    if not path.exists():
+    try:
+        exists, is_dir = path.exists(), path.is_dir()
+    except OSError as error:  # a name too long, a loop of links: the path cannot be looked at
+        raise SystemExit(_fail(f"{path}: cannot read ({error.strerror or error})")) from None
+    if not exists:
         raise SystemExit(_fail(f"{path}: no such file"))
-    if path.is_dir():
+    if is_dir:
         raise SystemExit(_fail(f"{path}: is a directory, expected a .pt2 file"))
     if path.suffix != ".pt2":
         raise SystemExit(
@@ -53,11 +60,43 @@ def _fail(message: str) -> int:
     return 2
 
 
+class _OutputFailed(Exception):
+    """Standard output cannot be written (a full disk, a closed file): reported by main."""
+
+    def __init__(self, error: OSError):
+        super().__init__(error)
+        self.error = error
+
+
+def _out(text: str = "", end: str = "\n") -> None:
+    """print() for a command's output: a write that fails is reported once, by main."""
+    try:
+        sys.stdout.write(text + end)
+        sys.stdout.flush()  # a full disk shows at the flush: here, not at interpreter exit
+    except BrokenPipeError:
+        raise  # the reader went away (| head): main ends quietly
+    except OSError as error:
+        raise _OutputFailed(error) from None
+
+
+def _silence_stdout() -> None:
+    # What could not be written stays in the buffer, and the interpreter would try (and fail,
+    # loudly) to flush it at exit: point the real standard output at the null device.
+    if sys.stdout is not sys.__stdout__:
+        return
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError):
+        pass
+
+
 def _cmd_modules(options) -> int:
     import graphsurgeon as gs
 
     ep = _load_program(options.program)
-    print(gs.module_tree(ep).table())
+    _out(gs.module_tree(ep).table())
     return 0
 
 
@@ -71,7 +110,7 @@ def _parse_collapse(text: str):
         return "auto"
     if text == "none":
         return None
-    if text.isdigit():
+    if re.fullmatch(r"[0-9]+", text):  # str.isdigit() also takes '²', which int() refuses
         return int(text)
     return {name.strip() for name in text.split(",") if name.strip()}
 
@@ -103,7 +142,7 @@ def _cmd_render(options) -> int:
     except GraphSurgeonError as error:
         return _fail(str(error))
     if output is None or output == "-":
-        sys.stdout.write(data.decode())
+        _out(data.decode(), end="")
         return 0
     try:
         Path(output).write_bytes(data)
@@ -117,28 +156,38 @@ def _cmd_render(options) -> int:
     return 0
 
 
+# The demo swaps layers.1.attn (so 2 at least) and builds the model on the spot (a bound keeps
+# a typo such as --layers 40000 from filling the memory).
+_DEMO_LAYERS = (2, 64)
+
+
 def _cmd_demo(options) -> int:
     import torch
 
     import graphsurgeon as gs
     from graphsurgeon.examples import FusedAttention, GeluTanhMLP, TinyGPT
 
+    if not _DEMO_LAYERS[0] <= options.layers <= _DEMO_LAYERS[1]:
+        return _fail(
+            f"--layers {options.layers}: the demo swaps the attention of layers.1, so it needs "
+            f"{_DEMO_LAYERS[0]} to {_DEMO_LAYERS[1]} layers (the default is 4)"
+        )
     torch.manual_seed(0)
     model = TinyGPT(n_layers=options.layers).eval()
     tokens = model.example_input()
-    print(f"model: TinyGPT, {options.layers} layers, hidden 64; input tokens {list(tokens.shape)}")
+    _out(f"model: TinyGPT, {options.layers} layers, hidden 64; input tokens {list(tokens.shape)}")
 
     start = time.perf_counter()
     ep = gs.export(model, (tokens,))
     export_s = time.perf_counter() - start
     tree = gs.module_tree(ep)
-    print(
+    _out(
         f"exported: {len(ep.graph.nodes)} graph nodes, {len(tree) - 1} modules in {export_s:.2f} s\n"
     )
-    print(tree.table())
+    _out(tree.table())
 
     replacements = {"layers.1.attn": FusedAttention(model.layers[1].attn)}
-    print(
+    _out(
         "\nswap: layers.1.attn (Attention, written out) -> FusedAttention (scaled_dot_product_attention)"
     )
     start = time.perf_counter()
@@ -147,24 +196,24 @@ def _cmd_demo(options) -> int:
     info = gs.swap_info(swapped)
     for call, node in info.call_nodes.items():
         removed = len(info.partitions[call].nodes)
-        print(f"  {call}: {removed} graph nodes -> one call ({node}) in {swap_s * 1e3:.1f} ms")
+        _out(f"  {call}: {removed} graph nodes -> one call ({node}) in {swap_s * 1e3:.1f} ms")
 
     reference = gs.eager_reference(model, replacements)
     report = gs.verify(reference, swapped, (tokens,))
-    print("\nswapped program vs eager model with the same replacement:")
-    print("  " + str(report).replace("\n", "\n  "))
+    _out("\nswapped program vs eager model with the same replacement:")
+    _out("  " + str(report).replace("\n", "\n  "))
     against_original = gs.verify(model, swapped, (tokens,), rtol=1e-4, atol=1e-5)
-    print("swapped program vs the original model (is the fused attention equivalent?):")
-    print("  " + str(against_original).replace("\n", "\n  "))
+    _out("swapped program vs the original model (is the fused attention equivalent?):")
+    _out("  " + str(against_original).replace("\n", "\n  "))
 
     approx = {"layers.3.mlp": GeluTanhMLP(model.layers[3].mlp)} if options.layers > 3 else {}
     ok = bool(report) and bool(against_original)
     if approx:
-        print("\nswap: layers.3.mlp -> GeluTanhMLP (tanh approximation of GELU: close, not equal)")
+        _out("\nswap: layers.3.mlp -> GeluTanhMLP (tanh approximation of GELU: close, not equal)")
         drifted = gs.swap(ep, {**replacements, **approx})
         drift = gs.verify(model, drifted, (tokens,))
-        print("  " + str(drift).replace("\n", "\n  "))
-        print("  (a mismatch is expected here: verify reports it instead of raising)")
+        _out("  " + str(drift).replace("\n", "\n  "))
+        _out("  (a mismatch is expected here: verify reports it instead of raising)")
 
     with torch.no_grad():
         # interleaved runs, medians: drift on a busy machine hits both alike
@@ -177,7 +226,7 @@ def _cmd_demo(options) -> int:
                 module(tokens)
                 runs[name].append(time.perf_counter() - start)
         timings = {name: statistics.median(values) for name, values in runs.items()}
-    print(
+    _out(
         f"\ntimings: export {export_s:.2f} s, swap {swap_s * 1e3:.1f} ms, forward "
         f"{timings['swapped'] * 1e3:.2f} ms (eager reference {timings['eager'] * 1e3:.2f} ms, "
         f"ratio {timings['swapped'] / timings['eager']:.2f}x)"
@@ -193,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = commands.add_parser("demo", help="export a built-in transformer, swap a layer, verify")
-    demo.add_argument("--layers", type=int, default=4, help="decoder layers (default 4)")
+    demo.add_argument("--layers", type=int, default=4, help="decoder layers, 2 to 64 (default 4)")
     demo.set_defaults(run=_cmd_demo)
 
     modules = commands.add_parser("modules", help="the module tree of a .pt2 program as a table")
@@ -240,7 +289,12 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exit_:
         return int(exit_.code or 0)
     except BrokenPipeError:
+        _silence_stdout()
         return 0
+    except _OutputFailed as failed:
+        _silence_stdout()
+        reason = failed.error.strerror or str(failed.error)
+        return _fail(f"cannot write to standard output ({reason}); redirect it to a file with room")
 
 
 if __name__ == "__main__":  # pragma: no cover

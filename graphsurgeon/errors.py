@@ -69,7 +69,7 @@ class GraphSurgeonError(Exception):
 
 
 class ExportError(GraphSurgeonError):
-    """torch.export could not export the model (the cause is chained)."""
+    """export() was given arguments it cannot use, or torch.export failed (the cause chained)."""
 
 
 class PartitionError(GraphSurgeonError):
@@ -115,7 +115,7 @@ class GuardError(InputError, ValueError):
 
 
 class VerifyError(GraphSurgeonError):
-    """verify() could not run a program on the given inputs, or was given bad arguments."""
+    """verify() was given arguments it cannot use, or could not run a program on the inputs."""
 
 
 class CompareError(GraphSurgeonError):
@@ -172,3 +172,11 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str:
     if not close:
         return ""
     return " Did you mean " + " or ".join(repr(c) for c in close) + "?"
+
+
+def a_type(value: object) -> str:
+    """``value``'s type for a message: 'an int', 'a str', 'None'."""
+    if value is None:
+        return "None"
+    name = type(value).__name__
+    return f"{'an' if name[0].lower() in 'aeiou' else 'a'} {name}"

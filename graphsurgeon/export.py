@@ -13,14 +13,14 @@ import inspect
 import re
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.export import ExportedProgram
 
-from .errors import ExportError, UnknownModuleError, did_you_mean
+from .errors import ExportError, UnknownModuleError, a_type, did_you_mean
 
 __all__ = ["ExportNotes", "export"]
 
@@ -72,28 +72,105 @@ def _qualified_type(module: torch.nn.Module) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+_PRESERVE_FORMS = (
+    "'all', 'none', a list of module names such as ['blocks.0', 'head'], or a predicate "
+    "(fqn, module) -> bool"
+)
+
+# What a wrong ``preserve`` most likely meant.
+_PRESERVE_HINTS = {
+    type(None): " Use preserve='none' to preserve no module.",
+    bool: " Use preserve='all' or preserve='none'.",
+    dict: " For the names of its keys, pass list(preserve).",
+}
+
+
 def _select(model: torch.nn.Module, preserve: Preserve) -> list[str]:
     names = [name for name, _ in model.named_modules(remove_duplicate=False) if name]
+    keywords = ""
     if isinstance(preserve, str):
         if preserve == "all":
             return list(dict.fromkeys(names))
         if preserve == "none":
             return []
+        keywords = " ('all' and 'none' are the only other strings preserve takes.)"
         preserve = [preserve]
+    if isinstance(preserve, torch.nn.Module):
+        raise ExportError(
+            f"preserve: got {a_type(preserve)} module; pass module names instead, "
+            "as in model.named_modules(), e.g. preserve=['blocks.0']"
+        )
     if callable(preserve):
         modules = dict(model.named_modules(remove_duplicate=False))
-        return [n for n in dict.fromkeys(names) if preserve(n, modules[n])]
+        selected = []
+        for name in dict.fromkeys(names):
+            try:
+                chosen = preserve(name, modules[name])
+            except Exception as error:
+                raise ExportError(
+                    f"preserve: the predicate failed on module {name!r} with "
+                    f"{type(error).__name__}: {error}. It is called as predicate(fqn, module) "
+                    "for every submodule and returns True to preserve it."
+                ) from error
+            if chosen:
+                selected.append(name)
+        return selected
+    if isinstance(preserve, (Mapping, bytes, bytearray)) or not isinstance(preserve, Iterable):
+        hint = next((h for kind, h in _PRESERVE_HINTS.items() if isinstance(preserve, kind)), "")
+        raise ExportError(
+            f"preserve={_clip(repr(preserve))}: expected {_PRESERVE_FORMS}; got "
+            f"{a_type(preserve)}.{hint}"
+        )
     wanted = list(dict.fromkeys(preserve))
     known = set(names)
-    for fqn in wanted:
+    for position, fqn in enumerate(wanted):
         if not isinstance(fqn, str):
-            raise TypeError(f"preserve: expected module names (str), got {fqn!r}")
+            raise ExportError(
+                f"preserve: expected module names (str), got {_clip(repr(fqn))} ("
+                f"{a_type(fqn)}) at position {position}; names are as in "
+                "model.named_modules(), e.g. 'blocks.0.attn'"
+            )
         if fqn not in known:
             raise UnknownModuleError(
                 f"preserve: the model has no submodule {fqn!r}.{did_you_mean(fqn, known)} "
                 "Names are fully qualified, as in model.named_modules() (e.g. 'blocks.0.attn')."
+                f"{keywords}"
             )
     return wanted
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# What export does with ``args`` that are not a tuple, by the type that came.
+_ARGS_ADVICE = {
+    type(None): "pass () for a model that takes no positional inputs",
+    list: "pass tuple(args) when the list holds the inputs, or (args,) when the model takes one "
+    "list",
+    Mapping: "keyword inputs go in kwargs, as in gs.export(model, (), kwargs); pass (args,) "
+    "when the model takes one dict",
+    str: "pass (args,) when the model really takes a string",
+    bytes: "pass (args,) when the model really takes bytes",
+    torch.nn.Module: "is the order of model and args swapped? gs.export(model, args)",
+    Iterator: "pass tuple(args)",
+}
+
+
+def _check_args(args: Any) -> tuple[Any, ...]:
+    """``args`` as a tuple: a tuple as is, one input (a tensor, a number) wrapped.
+
+    Values that are more likely a mistake than one input raise, saying what to pass.
+    """
+    if isinstance(args, tuple):
+        return args
+    for kind, advice in _ARGS_ADVICE.items():
+        if isinstance(args, kind):
+            raise ExportError(
+                f"args: expected a tuple of positional inputs such as (x,), got "
+                f"{a_type(args)}; {advice}"
+            )
+    return (args,)
 
 
 # torch names the module it could not preserve in these messages, as "_export_root.<fqn>".
@@ -104,6 +181,30 @@ def _culprits(error: BaseException, candidates: list[str]) -> list[str]:
     text = str(error)
     found = [m.rstrip(".:") for m in _CULPRIT.findall(text)]
     return [f for f in dict.fromkeys(found) if f in candidates]
+
+
+# A Hugging Face model that returns its key/value cache names the cache class in the error
+# ("... got: DynamicCache(layers=[...])"); the library stays free of a transformers import.
+_CACHE_CLASS = re.compile(r"\b([A-Z]\w*Cache)\b")
+
+
+def _advice(model: torch.nn.Module, error: BaseException) -> str:
+    """What to do about an export failure whose cause is well known, or ''."""
+    texts = []
+    seen: BaseException | None = error
+    while seen is not None and len(texts) < 5:
+        texts.append(f"{type(seen).__name__}: {seen}")
+        seen = seen.__cause__ or seen.__context__
+    found = _CACHE_CLASS.search("\n".join(texts))
+    config = getattr(model, "config", None)
+    if found is None or not hasattr(config, "use_cache"):
+        return ""
+    return (
+        f". The model builds a key/value cache ({found.group(1)}), which torch.export "
+        "cannot carry: pass use_cache=False in kwargs, as in "
+        "gs.export(model, args, {'use_cache': False}), or set model.config.use_cache = False "
+        "before exporting"
+    )
 
 
 def _short(error: BaseException) -> str:
@@ -124,12 +225,20 @@ def export(
 
     Args:
         model: the eager model. It is not modified.
-        args, kwargs: example inputs, as for ``torch.export.export``.
+        args, kwargs: example inputs, as for ``torch.export.export``. A single tensor (or
+            number) as ``args`` is taken as the one positional input.
         preserve: ``"all"`` (every submodule; ones torch cannot preserve are dropped, with the
             reason kept for :func:`module_tree`), ``"none"``, an iterable of fqns (all must be
             preservable, else :class:`ExportError`), or a predicate ``(fqn, module) -> bool``
             (treated like ``"all"`` for the modules it selects).
         dynamic_shapes, strict: passed to ``torch.export.export``.
+
+    Raises:
+        ExportError: an argument export cannot use (``preserve=3``, ``args`` that are a list,
+            a dict or None, a ``model`` that is not an nn.Module), or torch.export failed; the
+            message says what to do where the cause is well known (a Hugging Face model
+            exported with its key/value cache on: pass ``use_cache=False``).
+        UnknownModuleError: a name in ``preserve`` that the model does not have.
 
     Example:
         >>> import torch, graphsurgeon as gs
@@ -139,9 +248,18 @@ def export(
         ['', '0', '1']
     """
     if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"export: expected an nn.Module, got {type(model).__name__}")
-    if not isinstance(args, tuple):
-        args = (args,)
+        hint = (
+            " It is exported already: gs.swap, gs.partition and the others take it as it is."
+            if isinstance(model, ExportedProgram)
+            else " Wrap a function in an nn.Module whose forward calls it."
+        )
+        raise ExportError(f"export: expected an nn.Module, got {a_type(model)}.{hint}")
+    args = _check_args(args)
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise ExportError(
+            f"kwargs: expected a mapping of keyword inputs such as {{'mask': mask}}, got "
+            f"{a_type(kwargs)}; positional inputs go in args"
+        )
     wanted = _select(model, preserve)
     tolerant = not (isinstance(preserve, Iterable) and not isinstance(preserve, str))
     keep = list(wanted)
@@ -183,6 +301,7 @@ def export(
                         continue
                 raise ExportError(
                     f"torch.export failed on {type(model).__name__}: {_short(error)}"
+                    f"{_advice(model, error)}"
                 ) from error
             for fqn in culprits:
                 dropped[fqn] = _short(error)

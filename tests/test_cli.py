@@ -183,3 +183,82 @@ def test_render_without_dot_names_the_install_command(files, capsys, monkeypatch
     assert not (files["out"] / "c.svg").exists()
     # DOT needs no binary
     assert main(["render", str(files["good"]), "-o", str(files["out"] / "c.dot")]) == 0
+
+
+# --- arguments and outputs a user can get wrong: one line, exit 2, no traceback ---------------
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    (line,) = err.splitlines()
+    assert line.startswith("graphsurgeon: error: ")
+    return line
+
+
+@pytest.mark.parametrize("layers", ["0", "-1", "1", "65"])
+def test_demo_with_too_few_or_too_many_layers_exits_2_with_one_line(capsys, layers):
+    # precondition: the bound is what refuses, not argparse (it takes any int)
+    assert int(layers) < 2 or int(layers) > 64
+    assert main(["demo", "--layers", layers]) == 2
+    assert f"--layers {layers}: the demo swaps the attention of layers.1" in one_error_line(capsys)
+
+
+class FullDisk:
+    """A standard output that refuses every write, as /dev/full does."""
+
+    def write(self, text):
+        raise OSError(28, "No space left on device")
+
+    def flush(self):
+        pass
+
+
+@pytest.mark.parametrize(
+    "arguments", [["render", "{good}"], ["modules", "{good}"], ["demo", "--layers", "2"]]
+)
+def test_a_standard_output_that_cannot_be_written_exits_2_with_one_line(
+    files, capsys, monkeypatch, arguments
+):
+    arguments = [a.format(**files) for a in arguments]
+    if arguments[0] != "demo":  # precondition: the command works with somewhere to write
+        assert main(arguments) == 0 and capsys.readouterr().out
+    monkeypatch.setattr(sys, "stdout", FullDisk())
+    assert main(arguments) == 2
+    assert "cannot write to standard output (No space left on device)" in one_error_line(capsys)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs the /dev/full device")
+def test_render_and_modules_to_dev_full_exit_2_without_a_traceback(files):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+    def run(command):
+        with open("/dev/full", "w") as full:
+            return subprocess.run(
+                [sys.executable, "-m", "graphsurgeon", command, str(files["good"])],
+                stdout=full,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+                timeout=300,
+            )
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(run, ["render", "modules"]))
+    for result in results:
+        assert result.returncode == 2, result.stderr
+        # one line: nothing more at interpreter exit either ("Exception ignored ...")
+        assert result.stderr.count("\n") == 1, result.stderr
+        assert result.stderr.startswith("graphsurgeon: error: cannot write to standard output")
+
+
+def test_a_collapse_of_other_digits_is_a_module_name_not_a_traceback(files, capsys):
+    assert "²".isdigit()  # precondition: what let it reach int() before
+    assert main(["render", str(files["good"]), "--collapse", "²"]) == 2
+    assert "no module '²'" in one_error_line(capsys)
+
+
+def test_a_program_path_that_cannot_be_looked_at_exits_2_with_one_line(files, capsys):
+    too_long = str(files["out"] / ("a" * 300 + ".pt2"))
+    assert main(["modules", too_long]) == 2
+    assert "cannot read (File name too long)" in one_error_line(capsys)

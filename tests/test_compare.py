@@ -14,8 +14,8 @@ import graphsurgeon as gs
 from graphsurgeon._exec import runnable_original
 from graphsurgeon.compare import Comparison, compare
 from graphsurgeon.errors import CompareError, UnknownModuleError
-from graphsurgeon.fuse import fused_call
 from graphsurgeon.examples import MLP, FusedAttention, TinyGPT
+from graphsurgeon.fuse import fused_call
 
 # -- tiny models --------------------------------------------------------------------------
 

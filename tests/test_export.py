@@ -201,3 +201,78 @@ def test_a_failure_that_names_no_module_is_narrowed_down_by_bisection(monkeypatc
     notes = gs.export_notes(ep)
     assert set(notes.dropped) == {"a"} and "something went wrong" in notes.dropped["a"]
     assert "b" in preserved(ep) and notes.attempts > 2
+
+
+# --- arguments a user can get wrong ------------------------------------------------------------
+
+
+def small():
+    return nn.Sequential(nn.Linear(4, 4), nn.ReLU()), torch.randn(3, 4)
+
+
+def test_the_small_model_exports_with_good_arguments():
+    # precondition of the tests below: only the argument under test is wrong
+    model, x = small()
+    assert preserved(gs.export(model, (x,), preserve=["0"])) == {"0"}
+    assert preserved(gs.export(model, x)) == {"0", "1"}  # one tensor: one input, as always
+
+
+@pytest.mark.parametrize(
+    ("preserve", "said"),
+    [
+        (3, r"preserve=3: expected 'all', 'none', a list of module names .* got an int\.$"),
+        (None, r"preserve=None: .*got None\. Use preserve='none'"),
+        (True, r"preserve=True: .*got a bool\. Use preserve='all' or preserve='none'"),
+        ({"0": True}, r"preserve=\{'0': True\}: .*got a dict\. For the names of its keys"),
+        (b"0", r"preserve=b'0': .*got a bytes"),
+        (["0", 1], r"preserve: expected module names \(str\), got 1 \(an int\) at position 1"),
+        (nn.ReLU(), r"preserve: got a ReLU module; pass module names"),
+        (lambda fqn: True, r"predicate failed on module '0' with TypeError.*predicate\(fqn, mod"),
+    ],
+)
+def test_a_bad_preserve_raises_export_error_saying_what_it_takes(preserve, said):
+    model, x = small()
+    with pytest.raises(gs.ExportError, match=said):
+        gs.export(model, (x,), preserve=preserve)
+
+
+def test_a_string_preserve_that_is_no_module_names_the_keywords():
+    model, x = small()
+    with pytest.raises(gs.errors.UnknownModuleError, match=r"'ALL'.*'all' and 'none' are the only"):
+        gs.export(model, (x,), preserve="ALL")
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (None, r"got None; pass \(\) for a model that takes no positional inputs"),
+        ("list", r"got a list; pass tuple\(args\) when the list holds the inputs"),
+        ("dict", r"got a dict; keyword inputs go in kwargs"),
+        ("x", r"got a str; pass \(args,\) when the model really takes a string"),
+        ("module", r"got a Sequential; is the order of model and args swapped"),
+        ("generator", r"got a generator; pass tuple\(args\)"),
+    ],
+)
+def test_args_that_are_obviously_not_inputs_raise_export_error(args, said):
+    model, x = small()
+    args = {
+        "list": [x],
+        "dict": {"input": x},
+        "module": model,
+        "generator": (t for t in [x]),
+    }.get(args, args)
+    with pytest.raises(
+        gs.ExportError, match=r"^args: expected a tuple of positional inputs.*" + said
+    ):
+        gs.export(model, args)
+
+
+def test_kwargs_that_are_not_a_mapping_and_a_model_that_is_not_a_module_raise_export_error():
+    model, x = small()
+    with pytest.raises(gs.ExportError, match=r"kwargs: expected a mapping.*got a list"):
+        gs.export(model, (x,), [x])
+    with pytest.raises(gs.ExportError, match=r"expected an nn.Module, got a function"):
+        gs.export(lambda x: x, (x,))
+    ep = gs.export(model, (x,))
+    with pytest.raises(gs.ExportError, match=r"got an ExportedProgram\. It is exported already"):
+        gs.export(ep, (x,))

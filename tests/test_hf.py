@@ -99,3 +99,42 @@ def test_unused_dropouts_and_layer_lists_are_explained(bert):
     tree = gs.module_tree(ep)
     assert "never called" in tree["encoder.layer"].reason
     assert tree["encoder.layer.0.attention.self.query"].swappable
+
+
+def test_gpt2_with_its_cache_on_is_an_export_error_that_names_the_fix(gpt2):
+    model, ids, kwargs, _ = gpt2
+    assert model.config.use_cache and kwargs == {"use_cache": False}  # precondition
+    with pytest.raises(gs.ExportError) as caught:
+        gs.export(model, (ids,))
+    message = str(caught.value)
+    assert "DynamicCache" in message
+    assert "pass use_cache=False in kwargs" in message
+    assert "set model.config.use_cache = False" in message
+    # the second fix works as the message says, on a copy (the fixture's model stays as it is)
+    fixed = copy.deepcopy(model)
+    fixed.config.use_cache = False
+    assert gs.verify(fixed, gs.export(fixed, (ids,)), (ids,))
+    assert model.config.use_cache
+
+
+class FailsNamingACache(torch.nn.Module):
+    """Fails to export with an error that names a cache class, as Hugging Face models do."""
+
+    def __init__(self, config=None):
+        super().__init__()
+        if config is not None:
+            self.config = config
+
+    def forward(self, x):
+        raise RuntimeError("got: StaticCache(layers=[])")
+
+
+def test_the_cache_advice_needs_a_config_with_use_cache():
+    x = torch.randn(2)
+    with pytest.raises(gs.ExportError, match="StaticCache") as caught:
+        gs.export(FailsNamingACache(), (x,))
+    assert "use_cache" not in str(caught.value)
+    config = transformers.GPT2Config(n_layer=1)
+    assert config.use_cache  # precondition
+    with pytest.raises(gs.ExportError, match=r"key/value cache \(StaticCache\).*use_cache=False"):
+        gs.export(FailsNamingACache(config), (x,))

@@ -123,7 +123,7 @@ def test_a_module_without_nodes_is_not_swappable_and_says_why():
     info = gs.module_tree(ep)["ident"]
     assert not info.swappable and "no nodes of its own" in info.reason
     assert "returns its input unchanged" in info.reason
-    with pytest.raises(gs.errors.NotSwappableError, match="'ident'.*Swap the module that calls"):
+    with pytest.raises(gs.errors.NotSwappableError, match=r"'ident'.*Swap the module that calls"):
         gs.swap(ep, {"ident": nn.ReLU()})
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 import graphsurgeon as gs
+from graphsurgeon.verify import compare_leaf
 
 
 class Returns(nn.Module):
@@ -134,3 +136,324 @@ def test_integer_and_bool_outputs_compare_exactly():
     assert not gs.verify(Returns(lambda x: ids), Returns(lambda x: ids + 1), (torch.zeros(1),))
     mask = torch.tensor([True, False])
     assert not gs.verify(Returns(lambda x: mask), Returns(lambda x: ~mask), (torch.zeros(1),))
+
+
+# --- integers and bools: exact, never through float64, whatever the tolerances ---------------
+
+
+def constant(value):
+    """A program that returns ``value`` whatever its input."""
+    return Returns(lambda x: value)
+
+
+ZERO = (torch.zeros(1),)
+
+
+def test_token_ids_one_apart_mismatch_at_the_default_tolerances():
+    ids, off = torch.tensor([100000]), torch.tensor([100001])
+    # precondition: within the default tolerance as floats (1e-5 * 100000 == 1)
+    assert torch.isclose(off.double(), ids.double(), rtol=1e-5, atol=1e-5).all()
+    report = gs.verify(constant(ids), constant(off), ZERO)
+    assert not report
+    assert report.leaves[0].problem == "integers differ at 1 of 1 positions (largest difference 1)"
+    assert report.leaves[0].max_abs == 1.0
+
+
+@pytest.mark.parametrize(("rtol", "atol"), [(1e-5, 1e-5), (0.0, 0.0), (1.0, 10.0)])
+def test_int64_beyond_2_to_the_53_differ_whatever_the_tolerances(rtol, atol):
+    big, next_ = torch.tensor([2**53, 7]), torch.tensor([2**53 + 1, 7])
+    assert torch.equal(big.double(), next_.double())  # precondition: float64 cannot tell them apart
+    report = gs.verify(constant(big), constant(next_), ZERO, rtol=rtol, atol=atol)
+    assert not report and "integers differ at 1 of 2 positions" in report.leaves[0].problem
+
+
+@pytest.mark.parametrize(("rtol", "atol"), [(1e-5, 1e-5), (0.0, 0.0)])
+def test_python_ints_beyond_2_to_the_53_differ(rtol, atol):
+    assert float(2**53) == float(2**53 + 1)  # precondition
+    report = gs.verify(constant(2**53), constant(2**53 + 1), ZERO, rtol=rtol, atol=atol)
+    assert not report and report.leaves[0].max_abs == 1.0
+    assert not gs.verify(constant(True), constant(1), ZERO)  # a bool is not an int
+
+
+def test_the_largest_integer_difference_is_exact_past_int64():
+    low, high = torch.tensor([-(2**63), 5]), torch.tensor([2**63 - 1, 5])
+    leaf = gs.verify(constant(low), constant(high), ZERO).leaves[0]
+    assert not leaf.ok and f"largest difference {2**64 - 1}" in leaf.problem
+    top = torch.tensor([2**64 - 1, 3], dtype=torch.uint64)
+    bottom = torch.tensor([0, 3], dtype=torch.uint64)
+    leaf = gs.verify(constant(top), constant(bottom), ZERO).leaves[0]
+    assert not leaf.ok and f"largest difference {2**64 - 1}" in leaf.problem
+    assert gs.verify(constant(top), constant(top.clone()), ZERO)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+    pairs=st.lists(
+        st.tuples(st.integers(-(2**63), 2**63 - 1), st.integers(-(2**63), 2**63 - 1)),
+        min_size=1,
+        max_size=6,
+    ),
+    same=st.booleans(),
+)
+def test_integer_verdict_and_gap_are_exact(pairs, same):
+    a = torch.tensor([p for p, _ in pairs], dtype=torch.int64)
+    b = a.clone() if same else torch.tensor([q for _, q in pairs], dtype=torch.int64)
+    leaf = gs.verify(constant(a), constant(b), ZERO, rtol=1.0, atol=1.0).leaves[0]
+    gaps = [abs(p - q) for p, q in zip(a.tolist(), b.tolist())]
+    assert leaf.ok == (max(gaps) == 0)
+    if not leaf.ok:
+        assert f"largest difference {max(gaps)}" in leaf.problem
+        assert f"at {sum(g > 0 for g in gaps)} of {len(gaps)} positions" in leaf.problem
+
+
+def test_bool_masks_report_how_many_positions_differ():
+    mask = torch.tensor([True, False, True])
+    flipped = mask.clone()
+    flipped[1] = True
+    leaf = gs.verify(constant(mask), constant(flipped), ZERO, rtol=1, atol=1).leaves[0]
+    assert not leaf.ok and leaf.problem.startswith("bools differ at 1 of 3 positions")
+
+
+# --- devices -------------------------------------------------------------------------------
+
+
+def test_meta_outputs_against_cpu_are_a_mismatch_that_says_so():
+    x = torch.randn(2, 3)
+    report = gs.verify(Returns(lambda x: x * 2), Returns(lambda x: (x * 2).to("meta")), (x,))
+    assert not report
+    assert report.leaves[0].problem == "device meta vs expected cpu"
+    assert "MISMATCH" in str(report) and "device meta vs expected cpu" in str(report)
+    backwards = gs.verify(Returns(lambda x: x.to("meta")), Returns(lambda x: x), (x,))
+    assert not backwards and backwards.leaves[0].problem == "device cpu vs expected meta"
+
+
+def test_meta_against_meta_compares_shape_and_dtype_and_says_values_were_not():
+    def meta(shape, dtype=torch.float32):
+        return constant(torch.empty(shape, dtype=dtype, device="meta"))
+
+    report = gs.verify(meta((2, 3)), meta((2, 3)), ZERO)
+    assert report and "values not compared" in report.leaves[0].problem
+    assert "values not compared" in str(report)
+    assert math.isnan(report.max_abs)  # no error was measured: not 0
+    assert not gs.verify(meta((2, 3)), meta((3, 2)), ZERO)
+    assert not gs.verify(meta((2, 3)), meta((2, 3), torch.float64), ZERO)
+
+
+def test_the_report_max_abs_does_not_depend_on_the_order_of_the_leaves():
+    ones = torch.ones(2)
+    first = gs.verify(constant((ones, ones)), constant((ones + 1, ones[:1])), ZERO)
+    second = gs.verify(constant((ones, ones)), constant((ones[:1], ones + 1)), ZERO)
+    assert math.isnan(first.max_abs) and math.isnan(second.max_abs)
+
+
+# --- other leaves ----------------------------------------------------------------------------
+
+
+def test_python_float_nan_matches_nan_and_floats_use_the_tolerances():
+    nan = float("nan")
+    assert gs.verify(constant((nan, 1.0)), constant((nan, 1.0)), ZERO)
+    assert not gs.verify(constant(nan), constant(1.0), ZERO)
+    assert not gs.verify(constant(1.0), constant(nan), ZERO)
+    assert gs.verify(constant(1.0), constant(1.0 + 1e-9), ZERO)
+    assert not gs.verify(constant(1.0), constant(1.1), ZERO)
+    assert gs.verify(constant(math.inf), constant(math.inf), ZERO)
+    assert not gs.verify(constant(math.inf), constant(-math.inf), ZERO)
+    assert gs.verify(constant(complex(nan, 1)), constant(complex(nan, 1)), ZERO)
+    assert not gs.verify(constant(1 + 1j), constant(1 - 1j), ZERO)
+
+
+def test_numpy_arrays_compare_by_dtype_shape_and_values():
+    np = pytest.importorskip("numpy")
+    a = np.array([[1.0, np.nan], [3.0, 4.0]], dtype=np.float32)
+    assert gs.verify(constant(a), constant(a.copy()), ZERO)
+    assert gs.verify(constant(a), constant(a + np.float32(1e-7)), ZERO)
+    assert not gs.verify(constant(a), constant(a + 1), ZERO)
+    assert "dtype float64 vs expected float32" in (
+        gs.verify(constant(a), constant(a.astype(np.float64)), ZERO).leaves[0].problem
+    )
+    assert "shape" in gs.verify(constant(a), constant(a.T.copy()[:1]), ZERO).leaves[0].problem
+    ids = np.array([2**53, 100000], dtype=np.int64)
+    leaf = gs.verify(constant(ids), constant(ids + np.int64(1)), ZERO).leaves[0]
+    assert not leaf.ok and "integers differ at 2 of 2 positions" in leaf.problem
+    assert gs.verify(constant(np.array(["a", "b"])), constant(np.array(["a", "b"])), ZERO)
+    assert not gs.verify(constant(np.array(["a", "b"])), constant(np.array(["a", "c"])), ZERO)
+    swapped_bytes = a.astype(a.dtype.newbyteorder(">"))
+    assert gs.verify(constant(swapped_bytes), constant(swapped_bytes.copy()), ZERO)
+    assert not gs.verify(constant(a), constant(torch.from_numpy(a)), ZERO)
+
+
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+def test_sparse_tensors_compare_by_their_values_and_layout(layout):
+    dense = torch.tensor([[0.0, 1.0], [2.0, 0.0]])
+
+    def make(t):
+        return t.to_sparse() if layout == "coo" else t.to_sparse_csr()
+
+    assert gs.verify(constant(make(dense)), constant(make(dense.clone())), ZERO)
+    assert not gs.verify(constant(make(dense)), constant(make(dense * 2)), ZERO)
+    other_layout = gs.verify(constant(make(dense)), constant(dense), ZERO)
+    assert not other_layout and "layout torch.strided vs expected" in other_layout.leaves[0].problem
+    ids = torch.tensor([[0, 2**53], [1, 0]])
+    assert not gs.verify(constant(make(ids)), constant(make(ids + ids.bool())), ZERO)
+
+
+def test_quantized_tensors_compare_dequantized():
+    x = torch.tensor([0.0, 0.5, 1.0])
+    quantized = torch.quantize_per_tensor(x, 0.1, 0, torch.quint8)
+    assert gs.verify(constant(quantized), constant(quantized.clone()), ZERO)
+    other = torch.quantize_per_tensor(x + 0.2, 0.1, 0, torch.quint8)
+    assert not gs.verify(constant(quantized), constant(other), ZERO)
+
+
+def test_strings_none_and_lists_as_leaves_compare_without_raising():
+    assert gs.verify(constant(("a", None)), constant(("a", None)), ZERO)
+    assert not gs.verify(constant("a"), constant("b"), ZERO)
+    assert not gs.verify(constant(None), constant(0), ZERO)
+    nested = [1, [torch.ones(2), {"k": 2.0}]]
+    same = [1, [torch.ones(2), {"k": 2.0}]]
+    assert compare_leaf("x", nested, same).ok  # a leaf that is itself a list
+    off = compare_leaf("x", nested, [1, [torch.ones(2) * 2, {"k": 2.0}]])
+    assert not off.ok and "x[1][0]" in off.problem
+    shape = compare_leaf("x", nested, [1, [torch.ones(2)]])
+    assert not shape.ok
+
+
+def test_nested_tensors_compare_part_by_part():
+    parts = [torch.tensor([1.0, 2.0]), torch.tensor([3.0])]
+    nested = torch.nested.nested_tensor(parts)
+    assert gs.verify(constant(nested), constant(torch.nested.nested_tensor(parts)), ZERO)
+    moved = torch.nested.nested_tensor([parts[0], parts[1] + 1])
+    leaf = gs.verify(constant(nested), constant(moved), ZERO).leaves[0]
+    assert not leaf.ok and leaf.problem.startswith("<1>: values differ")
+    fewer = gs.verify(constant(nested), constant(torch.nested.nested_tensor(parts[:1])), ZERO)
+    assert not fewer and "of 1 parts vs expected 2" in fewer.leaves[0].problem
+    assert not gs.verify(constant(nested), constant(parts[0]), ZERO)
+
+
+class Opaque:
+    """A value verify was never taught: its == returns an array, as numpy's does."""
+
+    def __eq__(self, other):
+        return [True, False]
+
+    __hash__ = object.__hash__
+
+
+class Explodes:
+    def __eq__(self, other):
+        raise RuntimeError("no comparing me")
+
+    __hash__ = object.__hash__
+
+
+@pytest.mark.parametrize("value", [Opaque(), Explodes()])
+def test_a_leaf_it_cannot_compare_is_a_mismatch_not_an_exception(value):
+    report = gs.verify(constant(value), constant(value), ZERO)
+    assert not report
+    assert report.leaves[0].problem.startswith(f"cannot compare {type(value).__name__}")
+
+
+def test_a_tensor_against_a_non_tensor_is_a_mismatch():
+    report = gs.verify(constant(torch.ones(1)), constant(1.0), ZERO)
+    assert not report and report.leaves[0].problem == "float vs expected Tensor"
+
+
+# --- arguments -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["rtol", "atol"])
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        (-1, "=-1: expected a finite number >= 0"),
+        ("1e-3", "='1e-3': expected a finite number >= 0 such as {name}=1e-5, got a str"),
+        (None, "=None: expected a finite number >= 0 such as {name}=1e-5, got None"),
+        (float("nan"), "=nan: expected a finite number >= 0"),
+        (float("inf"), "=inf: expected a finite number >= 0"),
+        (True, "=True: expected a finite number >= 0 such as {name}=1e-5, got a bool"),
+        (torch.tensor(1e-3), "got a Tensor"),
+    ],
+)
+def test_bad_tolerances_raise_verify_error_naming_the_argument(name, value, said):
+    ran = []
+    model = Returns(lambda x: ran.append(1) or x)
+    with pytest.raises(gs.errors.VerifyError) as caught:
+        gs.verify(model, model, ZERO, **{name: value})
+    assert str(caught.value).startswith(name) and said.format(name=name) in str(caught.value)
+    assert not ran  # refused before running anything
+    with pytest.raises(gs.errors.VerifyError, match=f"^{name}="):
+        compare_leaf("", torch.ones(1), torch.ones(1), **{name: value})
+
+
+def test_good_tolerances_of_every_numeric_type_are_accepted():
+    np = pytest.importorskip("numpy")
+    x = torch.ones(2)
+    for value in (0, 1, 1e-3, np.float32(1e-3), np.float64(0.0)):
+        assert gs.verify(Returns(lambda x: x), Returns(lambda x: x), (x,), rtol=value, atol=value)
+
+
+def test_args_that_are_not_a_tuple_are_one_argument_and_kwargs_must_be_a_mapping():
+    x = torch.ones(2)
+    assert gs.verify(Returns(lambda x: x), Returns(lambda x: x), x)
+    with pytest.raises(gs.errors.VerifyError, match=r"kwargs: expected a mapping.*got a list"):
+        gs.verify(Returns(lambda x: x), Returns(lambda x: x), (x,), [x])
+
+
+# --- nothing is mutated ------------------------------------------------------------------------
+
+
+class Normalize(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.norm = nn.BatchNorm1d(3)
+
+    def forward(self, x):
+        return self.norm(self.lin(x))
+
+
+def _state(tensors):
+    return {name: t.detach().clone() for name, t in tensors.items()}
+
+
+def _same(before, after):
+    return before.keys() == after.keys() and all(torch.equal(before[k], after[k]) for k in before)
+
+
+@pytest.fixture
+def train_mode_program():
+    torch.manual_seed(0)
+    model = Normalize().train()
+    x = torch.randn(4, 3) * 3 + 1
+    ep = gs.export(model, (x,))
+    # precondition: running the model in train mode moves its running statistics
+    probe = Normalize().train()
+    probe.load_state_dict(model.state_dict())
+    before = _state(probe.state_dict())
+    with torch.no_grad():
+        probe(x)
+    assert not _same(before, _state(probe.state_dict()))
+    return model, ep, x
+
+
+def test_verify_leaves_the_program_and_the_model_unchanged(train_mode_program):
+    model, ep, x = train_mode_program
+    program_before, model_before = _state(ep.state_dict), _state(model.state_dict())
+    gs.verify(ep, model, (x,))
+    assert _same(program_before, _state(ep.state_dict))
+    assert _same(model_before, _state(model.state_dict()))
+    assert model.training
+
+
+def test_verify_leaves_a_train_mode_program_unchanged(train_mode_program):
+    model, ep, x = train_mode_program
+    before = _state(ep.state_dict)
+    gs.verify(ep, copy.deepcopy(model), (x,))  # a copy: ep's tensors are the model's own
+    assert _same(before, _state(ep.state_dict))
+
+
+def test_verify_leaves_a_train_mode_eager_model_unchanged(train_mode_program):
+    model, _, x = train_mode_program
+    before = _state(model.state_dict())
+    gs.verify(copy.deepcopy(model), model, (x,))  # no program involved
+    assert _same(before, _state(model.state_dict()))
