@@ -60,7 +60,7 @@ class ExpectedTensor:
 
 def _wrong_output(value: Any, expected: ExpectedTensor, call_name: str, type_name: str, where):
     return ReplacementError(
-        f"{call_name} ({type_name}) returned {describe_value(value)} for {where}, the program "
+        f"{call_name!r} ({type_name}) returned {describe_value(value)} for {where}, the program "
         f"expects {expected} there, as the original module returned. Make the replacement "
         "return the same shapes and dtypes."
     )
@@ -72,7 +72,7 @@ def check_tensor(value: Any, expected: ExpectedTensor | None, call_name: str, ty
         return value
     if not isinstance(value, torch.Tensor):
         raise ReplacementError(
-            f"{call_name} ({type_name}) returned {describe_value(value)}, but the program "
+            f"{call_name!r} ({type_name}) returned {describe_value(value)}, but the program "
             "expects a single Tensor there, as the original module returned. Make its forward "
             "return the same structure as the original's."
         )
@@ -91,7 +91,7 @@ def check_structure(
     leaves, actual = pytree.tree_flatten(value)
     if actual != spec:
         raise ReplacementError(
-            f"{call_name} ({type_name}) returned the structure {describe_spec(actual)}, but the "
+            f"{call_name!r} ({type_name}) returned the structure {describe_spec(actual)}, but the "
             f"program expects {describe_spec(spec)} (the original module's output structure): "
             f"{structure_difference(actual, spec, 'output')}. Make its forward return the same "
             "structure."
@@ -133,7 +133,9 @@ def check_inputs(guard, *leaves: Any) -> None:
 
 def check_constant(value: Any, expected: Any, call_name: str, where: str) -> None:
     """A fused call takes a constant argument it was exported with (``scale=2.5``)."""
-    if type(value) is type(expected) and (value == expected or value != value != expected):
+    if type(value) is type(expected) and (
+        value == expected or (value != value and expected != expected)  # NaN is NaN
+    ):
         return
     raise GuardError(
         f"{call_name}: argument {where} is {describe_value(value)}, but the call was exported "

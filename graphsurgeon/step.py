@@ -564,9 +564,9 @@ class Stepper:
         >>> x = torch.tensor([[1.0, -1.0]])
         >>> st = Stepper(gs.export(model, (x,)), x)
         >>> st.total, st.current.op
-        (6, 'placeholder')
+        (8, 'placeholder')
         >>> st.run_to("1").ran[1:]   # to the first node of module "1", the ReLU
-        ('p_0_weight', 'p_0_bias', 'linear')
+        ('input_guard_0', 'check_inputs', 'p_0_weight', 'p_0_bias', 'linear')
         >>> st.current.name, st.stack
         ('relu', ('1',))
         >>> st.env["linear"].shape

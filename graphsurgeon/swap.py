@@ -1253,7 +1253,11 @@ def rewrite(
         partitions={r.call_name: r.partition for r in requests},
         node_map=builder.node_map,
         copies=builder.copies,
-        result_nodes=tuple(n.name for n in gm.graph.nodes if n.op in _COMPUTATION),
+        result_nodes=tuple(
+            n.name
+            for n in gm.graph.nodes
+            if n.op in _COMPUTATION and _meta.GUARD not in n.meta  # input checks change nothing
+        ),
     )
     if interpret:
         gm.forward = _interpreted_forward(gm)

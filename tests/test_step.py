@@ -200,7 +200,9 @@ def test_step_over_a_swapped_call_runs_the_call_and_its_check(gpt):
     call = gs.swap_info(swapped).call_nodes["layers.0.attn"]
     assert stepper.current.name == call
     result = stepper.step_over()
-    assert result.ran == stepper.nodes_of("layers.0.attn") == (call, f"{call}_checked")
+    assert result.ran == stepper.nodes_of("layers.0.attn")
+    # the call, what it must return (a constant), and the check of what it returned
+    assert result.ran[0] == call and result.ran[-1] == f"{call}_checked" and len(result.ran) == 3
 
 
 def test_step_over_a_plain_node_runs_one_node_and_step_out_leaves_the_call(gpt):
@@ -319,7 +321,8 @@ def test_a_custom_condition_sees_each_tensor_and_its_errors_are_reported(chain):
     stepper = Stepper(ep, x)
     seen = []
     stepper.breakpoints.condition(lambda t: seen.append(t.shape) or False, label="never")
-    assert stepper.continue_().reason == "end" and len(seen) == stepper.total
+    # every node yields one tensor but the input check and the guard it reads
+    assert stepper.continue_().reason == "end" and len(seen) == stepper.total - 2
     stepper.breakpoints.clear()
     stepper.breakpoints.condition(lambda t: t.missing_attribute, label="broken")
     stepper.reset()
@@ -355,12 +358,22 @@ def test_an_exception_stops_at_the_node_keeps_the_error_and_the_stepper_recovers
     assert stepper.continue_().reason == "end"
 
 
-def test_an_aten_op_failing_is_caught_the_same_way(chain):
+def test_an_aten_op_failing_is_caught_the_same_way():
+    #   tokens ──▶ embed (Embedding, 10 rows) ──▶ out;  token 12 is out of range
+    model = nn.Sequential(nn.Embedding(10, 4))
+    ep = gs.export(model, (torch.tensor([[1, 2]]),))
+    stepper = Stepper(ep, torch.tensor([[1, 12]]))
+    with pytest.raises(NodeError, match=r"while executing node 'embedding'.*in module '0'"):
+        stepper.continue_()
+    assert stepper.current.name == "embedding" and stepper.env["p_0_weight"].shape == (10, 4)
+
+
+def test_inputs_the_program_refuses_stop_at_its_input_check(chain):
     _, _, ep = chain
     stepper = Stepper(ep, torch.randn(2, 5))  # the program was exported for 4 features
-    with pytest.raises(NodeError, match=r"while executing node 'linear'.*in module 'first'"):
+    with pytest.raises(NodeError, match=r"node 'check_inputs'.*dimension 1 is 5.*exported for 4"):
         stepper.continue_()
-    assert stepper.current.name == "linear" and stepper.env["p_first_weight"].shape == (4, 4)
+    assert isinstance(stepper.error.cause, gs.GuardError)
 
 
 def test_user_errors_name_the_object_and_what_to_do(chain):
