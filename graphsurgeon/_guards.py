@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from ._meta import describe_spec
+from ._meta import describe_spec, format_structure
 from .errors import GuardError, InputStructureError
 
 __all__ = ["InputGuard"]
@@ -293,8 +293,13 @@ class InputGuard:
             except Exception:
                 ok = False
             if not ok:
-                raise GuardError(check.explain(leaves))
-        raise GuardError(self.checks[k].explain(leaves))  # pragma: no cover
+                raise _error(check.explain(leaves))
+        raise _error(self.checks[k].explain(leaves))  # pragma: no cover
+
+
+def _error(explained: str | Exception) -> Exception:
+    # A check explains itself with words (a GuardError) or with the error it amounts to.
+    return explained if isinstance(explained, Exception) else GuardError(explained)
 
 
 def _eval(code: str, leaves: tuple) -> Any:
@@ -325,14 +330,29 @@ def _range_text(low: int | None, high: int | None) -> str:
 def _what(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         return f"a tensor of shape {list(value.shape)}"
+    leaves, spec = pytree.tree_flatten(value)
+    if not spec.is_leaf():
+        # A container: its structure says what came; its tensors' contents would not help.
+        shown = format_structure(spec, [_leaf_text(leaf) for leaf in leaves])
+        return f"a {type(value).__name__} {shown if len(shown) <= 80 else shown[:77] + '...'}"
     text = repr(value)
     return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+def _leaf_text(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return "tensor[" + ", ".join(str(d) for d in value.shape) + "]"
+    text = repr(value)
+    return text if len(text) <= 12 else text[:9] + "..."
 
 
 def _describe_tensor_mismatch(path: str, value: Any, shape: list) -> str:
     expected = "[" + ", ".join(str(d) for d in shape) + "]"
     if not isinstance(value, torch.Tensor):
-        return f"input {path!r} is {_what(value)}; the program takes a tensor {expected}"
+        message = f"input {path!r} is {_what(value)}; the program takes a tensor {expected}"
+        if not pytree.tree_flatten(value)[1].is_leaf():
+            return InputStructureError(message + ". Call it with inputs structured as at export.")
+        return message
     return (
         f"input {path!r} has {value.dim()} dimensions {list(value.shape)}; the program was "
         f"exported with {len(shape)}: {expected}"

@@ -9,6 +9,7 @@ Decided here once, read by every stage:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -156,3 +157,26 @@ def describe_value(value: Any) -> str:
         return f"{type(value).__name__} {format_structure(spec, texts)}"
     text = repr(value)
     return text if len(text) <= 60 else f"{type(value).__name__} {text[:57]}..."
+
+
+# -- call names ----------------------------------------------------------------------------
+
+CALL_SUFFIX = re.compile(r"@(\d+)$")
+
+
+def split_call_name(name: str) -> tuple[str, int | None]:
+    """``"blocks.0@1"`` -> ``("blocks.0", 1)``; ``"blocks.0"`` -> ``("blocks.0", None)``."""
+    match = CALL_SUFFIX.search(name)
+    if match is None:
+        return name, None
+    return name[: match.start()], int(match.group(1))
+
+
+def ambiguous_name_message(name: str, owner: str) -> str:
+    """Why a module named like a repeated call (``blk@1``) is refused, and what to do."""
+    return (
+        f"{owner} has a module named {name!r}: graphsurgeon (and torch.export) name the k-th "
+        f"repeated call of a module 'fqn@k', so {name!r} could be the second call of "
+        f"{split_call_name(name)[0]!r}. Register the module under another name "
+        f"(e.g. {name.replace('@', '_')!r}) and export again."
+    )

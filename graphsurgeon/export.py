@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
+from ._meta import CALL_SUFFIX, ambiguous_name_message
 from .errors import ExportError, UnknownModuleError, a_type, did_you_mean
 
 __all__ = ["ExportNotes", "export"]
@@ -58,7 +59,12 @@ def export_notes(ep: ExportedProgram) -> ExportNotes | None:
     return _NOTES.get(ep)
 
 
-def _positional_parameters(module: torch.nn.Module) -> tuple[str, ...]:
+def record_notes(ep: ExportedProgram, notes: ExportNotes) -> None:
+    """Keep ``notes`` for ``ep`` (a program re-exported by graphsurgeon)."""
+    _NOTES[ep] = notes
+
+
+def positional_parameters(module: torch.nn.Module) -> tuple[str, ...]:
     try:
         parameters = inspect.signature(module.forward).parameters.values()
     except (TypeError, ValueError):  # a forward without a readable signature (a builtin)
@@ -67,7 +73,7 @@ def _positional_parameters(module: torch.nn.Module) -> tuple[str, ...]:
     return tuple(p.name for p in parameters if p.kind in kinds)
 
 
-def _qualified_type(module: torch.nn.Module) -> str:
+def qualified_type(module: torch.nn.Module) -> str:
     cls = type(module)
     return f"{cls.__module__}.{cls.__qualname__}"
 
@@ -255,6 +261,9 @@ def export(
         )
         raise ExportError(f"export: expected an nn.Module, got {a_type(model)}.{hint}")
     args = _check_args(args)
+    for name, _ in model.named_modules(remove_duplicate=False):
+        if any(CALL_SUFFIX.search(part) for part in name.split(".")):
+            raise ExportError(ambiguous_name_message(name, f"the model ({type(model).__name__})"))
     if kwargs is not None and not isinstance(kwargs, Mapping):
         raise ExportError(
             f"kwargs: expected a mapping of keyword inputs such as {{'mask': mask}}, got "
@@ -308,11 +317,9 @@ def export(
                 keep.remove(fqn)
     notes = ExportNotes(
         dropped=dropped,
-        module_types={
-            n: _qualified_type(m) for n, m in model.named_modules(remove_duplicate=False)
-        },
+        module_types={n: qualified_type(m) for n, m in model.named_modules(remove_duplicate=False)},
         parameters={
-            n: _positional_parameters(m) for n, m in model.named_modules(remove_duplicate=False)
+            n: positional_parameters(m) for n, m in model.named_modules(remove_duplicate=False)
         },
         requested=tuple(wanted),
         seconds=time.perf_counter() - start,

@@ -8,31 +8,23 @@ same module (k >= 1), so a module called twice has two partitions, ``"shared"`` 
 
 from __future__ import annotations
 
-import re
 import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import torch
+import torch.utils._pytree as pytree
+from torch._ops import HigherOrderOperator
 from torch.export import ExportedProgram
 from torch.export.exported_program import ModuleCallSignature
 from torch.fx import Node
 
 from . import _meta
+from ._meta import CALL_SUFFIX, ambiguous_name_message, split_call_name
 from .errors import PartitionError, UnknownModuleError, did_you_mean
 from .export import export_notes
 
 __all__ = ["ModuleInfo", "ModuleTree", "Partition", "module_tree", "partition", "split_call_name"]
-
-_CALL_SUFFIX = re.compile(r"@(\d+)$")
-
-
-def split_call_name(name: str) -> tuple[str, int | None]:
-    """``"blocks.0@1"`` -> ``("blocks.0", 1)``; ``"blocks.0"`` -> ``("blocks.0", None)``."""
-    match = _CALL_SUFFIX.search(name)
-    if match is None:
-        return name, None
-    return name[: match.start()], int(match.group(1))
 
 
 def call_name(fqn: str, index: int) -> str:
@@ -277,7 +269,7 @@ class CallIndex:
             if name in names:
                 continue
             if name not in self.calls:
-                if _CALL_SUFFIX.search(path) and path not in self.ambiguous:
+                if CALL_SUFFIX.search(path) and path not in self.ambiguous:
                     self.ambiguous.append(path)
                 parent = names[-1] if names else ""
                 type_ = _type_text(value[1]) if len(value) > 1 else ""
@@ -301,7 +293,7 @@ def _call_index_of(key: str, path: str) -> int:
     ``blk``, or the first of a module registered as ``"blk@1"``, whose path says which."""
     if key.endswith(path):
         return 0
-    match = _CALL_SUFFIX.search(key)
+    match = CALL_SUFFIX.search(key)
     if match is not None and key[: match.start()].endswith(path):
         return int(match.group(1))
     return 0
@@ -365,13 +357,7 @@ class ProgramIndex:
         self.notes = notes
         calls = call_index(ep)
         if calls.ambiguous:
-            name = calls.ambiguous[0]
-            raise PartitionError(
-                f"the program has a module named {name!r}: graphsurgeon (and torch.export) name "
-                f"the k-th repeated call of a module 'fqn@k', so {name!r} could be the second "
-                f"call of {split_call_name(name)[0]!r}. Register the module under another name "
-                f"(e.g. {name.replace('@', '_')!r}) and export again."
-            )
+            raise PartitionError(ambiguous_name_message(calls.ambiguous[0], "the program"))
         self.calls = calls
         self.signatures: dict[str, ModuleCallSignature | None] = {}
         self.fqns: list[str] = []
@@ -419,7 +405,7 @@ class ProgramIndex:
         }
         self._partitions: dict[str, Partition] | None = None
         self._mutation_outputs = self._find_mutation_outputs(ep)
-        self._in_subgraphs: set[str] | None = None
+        self._in_subgraphs: dict[str, str] | None = None
 
     def parameter_names(self, fqn: str, count: int) -> list[str]:
         """The names of the first ``count`` positional parameters of module ``fqn``'s forward,
@@ -464,18 +450,45 @@ class ProgramIndex:
         ``torch.cond`` branch)."""
         if self._in_subgraphs is None:
             # Nodes of torch.cond branches live in subgraphs of the program, not in its graph.
-            found: set[str] = set()
-            for name, module in self.ep.graph_module.named_modules():
-                if name and isinstance(module, torch.fx.GraphModule):
-                    found.update(c.fqn for c in call_index(module).calls.values())
-            self._in_subgraphs = found
+            self._in_subgraphs = self._called_in_subgraphs()
         if fqn in self._in_subgraphs:
+            operator = self._in_subgraphs[fqn]
             return (
-                "called only inside a torch.cond branch: its nodes live in the branch's "
-                "subgraph, not in the program's graph. Swap the module that calls torch.cond, "
-                "or replace it in the model before exporting"
+                f"called only inside a torch.{operator} branch: its nodes live in the branch's "
+                f"subgraph, not in the program's graph. Swap the module that calls "
+                f"torch.{operator}, or replace it in the model before exporting"
             )
         return "never called during export (a container such as nn.ModuleList, or unused)"
+
+    def _called_in_subgraphs(self) -> dict[str, str]:
+        """fqn -> the control-flow operator (``cond``, ``while_loop``) whose branch calls it.
+
+        A branch's nodes carry the module stack when torch traced it that way; when they do not
+        (non-strict export of a lambda branch), the parameters and buffers the operator passes
+        into its branches still say whose state the branch reads."""
+        found: dict[str, str] = {}
+        state = {
+            spec.arg.name: spec.target
+            for spec in self.ep.graph_signature.input_specs
+            if spec.target is not None and hasattr(spec.arg, "name")
+        }
+        for node in self.ep.graph.nodes:
+            if node.op != "call_function" or not isinstance(node.target, HigherOrderOperator):
+                continue
+            operator = getattr(node.target, "__name__", "cond")
+            for value in pytree.tree_leaves((node.args, node.kwargs)):
+                if not isinstance(value, Node):
+                    continue
+                if value.op == "get_attr":
+                    branch = getattr(self.ep.graph_module, str(value.target), None)
+                    if isinstance(branch, torch.fx.GraphModule):
+                        for call in call_index(branch).calls.values():
+                            found.setdefault(call.fqn, operator)
+                elif value.name in state:
+                    parts = state[value.name].split(".")[:-1]
+                    for end in range(1, len(parts) + 1):
+                        found.setdefault(".".join(parts[:end]), operator)
+        return found
 
     @property
     def ep(self) -> ExportedProgram:

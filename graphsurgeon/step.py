@@ -1044,7 +1044,7 @@ class Stepper:
         where = f"in module {call!r}" if call else "at the top level"
         message = (
             f"while executing node {node.name!r} ({_op_text(node)}) {where}: "
-            f"{type(error).__name__}: {error}. The stepper stopped at this node: look at "
+            f"{type(error).__name__}: {str(error).rstrip('.')}. The stepper stopped at this node: look at "
             "st.env and st.summary(name), then step again, or reset()."
         )
         self._error = NodeError(message, node.name, call, position, error)

@@ -8,6 +8,8 @@ succeeds or leaves the Surgery exactly as it was.
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,8 +18,9 @@ import torch
 from torch.export import ExportedProgram
 from torch.fx import GraphModule
 
-from .errors import SurgeryError, VerifyError
-from .export import export
+from ._meta import split_call_name
+from .errors import SurgeryError, VerifyError, a_type
+from .export import export, export_notes, positional_parameters, qualified_type, record_notes
 from .partition import ModuleTree, module_tree
 from .swap import FUSE, Diff, rewrite, swap_info
 from .verify import VerifyReport, eager_reference, verify
@@ -63,9 +66,13 @@ class Surgery:
         kwargs: Mapping[str, Any] | None = None,
     ):
         if not isinstance(program, ExportedProgram):
-            raise TypeError(
-                f"Surgery: expected an ExportedProgram, got {type(program).__name__}; "
+            hint = (
                 "use gs.Surgery.from_model(model, args) to start from a model"
+                if isinstance(program, torch.nn.Module)
+                else "export a model with gs.export(model, args) first"
+            )
+            raise SurgeryError(
+                f"Surgery: expected an ExportedProgram, got {a_type(program)}; {hint}"
             )
         self.program = program
         self.model = model
@@ -91,8 +98,8 @@ class Surgery:
         The model is kept (not modified) as the eager reference for :meth:`verify`, and the
         example inputs as the default inputs of :meth:`verify` and :meth:`export`.
         """
-        if not isinstance(args, tuple):
-            args = (args,)
+        if isinstance(args, torch.Tensor):
+            args = (args,)  # a lone tensor is the one input; anything else export checks
         program = export(model, args, kwargs, **export_options)
         return cls(program, model=model, args=args, kwargs=kwargs)
 
@@ -194,8 +201,13 @@ class Surgery:
                     "no inputs: pass args, or start with gs.Surgery.from_model(model, args)"
                 )
             return self.args, dict(self.kwargs) if kwargs is None else dict(kwargs)
-        if not isinstance(args, tuple):
+        if isinstance(args, torch.Tensor):
             args = (args,)
+        elif not isinstance(args, tuple):
+            raise VerifyError(
+                f"args: expected a tuple of the model's positional inputs, got {a_type(args)}; "
+                "wrap a single input as (x,)"
+            )
         return args, dict(kwargs or {})
 
     def verify(
@@ -226,9 +238,49 @@ class Surgery:
         kwargs: Mapping[str, Any] | None = None,
         **export_options: Any,
     ) -> ExportedProgram:
-        """The current program exported again (with :func:`graphsurgeon.export`)."""
+        """The current program exported again, every module call signature preserved, so it
+        can be partitioned, swapped and drawn like the original.
+
+        torch does not preserve call signatures when it exports a flat GraphModule (such as
+        :attr:`module`), so this exports the program's module hierarchy instead: the original
+        program unflattened (``torch.export.unflatten``) with each replacement set at its name.
+        The re-exported program computes what :attr:`module` computes; fused calls are a view
+        and are not kept. Its module tree has the original modules' types, and the
+        replacements' own submodules can be swapped in turn. ``export_options`` go to
+        :func:`graphsurgeon.export` (``dynamic_shapes=...`` to keep sizes dynamic).
+
+        Example:
+            >>> import torch, graphsurgeon as gs
+            >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+            >>> s = gs.Surgery.from_model(model, (torch.randn(2, 4),))
+            >>> again = s.swap("1", torch.nn.GELU()).export()
+            >>> gs.module_tree(again)["1"].type_name, gs.module_tree(again)["1"].swappable
+            ('GELU', True)
+        """
         args, kwargs = self._inputs(args, kwargs)
-        return export(self.module, args, kwargs, **export_options)
+        replacements = self.replacements
+        single_calls = [name for name in replacements if split_call_name(name)[1] is not None]
+        if single_calls:
+            raise SurgeryError(
+                f"cannot export again with {single_calls[0]!r} swapped: it swaps one call of a "
+                "module, and an exported program records one module per name. Swap every call "
+                f"of {split_call_name(single_calls[0])[0]!r} instead, or export the flat "
+                "program with torch.export.export(s.module, args) (its module signatures are "
+                "then not preserved, so it cannot be swapped again)."
+            )
+        with warnings.catch_warnings():
+            # torch's unflatten warns about its own placeholder get_attr nodes and a
+            # deprecated pytree spelling; neither concerns the user.
+            warnings.filterwarnings("ignore", message="Attempted to insert a get_attr Node")
+            warnings.filterwarnings("ignore", message=".*LeafSpec.*is deprecated")
+            hierarchy = torch.export.unflatten(self.program)
+        for name in sorted(replacements, key=lambda n: n.count(".")):
+            parent_name, _, leaf = name.rpartition(".")
+            parent = hierarchy.get_submodule(parent_name) if parent_name else hierarchy
+            setattr(parent, leaf, replacements[name])
+        program = export(hierarchy, args, kwargs, **export_options)
+        _carry_module_types(self.program, program, replacements)
+        return program
 
     def __repr__(self) -> str:
         swaps, fused = self.replacements, self.fused
@@ -237,3 +289,26 @@ class Surgery:
         if fused:
             text += f", {len(fused)} fused ({', '.join(fused)})"
         return text + f", {self._position} step{'s' if self._position != 1 else ''}>"
+
+
+def _carry_module_types(
+    original: ExportedProgram, again: ExportedProgram, replacements: Mapping[str, torch.nn.Module]
+) -> None:
+    """Give the re-exported program the module types and forward parameter names of the
+    original and of the replacements, not those of torch's unflattened stand-ins."""
+    notes, before = export_notes(again), export_notes(original)
+    if notes is None:
+        return
+    types, parameters = dict(notes.module_types), dict(notes.parameters)
+    if before is not None:
+        swapped = tuple(replacements)
+        for fqn, kind in before.module_types.items():
+            if fqn in types and not any(fqn == n or fqn.startswith(n + ".") for n in swapped):
+                types[fqn] = kind
+                parameters[fqn] = before.parameters.get(fqn, parameters.get(fqn, ()))
+    for name, replacement in replacements.items():
+        for sub, module in replacement.named_modules(remove_duplicate=False):
+            fqn = f"{name}.{sub}" if sub else name
+            types[fqn] = qualified_type(module)
+            parameters[fqn] = positional_parameters(module)
+    record_notes(again, dataclasses.replace(notes, module_types=types, parameters=parameters))

@@ -193,3 +193,90 @@ def test_a_loaded_program_knows_its_root_type(tmp_path):
     torch.export.save(ep, tmp_path / "model.pt2")
     loaded = torch.export.load(tmp_path / "model.pt2")
     assert gs.module_tree(loaded)[""].type_name == "Model"
+
+
+class RepeatedCallName(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blk = nn.Linear(4, 4)
+        setattr(self, "blk@1", nn.Linear(4, 4))  # reads as the second call of blk
+
+    def forward(self, x):
+        return getattr(self, "blk@1")(self.blk(x))
+
+
+def test_a_module_named_like_a_repeated_call_is_refused_at_export_and_in_the_tree():
+    x = torch.randn(2, 4)
+    with pytest.raises(gs.ExportError, match=r"'blk@1' could be the second call of 'blk'.*'blk_1'"):
+        gs.export(RepeatedCallName(), (x,))
+    ep = torch.export.export(RepeatedCallName(), (x,))  # made elsewhere: refused when read
+    with pytest.raises(gs.PartitionError, match="could be the second call of 'blk'"):
+        gs.module_tree(ep)
+
+
+def test_a_module_lost_from_the_call_graph_is_not_preserved_rather_than_unknown():
+    torch.manual_seed(0)
+    x = torch.randn(2, 4)
+    assert gs.module_tree(gs.export(Model(), (x,)))["blocks.1"].swappable  # precondition
+    ep = gs.export(Model(), (x,))
+    # A program made (or transformed) elsewhere may record fewer module signatures.
+    ep._module_call_graph = [e for e in ep.module_call_graph if e.fqn != "blocks.1"]
+    info = gs.module_tree(ep)["blocks.1"]
+    assert not info.swappable and info.reason.startswith("not preserved")
+    with pytest.raises(gs.errors.NotPreservedError, match=r"'blocks\.1'.*not preserved"):
+        gs.swap(ep, {"blocks.1": Block()})
+
+
+class Branching(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inside = nn.Linear(4, 4)
+        self.unused = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda v: self.inside(v), lambda v: v * 2, (x,))
+
+
+def test_a_module_called_only_inside_a_cond_branch_says_so():
+    ep = gs.export(Branching(), (torch.randn(2, 4),))
+    tree = gs.module_tree(ep)
+    assert tree["inside"].calls == 0  # precondition: the program's graph has no call of it
+    assert "called only inside a torch.cond branch" in tree["inside"].reason
+    assert "never called during export" in tree["unused"].reason
+
+
+class Keywords(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.d = nn.ModuleDict(
+            {"in": nn.Linear(4, 4), "a'b": nn.Linear(4, 4), 'c"d\ne': nn.Linear(4, 4)}
+        )
+
+    def forward(self, x):
+        return self.d['c"d\ne'](self.d["a'b"](self.d["in"](x)))
+
+
+def test_module_names_that_are_keywords_or_hold_quotes_work_everywhere():
+    torch.manual_seed(0)
+    model = Keywords().eval()
+    x = torch.randn(2, 4)
+    ep = gs.export(model, (x,))
+    names = ["d.in", "d.a'b", 'd.c"d\ne']
+    assert all(gs.module_tree(ep)[n].swappable for n in names)
+    replacements = {n: nn.Linear(4, 4) for n in names}
+    gm = gs.swap(ep, replacements)
+    reference = copy.deepcopy(model)
+    for name, module in replacements.items():
+        reference.d[name[2:]] = module
+    with torch.no_grad():
+        assert not torch.allclose(reference(x), model(x))  # precondition
+        torch.testing.assert_close(gm(x), reference(x))
+    assert gs.verify(reference, gm, (x,)).ok
+    stepper = gs.Stepper(gm, x)
+    assert stepper.run_to(module="d.in").reason == "target"
+    stepper.continue_()
+    torch.testing.assert_close(stepper.output, reference(x))
+    fused = gs.fuse(ep, names)  # (torch's own ep.module() fails on the newline: SyntaxError)
+    with torch.no_grad():
+        assert torch.equal(fused(x), model(x))
+    assert "d.in" in gs.to_dot(gm)

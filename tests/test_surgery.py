@@ -94,12 +94,46 @@ def test_verify_against_the_eager_reference_and_without_a_model(surgery):
         bare.verify()
 
 
-def test_export_again(surgery):
-    surgery.swap("act", nn.GELU())
+def test_export_again_gives_a_program_that_can_be_swapped_again(surgery):
+    replacement = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 4))
+    surgery.swap("act", nn.GELU()).swap("a", replacement).fuse("b")
     again = surgery.export()
     x = surgery.args[0]
     torch.testing.assert_close(again.module()(x), surgery.module(x))
-    assert "act" in gs.module_tree(again)
+    tree = gs.module_tree(again)
+    # the original modules keep their types; the replacements and their children are modules
+    assert tree["act"].type_name == "GELU" and tree["b"].type_name == "Linear"
+    assert tree["a"].type_name == "Sequential" and tree["a.1"].type_name == "Tanh"
+    assert all(tree[n].swappable for n in ("a", "a.0", "a.1", "act", "b"))
+    new_b = nn.Linear(4, 2)
+    gm = gs.swap(again, {"a.1": nn.ReLU(), "b": new_b})
+    reference = eager_reference(surgery.model, {"act": nn.GELU(), "a": replacement, "b": new_b})
+    reference.a[1] = nn.ReLU()
+    with torch.no_grad():
+        assert not torch.allclose(gm(x), surgery.module(x))  # precondition
+        torch.testing.assert_close(gm(x), reference(x))
+
+
+def test_export_again_refuses_a_single_call_swap_and_says_what_to_do():
+    class Twice(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.lin(torch.relu(self.lin(x)))
+
+    s = gs.Surgery.from_model(Twice(), (torch.randn(2, 4),))
+    s.swap("lin@1", nn.Linear(4, 4))
+    with pytest.raises(gs.errors.SurgeryError, match=r"'lin@1'.*Swap every call of 'lin'"):
+        s.export()
+
+
+def test_a_surgery_needs_a_program_and_says_how_to_get_one():
+    with pytest.raises(gs.errors.SurgeryError, match="from_model"):
+        gs.Surgery(Net())
+    with pytest.raises(gs.errors.SurgeryError, match=r"gs\.export"):
+        gs.Surgery("model.pt2")
 
 
 def test_the_program_is_never_changed(surgery):

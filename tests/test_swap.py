@@ -1153,3 +1153,65 @@ def test_size_arithmetic_only_the_swapped_module_used_is_dropped():
     assert not [n for n in gm.graph.nodes if n.target == torch.ops.aten.sym_size.int]
     y = torch.randn(9, 3)
     torch.testing.assert_close(gm(y), reference(y))
+
+
+class PassesOneThrough(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x, y):
+        return self.lin(x), y  # y comes back unchanged
+
+
+class PassThroughUnread(nn.Module):
+    #   x, y -> p -> (a, b);  head(a): nothing after the call reads b
+    def __init__(self):
+        super().__init__()
+        self.p = PassesOneThrough()
+        self.head = nn.Linear(4, 4)
+
+    def forward(self, x, y):
+        a, _ = self.p(x, y)
+        return self.head(a)
+
+
+class PassThroughRead(PassThroughUnread):
+    #   ... head(a) + b: b, the passed-through output, is read after the call
+    def forward(self, x, y):
+        a, b = self.p(x, y)
+        return self.head(a) + b
+
+
+class MakesNewOutput(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x, y):
+        return self.lin(x), y * 2
+
+
+def test_a_passed_through_output_nothing_reads_is_swapped():
+    # torch's own test_unflatten_preserve_with_unused_input has this shape.
+    torch.manual_seed(0)
+    model = PassThroughUnread().eval()
+    x, y = torch.randn(2, 4), torch.randn(2, 4)
+    ep = gs.export(model, (x, y))
+    assert gs.module_tree(ep)["p"].swappable
+    check_swap(model, (x, y), {"p": MakesNewOutput()}, ep=ep)
+
+
+def test_a_passed_through_output_read_after_the_call_is_refused_with_the_rule():
+    # The rule: the graph holds one value for the module's output and its input, so a later
+    # reader cannot say which it meant; refuse, naming the reader, rather than guess.
+    torch.manual_seed(0)
+    x, y = torch.randn(2, 4), torch.randn(2, 4)
+    ep = gs.export(PassThroughRead().eval(), (x, y))
+    info = gs.module_tree(ep)["p"]
+    assert not info.swappable
+    assert "returns its input 'y' unchanged" in info.reason and "reads that value" in info.reason
+    with pytest.raises(gs.errors.NotSwappableError, match=r"cannot swap 'p'.*x.clone\(\)"):
+        gs.swap(ep, {"p": MakesNewOutput()})
+    # only p is refused: the rest of the program stays swappable
+    assert gs.module_tree(ep)["head"].swappable

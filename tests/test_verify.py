@@ -282,6 +282,8 @@ def test_numpy_arrays_compare_by_dtype_shape_and_values():
     assert not gs.verify(constant(a), constant(torch.from_numpy(a)), ZERO)
 
 
+# torch warns that these tensor kinds are beta, deprecated or a prototype: the user's to see.
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
 @pytest.mark.parametrize("layout", ["coo", "csr"])
 def test_sparse_tensors_compare_by_their_values_and_layout(layout):
     dense = torch.tensor([[0.0, 1.0], [2.0, 0.0]])
@@ -297,6 +299,7 @@ def test_sparse_tensors_compare_by_their_values_and_layout(layout):
     assert not gs.verify(constant(make(ids)), constant(make(ids + ids.bool())), ZERO)
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")
 def test_quantized_tensors_compare_dequantized():
     x = torch.tensor([0.0, 0.5, 1.0])
     quantized = torch.quantize_per_tensor(x, 0.1, 0, torch.quint8)
@@ -318,6 +321,7 @@ def test_strings_none_and_lists_as_leaves_compare_without_raising():
     assert not shape.ok
 
 
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors is in prototype")
 def test_nested_tensors_compare_part_by_part():
     parts = [torch.tensor([1.0, 2.0]), torch.tensor([3.0])]
     nested = torch.nested.nested_tensor(parts)

@@ -1,0 +1,136 @@
+"""No public verb changes the program, the model, the replacements or the inputs it is given.
+
+The program here updates buffers when it runs (BatchNorm in train mode), in the original modules
+and in a replacement, so a verb that ran anything on shared state would show in the buffers.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import graphsurgeon as gs
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.head = nn.Sequential(nn.Flatten(), nn.Linear(4 * 6 * 6, 5))
+
+    def forward(self, x):
+        return self.head(torch.relu(self.bn(self.conv(x))))
+
+
+def _state(*owners) -> list[dict[str, torch.Tensor]]:
+    states = []
+    for owner in owners:
+        if isinstance(owner, torch.export.ExportedProgram):
+            items = list(owner.state_dict.items()) + list(owner.constants.items())
+        elif isinstance(owner, nn.Module):
+            items = list(owner.state_dict(keep_vars=True).items())
+        else:
+            items = [("value", owner)]
+        states.append({k: v.detach().clone() for k, v in items if isinstance(v, torch.Tensor)})
+    return states
+
+
+def _changed(before, after) -> list[str]:
+    """Which tensors differ: ``"owner k: key"``; empty when every one is bit for bit the same."""
+    changed = []
+    for k, (b, a) in enumerate(zip(before, after)):
+        if b.keys() != a.keys():
+            changed.append(f"owner {k}: keys {sorted(b.keys() ^ a.keys())}")
+        changed += [
+            f"owner {k}: {key}" for key in b if key in a and not torch.equal(b[key], a[key])
+        ]
+    return changed
+
+
+def _same(before, after) -> bool:
+    return not _changed(before, after)
+
+
+@pytest.fixture
+def setting():
+    torch.manual_seed(0)
+    model = Net().train()
+    x = torch.randn(2, 3, 6, 6)
+    ep = gs.export(model, (x,))
+    replacement = nn.BatchNorm2d(4).train()  # updates its own running stats when it runs
+    return model, x, ep, replacement
+
+
+def _runs_every_verb(model, x, ep, replacement, *, run_results: bool):
+    """Every public verb; with ``run_results`` the swapped programs are also called directly."""
+    replacements = {"bn": replacement}
+    gs.module_tree(ep)
+    gs.partition(ep)
+    swapped = gs.swap(ep, replacements)
+    if run_results:
+        swapped(x)
+    gs.swap_info(swapped).diff  # noqa: B018 - computed on demand
+    fused = gs.fuse(ep, ["bn", "conv"])
+    fused(x)
+    gs.verify(ep, swapped, (x,))
+    gs.verify(model, ep, (x,))
+    gs.verify(gs.eager_reference(model, replacements), swapped, (x,))
+    gs.compare(ep, swapped, (x,))
+    gs.to_dot(ep)
+    gs.to_dot(swapped, diff=True)
+    gs.to_dot(fused)
+    stepper = gs.Stepper(swapped, x)
+    stepper.continue_()
+    gs.Stepper(ep, x).continue_()
+    surgery = gs.Surgery(ep, model=model, args=(x,))
+    surgery.swap("bn", replacement).fuse("conv")
+    if run_results:
+        surgery.module(x)
+    surgery.verify()
+    surgery.diff()
+    surgery.export()
+    surgery.undo().redo().reset()
+
+
+def test_the_precondition_running_the_program_changes_its_buffers(setting):
+    model, x, ep, replacement = setting
+    before = _state(ep, model, replacement)
+    ep.module()(x)  # torch's own module shares the program's buffers
+    model(x)
+    replacement(torch.randn(2, 4, 6, 6))
+    after = _state(ep, model, replacement)
+    assert all(not _same([b], [a]) for b, a in zip(before, after))
+
+
+def test_no_public_verb_changes_program_model_replacement_or_inputs(setting):
+    model, x, ep, replacement = setting
+    graph = str(ep.graph)
+    before = _state(ep, model, replacement, x)
+    _runs_every_verb(model, x, ep, replacement, run_results=False)
+    assert str(ep.graph) == graph
+    assert _changed(before, _state(ep, model, replacement, x)) == []
+    assert model.training and replacement.training
+
+
+def test_running_a_swapped_program_updates_the_replacement_it_holds_and_nothing_else(setting):
+    # A swapped program holds the replacement itself, as a model holds its submodules: calling
+    # it in train mode updates the replacement's statistics (and trains its parameters), which
+    # is what a user who installs a module expects. The program and the model stay as they were.
+    model, x, ep, replacement = setting
+    before = _state(ep, model, x)
+    replacement_before = _state(replacement)
+    _runs_every_verb(model, x, ep, replacement, run_results=True)
+    assert _changed(before, _state(ep, model, x)) == []
+    assert not _same(replacement_before, _state(replacement))
+
+
+def test_the_swapped_program_updates_its_own_copies_of_the_programs_buffers(setting):
+    model, x, ep, _replacement = setting
+    swapped = gs.swap(ep, {"head": copy.deepcopy(model.head)})
+    before = _state(ep)
+    swapped(x)
+    assert _same(before, _state(ep))
