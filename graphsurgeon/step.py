@@ -21,7 +21,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -30,7 +30,9 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.export import ExportedProgram
 from torch.fx import GraphModule, Node
 
+from . import _meta
 from ._exec import PrivateStateInterpreter, bind_inputs, clone_inputs, runnable_original
+from ._meta import describe_value
 from .errors import NodeError, StepError, UnknownModuleError, UnknownNodeError, did_you_mean
 from .partition import call_index, program_index, split_call_name
 from .swap import swap_info
@@ -377,6 +379,8 @@ class StepResult:
             target), ``"breakpoint"``, or ``"end"`` (the program finished).
         breakpoints: the breakpoints that stopped it (empty unless ``reason == "breakpoint"``).
         trigger: for a condition breakpoint, the node whose value met it (the last one run).
+        note: what the stepper has to say about the move, or None: why ``step_into`` stepped
+            over a call instead of entering it, or which call a move entered or left.
     """
 
     ran: tuple[str, ...]
@@ -384,6 +388,7 @@ class StepResult:
     reason: str
     breakpoints: tuple[Breakpoint, ...] = ()
     trigger: str | None = None
+    note: str | None = None
 
     @property
     def last(self) -> str | None:
@@ -404,8 +409,8 @@ class StepResult:
                 why += f" (node {self.trigger!r})"
             return f"{text}; stopped: {why}"
         if self.reason == "end":
-            return f"{text}; the program finished"
-        return text
+            text = f"{text}; the program finished"
+        return f"{text} ({self.note})" if self.note else text
 
 
 # -- the graph's layout ---------------------------------------------------------------------
@@ -427,7 +432,7 @@ def _op_text(node: Node) -> str:
 class _Layout:
     """Everything about the graph that stepping needs, computed once per stepper."""
 
-    def __init__(self, gm: GraphModule):
+    def __init__(self, gm: GraphModule, depth: int = 0):
         nodes = list(gm.graph.nodes)
         self.nodes = nodes
         self.names = [n.name for n in nodes]
@@ -439,8 +444,10 @@ class _Layout:
             swapped_types = {c: type(m).__name__ for c, m in info.calls.items()}
         self.swapped = swapped_types
         # the module calls enclosing each node, outermost first: the one index every view reads
+        # (a fused call's graph keeps the program's module stacks: ``depth`` calls around it
+        # are the call itself and its parents, which its stepper does not step through)
         chains = call_index(gm).chains
-        own = [chains[node.name] for node in nodes]
+        own = [chains[node.name][depth:] for node in nodes]
         self.stacks: list[tuple[str, ...]] = own
         self.members: dict[str, list[int]] = {}
         for i, calls in enumerate(self.stacks):
@@ -531,6 +538,25 @@ def _resolve_program(program: Any) -> GraphModule:
     )
 
 
+@dataclass(frozen=True)
+class _Frame:
+    """A call entered with ``step_into``: a stepper of its own over the call's graph."""
+
+    stepper: Stepper
+    call: str  # the call name, "layers.1.attn"
+    node: Node  # the call_module node of the outer graph whose value the call computes
+    kind: str  # "fused" or "swapped"
+    prefix: tuple[str, ...]  # the module calls around that node in the outer graph
+
+    def outer_stack(self, inner: tuple[str, ...]) -> tuple[str, ...]:
+        """The stack of a node of the call's graph, seen from the program."""
+        if self.kind == "fused":  # the program's own module calls, below the call
+            return self.prefix + inner
+        # the replacement's own modules, named from where it is installed
+        fqn = split_call_name(self.call)[0]
+        return self.prefix + tuple(f"{fqn}.{name}" for name in inner)
+
+
 class Stepper:
     """A cursor over a program's graph: run it node by node, stop where you like, look around.
 
@@ -579,10 +605,18 @@ class Stepper:
 
     def __init__(self, program: Any, /, *args: Any, **kwargs: Any):
         gm = _resolve_program(program)
-        self._gm = gm
-        self._layout = _Layout(gm)
         # a copy of its own: the caller may change those tensors later, reset() replays this run
-        self._inputs = clone_inputs(bind_inputs(gm, args, kwargs, error=StepError))
+        self._setup(gm, clone_inputs(bind_inputs(gm, args, kwargs, error=StepError)), own=True)
+
+    def _setup(self, gm: GraphModule, inputs: list[Any], own: bool, depth: int = 0) -> None:
+        self._gm = gm
+        self._layout = _Layout(gm, depth)
+        self._inputs = inputs
+        # A stepper of a call entered with step_into runs on the very values the call received
+        # (a call may write its inputs in place); a user's stepper runs on copies of its own.
+        self._own_inputs = own
+        self._frame: _Frame | None = None
+        self._exports: dict[tuple[str, str], Any] = {}
         # A graph that writes buffers (BatchNorm statistics), its own or its replacements',
         # runs on private copies of them: stepping leaves the program and every module as they
         # were, and every reset() replays the same run.
@@ -602,14 +636,17 @@ class Stepper:
     # -- state ------------------------------------------------------------------------------
 
     def reset(self) -> None:
-        """Back to the start, with fresh copies of the inputs. Breakpoints are kept."""
+        """Back to the start, with fresh copies of the inputs. Breakpoints are kept; a call
+        entered with :meth:`step_into` is left."""
+        self._frame = None
         self._env: dict[Node, Any] = {}
         self._summaries: dict[Node, Summary] = {}
         self._pos = 0
         self._output: Any = None
         self._error: NodeError | None = None
         self._interpreter.env = self._env
-        self._interpreter.args_iter = iter(clone_inputs(self._inputs))
+        inputs = clone_inputs(self._inputs) if self._own_inputs else list(self._inputs)
+        self._interpreter.args_iter = iter(inputs)
         if isinstance(self._interpreter, PrivateStateInterpreter):
             self._interpreter.renew_state()
 
@@ -625,18 +662,38 @@ class Stepper:
 
     @property
     def current(self) -> Node | None:
-        """The node that runs next (a ``torch.fx.Node``), or None when the program is done."""
+        """The node that runs next (a ``torch.fx.Node``), or None when the program is done.
+        Inside a call entered with :meth:`step_into`: the call's next node."""
+        if self._frame is not None:
+            return self._frame.stepper.current
         return self._layout.nodes[self._pos] if self._pos < self._total else None
 
     @property
     def position(self) -> int:
-        """How many nodes have run: the position of ``current`` in graph order."""
+        """How many nodes have run: the position of ``current`` in graph order (inside an
+        entered call: in the call's graph)."""
+        if self._frame is not None:
+            return self._frame.stepper.position
         return self._pos
 
     @property
     def total(self) -> int:
-        """The number of nodes in the graph (placeholders and the output node included)."""
+        """The number of nodes in the graph (placeholders and the output node included);
+        inside an entered call, in the call's graph."""
+        if self._frame is not None:
+            return self._frame.stepper.total
         return self._total
+
+    @property
+    def frames(self) -> tuple[str, ...]:
+        """The fused or swapped calls entered with :meth:`step_into`, outermost first; ``()``
+        in the program's own graph."""
+        frames: list[str] = []
+        stepper = self
+        while stepper._frame is not None:
+            frames.append(stepper._frame.call)
+            stepper = stepper._frame.stepper
+        return tuple(frames)
 
     @property
     def done(self) -> bool:
@@ -655,16 +712,21 @@ class Stepper:
     @property
     def error(self) -> NodeError | None:
         """The error of the node the stepper is stopped at, if it raised; else None."""
-        return self._error
+        return self._active()._error
 
     @property
     def env(self) -> Mapping[str, Any]:
-        """Read-only: node name -> value, for the nodes that ran and whose values are kept."""
-        return _EnvView(self)
+        """Read-only: node name -> value, for the nodes that ran and whose values are kept
+        (inside a call entered with :meth:`step_into`: the call's values)."""
+        return _EnvView(self._active())
 
     @property
     def stack(self) -> tuple[str, ...]:
-        """The module calls enclosing ``current``, outermost first (``()`` at the top level)."""
+        """The module calls enclosing ``current``, outermost first (``()`` at the top level).
+        Inside an entered call it continues below the call: ``("layers.1", "layers.1.attn",
+        "layers.1.attn.q")``."""
+        if self._frame is not None:
+            return self._frame.outer_stack(self._frame.stepper.stack)
         if self._pos >= self._total:
             return ()
         return self._layout.stacks[self._pos]
@@ -676,6 +738,8 @@ class Stepper:
 
     @memory_light.setter
     def memory_light(self, on: bool) -> None:
+        if self._frame is not None:
+            self._frame.stepper.memory_light = on
         self._light = bool(on)
         if self._light:  # drop what is already dead
             last_use = self._layout.last_use
@@ -697,7 +761,11 @@ class Stepper:
         return tuple(self._layout.names[i] for i in positions)
 
     def summary(self, name: str) -> Summary:
-        """The :class:`Summary` of node ``name``'s value (it must have run)."""
+        """The :class:`Summary` of node ``name``'s value (it must have run). Inside an entered
+        call, the call's nodes are looked up first, then the program's."""
+        inner = self._frame.stepper if self._frame is not None else None
+        if inner is not None and (inner._frame is not None or name in inner._layout.by_name):
+            return inner.summary(name)
         node = self._node(name)
         if node in self._env:
             return self._summarize(node, self._env[node])
@@ -708,6 +776,20 @@ class Stepper:
 
     def where(self) -> str:
         """Where the stepper is, in one line."""
+        if self._frame is not None:
+            frame = self._frame
+            inner, stack = self._active(), self.stack
+            if inner.done:  # never for long: the call is left as soon as it has run
+                return f"in {frame.kind} call {frame.call!r}: ran all {inner._total} nodes"
+            node = inner.current
+            inside = f" in {stack[-1]}" if stack and stack[-1] != frame.call else ""
+            text = (
+                f"in {frame.kind} call {frame.call!r}: at {inner._pos}/{inner._total}: next "
+                f"{node.name!r} ({_op_text(node)}){inside}"
+            )
+            if inner._error is not None:
+                text += f"; it raised {type(inner._error.cause).__name__}"
+            return text
         if self.done:
             return f"done: ran all {self._total} nodes"
         node = self.current
@@ -727,9 +809,12 @@ class Stepper:
     # -- moving -----------------------------------------------------------------------------
 
     def step(self, n: int = 1) -> StepResult:
-        """Run the next ``n`` nodes (fewer if a breakpoint or the end comes first)."""
+        """Run the next ``n`` nodes (fewer if a breakpoint or the end comes first). Inside a
+        call entered with :meth:`step_into`, a step that finishes the call leaves it and stops."""
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise StepError(f"step(n): n is a number of nodes, at least 1; got {n!r}")
+        if self._frame is not None:
+            return self._inside(lambda inner: inner.step(n))
         self._check_not_done()
         return self._advance(min(self._pos + n, self._total), "step")
 
@@ -738,6 +823,8 @@ class Stepper:
 
         Of the calls that begin at ``current``, the outermost one is run to its end.
         """
+        if self._frame is not None:
+            return self._inside(lambda inner: inner.step_over())
         self._check_not_done()
         layout, pos = self._layout, self._pos
         here = layout.stacks[pos]
@@ -749,7 +836,10 @@ class Stepper:
         return self._advance(end, "step")
 
     def step_out(self) -> StepResult:
-        """Run to the end of the module call the stepper is in (at the top level: to the end)."""
+        """Run to the end of the module call the stepper is in (at the top level: to the end).
+        At the top of a call entered with :meth:`step_into`: finish that call and leave it."""
+        if self._frame is not None:
+            return self._inside(lambda inner: inner.step_out())
         self._check_not_done()
         common = self._common_depth()
         if common == 0:
@@ -776,6 +866,18 @@ class Stepper:
             raise StepError(
                 "run_to: give exactly one target: a name, node=..., module=..., or a predicate"
             )
+        if self._frame is not None:
+            inner = self._frame.stepper
+
+            def again() -> StepResult:
+                return self.run_to(target, node=node, module=module)
+
+            if inner._knows(target, node, module):  # a node or module of the entered call
+                return self._inside(lambda s: s.run_to(target, node=node, module=module))
+            if callable(target) and not isinstance(target, str):
+                return self._inside(lambda s: s.run_to(target), then=again)
+            # a target of the program: finish the call first
+            return self._inside(lambda s: s.continue_(), then=again)
         self._check_not_done()
         if callable(target) and not isinstance(target, str):
             return self._advance(self._total, "target", until=target)
@@ -809,10 +911,160 @@ class Stepper:
 
     def continue_(self) -> StepResult:
         """Run to the next breakpoint, or to the end."""
+        if self._frame is not None:
+            return self._inside(lambda inner: inner.continue_(), then=self.continue_)
         self._check_not_done()
         return self._advance(self._total, "step")
 
+    def step_into(self) -> StepResult:
+        """Enter the call that runs next, to step through its nodes; elsewhere, :meth:`step`.
+
+        A fused call (:func:`graphsurgeon.fuse`) is entered into its own nodes, the program's.
+        A swapped call is entered into its replacement's aten graph: the replacement is
+        exported (``torch.export``) on the very inputs it receives here. When it does not
+        export (data-dependent control flow, say), the call is run as one node and the
+        result's ``note`` says why. While inside, every move, ``current``, ``stack``, ``env``
+        and ``summary`` are the call's (``frames`` lists the calls entered); the call is left
+        when its last node has run, by any move, and its output is the call's value.
+
+        Example:
+            >>> import torch, graphsurgeon as gs
+            >>> model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
+            >>> x = torch.tensor([[1.0, -1.0]])
+            >>> st = gs.Stepper(gs.fuse(gs.export(model, (x,)), "0"), x)
+            >>> st.run_to("0").ran[-1]
+            'check_inputs'
+            >>> st.step_into().note
+            "entered fused call '0'"
+            >>> st.frames, st.current.name, st.stack
+            (('0',), 'input_1', ('0',))
+            >>> st.step_out().note
+            "left fused call '0'"
+            >>> st.continue_().reason, torch.equal(st.output, model(x))
+            ('end', True)
+        """
+        if self._frame is not None:
+            return self._inside(lambda inner: inner.step_into())
+        self._check_not_done()
+        node = self._layout.nodes[self._pos]
+        call = None
+        if node.op == "call_module":
+            call = node.meta.get(_meta.FUSED) or node.meta.get(_meta.SWAPPED)
+        if call is None:
+            return self.step()
+        why = self._enter(node, call)
+        if why is not None:
+            return replace(self.step(), note=why)
+        frame = self._frame
+        return StepResult(
+            (), frame.stepper.position, "step", note=f"entered {frame.kind} call {call!r}"
+        )
+
     # -- internals --------------------------------------------------------------------------
+
+    def _active(self) -> Stepper:
+        """The stepper of the innermost entered call (``self`` when none is entered)."""
+        stepper = self
+        while stepper._frame is not None:
+            stepper = stepper._frame.stepper
+        return stepper
+
+    def _knows(self, target: Any, node: str | None, module: str | None) -> bool:
+        """Whether ``run_to``'s target names a node or module of this graph or an entered one."""
+        if self._frame is not None and self._frame.stepper._knows(target, node, module):
+            return True
+        layout = self._layout
+        if node is not None:
+            return node in layout.by_name
+        if module is not None:
+            return self._is_module(module)
+        return isinstance(target, str) and (target in layout.by_name or self._is_module(target))
+
+    def _inside(
+        self, move: Callable[[Stepper], StepResult], then: Callable[[], StepResult] | None = None
+    ) -> StepResult:
+        """Make ``move`` in the entered call; when that finishes the call, leave it (and go on
+        with ``then`` in this graph, for moves that run past the call)."""
+        frame = self._frame
+        result = move(frame.stepper)
+        if not frame.stepper.done:
+            return result
+        ran = (*result.ran, self._leave())
+        note = f"left {frame.kind} call {frame.call!r}"
+        if then is not None and not self.done:
+            rest = then()
+            return replace(rest, ran=ran + rest.ran, note=rest.note or note)
+        if self.done:
+            return StepResult(ran, self._pos, "end", note=note)
+        return StepResult(ran, self._pos, "step", note=note)
+
+    def _leave(self) -> str:
+        """The entered call has run: its output is the call node's value; move past it."""
+        frame = self._frame
+        self._frame = None
+        position = self._layout.position[frame.node]
+        self._env[frame.node] = frame.stepper.output
+        self._pos = position + 1
+        if self._light:
+            for dead in self._layout.frees[position]:
+                self._retire(dead)
+        if self._pos >= self._total:  # never: the output node comes last
+            self._output = self._gm.graph.process_outputs(self._env[self._layout.nodes[-1]])
+        return frame.node.name
+
+    def _enter(self, node: Node, call: str) -> str | None:
+        """Start stepping the call ``node`` runs; None when entered, else why it was not."""
+        interpreter = self._interpreter
+        args, kwargs = interpreter.fetch_args_kwargs_from_env(node)
+        module = interpreter.fetch_attr(node.target)
+        fused = _meta.FUSED in node.meta
+        if fused:
+            graph = module
+        else:
+            graph = self._exported_replacement(call, module, args, kwargs)
+            if isinstance(graph, str):
+                return graph
+        try:
+            inputs = bind_inputs(graph, tuple(args), dict(kwargs), error=StepError)
+        except StepError as problem:
+            return f"stepped over {call!r}: its graph does not take the call's inputs ({problem})"
+        prefix = self._layout.stacks[self._layout.position[node]]
+        child = Stepper.__new__(Stepper)
+        child._setup(graph, inputs, own=False, depth=len(prefix) if fused else 0)
+        child._light = self._light
+        # The call reads and writes the state this run uses: this stepper's private copies of
+        # the module's buffers (BatchNorm statistics), shared, so what the call writes stays.
+        shared = getattr(interpreter, "private_buffers", {}).get(str(node.target), {})
+        if isinstance(child._interpreter, PrivateStateInterpreter):
+            for name, tensor in shared.items():
+                if name in child._interpreter.private:
+                    child._interpreter.private[name] = tensor
+        for condition in self._conditions:  # NaN/Inf and other conditions hold inside too
+            child._breakpoints._add(condition)
+        self._frame = _Frame(child, call, node, "fused" if fused else "swapped", prefix)
+        return None
+
+    def _exported_replacement(
+        self, call: str, module: torch.nn.Module, args: Any, kwargs: Any
+    ) -> GraphModule | str:
+        """The replacement's aten graph for these inputs (exported once per call and input
+        shapes), or why it has none."""
+        key = (call, describe_value((tuple(args), dict(kwargs))))
+        if key not in self._exports:
+            from .export import export  # the stepper exports only when asked to step inside
+
+            kind = type(module).__name__
+            try:
+                program = export(module, tuple(args), dict(kwargs), preserve=())
+                self._exports[key] = runnable_original(program)
+            except Exception as problem:  # any reason a module does not export: say it, go on
+                first = str(problem).strip().splitlines()[0] if str(problem).strip() else ""
+                self._exports[key] = (
+                    f"stepped over {call!r}: its replacement {kind} does not export on the "
+                    f"inputs it received, so it ran as one node ({type(problem).__name__}: "
+                    f"{first[:200]})"
+                )
+        return self._exports[key]
 
     def _check_not_done(self) -> None:
         if self._pos >= self._total:
@@ -870,7 +1122,8 @@ class Stepper:
             if module.startswith(outer + "."):
                 raise UnknownModuleError(
                     f"module {module!r} runs inside the swapped call {call!r} ({kind}), which "
-                    f"is one node here; the stepper cannot step into eager code. Use {call!r}."
+                    f"is one node here: run_to({call!r}), then step_into() steps through the "
+                    "replacement's own graph."
                 )
         if module in layout.program_fqns or module == "":
             raise UnknownModuleError(

@@ -402,7 +402,9 @@ def test_user_errors_name_the_object_and_what_to_do(chain):
 def test_a_submodule_of_a_swapped_call_cannot_be_stepped_into(gpt):
     _, tokens, _, swapped = gpt
     stepper = Stepper(swapped, tokens)
-    with pytest.raises(UnknownModuleError, match=r"inside the swapped call 'layers.0.attn'"):
+    with pytest.raises(
+        UnknownModuleError, match=r"inside the swapped call 'layers.0.attn'.*step_into"
+    ):
         stepper.breakpoints.enter("layers.0.attn.q")
     with pytest.raises(UnknownModuleError, match=r"container"):
         stepper.run_to("layers")
@@ -560,3 +562,140 @@ def test_a_program_that_updates_its_buffers_runs_on_private_copies():
     with torch.no_grad():
         swapped(x)
     assert not torch.equal(mean, before)  # precondition: calling the program does update it
+
+
+# -- step_into: fused and swapped calls ------------------------------------------------------
+
+
+def test_step_into_a_fused_call_steps_through_the_programs_own_nodes(gpt):
+    model, tokens, ep, _ = gpt
+    fused = gs.fuse(ep, "layers.1.attn")
+    stepper = Stepper(fused, tokens)
+    stepper.run_to("layers.1.attn")
+    call = stepper.current
+    assert call.op == "call_module", "precondition: the fused call is one node here"
+    entered = stepper.step_into()
+    assert entered.ran == () and entered.note == "entered fused call 'layers.1.attn'"
+    assert stepper.frames == ("layers.1.attn",)
+    assert stepper.stack == ("layers.1", "layers.1.attn")
+    inside = stepper.run_to("layers.1.attn.q")
+    assert stepper.stack == ("layers.1", "layers.1.attn", "layers.1.attn.q")
+    # the nodes are the program's, with its names, and compute the program's values
+    original = Stepper(ep, tokens)
+    original.run_to(stepper.current.name)
+    for name in inside.ran:
+        if name in original.env and name != "x":
+            assert torch.equal(stepper.env[name], original.env[name]), name
+    part = gs.partition(ep)["layers.1.attn"]
+    left = stepper.step_out()
+    assert left.note == "left fused call 'layers.1.attn'" and left.last == call.name
+    assert stepper.frames == () and stepper.current.name != call.name
+    assert set(part.nodes) <= set(inside.ran + left.ran) | {"x"}
+    stepper.continue_()
+    assert torch.equal(stepper.output, fused(tokens))
+    assert torch.equal(stepper.output, model(tokens))
+
+
+def test_step_into_a_swapped_call_steps_through_the_replacements_graph(gpt):
+    _, tokens, _, swapped = gpt
+    stepper = Stepper(swapped, tokens)
+    stepper.run_to("layers.0.attn")
+    result = stepper.step_into()
+    assert result.note == "entered swapped call 'layers.0.attn'"
+    assert stepper.frames == ("layers.0.attn",) and stepper.position == 0
+    stepper.run_to("qkv")  # a module of the replacement, named as the replacement names it
+    assert stepper.stack == ("layers.0", "layers.0.attn", "layers.0.attn.qkv")
+    stepper.run_to(lambda node: node.op == "call_function")
+    assert stepper.current.target == torch.ops.aten.linear.default, "aten ops, not eager code"
+    assert "in swapped call 'layers.0.attn'" in stepper.where()
+    finished = stepper.continue_()
+    assert finished.reason == "end" and stepper.frames == ()
+    with torch.no_grad():
+        expected = swapped(tokens)
+    torch.testing.assert_close(stepper.output, expected)
+
+
+class DataDependent(nn.Module):
+    """A replacement torch.export cannot trace: its branch depends on a value."""
+
+    def forward(self, x):
+        return x * 2 if x.sum() > 0 else x - 1
+
+
+def test_a_replacement_that_does_not_export_is_stepped_over_saying_why(chain):
+    _, x, ep = chain
+    swapped = gs.swap(ep, {"act": DataDependent()})
+    stepper = Stepper(swapped, x)
+    stepper.run_to("act")
+    call = stepper.current.name
+    result = stepper.step_into()
+    assert result.ran == (call,) and stepper.frames == ()
+    assert "stepped over 'act'" in result.note and "does not export" in result.note
+    stepper.continue_()
+    torch.testing.assert_close(stepper.output, swapped(x))
+
+
+def test_step_into_a_plain_node_is_a_step_and_reset_leaves_the_call(gpt):
+    _, tokens, _, swapped = gpt
+    stepper = Stepper(swapped, tokens)
+    first = stepper.current.name
+    assert stepper.step_into().ran == (first,), "a node that is no call: one step"
+    stepper.run_to("layers.0.attn")
+    stepper.step_into()
+    stepper.step(2)
+    stepper.reset()
+    assert stepper.frames == () and stepper.position == 0
+
+
+def test_a_condition_breakpoint_fires_inside_an_entered_call():
+    #   x ──▶ proj ──▶ sqrt (NaN for negatives) ──▶ log ──▶ + 1, proj..log fused as "proj"
+    torch.manual_seed(0)
+
+    class Fusable(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = Unstable()
+
+        def forward(self, x):
+            return self.body(x) * 2
+
+    model, x = Fusable(), torch.tensor([[1.0, -1.0, 2.0]])
+    fused = gs.fuse(gs.export(model, (x,)), "body")
+    stepper = Stepper(fused, x)
+    stepper.breakpoints.nan()
+    stepper.run_to("body")
+    stepper.step_into()
+    result = stepper.continue_()
+    assert result.reason == "breakpoint" and result.trigger == "sqrt"
+    assert stepper.frames == ("body",), "it stopped inside the call"
+    assert stepper.summary("sqrt").nan == 1
+
+
+def test_a_fused_call_that_updates_buffers_writes_the_steppers_private_copies():
+    #   x ──▶ block (Linear, BatchNorm1d in training) fused ──▶ head ──▶ out
+    torch.manual_seed(0)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3))
+            self.head = nn.Linear(3, 2)
+
+        def forward(self, x):
+            return self.head(self.block(x))
+
+    model, x = Net().train(), torch.randn(4, 3)
+    fused = gs.fuse(gs.export(model, (x,)), "block")
+    block = gs.swap_info(fused).calls["block"]
+    mean = block.get_buffer("1.running_mean")
+    before = mean.clone()
+    stepper = Stepper(fused, x)
+    stepper.run_to("block")
+    stepper.step_into()
+    stepper.continue_()
+    assert torch.equal(mean, before), "the program's buffers are untouched"
+    updated = stepper._interpreter.private_buffers[gs.swap_info(fused).installed_at["block"]]
+    expected = fused(x)  # the real run: updates the fused module's statistics
+    assert not torch.equal(mean, before), "precondition: a run updates the statistics"
+    torch.testing.assert_close(stepper.output, expected)
+    torch.testing.assert_close(updated["1.running_mean"], mean)
