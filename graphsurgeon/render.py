@@ -70,7 +70,7 @@ from .errors import (
     did_you_mean,
 )
 from .partition import Partition, call_index, program_index, split_call_name
-from .swap import SwapInfo, swap_info
+from .swap import SwapInfo, swap, swap_info
 
 __all__ = ["GraphView", "RenderError", "graph_view", "to_dot", "to_svg"]
 
@@ -91,6 +91,8 @@ class GraphView:
         collapsed: module calls drawn as one box (each member of a run box is listed).
         highlighted: module calls drawn highlighted.
         swapped: the swapped calls of the program (empty for an ExportedProgram).
+        fused: the fused calls of the program (:func:`graphsurgeon.fuse`): each is drawn as
+            the program's own nodes, one box marked "fused" unless opened.
     """
 
     dot: str = field(repr=False)
@@ -100,6 +102,7 @@ class GraphView:
     collapsed: tuple[str, ...]
     highlighted: tuple[str, ...]
     swapped: tuple[str, ...]
+    fused: tuple[str, ...] = ()
 
 
 # -- what to draw: the program -----------------------------------------------------------
@@ -124,11 +127,12 @@ _STATE_KINDS = {
 
 @dataclass(frozen=True)
 class _Program:
-    """The original program, and the swapped one when there is one."""
+    """The original program, and the swapped one when there is one; the fused calls."""
 
     ep: ExportedProgram
     swapped: GraphModule | None
     info: SwapInfo | None
+    fused: tuple[str, ...] = ()
 
 
 def _program(program: Any) -> _Program:
@@ -141,6 +145,8 @@ def _program(program: Any) -> _Program:
                 "cannot draw this GraphModule: it was not made by gs.swap. Draw the "
                 "ExportedProgram it came from instead (to_dot(ep))."
             )
+        if info.fused:
+            return _with_fused(program, info)
         return _Program(info.program, program, info)
     # A Surgery: its current module when something is swapped, else its program.
     original = getattr(program, "program", None)
@@ -157,6 +163,28 @@ def _program(program: Any) -> _Program:
         f"cannot draw a {type(program).__name__}: expected an ExportedProgram "
         "(gs.export(model, args)), a gs.swap result or a Surgery"
     )
+
+
+# A fused program drawn as the program with only its swaps (see _with_fused), per program.
+_UNFUSED: weakref.WeakKeyDictionary[GraphModule, GraphModule | None] = weakref.WeakKeyDictionary()
+
+
+def _with_fused(program: GraphModule, info: SwapInfo) -> _Program:
+    """A fused call computes exactly its own nodes, so it is drawn as them: the picture is the
+    program with only the swapped calls replaced, and the fused calls marked (one box each,
+    which opens into the program's nodes). The swap of the swapped calls alone is made once."""
+    if program not in _UNFUSED:
+        fused_modules = {split_call_name(c)[0] for c in info.fused}
+        swaps = {
+            name: module
+            for name, module in info.requests.items()
+            if name not in info.fused and name not in fused_modules
+        }
+        _UNFUSED[program] = swap(info.program, swaps) if swaps else None
+    unfused = _UNFUSED[program]
+    if unfused is None:
+        return _Program(info.program, None, None, info.fused)
+    return _Program(info.program, unfused, swap_info(unfused), info.fused)
 
 
 # -- what to draw: one pass over a graph ---------------------------------------------------
@@ -477,6 +505,7 @@ def _color(fqn: str, strong: bool = False) -> str:
 
 _HIGHLIGHT = "#c026d3"
 _SWAP_FILL, _SWAP_LINE = "#fed7aa", "#c2410c"
+_FUSED_LINE = "#1d4ed8"
 _ADDED, _REMOVED = "#15803d", "#9ca3af"
 
 
@@ -648,6 +677,7 @@ class _Style:
 
     highlighted: set[str] = field(default_factory=set)  # call names
     highlighted_vertices: set[str] = field(default_factory=set)  # swapped boxes
+    fused: set[str] = field(default_factory=set)  # fused calls
     status: dict[str, str] = field(default_factory=dict)  # vertex name -> removed / added
     boundaries: set[str] = field(default_factory=set)  # swapped calls drawn as clusters
 
@@ -776,6 +806,7 @@ class _Writer:
             and inside[0][0] == "vertex"
             and not self.calls[name].children
             and name not in self.style.boundaries
+            and name not in self.style.fused  # its cluster says it is fused
         )
 
     def _cluster(self, name: str, members: dict, indent: str) -> None:
@@ -790,6 +821,10 @@ class _Writer:
             title += f" → {type(replacement).__name__}"
             classes += " swapped-boundary"
             style, line, width = "filled,dashed", _SWAP_LINE, "1.5"
+        if name in self.style.fused:
+            title += " (fused)"
+            classes += " fused"
+            style, line, width = "filled,bold", _FUSED_LINE, "1.5"
         if highlighted:
             classes += " highlighted"
             line, width = _HIGHLIGHT, "2.5"
@@ -907,7 +942,12 @@ class _Writer:
             tooltip = f"{self._module_tooltip(first)}\ncollapsed"
         ref = self._box_ref(first)
         removed = first in self.removed_boxes
-        classes = "module collapsed" + " highlighted" * highlighted + " removed" * removed
+        fused = len(members) == 1 and first in self.style.fused
+        if fused:
+            title += " (fused)"
+            tooltip += "\nfused: one call of a GraphModule of these nodes; opens into them"
+        classes = "module collapsed" + " fused" * fused
+        classes += " highlighted" * highlighted + " removed" * removed
         attributes = [
             ("id", _quote(ref)),
             ("class", _quote(classes)),
@@ -918,6 +958,8 @@ class _Writer:
             ("style", "filled"),
             ("fillcolor", _quote(_color(calls[0].fqn, highlighted))),
         ]
+        if fused:
+            attributes += [("color", _quote(_FUSED_LINE)), ("penwidth", "1.5")]
         if highlighted:
             attributes += [("color", _quote(_HIGHLIGHT)), ("penwidth", "2.5")]
         if removed:
@@ -1299,6 +1341,10 @@ def _view(
     if collapse == "auto" or isinstance(collapse, int):
         forced |= scene.ancestors(style.highlighted)
     open_, runs = _plan(scene, collapse, collapsed, forced, max_nodes)
+    style.fused = set(source.fused)
+    if collapse == "auto" or isinstance(collapse, int):
+        # a fused call is one call now: one box, unless highlighted (or opened by name)
+        open_ -= style.fused - forced
 
     context = _Context(source, state)
     writers = [_Writer(s, open_, runs, style, context, p, e) for s, p, e in pictures]
@@ -1337,6 +1383,7 @@ def _view(
             if (n in style.highlighted and n in present) or n in chosen_swaps
         ),
         swapped=swapped,
+        fused=tuple(source.fused),
     )
 
 
@@ -1457,8 +1504,11 @@ def to_dot(
     """The DOT text of ``program`` drawn with its module partitions. Pure: no binary needed.
 
     Args:
-        program: an ExportedProgram, a :func:`graphsurgeon.swap` result, or a Surgery (its
-            ``.module`` when something is swapped, else its ``.program``).
+        program: an ExportedProgram, a :func:`graphsurgeon.swap` or :func:`graphsurgeon.fuse`
+            result, or a Surgery (its ``.module`` when something is swapped or fused, else its
+            ``.program``). A fused call is drawn as what it runs, the program's own nodes: one
+            box marked "fused" (blue border) that opens into them when asked (``collapse=None``,
+            a set of names without it, or a highlight).
         highlight: module fqns or call names (``"layers.1"``, ``"shared@1"``) to make stand out:
             bold border, stronger fill. A container (``"layers"``) highlights its submodules;
             a swapped module highlights its box. Unknown names raise

@@ -629,3 +629,33 @@ def test_a_missing_dot_binary_names_the_install_command(outer, monkeypatch, tmp_
     with pytest.raises(gs.MissingDependencyError, match=r"apt-get install graphviz"):
         to_svg(outer)
     assert to_dot(outer)  # DOT needs no binary
+
+
+# -- fused calls: one box that opens into the program's own nodes ---------------------------
+
+
+def test_a_fused_call_is_one_box_that_opens_into_its_own_nodes(outer):
+    fused = gs.fuse(outer, "block")
+    view = graph_view(fused)
+    assert view.fused == ("block",) and view.collapsed == ("block",)
+    box = next(line for line in view.dot.splitlines() if 'id="module:block"' in line)
+    assert 'class="module collapsed fused"' in box and "(fused)" in box
+    assert 'id="node:linear"' not in view.dot, "closed: its nodes are not drawn"
+    opened = graph_view(fused, collapse=None)
+    assert "block" in opened.clusters and 'class="module fused"' in opened.dot
+    # open, it is exactly what the program draws: the same nodes, ids and edges
+    plain = graph_view(outer, collapse=None).dot
+    node_ids = set(re.findall(r'id="(node:[^"]+)"', plain))
+    assert node_ids == set(re.findall(r'id="(node:[^"]+)"', opened.dot))
+    assert graph_view(fused, highlight="block").clusters[:1] == ("block",), "highlight opens"
+    assert "block" in graph_view(fused, collapse={"head"}).clusters, "a set names the boxes"
+
+
+def test_a_surgery_with_a_fused_and_a_swapped_call_draws_both(outer):
+    surgery = gs.Surgery(outer).fuse("head").swap("block", Doubler())
+    view = graph_view(surgery, collapse=None)
+    assert view.swapped == ("block",) and view.fused == ("head",)
+    assert 'id="node:swapped_block"' in view.dot and "head" in view.clusters
+    diff = graph_view(surgery, diff="split", collapse=None)
+    assert diff.swapped == ("block",), "the diff shows the swap; the fused call changed nothing"
+    assert 'id="after/node:linear_1"' in diff.dot, "the fused head's own node, in both pictures"
