@@ -10,7 +10,10 @@ Reported:
   and the median of the following calls; ratio = torch / gs (higher is better for gs);
 - microseconds per graph node, to show time per node stays flat as the graph grows;
 - the forward at batch 1 under no_grad, as a ratio to the eager model carrying the same
-  replacements (runs interleaved, median).
+  replacements (runs interleaved, median);
+- the input check a swapped program runs first (shapes, constants, structure, as
+  ``ep.module()`` checks them): its own time per call and its share of the gs forward. It is
+  included in the forward ratio above.
 
 Usage: python benchmarks/swap.py [--quick] [--layers 8 32 96] [--repeat 5]
 """
@@ -53,6 +56,20 @@ def forward_ratio(modules: dict, tokens: torch.Tensor, rounds: int) -> dict:
     return {name: statistics.median(values) for name, values in times.items()}
 
 
+def guard_time(gm: torch.fx.GraphModule, tokens: torch.Tensor, calls: int = 2000) -> float:
+    """Median time of the swapped program's input check alone, per call (batches of 100)."""
+    (node,) = [n for n in gm.graph.nodes if n.name == "check_inputs"]
+    check, (guard_node, *_) = node.target, node.args
+    guard = getattr(gm, guard_node.target)
+    batches = []
+    for _ in range(calls // 100):
+        start = time.perf_counter()
+        for _ in range(100):
+            check(guard, tokens)
+        batches.append((time.perf_counter() - start) / 100)
+    return statistics.median(batches)
+
+
 def run(layers: int, repeat: int, rounds: int) -> list[dict]:
     torch.manual_seed(0)
     model = TinyGPT(n_layers=layers).eval()
@@ -75,6 +92,7 @@ def run(layers: int, repeat: int, rounds: int) -> list[dict]:
         if not gs.verify(reference, gm, (tokens,)):
             raise SystemExit(f"{layers} layers, {label}: the swapped program does not match")
         forward = forward_ratio({"eager": reference, "gs": gm, "torch": torch_gm}, tokens, rounds)
+        guard = guard_time(gm, tokens)
         rows.append(
             {
                 "layers": layers,
@@ -90,13 +108,16 @@ def run(layers: int, repeat: int, rounds: int) -> list[dict]:
                 "eager_fwd_ms": forward["eager"] * 1e3,
                 "gs_fwd_ratio": forward["gs"] / forward["eager"],
                 "torch_fwd_ratio": forward["torch"] / forward["eager"],
+                "guard_us": guard * 1e6,
+                "guard_share": guard / forward["gs"],
             }
         )
         print(
             f"  {layers:>3} layers, {label:<10}: gs {gs_median * 1e3:7.1f} ms "
             f"(first {gs_first * 1e3:6.1f}), torch {torch_median * 1e3:7.1f} ms, "
             f"{torch_median / gs_median:5.1f}x; forward gs {forward['gs'] / forward['eager']:.3f}x, "
-            f"torch {forward['torch'] / forward['eager']:.3f}x of eager",
+            f"torch {forward['torch'] / forward['eager']:.3f}x of eager; input check "
+            f"{guard * 1e6:.1f} µs ({guard / forward['gs']:.2%} of the gs forward)",
             file=sys.stderr,
             flush=True,
         )
@@ -124,14 +145,16 @@ def main() -> None:
         rows.extend(run(layers, options.repeat, options.rounds))
     print()
     print(
-        "| layers | nodes | swapped | gs.swap | first call | _swap_modules | speedup | µs/node | forward vs eager: gs | torch |"
+        "| layers | nodes | swapped | gs.swap | first call | _swap_modules | speedup | µs/node "
+        "| forward vs eager: gs | torch | input check |"
     )
-    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
             f"| {r['layers']} | {r['nodes']:,} | {r['swap']} | {r['gs_ms']:.1f} ms | "
             f"{r['gs_first_ms']:.1f} ms | {r['torch_ms']:.0f} ms | {r['speedup']:.1f}x | "
-            f"{r['gs_us_per_node']:.1f} | {r['gs_fwd_ratio']:.3f}x | {r['torch_fwd_ratio']:.3f}x |"
+            f"{r['gs_us_per_node']:.1f} | {r['gs_fwd_ratio']:.3f}x | {r['torch_fwd_ratio']:.3f}x | "
+            f"{r['guard_us']:.1f} µs ({r['guard_share']:.2%}) |"
         )
 
 
