@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import colorsys
 import contextlib
+import dataclasses
 import functools
 import gc
 import hashlib
@@ -70,6 +71,7 @@ from .errors import (
     did_you_mean,
 )
 from .partition import Partition, call_index, program_index, split_call_name
+from .picture import Picture, PictureCluster, PictureEdge, PictureNode, quote
 from .swap import SwapInfo, swap, swap_info
 
 __all__ = ["GraphView", "RenderError", "graph_view", "to_dot", "to_svg"]
@@ -84,6 +86,8 @@ class GraphView:
 
     Attributes:
         dot: the graphviz DOT text (what :func:`to_dot` returns).
+        picture: the same drawing as data (:class:`graphsurgeon.picture.Picture`): every
+            node, cluster and edge by its id, with the fx node or module call it stands for.
         graph_nodes: fx nodes of the program drawn (of both programs, for a diff).
         drawn_nodes: node statements in the DOT: fx nodes drawn, plus one per collapsed box.
         clusters: module calls drawn as clusters, in model order (a call holding a single
@@ -96,6 +100,7 @@ class GraphView:
     """
 
     dot: str = field(repr=False)
+    picture: Picture = field(repr=False)
     graph_nodes: int
     drawn_nodes: int
     clusters: tuple[str, ...]
@@ -512,20 +517,13 @@ _ADDED, _REMOVED = "#15803d", "#9ca3af"
 # -- DOT text ----------------------------------------------------------------------------
 
 
-def _quote(text: str) -> str:
-    r"""A DOT string. Backslashes are doubled so that graphviz does not read ``\N``, ``\G``,
-    ``\l`` ... in user text as its own escapes; newlines become line breaks."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+_quote = quote  # the one DOT quoting, in graphsurgeon.picture
 
 
 def _tooltip(text: str) -> str:
     # graphviz 2.43 unescapes tooltips twice, so a doubled backslash would still expand
     # (``\\N`` shows the node name): show user backslashes as the look-alike U+29F5 instead.
     return _quote(text.replace("\\", "\u29f5"))
-
-
-def _attributes(pairs: list[tuple[str, str]]) -> str:
-    return ", ".join(f"{key}={value}" for key, value in pairs)
 
 
 _HEADER = (
@@ -721,7 +719,9 @@ class _Context:
 
 
 class _Writer:
-    """Writes one picture's statements: nested clusters, nodes, boxes and edges."""
+    """Decides one picture's elements: nested clusters, nodes, boxes and edges, each with its
+    id, what it stands for, its classes, label, tooltip and DOT attributes (a Picture's parts;
+    :meth:`graphsurgeon.picture.Picture.to_dot` lowers them to text)."""
 
     def __init__(
         self,
@@ -744,7 +744,10 @@ class _Writer:
         self.extra_edges = list(extra_edges)
         self.vertices = {v.name: v for v in scene.vertices}
         self.nodes = context.nodes
-        self.lines: list[str] = []
+        self.elements: dict[str, PictureNode | PictureCluster] = {}
+        self.top: list[str] = []  # ids at this picture's top level, in order
+        self.edges: list[PictureEdge] = []
+        self.box_nodes: dict[str, list[str]] = {}  # box -> the fx nodes collapsed into it
         self._tooltips: dict[str, str] = {}
         self.refs: dict[str, str] = {}  # vertex name -> the DOT node it is drawn as
         self.boxes: list[str] = []  # calls drawn as boxes
@@ -756,7 +759,8 @@ class _Writer:
 
     # -- clusters ----------------------------------------------------------------------
 
-    def write(self) -> list[str]:
+    def write(self) -> None:
+        """Decide every element; they are then in ``elements``, ``top`` and ``edges``."""
         members: dict[str, list[tuple[str, str]]] = {"": []}  # container -> what is in it
         seen: set[str] = set()
         box_status: dict[str, bool] = {}  # box -> every node in it removed
@@ -772,6 +776,7 @@ class _Writer:
                         members[container].append(("box", box))
                     is_removed = removed.get(vertex.name) == "removed"
                     box_status[box] = box_status.get(box, True) and is_removed
+                    self.box_nodes.setdefault(box, []).append(vertex.name)
                     break
                 if name not in seen:
                     seen.add(name)
@@ -784,20 +789,22 @@ class _Writer:
             self.refs[vertex.name] = ref
         self.removed_boxes = {box for box, all_removed in box_status.items() if all_removed}
         edges = self._collect_edges()
-        self._container("", members, "  ")
-        self._edge_lines(edges)
-        return self.lines
+        self.top = self._container("", members, None)
+        self._edge_elements(edges)
 
-    def _container(self, name: str, members: dict, indent: str) -> None:
+    def _container(self, name: str, members: dict, parent: str | None) -> list[str]:
+        """The ids of what is drawn directly in container ``name``, each element made."""
+        ids = []
         for what, key in members[name]:
             if what == "vertex":
-                self._vertex(self.vertices[key], indent)
+                ids.append(self._vertex(self.vertices[key], parent))
             elif what == "box":
-                self._box(key, indent)
+                ids.append(self._box(key, parent))
             elif self._inline(key, members[key]):
-                self._vertex(self.vertices[members[key][0][1]], indent, module=key)
+                ids.append(self._vertex(self.vertices[members[key][0][1]], parent, module=key))
             else:
-                self._cluster(key, members, indent)
+                ids.append(self._cluster(key, members, parent))
+        return ids
 
     def _inline(self, name: str, inside: list[tuple[str, str]]) -> bool:
         """A module call holding one node and nothing else is drawn as that node."""
@@ -809,7 +816,7 @@ class _Writer:
             and name not in self.style.fused  # its cluster says it is fused
         )
 
-    def _cluster(self, name: str, members: dict, indent: str) -> None:
+    def _cluster(self, name: str, members: dict, parent: str | None) -> str:
         call = self.calls[name]
         highlighted = name in self.style.highlighted
         boundary = name in self.style.boundaries
@@ -842,14 +849,24 @@ class _Writer:
             ("penwidth", width),
         ]
         self.clusters.append(name)
-        self.lines.append(f"{indent}subgraph {_quote(subgraph)} {{")
-        self.lines += [f"{indent}  {key}={value};" for key, value in attributes]
-        self._container(name, members, indent + "  ")
-        self.lines.append(f"{indent}}}")
+        self.elements[cluster_id] = None  # its place in drawing order: before its members
+        inside = self._container(name, members, cluster_id)
+        self.elements[cluster_id] = PictureCluster(
+            id=cluster_id,
+            call=name,
+            classes=tuple(classes.split()),
+            label=title,
+            tooltip=self._module_tooltip(name),
+            cluster=parent,
+            members=tuple(inside),
+            dot_name=subgraph,
+            attributes=tuple(attributes),
+        )
+        return cluster_id
 
     # -- nodes -------------------------------------------------------------------------
 
-    def _vertex(self, vertex: _Vertex, indent: str, module: str | None = None) -> None:
+    def _vertex(self, vertex: _Vertex, parent: str | None, module: str | None = None) -> str:
         self.drawn += 1
         kind = vertex.kind
         status = self.style.status.get(vertex.name, "")
@@ -877,14 +894,27 @@ class _Writer:
             classes.append("added")
             label = "+ " + label
             attributes += [("color", _quote(_ADDED)), ("penwidth", "2")]
+        node_id = f"{self.prefix}node:{vertex.name}"
         head = [
-            ("id", _quote(f"{self.prefix}node:{vertex.name}")),
+            ("id", _quote(node_id)),
             ("class", _quote(" ".join(classes))),
             ("label", _quote(label)),
             ("tooltip", _tooltip(tooltip)),
         ]
-        statement = _attributes(_merge(head + attributes))
-        self.lines.append(f"{indent}{_quote(self.prefix + vertex.name)} [{statement}];")
+        self.elements[node_id] = PictureNode(
+            id=node_id,
+            kind=kind,
+            node=vertex.name,
+            calls=(module,) if module is not None else (),
+            classes=tuple(classes),
+            label=label,
+            tooltip=tooltip,
+            cluster=parent,
+            members=(),
+            dot_name=self.prefix + vertex.name,
+            attributes=tuple(_merge(head + attributes)),
+        )
+        return node_id
 
     def _text(self, vertex: _Vertex) -> tuple[str, str]:
         """(label, tooltip) of a node."""
@@ -925,7 +955,7 @@ class _Writer:
             tooltip += f"\nin place of {len(part.nodes)} nodes of {part.type_name}"
         return label, tooltip
 
-    def _box(self, first: str, indent: str) -> None:
+    def _box(self, first: str, parent: str | None) -> str:
         self.drawn += 1
         members = self.runs.get(first, [first])
         self.boxes += members
@@ -946,12 +976,13 @@ class _Writer:
         if fused:
             title += " (fused)"
             tooltip += "\nfused: one call of a GraphModule of these nodes; opens into them"
+        label = _lines(title, counts, self._sharing(ref))
         classes = "module collapsed" + " fused" * fused
         classes += " highlighted" * highlighted + " removed" * removed
         attributes = [
             ("id", _quote(ref)),
             ("class", _quote(classes)),
-            ("label", _quote(_lines(title, counts, self._sharing(ref)))),
+            ("label", _quote(label)),
             ("tooltip", _tooltip(tooltip)),
             ("shape", "box3d"),
             ("margin", '"0.1,0.06"'),
@@ -965,8 +996,20 @@ class _Writer:
         if removed:
             attributes += [(k, v) for k, v in _REMOVED_STYLE if k != "style"]
             attributes.append(("style", _quote("filled,dashed")))
-        statement = _attributes(_merge(attributes))
-        self.lines.append(f"{indent}{_quote(ref)} [{statement}];")
+        self.elements[ref] = PictureNode(
+            id=ref,
+            kind="box",
+            node=None,
+            calls=tuple(members),
+            classes=tuple(classes.split()),
+            label=label,
+            tooltip=tooltip,
+            cluster=parent,
+            members=tuple(self.box_nodes.get(first, ())),
+            dot_name=ref,
+            attributes=tuple(_merge(attributes)),
+        )
+        return ref
 
     def _box_ref(self, first: str) -> str:
         members = self.runs.get(first)
@@ -1060,7 +1103,13 @@ class _Writer:
             lines.append("shared: " + _shorten(", ".join(names), 40))
         return "\n".join(lines)
 
-    def _edge_lines(self, edges: dict[tuple[str, str, str], list[str]]) -> None:
+    def _element_id(self, ref: str) -> str:
+        """The element id of a DOT node name: ``before/linear`` -> ``before/node:linear``."""
+        if ref in self.elements:
+            return ref  # a box: its name is its id
+        return f"{self.prefix}node:{self._local(ref)}"
+
+    def _edge_elements(self, edges: dict[tuple[str, str, str], list[str]]) -> None:
         repeats: dict[tuple[str, str], int] = {}
         for (tail, head, path), marks in edges.items():
             # An aggregated edge is marked removed or added only when all its parts are.
@@ -1076,7 +1125,16 @@ class _Writer:
                 attributes += [("style", "dashed"), ("color", _quote(_REMOVED))]
             elif mark == "added":
                 attributes += [("color", _quote(_ADDED)), ("penwidth", "1.5")]
-            self.lines.append(f"  {_quote(tail)} -> {_quote(head)} [{_attributes(attributes)}];")
+            self.edges.append(
+                PictureEdge(
+                    id=edge_id,
+                    tail=self._element_id(tail),
+                    head=self._element_id(head),
+                    path=path,
+                    mark=mark,
+                    attributes=tuple(attributes),
+                )
+            )
 
 
 # More users than this and a value's edges are left out (see _Writer._collect_edges).
@@ -1348,22 +1406,9 @@ def _view(
 
     context = _Context(source, state)
     writers = [_Writer(s, open_, runs, style, context, p, e) for s, p, e in pictures]
-    graph_name = before.root_type.rsplit(".", 1)[-1] or "program"
-    lines = [f"digraph {_quote(graph_name)} {{", _HEADER]
-    if len(writers) == 2:  # a split diff
-        lines.append("  newrank=true;")  # lets nodes of the two pictures share a rank
-        for writer, title in zip(writers, ("before", "after")):
-            lines.append(f"  subgraph {_quote('cluster:' + title)} {{")
-            lines.append(
-                f"    id={_quote('diff:' + title)}; label={_quote(title)}; fontsize=12; "
-                'color="#d1d5db";'
-            )
-            lines += ["  " + line for line in writer.write()]
-            lines.append("  }")
-        lines += _alignment(*writers, scene.aliases)
-    else:
-        lines += writers[0].write()
-    lines.append("}")
+    for writer in writers:
+        writer.write()
+    picture = _picture(before.root_type.rsplit(".", 1)[-1] or "program", writers, scene)
 
     graph_nodes = len((source.swapped or ep).graph.nodes)
     if mode is not None:
@@ -1372,7 +1417,8 @@ def _view(
     boxes = {b for w in writers for b in w.boxes}
     clusters = {c for w in writers for c in w.clusters}
     return GraphView(
-        dot="\n".join(lines) + "\n",
+        dot=picture.to_dot(),
+        picture=picture,
         graph_nodes=graph_nodes,
         drawn_nodes=sum(w.drawn for w in writers),
         clusters=tuple(n for n in scene.present if n in clusters),
@@ -1479,17 +1525,54 @@ def _merge_programs(
     return missing + merged, removed, removed_edges, aliases
 
 
-def _alignment(before: _Writer, after: _Writer, aliases: Mapping[str, str]) -> list[str]:
-    """Rank constraints that put each node kept by the swap level with itself in both pictures."""
-    lines = []
+def _picture(name: str, writers: list[_Writer], scene: _Scene) -> Picture:
+    """The Picture of one drawing, or of the two sides of a split diff."""
+    if len(writers) == 1:
+        (writer,) = writers
+        return Picture(name, _HEADER, tuple(writer.top), writer.elements, tuple(writer.edges))
+    elements: dict[str, PictureNode | PictureCluster] = {}
+    top, edges = [], []
+    for writer, title in zip(writers, ("before", "after")):
+        side = f"diff:{title}"
+        elements[side] = PictureCluster(
+            id=side,
+            call=None,
+            classes=("diff",),
+            label=title,
+            tooltip="",
+            cluster=None,
+            members=tuple(writer.top),
+            dot_name=f"cluster:{title}",
+            attributes=(
+                ("id", _quote(side)),
+                ("label", _quote(title)),
+                ("fontsize", "12"),
+                ("color", '"#d1d5db"'),
+            ),
+        )
+        for element in writer.elements.values():
+            if element.cluster is None:  # the side's own top level
+                element = dataclasses.replace(element, cluster=side)
+            elements[element.id] = element
+        top.append(side)
+        edges += [dataclasses.replace(edge, cluster=side) for edge in writer.edges]
+    rank_same = _alignment(*writers, scene.aliases)
+    return Picture(name, _HEADER, tuple(top), elements, tuple(edges), rank_same, split=True)
+
+
+def _alignment(
+    before: _Writer, after: _Writer, aliases: Mapping[str, str]
+) -> tuple[tuple[str, str], ...]:
+    """Pairs of DOT nodes drawn level: each node kept by the swap, in both pictures."""
+    pairs = []
     seen = set()
     for name, ref in before.refs.items():
         other = after.refs.get(aliases.get(name, name))
         if other is None or (ref, other) in seen:
             continue
         seen.add((ref, other))
-        lines.append(f"  {{rank=same; {_quote(ref)}; {_quote(other)};}}")
-    return lines
+        pairs.append((ref, other))
+    return tuple(pairs)
 
 
 def to_dot(

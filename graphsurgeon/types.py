@@ -13,6 +13,7 @@ Example:
 from .compare import CallComparison, Comparison
 from .export import ExportNotes
 from .partition import ModuleInfo, ModuleTree, Partition
+from .picture import Picture, PictureCluster, PictureEdge, PictureNode
 from .render import GraphView
 from .step import Breakpoint, Breakpoints, StepResult, Summary
 from .surgery import HistoryEntry
@@ -32,6 +33,10 @@ __all__ = [
     "ModuleInfo",
     "ModuleTree",
     "Partition",
+    "Picture",
+    "PictureCluster",
+    "PictureEdge",
+    "PictureNode",
     "StepResult",
     "Summary",
     "SwapInfo",

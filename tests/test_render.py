@@ -659,3 +659,85 @@ def test_a_surgery_with_a_fused_and_a_swapped_call_draws_both(outer):
     diff = graph_view(surgery, diff="split", collapse=None)
     assert diff.swapped == ("block",), "the diff shows the swap; the fused call changed nothing"
     assert 'id="after/node:linear_1"' in diff.dot, "the fused head's own node, in both pictures"
+
+
+# -- the Picture: the drawing as data; it agrees with the stepper ----------------------------
+
+
+class Looped(nn.Module):
+    #   x ──▶ block ──▶ block (again: "block@1") ──▶ head ──▶ out
+    def __init__(self):
+        super().__init__()
+        self.block = Inner()
+        self.head = nn.Linear(2, 2)
+
+    def forward(self, x):
+        return self.head(self.block(self.block(x)))
+
+
+def _drawn_call(picture, node: str) -> str:
+    """The module call the picture draws fx node ``node`` in ("" at the top level)."""
+    element = picture.element_of_node(node)
+    if element.calls:
+        return element.calls[-1]
+    return picture[element.cluster].call if element.cluster else ""
+
+
+@pytest.mark.parametrize("make", ["program", "swapped", "fused", "looped", "gpt-swapped"])
+def test_the_picture_and_the_stepper_put_every_node_in_the_same_module(make):
+    torch.manual_seed(0)
+    if make == "gpt-swapped":
+        model = TinyGPT(2).eval()
+        x = model.example_input()
+        ep = gs.export(model, (x,))
+        program = gs.swap(ep, {"layers.1.attn": FusedAttention(model.layers[1].attn)})
+    else:
+        model, x = (Looped() if make == "looped" else Outer()), torch.randn(1, 2)
+        ep = gs.export(model, (x,))
+        program = {
+            "program": ep,
+            "looped": ep,
+            "swapped": gs.swap(ep, {"block": Doubler()}),
+            "fused": gs.fuse(ep, "block"),
+        }[make]
+    picture = graph_view(program, collapse=None).picture
+    stepper = gs.Stepper(program, x)
+    views = [(stepper._layout, ())]
+    if make == "fused":  # drawn as the program's own nodes: the fused call's, once entered
+        stepper.run_to("block")
+        stepper.step_into()
+        inner = stepper._frame
+        views.insert(0, (inner.stepper._layout, inner.prefix))
+    compared = 0
+    for node in picture.nodes:
+        for layout, prefix in views:
+            fx_node = layout.by_name.get(node.node)
+            if fx_node is not None and not (prefix and fx_node.op in ("placeholder", "output")):
+                break  # (a fused call's own arguments and result are not the program's)
+        else:
+            continue
+        stack = prefix + layout.stacks[layout.position[fx_node]]
+        if fx_node.op == "call_module":
+            stack = stack[:-1]  # a swapped box is drawn where its module was, not inside it
+        assert _drawn_call(picture, node.node) == (stack[-1] if stack else ""), node.node
+        compared += 1
+    assert compared >= 3, "precondition: the two views share nodes"
+
+
+def test_the_picture_maps_every_svg_id_to_what_it_draws(outer, swapped):
+    view = graph_view(swapped, diff="split")
+    picture = view.picture
+    assert picture.to_dot() == view.dot
+    ids = set(re.findall(r'\bid="([^"]+)"', view.dot))
+    assert ids == set(picture), "every id in the text is an element, and nothing else is"
+    assert picture["after/node:swapped_block"].kind == "swapped"
+    assert picture["before/cluster:block"].call == "block"
+    assert picture["before/node:linear"].cluster == "before/cluster:block"
+    edge = picture["after/edge:x->swapped_block"]
+    assert (edge.tail, edge.head) == ("after/node:x", "after/node:swapped_block")
+    with pytest.raises(RenderError, match=r"no element 'node:nope'"):
+        picture["node:nope"]
+    boxed = graph_view(outer, collapse=1).picture
+    box = boxed["module:block"]
+    assert box.kind == "box" and box.calls == ("block",) and box.members == ("linear", "relu")
+    assert boxed.element_of_node("relu") is box

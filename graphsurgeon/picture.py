@@ -1,0 +1,239 @@
+"""Picture: what a drawing of a program shows, as data, before it becomes DOT text.
+
+:func:`graphsurgeon.to_dot` works in two steps, so that nothing about a picture has to be read
+back out of its text: the renderer decides everything (what is drawn, where, how it is marked)
+and builds a frozen :class:`Picture`; :meth:`Picture.to_dot` lowers it to graphviz DOT, and
+nothing else. The same Picture is the map from an id in the SVG (``node:linear``,
+``cluster:layers.0``, ``module:layers.1``, ``edge:x->linear``) to what it stands for (the fx
+node, the module call), so a click in the page is resolved from data, never by parsing ids.
+
+Example:
+    >>> import torch, graphsurgeon as gs
+    >>> from graphsurgeon.render import graph_view
+    >>> model = torch.nn.Sequential(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU()))
+    >>> picture = graph_view(gs.export(model, (torch.randn(1, 2),))).picture
+    >>> picture["cluster:0"].call, picture["node:linear"].node, picture["node:linear"].cluster
+    ('0', 'linear', 'cluster:0')
+    >>> picture.to_dot() == graph_view(gs.export(model, (torch.randn(1, 2),))).dot
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+__all__ = ["Picture", "PictureCluster", "PictureEdge", "PictureNode"]
+
+# One statement's attributes, in order, values already DOT-quoted where they need it.
+Attributes = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class PictureNode:
+    """A drawn node: one fx node, or one or more module calls collapsed into a box.
+
+    Attributes:
+        id: the element id, also in the SVG (``node:linear``, ``module:layers.1``,
+            ``modules:layers.0..layers.3``; prefixed ``before/`` or ``after/`` in a split diff).
+        kind: ``"op"``, ``"input"``, ``"output"``, ``"buffer"``, ``"constant"``, ``"parameter"``,
+            ``"swapped"`` (a replacement's call), ``"glue"``, ``"check"``; ``"box"`` for a
+            collapsed module call.
+        node: the fx node it draws (None for a box).
+        calls: the module calls it stands for: a box's calls, or the module a single-node
+            call is drawn as; else empty.
+        classes: the classes it carries in the SVG (``op module highlighted``).
+        label: its text, lines separated by newlines.
+        tooltip: its tooltip text.
+        cluster: the id of the cluster it is drawn in, or None at the top.
+        members: for a box, the fx nodes collapsed into it (in graph order); else empty.
+        dot_name: its name in the DOT text (what edges connect).
+        attributes: every attribute of its DOT statement, in order.
+    """
+
+    id: str
+    kind: str
+    node: str | None
+    calls: tuple[str, ...]
+    classes: tuple[str, ...]
+    label: str
+    tooltip: str
+    cluster: str | None
+    members: tuple[str, ...] = field(repr=False)
+    dot_name: str = field(repr=False)
+    attributes: Attributes = field(repr=False)
+
+
+@dataclass(frozen=True)
+class PictureCluster:
+    """An open module call (``cluster:<call>``), or one side of a split diff (``diff:before``).
+
+    Attributes:
+        id: the element id, also in the SVG.
+        call: the module call it draws, or None for a side of a split diff.
+        classes: its classes (``module``, ``highlighted``, ``swapped-boundary``, ``fused``).
+        label: its title.
+        tooltip: its tooltip text.
+        cluster: the id of the cluster it is drawn in, or None at the top.
+        members: the ids of what is drawn directly inside it, in drawing order.
+        dot_name: its subgraph name in the DOT text.
+        attributes: every attribute of the subgraph, in order.
+    """
+
+    id: str
+    call: str | None
+    classes: tuple[str, ...]
+    label: str
+    tooltip: str
+    cluster: str | None
+    members: tuple[str, ...]
+    dot_name: str = field(repr=False)
+    attributes: Attributes = field(repr=False)
+
+
+@dataclass(frozen=True)
+class PictureEdge:
+    """A drawn edge: a value going from one drawn node (or box) to another.
+
+    Attributes:
+        id: ``edge:<tail>-><head>`` (``:2``, ``:3``... for a repeated pair).
+        tail: the id of the node it comes from.
+        head: the id of the node it goes to.
+        path: the index taken from the tail's value (``[0]``), or ``""``.
+        mark: ``"removed"`` or ``"added"`` in a diff, else ``""``.
+        attributes: every attribute of its DOT statement, in order.
+        cluster: the side of a split diff it is written in (``diff:before``), else None.
+    """
+
+    id: str
+    tail: str
+    head: str
+    path: str
+    mark: str
+    attributes: Attributes = field(repr=False)
+    cluster: str | None = None
+
+
+Element = PictureNode | PictureCluster | PictureEdge
+
+
+@dataclass(frozen=True)
+class Picture:
+    """A whole drawing: its clusters, nodes and edges by id, and how they nest.
+
+    ``picture[id]`` is the element with that id (a :class:`PictureNode`,
+    :class:`PictureCluster` or :class:`PictureEdge`); iterating gives every id in drawing order.
+
+    Attributes:
+        name: the graph's name (the model's type).
+        header: the DOT lines of default attributes, drawn first.
+        top: the ids drawn at the top level, in order.
+        elements: id -> element, for nodes and clusters.
+        edges: the edges, in drawing order.
+        rank_same: pairs of DOT node names drawn level with each other (a split diff).
+        split: whether it is a side-by-side diff (two top-level clusters).
+    """
+
+    name: str
+    header: str = field(repr=False)
+    top: tuple[str, ...] = field(repr=False)
+    elements: Mapping[str, PictureNode | PictureCluster] = field(repr=False)
+    edges: tuple[PictureEdge, ...] = field(repr=False)
+    rank_same: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    split: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_edges_by_id", {edge.id: edge for edge in self.edges})
+        boxes: dict[str, PictureNode] = {}
+        for element in self.elements.values():
+            if isinstance(element, PictureNode):
+                for member in element.members:
+                    boxes[element.id[: element.id.index("module")] + member] = element
+        object.__setattr__(self, "_box_of", boxes)
+
+    def __getitem__(self, element_id: str) -> Element:
+        element = self.elements.get(element_id) or self._edges_by_id.get(element_id)
+        if element is None:
+            from .errors import RenderError, did_you_mean
+
+            choices = list(self.elements) + list(self._edges_by_id)
+            raise RenderError(
+                f"the picture has no element {element_id!r}.{did_you_mean(element_id, choices)}"
+            )
+        return element
+
+    def __contains__(self, element_id: object) -> bool:
+        return element_id in self.elements or element_id in self._edges_by_id
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.elements
+        yield from self._edges_by_id
+
+    def __len__(self) -> int:
+        return len(self.elements) + len(self.edges)
+
+    @property
+    def nodes(self) -> tuple[PictureNode, ...]:
+        """Every drawn node and box, in drawing order."""
+        return tuple(e for e in self.elements.values() if isinstance(e, PictureNode))
+
+    @property
+    def clusters(self) -> tuple[PictureCluster, ...]:
+        """Every cluster, in drawing order."""
+        return tuple(e for e in self.elements.values() if isinstance(e, PictureCluster))
+
+    def element_of_node(self, node: str, prefix: str = "") -> PictureNode | None:
+        """Where fx node ``node`` is drawn: its own node, else the box it was collapsed into
+        (None when it is not drawn: glue, a check, a node of another program)."""
+        own = self.elements.get(f"{prefix}node:{node}")
+        if own is not None:
+            return own
+        return self._box_of.get(prefix + node)
+
+    def to_dot(self) -> str:
+        """The DOT text: the clusters nested as drawn, then the edges, then the alignment."""
+        lines = [f"digraph {quote(self.name)} {{", self.header]
+        if self.split:
+            lines.append("  newrank=true;")  # lets nodes of the two sides share a rank
+        edges: dict[str | None, list[PictureEdge]] = {}
+        for edge in self.edges:
+            edges.setdefault(edge.cluster, []).append(edge)
+        for element_id in self.top:
+            self._lower(element_id, "  ", lines, edges)
+        lines += [self._edge_line(edge, "  ") for edge in edges.get(None, ())]
+        lines += [f"  {{rank=same; {quote(a)}; {quote(b)};}}" for a, b in self.rank_same]
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    def _edge_line(self, edge: PictureEdge, indent: str) -> str:
+        tail, head = self.elements[edge.tail], self.elements[edge.head]
+        text = _attribute_text(edge.attributes)
+        return f"{indent}{quote(tail.dot_name)} -> {quote(head.dot_name)} [{text}];"
+
+    def _lower(
+        self, element_id: str, indent: str, lines: list[str], edges: Mapping[str | None, list]
+    ) -> None:
+        element = self.elements[element_id]
+        if isinstance(element, PictureNode):
+            text = _attribute_text(element.attributes)
+            lines.append(f"{indent}{quote(element.dot_name)} [{text}];")
+            return
+        lines.append(f"{indent}subgraph {quote(element.dot_name)} {{")
+        if element.call is None:  # a side of a split diff: its attributes on one line
+            lines.append(f"{indent}  " + " ".join(f"{k}={v};" for k, v in element.attributes))
+        else:
+            lines += [f"{indent}  {key}={value};" for key, value in element.attributes]
+        for member in element.members:
+            self._lower(member, indent + "  ", lines, edges)
+        lines += [self._edge_line(edge, indent + "  ") for edge in edges.get(element_id, ())]
+        lines.append(f"{indent}}}")
+
+
+def quote(text: str) -> str:
+    r"""A DOT string. Backslashes are doubled so that graphviz does not read ``\N``, ``\G``,
+    ``\l`` ... in user text as its own escapes; newlines become line breaks."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _attribute_text(pairs: Attributes) -> str:
+    return ", ".join(f"{key}={value}" for key, value in pairs)
