@@ -29,7 +29,7 @@ __all__ = ["Picture", "PictureCluster", "PictureEdge", "PictureNode"]
 Attributes = tuple[tuple[str, str], ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PictureNode:
     """A drawn node: one fx node, or one or more module calls collapsed into a box.
 
@@ -48,7 +48,7 @@ class PictureNode:
         cluster: the id of the cluster it is drawn in, or None at the top.
         members: for a box, the fx nodes collapsed into it (in graph order); else empty.
         dot_name: its name in the DOT text (what edges connect).
-        attributes: every attribute of its DOT statement, in order.
+        statement: its DOT statement, ``"linear" [id="node:linear", ...];``.
     """
 
     id: str
@@ -61,10 +61,10 @@ class PictureNode:
     cluster: str | None
     members: tuple[str, ...] = field(repr=False)
     dot_name: str = field(repr=False)
-    attributes: Attributes = field(repr=False)
+    statement: str = field(repr=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PictureCluster:
     """An open module call (``cluster:<call>``), or one side of a split diff (``diff:before``).
 
@@ -91,7 +91,7 @@ class PictureCluster:
     attributes: Attributes = field(repr=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PictureEdge:
     """A drawn edge: a value going from one drawn node (or box) to another.
 
@@ -101,7 +101,7 @@ class PictureEdge:
         head: the id of the node it goes to.
         path: the index taken from the tail's value (``[0]``), or ``""``.
         mark: ``"removed"`` or ``"added"`` in a diff, else ``""``.
-        attributes: every attribute of its DOT statement, in order.
+        statement: its DOT statement, ``"x" -> "linear" [id="edge:x->linear"];``.
         cluster: the side of a split diff it is written in (``diff:before``), else None.
     """
 
@@ -110,7 +110,7 @@ class PictureEdge:
     head: str
     path: str
     mark: str
-    attributes: Attributes = field(repr=False)
+    statement: str = field(repr=False)
     cluster: str | None = None
 
 
@@ -123,13 +123,13 @@ class Picture:
 
     ``picture[id]`` is the element with that id (a :class:`PictureNode`,
     :class:`PictureCluster` or :class:`PictureEdge`); iterating gives every id in drawing order.
+    A picture of a large program holds thousands of elements: each is kept as a plain row of
+    its fields and becomes an object when asked for, so drawing costs no more than writing.
 
     Attributes:
         name: the graph's name (the model's type).
         header: the DOT lines of default attributes, drawn first.
         top: the ids drawn at the top level, in order.
-        elements: id -> element, for nodes and clusters.
-        edges: the edges, in drawing order.
         rank_same: pairs of DOT node names drawn level with each other (a split diff).
         split: whether it is a side-by-side diff (two top-level clusters).
     """
@@ -137,96 +137,113 @@ class Picture:
     name: str
     header: str = field(repr=False)
     top: tuple[str, ...] = field(repr=False)
-    elements: Mapping[str, PictureNode | PictureCluster] = field(repr=False)
-    edges: tuple[PictureEdge, ...] = field(repr=False)
+    # id -> the fields of a PictureNode (9 + 2) or a PictureCluster (9), in field order
+    rows: Mapping[str, tuple] = field(repr=False)
+    # the fields of each PictureEdge, in drawing order
+    edge_rows: tuple[tuple, ...] = field(repr=False)
     rank_same: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     split: bool = False
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_edges_by_id", {edge.id: edge for edge in self.edges})
-        boxes: dict[str, PictureNode] = {}
-        for element in self.elements.values():
-            if isinstance(element, PictureNode):
-                for member in element.members:
-                    boxes[element.id[: element.id.index("module")] + member] = element
+        object.__setattr__(self, "_edge_index", {row[0]: row for row in self.edge_rows})
+        object.__setattr__(self, "_made", {})
+        boxes: dict[str, str] = {}
+        for element_id, row in self.rows.items():
+            if len(row) == _NODE_FIELDS and row[_MEMBERS]:  # a box: its fx nodes
+                prefix = element_id[: element_id.index("module")]
+                for member in row[_MEMBERS]:
+                    boxes[prefix + member] = element_id
         object.__setattr__(self, "_box_of", boxes)
 
     def __getitem__(self, element_id: str) -> Element:
-        element = self.elements.get(element_id) or self._edges_by_id.get(element_id)
-        if element is None:
+        made = self._made.get(element_id)
+        if made is not None:
+            return made
+        row = self.rows.get(element_id)
+        if row is not None:
+            made = (PictureNode if len(row) == _NODE_FIELDS else PictureCluster)(*row)
+        elif element_id in self._edge_index:
+            made = PictureEdge(*self._edge_index[element_id])
+        else:
             from .errors import RenderError, did_you_mean
 
-            choices = list(self.elements) + list(self._edges_by_id)
             raise RenderError(
-                f"the picture has no element {element_id!r}.{did_you_mean(element_id, choices)}"
+                f"the picture has no element {element_id!r}.{did_you_mean(element_id, self)}"
             )
-        return element
+        self._made[element_id] = made
+        return made
 
     def __contains__(self, element_id: object) -> bool:
-        return element_id in self.elements or element_id in self._edges_by_id
+        return element_id in self.rows or element_id in self._edge_index
 
     def __iter__(self) -> Iterator[str]:
-        yield from self.elements
-        yield from self._edges_by_id
+        yield from self.rows
+        yield from self._edge_index
 
     def __len__(self) -> int:
-        return len(self.elements) + len(self.edges)
+        return len(self.rows) + len(self.edge_rows)
 
     @property
     def nodes(self) -> tuple[PictureNode, ...]:
         """Every drawn node and box, in drawing order."""
-        return tuple(e for e in self.elements.values() if isinstance(e, PictureNode))
+        return tuple(self[i] for i, row in self.rows.items() if len(row) == _NODE_FIELDS)
 
     @property
     def clusters(self) -> tuple[PictureCluster, ...]:
         """Every cluster, in drawing order."""
-        return tuple(e for e in self.elements.values() if isinstance(e, PictureCluster))
+        return tuple(self[i] for i, row in self.rows.items() if len(row) != _NODE_FIELDS)
+
+    @property
+    def edges(self) -> tuple[PictureEdge, ...]:
+        """Every edge, in drawing order."""
+        return tuple(self[row[0]] for row in self.edge_rows)
 
     def element_of_node(self, node: str, prefix: str = "") -> PictureNode | None:
         """Where fx node ``node`` is drawn: its own node, else the box it was collapsed into
         (None when it is not drawn: glue, a check, a node of another program)."""
-        own = self.elements.get(f"{prefix}node:{node}")
-        if own is not None:
-            return own
-        return self._box_of.get(prefix + node)
+        own = f"{prefix}node:{node}"
+        if own in self.rows:
+            return self[own]
+        box = self._box_of.get(prefix + node)
+        return self[box] if box is not None else None
 
     def to_dot(self) -> str:
         """The DOT text: the clusters nested as drawn, then the edges, then the alignment."""
         lines = [f"digraph {quote(self.name)} {{", self.header]
         if self.split:
             lines.append("  newrank=true;")  # lets nodes of the two sides share a rank
-        edges: dict[str | None, list[PictureEdge]] = {}
-        for edge in self.edges:
-            edges.setdefault(edge.cluster, []).append(edge)
+        edges: dict[str | None, list[str]] = {}
+        for row in self.edge_rows:
+            edges.setdefault(row[_EDGE_CLUSTER], []).append(row[_EDGE_STATEMENT])
         for element_id in self.top:
             self._lower(element_id, "  ", lines, edges)
-        lines += [self._edge_line(edge, "  ") for edge in edges.get(None, ())]
+        lines += ["  " + statement for statement in edges.get(None, ())]
         lines += [f"  {{rank=same; {quote(a)}; {quote(b)};}}" for a, b in self.rank_same]
         lines.append("}")
         return "\n".join(lines) + "\n"
 
-    def _edge_line(self, edge: PictureEdge, indent: str) -> str:
-        tail, head = self.elements[edge.tail], self.elements[edge.head]
-        text = _attribute_text(edge.attributes)
-        return f"{indent}{quote(tail.dot_name)} -> {quote(head.dot_name)} [{text}];"
-
     def _lower(
         self, element_id: str, indent: str, lines: list[str], edges: Mapping[str | None, list]
     ) -> None:
-        element = self.elements[element_id]
-        if isinstance(element, PictureNode):
-            text = _attribute_text(element.attributes)
-            lines.append(f"{indent}{quote(element.dot_name)} [{text}];")
+        row = self.rows[element_id]
+        if len(row) == _NODE_FIELDS:
+            lines.append(indent + row[_STATEMENT])
             return
-        lines.append(f"{indent}subgraph {quote(element.dot_name)} {{")
-        if element.call is None:  # a side of a split diff: its attributes on one line
-            lines.append(f"{indent}  " + " ".join(f"{k}={v};" for k, v in element.attributes))
+        cluster = PictureCluster(*row)
+        lines.append(f"{indent}subgraph {quote(cluster.dot_name)} {{")
+        if cluster.call is None:  # a side of a split diff: its attributes on one line
+            lines.append(f"{indent}  " + " ".join(f"{k}={v};" for k, v in cluster.attributes))
         else:
-            lines += [f"{indent}  {key}={value};" for key, value in element.attributes]
-        for member in element.members:
+            lines += [f"{indent}  {key}={value};" for key, value in cluster.attributes]
+        for member in cluster.members:
             self._lower(member, indent + "  ", lines, edges)
-        lines += [self._edge_line(edge, indent + "  ") for edge in edges.get(element_id, ())]
+        lines += [indent + "  " + statement for statement in edges.get(element_id, ())]
         lines.append(f"{indent}}}")
+
+
+# Positions in the rows a Picture keeps (the fields of PictureNode and PictureEdge, in order).
+_NODE_FIELDS, _MEMBERS, _STATEMENT = 11, 8, 10
+_EDGE_STATEMENT, _EDGE_CLUSTER = 5, 6
 
 
 def quote(text: str) -> str:
@@ -235,5 +252,6 @@ def quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def _attribute_text(pairs: Attributes) -> str:
+def attribute_text(pairs: Attributes) -> str:
+    """``id="x", label="y"``: a statement's attributes as DOT writes them."""
     return ", ".join(f"{key}={value}" for key, value in pairs)

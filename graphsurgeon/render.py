@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import colorsys
 import contextlib
-import dataclasses
 import functools
 import gc
 import hashlib
@@ -71,7 +70,7 @@ from .errors import (
     did_you_mean,
 )
 from .partition import Partition, call_index, program_index, split_call_name
-from .picture import Picture, PictureCluster, PictureEdge, PictureNode, quote
+from .picture import Picture, attribute_text, quote
 from .swap import SwapInfo, swap, swap_info
 
 __all__ = ["GraphView", "RenderError", "graph_view", "to_dot", "to_svg"]
@@ -744,9 +743,10 @@ class _Writer:
         self.extra_edges = list(extra_edges)
         self.vertices = {v.name: v for v in scene.vertices}
         self.nodes = context.nodes
-        self.elements: dict[str, PictureNode | PictureCluster] = {}
+        # the picture's parts as rows of PictureNode / PictureCluster / PictureEdge fields
+        self.rows: dict[str, tuple] = {}
         self.top: list[str] = []  # ids at this picture's top level, in order
-        self.edges: list[PictureEdge] = []
+        self.edges: list[tuple] = []
         self.box_nodes: dict[str, list[str]] = {}  # box -> the fx nodes collapsed into it
         self._tooltips: dict[str, str] = {}
         self.refs: dict[str, str] = {}  # vertex name -> the DOT node it is drawn as
@@ -849,18 +849,18 @@ class _Writer:
             ("penwidth", width),
         ]
         self.clusters.append(name)
-        self.elements[cluster_id] = None  # its place in drawing order: before its members
+        self.rows[cluster_id] = ()  # its place in drawing order: before its members
         inside = self._container(name, members, cluster_id)
-        self.elements[cluster_id] = PictureCluster(
-            id=cluster_id,
-            call=name,
-            classes=tuple(classes.split()),
-            label=title,
-            tooltip=self._module_tooltip(name),
-            cluster=parent,
-            members=tuple(inside),
-            dot_name=subgraph,
-            attributes=tuple(attributes),
+        self.rows[cluster_id] = (  # PictureCluster's fields
+            cluster_id,
+            name,
+            tuple(classes.split()),
+            title,
+            self._module_tooltip(name),
+            parent,
+            tuple(inside),
+            subgraph,
+            tuple(attributes),
         )
         return cluster_id
 
@@ -901,18 +901,21 @@ class _Writer:
             ("label", _quote(label)),
             ("tooltip", _tooltip(tooltip)),
         ]
-        self.elements[node_id] = PictureNode(
-            id=node_id,
-            kind=kind,
-            node=vertex.name,
-            calls=(module,) if module is not None else (),
-            classes=tuple(classes),
-            label=label,
-            tooltip=tooltip,
-            cluster=parent,
-            members=(),
-            dot_name=self.prefix + vertex.name,
-            attributes=tuple(_merge(head + attributes)),
+        dot_name = self.prefix + vertex.name
+        statement = f"{_quote(dot_name)} [{attribute_text(_merge(head + attributes))}];"
+        calls = (module,) if module is not None else ()
+        self.rows[node_id] = (  # PictureNode's fields
+            node_id,
+            kind,
+            vertex.name,
+            calls,
+            tuple(classes),
+            label,
+            tooltip,
+            parent,
+            (),
+            dot_name,
+            statement,
         )
         return node_id
 
@@ -996,18 +999,18 @@ class _Writer:
         if removed:
             attributes += [(k, v) for k, v in _REMOVED_STYLE if k != "style"]
             attributes.append(("style", _quote("filled,dashed")))
-        self.elements[ref] = PictureNode(
-            id=ref,
-            kind="box",
-            node=None,
-            calls=tuple(members),
-            classes=tuple(classes.split()),
-            label=label,
-            tooltip=tooltip,
-            cluster=parent,
-            members=tuple(self.box_nodes.get(first, ())),
-            dot_name=ref,
-            attributes=tuple(_merge(attributes)),
+        self.rows[ref] = (  # PictureNode's fields
+            ref,
+            "box",
+            None,
+            tuple(members),
+            tuple(classes.split()),
+            label,
+            tooltip,
+            parent,
+            tuple(self.box_nodes.get(first, ())),
+            ref,
+            f"{_quote(ref)} [{attribute_text(_merge(attributes))}];",
         )
         return ref
 
@@ -1105,7 +1108,7 @@ class _Writer:
 
     def _element_id(self, ref: str) -> str:
         """The element id of a DOT node name: ``before/linear`` -> ``before/node:linear``."""
-        if ref in self.elements:
+        if ref in self.rows:
             return ref  # a box: its name is its id
         return f"{self.prefix}node:{self._local(ref)}"
 
@@ -1125,14 +1128,16 @@ class _Writer:
                 attributes += [("style", "dashed"), ("color", _quote(_REMOVED))]
             elif mark == "added":
                 attributes += [("color", _quote(_ADDED)), ("penwidth", "1.5")]
-            self.edges.append(
-                PictureEdge(
-                    id=edge_id,
-                    tail=self._element_id(tail),
-                    head=self._element_id(head),
-                    path=path,
-                    mark=mark,
-                    attributes=tuple(attributes),
+            statement = f"{_quote(tail)} -> {_quote(head)} [{attribute_text(attributes)}];"
+            self.edges.append(  # PictureEdge's fields
+                (
+                    edge_id,
+                    self._element_id(tail),
+                    self._element_id(head),
+                    path,
+                    mark,
+                    statement,
+                    None,
                 )
             )
 
@@ -1529,35 +1534,42 @@ def _picture(name: str, writers: list[_Writer], scene: _Scene) -> Picture:
     """The Picture of one drawing, or of the two sides of a split diff."""
     if len(writers) == 1:
         (writer,) = writers
-        return Picture(name, _HEADER, tuple(writer.top), writer.elements, tuple(writer.edges))
-    elements: dict[str, PictureNode | PictureCluster] = {}
+        return Picture(name, _HEADER, tuple(writer.top), writer.rows, tuple(writer.edges))
+    rows: dict[str, tuple] = {}
     top, edges = [], []
     for writer, title in zip(writers, ("before", "after")):
         side = f"diff:{title}"
-        elements[side] = PictureCluster(
-            id=side,
-            call=None,
-            classes=("diff",),
-            label=title,
-            tooltip="",
-            cluster=None,
-            members=tuple(writer.top),
-            dot_name=f"cluster:{title}",
-            attributes=(
-                ("id", _quote(side)),
-                ("label", _quote(title)),
-                ("fontsize", "12"),
-                ("color", '"#d1d5db"'),
-            ),
+        attributes = (
+            ("id", _quote(side)),
+            ("label", _quote(title)),
+            ("fontsize", "12"),
+            ("color", '"#d1d5db"'),
         )
-        for element in writer.elements.values():
-            if element.cluster is None:  # the side's own top level
-                element = dataclasses.replace(element, cluster=side)
-            elements[element.id] = element
+        # PictureCluster's fields: a side has no module call
+        rows[side] = (
+            side,
+            None,
+            ("diff",),
+            title,
+            "",
+            None,
+            tuple(writer.top),
+            f"cluster:{title}",
+            attributes,
+        )
+        for element_id, row in writer.rows.items():
+            parent = _PARENT_FIELD[len(row)]
+            if row[parent] is None:  # the side's own top level
+                row = (*row[:parent], side, *row[parent + 1 :])
+            rows[element_id] = row
         top.append(side)
-        edges += [dataclasses.replace(edge, cluster=side) for edge in writer.edges]
+        edges += [(*row[:-1], side) for row in writer.edges]
     rank_same = _alignment(*writers, scene.aliases)
-    return Picture(name, _HEADER, tuple(top), elements, tuple(edges), rank_same, split=True)
+    return Picture(name, _HEADER, tuple(top), rows, tuple(edges), rank_same, split=True)
+
+
+# Where a row keeps the id of the cluster it is in: PictureNode rows have 11 fields, PictureCluster 9.
+_PARENT_FIELD = {11: 7, 9: 5}
 
 
 def _alignment(
