@@ -1121,6 +1121,45 @@ class _CallCut(_GraphWriter):
             "of its arguments"
         )
 
+    def _reads_outside_size(self, node: Node) -> bool:
+        """A dynamic size the call reads off a model input it was not given (torch.export
+        reads a symbolic size off the first tensor that carries it: often the model's input,
+        not the module's own argument)."""
+        if node.target is not torch.ops.aten.sym_size.int:
+            return False
+        source = node.args[0]
+        return isinstance(source, Node) and source not in self.env and source.op == "placeholder"
+
+    def _size_from_arguments(self, node: Node) -> Node:
+        """The same size, read off an argument of the call that has it."""
+        wanted = node.meta.get("val")
+        expression = getattr(getattr(wanted, "node", None), "expr", None)
+        for argument in self.part.signature.inputs:
+            original = (
+                None if _meta.is_constant(argument) else self.index.by_name.get(argument.name)
+            )
+            value = getattr(original, "meta", {}).get("val") if original is not None else None
+            if original not in self.env or not isinstance(value, torch.Tensor):
+                continue
+            for dim, size in enumerate(value.shape):
+                if (
+                    expression is not None
+                    and getattr(getattr(size, "node", None), "expr", None) == expression
+                ):
+                    new = self.graph.create_node(
+                        "call_function",
+                        torch.ops.aten.sym_size.int,
+                        (self.materialize(self.env[original]), dim),
+                        name=self.fresh(node.name),
+                    )
+                    new.meta = dict(node.meta)
+                    return new
+        raise SwapError(
+            f"cannot cut {self.name!r}: its node {node.name!r} reads the dynamic size {wanted} "
+            f"of the model input {node.args[0].name!r}, and none of the call's arguments has "
+            "that size. Swap the module instead, or export with that size static."
+        )
+
     def _relative(self, target: str) -> str:
         prefix = self.part.fqn + "."
         if target.startswith(prefix):
@@ -1128,11 +1167,14 @@ class _CallCut(_GraphWriter):
         return "_outer_" + _flat_name(target)
 
     def _copy(self, node: Node) -> None:
-        args = map_arg(node.args, self.value)
-        kwargs = map_arg(node.kwargs, self.value)
         if node.op == "get_attr":
             self.env[node] = self._outside(node)
             return
+        if self._reads_outside_size(node):
+            self.env[node] = self._size_from_arguments(node)
+            return
+        args = map_arg(node.args, self.value)
+        kwargs = map_arg(node.kwargs, self.value)
         new = self.graph.create_node(
             node.op, node.target, args, kwargs, name=self.fresh(node.name), type_expr=node.type
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from torch import nn
@@ -98,3 +100,66 @@ def test_fuse_leaves_the_program_as_it_was(gpt):
     gm(idx)
     assert str(ep.graph) == before
     assert all(torch.equal(state[k], v) for k, v in ep.state_dict.items())
+
+
+class Reshaper(nn.Module):
+    def forward(self, h):
+        b, t, c = h.shape  # dynamic sizes: export reads them off the model's input x
+        return h.reshape(b * t, c).reshape(b, t, c) * 2
+
+
+class NormThenReshape(nn.Module):
+    #   x ──▶ ln ──▶ r (reads its input's dynamic sizes) ──▶ out
+    def __init__(self):
+        super().__init__()
+        self.ln = nn.LayerNorm(4)
+        self.r = Reshaper()
+
+    def forward(self, x):
+        return self.r(self.ln(x))
+
+
+class SelfAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln = nn.LayerNorm(8)
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def forward(self, x):
+        h = self.ln(x)
+        return self.attn(h, h, h, need_weights=False)[0]
+
+
+@pytest.mark.parametrize(
+    ("model", "name", "features"), [(NormThenReshape(), "r", 4), (SelfAttention(), "attn", 8)]
+)
+def test_a_call_reading_dynamic_sizes_of_the_model_input_fuses_and_compares(model, name, features):
+    model = model.eval()
+    batch = torch.export.Dim("batch", min=2, max=16)
+    x = torch.randn(3, 5, features)
+    ep = gs.export(model, (x,), dynamic_shapes=({0: batch},))
+    inside = set(gs.partition(ep)[name].nodes)
+    sizes_of_x = [
+        n
+        for n in ep.graph.nodes
+        if n.target is torch.ops.aten.sym_size.int and n.args[0].name == "x"
+    ]
+    reached, frontier = set(), list(sizes_of_x)
+    while frontier:  # everything computed from those sizes
+        node = frontier.pop()
+        reached.add(node.name)
+        frontier += [u for u in node.users if u.name not in reached]
+    assert reached & inside, "precondition: the call uses a size read off the model input"
+    fused = gs.fuse(ep, name)
+    other = torch.randn(7, 5, features)
+    assert torch.equal(fused(other), ep.module()(other))
+    # compare runs the cut on the replacement's inputs: a changed replacement is found
+    changed = copy.deepcopy(model.get_submodule(name))
+    with torch.no_grad():
+        for p in changed.parameters():
+            p.add_(0.5)
+    if name == "r":
+        changed = nn.Tanh()
+    swapped = gs.swap(ep, {name: changed})
+    comparison = gs.compare(ep, swapped, (other,))
+    assert comparison.first_divergence == name
