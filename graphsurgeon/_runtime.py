@@ -30,26 +30,40 @@ __all__ = [
 
 
 class ExpectedTensor:
-    """What one output of a module call was at export: its dtype and the sizes that are
-    static (a dynamic size is None). A replacement's output is checked against it."""
+    """What one output of a module call was at export: its dtype, the sizes that are static
+    (a dynamic size is None), and where each dynamic size can be read at run time: the same
+    symbol in a size of one of the call's arguments. A replacement's output is checked
+    against it. A meta tensor where the program computes real values is always wrong."""
 
-    __slots__ = ("dtype", "shape", "sizes", "static")
+    __slots__ = ("dtype", "links", "meta", "shape", "sizes", "static")
 
-    def __init__(self, value: torch.Tensor):
+    def __init__(self, value: torch.Tensor, links: Sequence[tuple[int, int, int]] = ()):
         self.dtype = value.dtype
         self.sizes = tuple(d if isinstance(d, int) else None for d in value.shape)
         self.static = None not in self.sizes
         self.shape = torch.Size(self.sizes) if self.static else None
+        # (output dim, argument, argument dim): that output size equals that argument's size
+        self.links = tuple(links)
+        self.meta = value.device.type == "meta"
 
-    def matches(self, value: torch.Tensor) -> bool:
-        if value.dtype != self.dtype:
+    def matches(self, value: torch.Tensor, arguments: Sequence[torch.Tensor] = ()) -> bool:
+        if value.dtype != self.dtype or (value.is_meta and not self.meta):
             return False
         if self.static:
             return value.shape == self.shape
         shape = value.shape
         if len(shape) != len(self.sizes):
             return False
-        return all(want is None or got == want for got, want in zip(shape, self.sizes))
+        if not all(want is None or got == want for got, want in zip(shape, self.sizes)):
+            return False
+        return all(shape[d] == arguments[i].shape[j] for d, i, j in self.links)
+
+    def text(self, arguments: Sequence[torch.Tensor] = ()) -> str:
+        """``f32[1, 15, 64]``: the sizes known at run time filled in, ``?`` for the rest."""
+        sizes: list[Any] = ["?" if d is None else d for d in self.sizes]
+        for d, i, j in self.links:
+            sizes[d] = arguments[i].shape[j]
+        return tensor_text(sizes, self.dtype)
 
     def __str__(self) -> str:
         return tensor_text(["?" if d is None else d for d in self.sizes], self.dtype)
@@ -58,17 +72,29 @@ class ExpectedTensor:
         return f"ExpectedTensor({self})"
 
 
-def _wrong_output(value: Any, expected: ExpectedTensor, call_name: str, type_name: str, where):
+def _wrong_output(
+    value: Any, expected: ExpectedTensor, call_name: str, type_name: str, where, arguments=()
+):
+    got = describe_value(value)
+    if isinstance(value, torch.Tensor) and value.is_meta and not expected.meta:
+        got += " on the meta device"
     return ReplacementError(
-        f"{call_name!r} ({type_name}) returned {describe_value(value)} for {where}, the program "
-        f"expects {expected} there, as the original module returned. Make the replacement "
-        "return the same shapes and dtypes."
+        f"{call_name!r} ({type_name}) returned {got} for {where}, the program expects "
+        f"{expected.text(arguments)} there, as the original module returned. Make the "
+        "replacement return the same shapes, dtypes and device."
     )
 
 
-def check_tensor(value: Any, expected: ExpectedTensor | None, call_name: str, type_name: str):
-    """Pass ``value`` through when it is a tensor as ``expected``; else say what came."""
-    if isinstance(value, torch.Tensor) and (expected is None or expected.matches(value)):
+def check_tensor(
+    value: Any,
+    expected: ExpectedTensor | None,
+    call_name: str,
+    type_name: str,
+    *arguments: torch.Tensor,
+):
+    """Pass ``value`` through when it is a tensor as ``expected`` (its dynamic sizes read off
+    the call's ``arguments``); else say what came."""
+    if isinstance(value, torch.Tensor) and (expected is None or expected.matches(value, arguments)):
         return value
     if not isinstance(value, torch.Tensor):
         raise ReplacementError(
@@ -76,7 +102,7 @@ def check_tensor(value: Any, expected: ExpectedTensor | None, call_name: str, ty
             "expects a single Tensor there, as the original module returned. Make its forward "
             "return the same structure as the original's."
         )
-    raise _wrong_output(value, expected, call_name, type_name, "its output")
+    raise _wrong_output(value, expected, call_name, type_name, "its output", arguments)
 
 
 def check_structure(
@@ -85,9 +111,11 @@ def check_structure(
     expected: Sequence[ExpectedTensor | None],
     call_name: str,
     type_name: str,
+    *arguments: torch.Tensor,
 ) -> Any:
     """Pass ``value`` through when its structure is ``spec`` and each tensor leaf is as
-    ``expected`` (None: not checked); else say what differs."""
+    ``expected`` (None: not checked; dynamic sizes read off the call's ``arguments``); else
+    say what differs."""
     leaves, actual = pytree.tree_flatten(value)
     if actual != spec:
         raise ReplacementError(
@@ -99,9 +127,9 @@ def check_structure(
     for i, (leaf, want) in enumerate(zip(leaves, expected)):
         if want is None:
             continue
-        if not isinstance(leaf, torch.Tensor) or not want.matches(leaf):
+        if not isinstance(leaf, torch.Tensor) or not want.matches(leaf, arguments):
             where = f"output {leaf_keystrs(spec)[i] or i}"
-            raise _wrong_output(leaf, want, call_name, type_name, where)
+            raise _wrong_output(leaf, want, call_name, type_name, where, arguments)
     return value
 
 

@@ -49,6 +49,7 @@ from .errors import (
     ReplacementError,
     SwapError,
     UnknownModuleError,
+    a_type,
     did_you_mean,
 )
 from .partition import (
@@ -217,7 +218,7 @@ def _plan(index: ProgramIndex, modules: Mapping[str, Any], verb: str = "swap") -
         if not isinstance(name, str):
             raise SwapError(f"{verb}: module names are strings such as 'blocks.0', got {name!r}")
         if replacement is not FUSE:
-            _check_module(name, replacement)
+            check_module(name, replacement)
         fqn, index_ = split_call_name(name)
         if fqn == "":
             raise SwapError(
@@ -274,12 +275,12 @@ def _plan(index: ProgramIndex, modules: Mapping[str, Any], verb: str = "swap") -
     return requests
 
 
-def _check_module(name: str, replacement: Any) -> None:
+def check_module(name: str, replacement: Any) -> None:
     """A replacement must be a working nn.Module."""
     if not isinstance(replacement, torch.nn.Module):
         raise ReplacementError(
-            f"the replacement for {name!r} is a {type(replacement).__name__}, not a "
-            "torch.nn.Module. Wrap a function in an nn.Module whose forward calls it."
+            f"the replacement for {name!r} is {a_type(replacement)}, not a torch.nn.Module. "
+            "Wrap a function in an nn.Module whose forward calls it."
         )
     if "_modules" not in vars(replacement) or "_parameters" not in vars(replacement):
         raise ReplacementError(
@@ -830,7 +831,15 @@ class _Builder(_GraphWriter):
         signature = request.partition.signature
         out_spec = signature.out_spec
         type_name = _type_name(request.replacement)
-        expected = [self._expected(argument) for argument in signature.outputs]
+        sizes, arguments = self._dynamic_sizes(request)
+        expected = [self._expected(argument, sizes) for argument in signature.outputs]
+        used = sorted({i for e in expected if e is not None for _, i, _ in e.links})
+        if used != list(range(len(used))):  # pass only the arguments some size is read off
+            renumber = {old: new for new, old in enumerate(used)}
+            for e in expected:
+                if e is not None:
+                    e.links = tuple((d, renumber[i], j) for d, i, j in e.links)
+        arguments = tuple(arguments[i] for i in used)
         tensor_out = (
             out_spec.is_leaf()
             and len(signature.outputs) == 1
@@ -838,7 +847,7 @@ class _Builder(_GraphWriter):
         )
         if tensor_out:
             want = self.constant_node(expected[0], "expected") if expected[0] is not None else None
-            args = (call, want, request.call_name, type_name)
+            args = (call, want, request.call_name, type_name, *arguments)
             checked = self.emit_call(_runtime.check_tensor, args, "checked")
         else:
             args = (
@@ -847,6 +856,7 @@ class _Builder(_GraphWriter):
                 self.constant_node(tuple(expected), "expected"),
                 request.call_name,
                 type_name,
+                *arguments,
             )
             checked = self.emit_call(_runtime.check_structure, args, "checked")
         checked.meta = {
@@ -855,12 +865,43 @@ class _Builder(_GraphWriter):
         }
         return checked
 
-    def _expected(self, argument: Any) -> _runtime.ExpectedTensor | None:
+    def _dynamic_sizes(self, request: _Request) -> tuple[dict, list[Node]]:
+        """Where each dynamic size among the call's tensor arguments can be read at run time:
+        ``{symbol: (argument, dim)}`` and those arguments' nodes in the result."""
+        sizes: dict[Any, tuple[int, int]] = {}
+        arguments: list[Node] = []
+        for argument in request.partition.signature.inputs:
+            if _meta.is_constant(argument):
+                continue
+            node = self.index.by_name.get(argument.name)
+            value = node.meta.get("val") if node is not None else None
+            if not isinstance(value, torch.Tensor) or node not in self.env:
+                continue
+            dynamic = [
+                (d, s.node.expr) for d, s in enumerate(value.shape) if isinstance(s, torch.SymInt)
+            ]
+            if not dynamic:
+                continue
+            for d, symbol in dynamic:
+                sizes.setdefault(symbol, (len(arguments), d))
+            arguments.append(self.materialize(self.env[node]))
+        return sizes, arguments
+
+    def _expected(
+        self, argument: Any, sizes: Mapping | None = None
+    ) -> _runtime.ExpectedTensor | None:
         if _meta.is_constant(argument):
             return None
         node = self.index.by_name.get(argument.name)
         value = node.meta.get("val") if node is not None else None
-        return _runtime.ExpectedTensor(value) if isinstance(value, torch.Tensor) else None
+        if not isinstance(value, torch.Tensor):
+            return None
+        links = [
+            (d, *sizes[s.node.expr])
+            for d, s in enumerate(value.shape)
+            if isinstance(s, torch.SymInt) and sizes and s.node.expr in sizes
+        ]
+        return _runtime.ExpectedTensor(value, links)
 
     def _state_value(self, placeholder: Node) -> Any:
         """The value a cut call reads for one of the program's lifted state placeholders: the

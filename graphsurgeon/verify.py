@@ -17,7 +17,8 @@ from torch.export import ExportedProgram
 
 from ._exec import clone_inputs, keep_state, runnable_original
 from ._meta import describe_spec
-from .errors import GraphSurgeonError, VerifyError, a_type
+from .errors import GraphSurgeonError, VerifyError, a_type, did_you_mean
+from .swap import check_module
 
 __all__ = ["LeafCheck", "VerifyReport", "as_callable", "verify"]
 
@@ -539,12 +540,30 @@ def eager_reference(
     Only whole-module names (no ``@k``) have an eager equivalent. The replacements themselves
     are deep-copied along with the model, so the reference shares no state with them.
     """
-    reference = copy.deepcopy(model)
-    for name in sorted(replacements, key=lambda n: n.count(".")):
-        if "@" in name:
+    if not isinstance(model, torch.nn.Module):
+        raise VerifyError(
+            f"eager_reference: the model is {a_type(model)}, not a torch.nn.Module; pass the "
+            "eager model the program was exported from"
+        )
+    if not isinstance(replacements, Mapping):
+        raise VerifyError(f"eager_reference: expected {{name: module}}, got {a_type(replacements)}")
+    modules = dict(model.named_modules())
+    for name, replacement in replacements.items():
+        if "@" in str(name):
             raise VerifyError(
                 f"{name!r} swaps one call of a module; an eager model has no such reference"
             )
+        if name not in modules or name == "":
+            raise VerifyError(
+                f"eager_reference: the model has no submodule {name!r}."
+                f"{did_you_mean(str(name), [m for m in modules if m])}"
+            )
+        try:
+            check_module(name, replacement)
+        except GraphSurgeonError as problem:
+            raise VerifyError(f"eager_reference: {problem}") from None
+    reference = copy.deepcopy(model)
+    for name in sorted(replacements, key=lambda n: n.count(".")):
         parent_name, _, leaf = name.rpartition(".")
         parent = reference.get_submodule(parent_name) if parent_name else reference
         setattr(parent, leaf, copy.deepcopy(replacements[name]))

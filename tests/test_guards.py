@@ -176,8 +176,9 @@ def test_a_replacement_without_super_init_says_so(attend):
     [
         (lambda q: q[..., :4], r"f32\[2, 3, 4\]"),
         (lambda q: q.double(), r"f64\[2, 3, 8\]"),
+        (lambda q: q.to("meta"), r"f32\[2, 3, 8\] on the meta device"),
     ],
-    ids=["shape", "dtype"],
+    ids=["shape", "dtype", "meta device"],
 )
 def test_a_wrong_output_is_reported_at_the_call_by_name(attend, make, got):
     _model, h, ep = attend
@@ -211,3 +212,56 @@ def test_self_attention_with_one_value_in_three_arguments_swaps_and_compares(att
     assert comparison.first_divergence == "attn"
     same = gs.compare(ep, gs.swap(ep, {"attn": copy.deepcopy(model.attn)}), (h,))
     assert same.first_divergence is None
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.attn(x) + x
+
+
+class OneTokenFewer(nn.Module):
+    def forward(self, x):
+        return x[:, :-1]
+
+
+def test_a_wrong_dynamic_size_is_reported_at_the_call_with_the_size_expected():
+    torch.manual_seed(0)
+    model, x = Block().eval(), torch.randn(2, 6, 8)
+    tokens = torch.export.Dim("tokens", min=2, max=32)
+    ep = gs.export(model, (x,), dynamic_shapes=({1: tokens},))
+    gm = gs.swap(ep, {"attn": OneTokenFewer()})
+    for length in (6, 11):  # the size expected is the one this run has, not the export's
+        with pytest.raises(
+            gs.errors.ReplacementError,
+            match=rf"'attn' \(OneTokenFewer\) returned f32\[2, {length - 1}, 8\] for its output, "
+            rf"the program expects f32\[2, {length}, 8\]",
+        ):
+            gm(torch.randn(2, length, 8))
+    right = gs.swap(ep, {"attn": nn.Tanh()})
+    y = torch.randn(2, 11, 8)
+    torch.testing.assert_close(right(y), torch.tanh(y) + y)
+
+
+def test_a_replacement_that_is_no_module_is_named_with_its_type(attend):
+    _model, _h, ep = attend
+    with pytest.raises(gs.errors.ReplacementError, match=r"'attn' is an int, not a torch.nn"):
+        gs.swap(ep, {"attn": 3})
+
+
+def test_eager_reference_checks_the_model_names_and_replacements(attend):
+    model, _h, _ep = attend
+
+    class NoInit(nn.Module):
+        def __init__(self):
+            self.scale = 2
+
+    with pytest.raises(gs.errors.VerifyError, match=r"does not call super\(\).__init__"):
+        gs.eager_reference(model, {"attn": NoInit()})
+    with pytest.raises(gs.errors.VerifyError, match=r"no submodule 'atn'.*'attn'"):
+        gs.eager_reference(model, {"atn": nn.Identity()})
+    with pytest.raises(gs.errors.VerifyError, match=r"is an int, not a torch.nn.Module"):
+        gs.eager_reference(3, {})
