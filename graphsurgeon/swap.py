@@ -44,6 +44,7 @@ from ._codegen import FastCodeGen
 from ._guards import InputGuard
 from .errors import (
     ConflictError,
+    InputStructureError,
     NotPreservedError,
     NotSwappableError,
     ReplacementError,
@@ -572,7 +573,28 @@ class _GraphWriter:
 
     def module(self, class_name: str) -> GraphModule:
         self.graph.set_codegen(FastCodeGen())
-        return GraphModule(self.attrs, self.graph, class_name=class_name)
+        return _ProgramModule(self.attrs, self.graph, class_name=class_name)
+
+
+class _ProgramModule(GraphModule):
+    """A GraphModule that says so when it is called with arguments its forward cannot take,
+    as it says when the arguments have another structure or size (InputStructureError),
+    instead of Python's bare ``TypeError: forward() takes 2 positional arguments``."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except TypeError as error:
+            # Only now, on the failure path: does the forward take these arguments at all?
+            try:
+                inspect.signature(self.forward).bind(*args, **kwargs)
+            except TypeError as problem:
+                raise InputStructureError(
+                    f"the program takes forward{inspect.signature(self.forward)} but was given "
+                    f"{len(args)} positional argument(s) and keyword(s) {sorted(kwargs)}: "
+                    f"{problem}. Call it with the arguments the model was exported with."
+                ) from None
+            raise error
 
 
 class _Builder(_GraphWriter):

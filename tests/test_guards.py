@@ -265,3 +265,31 @@ def test_eager_reference_checks_the_model_names_and_replacements(attend):
         gs.eager_reference(model, {"atn": nn.Identity()})
     with pytest.raises(gs.errors.VerifyError, match=r"is an int, not a torch.nn.Module"):
         gs.eager_reference(3, {})
+
+
+@pytest.mark.parametrize(
+    ("call", "why"),
+    [
+        (lambda gm, x: gm(x, x), "too many positional arguments"),
+        (lambda gm, x: gm(), "missing a required argument: 'h'"),
+        (lambda gm, x: gm(x, other=x), "unexpected keyword argument 'other'"),
+    ],
+    ids=["one too many", "none", "unknown keyword"],
+)
+def test_a_call_with_arguments_the_forward_cannot_take_is_a_structure_error(attend, call, why):
+    _model, h, ep = attend
+    for program in (gs.swap(ep, {}), gs.fuse(ep, "fc"), gs.swap(ep, {}, interpret=True)):
+        with pytest.raises(gs.InputStructureError, match=rf"forward\(h\).*{why}"):
+            call(program, h)
+
+
+def test_a_type_error_inside_the_program_is_not_taken_for_a_wrong_call(attend):
+    _model, h, ep = attend
+
+    class Raises(nn.Module):
+        def forward(self, q, k, v, need_weights=True):
+            raise TypeError("the replacement's own error")
+
+    with pytest.raises(TypeError, match="the replacement's own error") as caught:
+        gs.swap(ep, {"attn": Raises()})(h)
+    assert not isinstance(caught.value, gs.InputStructureError)
