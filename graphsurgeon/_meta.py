@@ -151,7 +151,7 @@ def describe_value(value: Any) -> str:
     """
     if isinstance(value, torch.Tensor):
         return tensor_text(value.shape, value.dtype)
-    if isinstance(value, (tuple, list, dict)) or pytree._is_namedtuple_instance(value):
+    if isinstance(value, (tuple, list, dict)) or pytree.is_namedtuple_instance(value):
         leaves, spec = pytree.tree_flatten(value)
         texts = [describe_value(v) if isinstance(v, torch.Tensor) else repr(v) for v in leaves]
         return f"{type(value).__name__} {format_structure(spec, texts)}"
