@@ -172,6 +172,8 @@ def _cmd_demo(options) -> int:
             f"--layers {options.layers}: the demo swaps the attention of layers.1, so it needs "
             f"{_DEMO_LAYERS[0]} to {_DEMO_LAYERS[1]} layers (the default is 4)"
         )
+    if options.rounds < 1:
+        return _fail(f"--rounds {options.rounds}: the forward is timed over at least 1 round")
     torch.manual_seed(0)
     model = TinyGPT(n_layers=options.layers).eval()
     tokens = model.example_input()
@@ -220,7 +222,7 @@ def _cmd_demo(options) -> int:
         runs: dict[str, list[float]] = {"eager": [], "swapped": []}
         for _ in range(5):
             reference(tokens), swapped(tokens)
-        for _ in range(100):
+        for _ in range(options.rounds):
             for name, module in (("eager", reference), ("swapped", swapped)):
                 start = time.perf_counter()
                 module(tokens)
@@ -243,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
 
     demo = commands.add_parser("demo", help="export a built-in transformer, swap a layer, verify")
     demo.add_argument("--layers", type=int, default=4, help="decoder layers, 2 to 64 (default 4)")
+    demo.add_argument(
+        "--rounds", type=int, default=100, help="timed forward runs of each model (default 100)"
+    )
     demo.set_defaults(run=_cmd_demo)
 
     modules = commands.add_parser("modules", help="the module tree of a .pt2 program as a table")

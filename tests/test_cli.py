@@ -204,6 +204,11 @@ def test_demo_with_too_few_or_too_many_layers_exits_2_with_one_line(capsys, laye
     assert f"--layers {layers}: the demo swaps the attention of layers.1" in one_error_line(capsys)
 
 
+def test_demo_with_no_timed_rounds_exits_2_with_one_line(capsys):
+    assert main(["demo", "--rounds", "0"]) == 2
+    assert "--rounds 0: the forward is timed over at least 1 round" in one_error_line(capsys)
+
+
 class FullDisk:
     """A standard output that refuses every write, as /dev/full does."""
 

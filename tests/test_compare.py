@@ -8,6 +8,7 @@ import pytest
 import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from models import Chain, Shared
 from torch import nn
 
 import graphsurgeon as gs
@@ -18,18 +19,6 @@ from graphsurgeon.examples import MLP, FusedAttention, TinyGPT
 from graphsurgeon.fuse import fused_call
 
 # -- tiny models --------------------------------------------------------------------------
-
-
-#   x ──▶ first (Linear) ──▶ act (ReLU) ──▶ last (Linear) ──▶ out
-class Chain(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.first = nn.Linear(4, 4)
-        self.act = nn.ReLU()
-        self.last = nn.Linear(4, 4)
-
-    def forward(self, x):
-        return self.last(self.act(self.first(x)))
 
 
 class ClampReLU(nn.Module):
@@ -67,17 +56,6 @@ class Loose(nn.Module):
 
     def forward(self, x):
         return x * 2, {"b": x + 1.5}
-
-
-#   x ──▶ shared ──▶ mid ──▶ shared (again: "shared@1") ──▶ out
-class Shared(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.shared = nn.Linear(4, 4)
-        self.mid = nn.Tanh()
-
-    def forward(self, x):
-        return self.shared(self.mid(self.shared(x)))
 
 
 def nudged(linear: nn.Linear, by: float) -> nn.Linear:

@@ -6,6 +6,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from models import Chain, Shared
 from torch import nn
 
 import graphsurgeon as gs
@@ -21,29 +22,6 @@ from graphsurgeon.step import (
 )
 
 # -- tiny models --------------------------------------------------------------------------
-
-
-#   x ──▶ first (Linear) ──▶ act (ReLU) ──▶ last (Linear) ──▶ out
-class Chain(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.first = nn.Linear(4, 4)
-        self.act = nn.ReLU()
-        self.last = nn.Linear(4, 4)
-
-    def forward(self, x):
-        return self.last(self.act(self.first(x)))
-
-
-#   x ──▶ shared ──▶ mid ──▶ shared (again, "shared@1") ──▶ * scale ──▶ out
-class Shared(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.shared = nn.Linear(4, 4)
-        self.mid = nn.Tanh()
-
-    def forward(self, x, *, scale=2.0):
-        return self.shared(self.mid(self.shared(x))) * scale
 
 
 #   x ──▶ proj (Linear) ──▶ sqrt ──▶ log ──▶ + 1 ──▶ out

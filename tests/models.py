@@ -1,0 +1,28 @@
+"""Small models the test modules share (drawn once here; each test module adds its own)."""
+
+from __future__ import annotations
+
+from torch import nn
+
+
+#   x ──▶ first (Linear) ──▶ act (ReLU) ──▶ last (Linear) ──▶ out
+class Chain(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first = nn.Linear(4, 4)
+        self.act = nn.ReLU()
+        self.last = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.last(self.act(self.first(x)))
+
+
+#   x ──▶ shared ──▶ mid ──▶ shared (again, "shared@1") ──▶ * scale ──▶ out
+class Shared(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.shared = nn.Linear(4, 4)
+        self.mid = nn.Tanh()
+
+    def forward(self, x, *, scale=2.0):
+        return self.shared(self.mid(self.shared(x))) * scale
