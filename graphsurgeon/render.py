@@ -200,7 +200,7 @@ class _Vertex:
     Only names: the cache of analyses must not keep programs alive through their nodes.
     """
 
-    __slots__ = ("chain", "inputs", "kind", "name", "params", "swap_call")
+    __slots__ = ("buffers", "chain", "folded", "inputs", "kind", "name", "params", "swap_call")
 
     def __init__(self, node: Node, kind: str, chain: tuple[str, ...]):
         self.name = node.name
@@ -209,6 +209,8 @@ class _Vertex:
         self.chain = chain  # module calls it is drawn in, outermost first
         self.inputs: list[tuple[str, str]] = []  # (producer vertex name, index path "[0]")
         self.params: list[str] = []  # names of the parameter vertices folded into it
+        self.buffers: list[str] = []  # names of the buffer vertices folded into it
+        self.folded = False  # a buffer read by this one node only: drawn inside its reader
 
 
 class _Call:
@@ -261,11 +263,16 @@ class _Analysis:
                     path = inner + path
                 through[node.name] = (source, path)
                 continue
+            if kind == _BUFFER and len(node.users) == 0:
+                kinds[node.name] = _HIDDEN  # a buffer nothing reads (num_batches_tracked in eval)
+                continue
             if kind == _HIDDEN:
                 continue
             if kind == _SWAPPED and chain and chain[-1] == node.meta[_meta.SWAPPED]:
                 chain = chain[:-1]  # the box is drawn where its module was, not inside it
             vertex = _Vertex(node, kind, chain)
+            # a buffer read by one node only is drawn inside it, as its parameters are
+            vertex.folded = kind == _BUFFER and len(node.users) == 1
             for argument in node.all_input_nodes:
                 source, path = through.get(argument.name, (argument.name, ""))
                 source_kind = kinds.get(source)
@@ -276,6 +283,10 @@ class _Analysis:
                         vertex.params.append(source)
                     for name in chain:
                         self.calls[name].params.add(source)
+                    continue
+                if source in self.by_name and self.by_name[source].folded:
+                    if source not in vertex.buffers:
+                        vertex.buffers.append(source)
                     continue
                 vertex.inputs.append((source, path))
             self.vertices.append(vertex)
@@ -552,7 +563,9 @@ class _Scene:
         self.chains = dict(chains or {})
         # original name -> name in the swapped program, for the original's edges in a diff
         self.aliases = dict(aliases or {})
-        self.vertices = [v for v in vertices if v.kind != _PARAMETER or show_parameters]
+        self.vertices = [
+            v for v in vertices if (v.kind != _PARAMETER and not v.folded) or show_parameters
+        ]
         self.show_parameters = show_parameters
         self.calls = calls
         # Vertices directly in each call ("" is the root), and the calls that hold any.
@@ -935,14 +948,16 @@ class _Writer:
         short, full = _op_name(node)
         label = _lines(short, value)
         tooltip = _lines(f"{node.name} = {full}", value)
-        if vertex.params and not self.scene.show_parameters:
-            targets = [self.context.targets.get(p, p) for p in vertex.params]
+        folded = vertex.params + vertex.buffers
+        if folded and not self.scene.show_parameters:
+            targets = [self.context.targets.get(p, p) for p in folded]
             names = [_relative(t, vertex.chain) for t in targets]
             label += "\n+ " + _shorten(", ".join(names), 40)
-            for name, target in zip(vertex.params, targets):
-                param = self.context.placeholders.get(name)
-                described = _value(param) if param is not None else ""
-                tooltip += f"\nparameter {target} {described}".rstrip()
+            for i, (name, target) in enumerate(zip(folded, targets)):
+                state = self.context.placeholders.get(name)
+                described = _value(state) if state is not None else ""
+                what = "parameter" if i < len(vertex.params) else "buffer"
+                tooltip += f"\n{what} {target} {described}".rstrip()
         return label, _lines(tooltip, _source(node))
 
     def _swapped_text(self, vertex: _Vertex) -> tuple[str, str]:
@@ -1074,7 +1089,7 @@ class _Writer:
             for source, path in vertex.inputs:
                 add(source, vertex.name, path, status.get(source) or status.get(vertex.name, ""))
             if self.scene.show_parameters:
-                for source in vertex.params:
+                for source in vertex.params + vertex.buffers:
                     add(source, vertex.name, "", status.get(vertex.name, ""))
         for source, target, path in self.extra_edges:
             add(source, target, path, "removed")

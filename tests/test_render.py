@@ -267,17 +267,16 @@ def shared():
     return exported(Shared().eval(), torch.randn(3, 4))
 
 
-def test_repeated_calls_buffers_constants_and_getitem_glue(shared):
+def test_repeated_calls_a_folded_buffer_constants_and_getitem_glue(shared):
     assert {"lin", "lin@1"} <= set(gs.partition(shared))
     expected = """\
-  "b_scale" [id="node:b_scale", class="buffer", label="scale\\nf32[4]", tooltip="b_scale: buffer scale\\nf32[4]", shape=cylinder, style=filled, fillcolor="#fef9c3"];
   "c_lifted_tensor_0" [id="node:c_lifted_tensor_0", class="constant", label="lifted_tensor_0\\nf32[4]", tooltip="c_lifted_tensor_0: constant lifted_tensor_0\\nf32[4]", shape=note, style=filled, fillcolor="#f3f4f6"];
   "x" [id="node:x", class="input", label="x\\nf32[3, 4]", tooltip="x: input of the program\\nf32[3, 4]", style=filled, fillcolor="#e5e7eb"];
   "linear" [id="node:linear", class="op module", label="lin: Linear\\naten.linear\\nf32[3, 4]\\n+ weight, bias", tooltip="lin: torch.nn.modules.linear.Linear\\n1 node, 20 parameters\\nswappable\\n\\nlinear = aten.linear.default\\nf32[3, 4]\\nparameter lin.weight f32[4, 4]\\nparameter lin.bias f32[4]", fillcolor="#eedef7"];
   "linear_1" [id="node:linear_1", class="op module", label="lin@1: Linear\\naten.linear\\nf32[3, 4]\\n+ weight, bias", tooltip="lin@1: torch.nn.modules.linear.Linear\\n1 node, 20 parameters\\nswappable\\n\\nlinear_1 = aten.linear.default\\nf32[3, 4]\\nparameter lin.weight f32[4, 4]\\nparameter lin.bias f32[4]", fillcolor="#eedef7"];
   "split" [id="node:split", class="op", label="aten.split\\n[f32[3, 2], f32[3, 2]]", tooltip="split = aten.split.Tensor\\n[f32[3, 2], f32[3, 2]]"];
   "cat" [id="node:cat", class="op", label="aten.cat\\nf32[3, 4]", tooltip="cat = aten.cat.default\\nf32[3, 4]"];
-  "mul" [id="node:mul", class="op", label="aten.mul\\nf32[3, 4]", tooltip="mul = aten.mul.Tensor\\nf32[3, 4]"];
+  "mul" [id="node:mul", class="op", label="aten.mul\\nf32[3, 4]\\n+ scale", tooltip="mul = aten.mul.Tensor\\nf32[3, 4]\\nbuffer scale f32[4]"];
   "lift_fresh_copy" [id="node:lift_fresh_copy", class="op", label="aten.lift_fresh_copy\\nf32[4]", tooltip="lift_fresh_copy = aten.lift_fresh_copy.default\\nf32[4]"];
   "detach_" [id="node:detach_", class="op", label="aten.detach_\\nf32[4]", tooltip="detach_ = aten.detach_.default\\nf32[4]"];
   "add" [id="node:add", class="op", label="aten.add\\nf32[3, 4]", tooltip="add = aten.add.Tensor\\nf32[3, 4]"];
@@ -288,7 +287,6 @@ def test_repeated_calls_buffers_constants_and_getitem_glue(shared):
   "split" -> "cat" [id="edge:split->cat", taillabel="[1]"];
   "split" -> "cat" [id="edge:split->cat:2", taillabel="[0]"];
   "cat" -> "mul" [id="edge:cat->mul"];
-  "b_scale" -> "mul" [id="edge:b_scale->mul"];
   "c_lifted_tensor_0" -> "lift_fresh_copy" [id="edge:c_lifted_tensor_0->lift_fresh_copy"];
   "lift_fresh_copy" -> "detach_" [id="edge:lift_fresh_copy->detach_"];
   "mul" -> "add" [id="edge:mul->add"];
@@ -741,3 +739,34 @@ def test_the_picture_maps_every_svg_id_to_what_it_draws(outer, swapped):
     box = boxed["module:block"]
     assert box.kind == "box" and box.calls == ("block",) and box.members == ("linear", "relu")
     assert boxed.element_of_node("relu") is box
+
+
+class ConvBN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.bn = nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)))
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+def test_buffers_nothing_reads_are_not_drawn_and_one_readers_fold_into_it(train):
+    torch.manual_seed(0)
+    model = ConvBN().train(train)
+    ep = gs.export(model, (torch.randn(2, 3, 8, 8),))
+    buffers = {n.name for n in ep.graph.nodes if n.name.startswith("b_")}
+    assert "b_bn_num_batches_tracked" in buffers, "precondition: BatchNorm buffers are inputs"
+    dot = to_dot(ep, collapse=None)
+    drawn = set(re.findall(r'id="node:(b_[^"]+)"', dot))
+    assert drawn == set(), "each buffer is unread or read by one node: none is drawn alone"
+    norm = next(line for line in dot.splitlines() if 'id="node:batch_norm' in line)
+    assert "+ weight, bias, running_mean, running_var" in norm
+    assert "buffer bn.running_mean f32[4]" in norm
+    if train:  # the counter is read (and written) by its add_: folded there
+        assert "+ num_batches_tracked" in dot
+    else:  # eval: nothing reads it
+        assert "num_batches_tracked" not in dot
+    shown = to_dot(ep, collapse=None, show_parameters=True)
+    assert 'id="node:b_bn_running_mean"' in shown, "show_parameters draws them, with edges"
