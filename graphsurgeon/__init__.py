@@ -18,6 +18,7 @@ Example:
 
 from . import errors, types
 from .compare import Comparison, compare
+from .drawing import Drawing, draw
 from .errors import (
     ExportError,
     GraphSurgeonError,
@@ -53,6 +54,7 @@ __all__ = [
     "compare",
     "to_dot",
     "to_svg",
+    "draw",
     "Stepper",
     "Surgery",
     # results a user names most (the rest: graphsurgeon.types)
@@ -61,6 +63,7 @@ __all__ = [
     "Partition",
     "VerifyReport",
     "Comparison",
+    "Drawing",
     # errors (every one: graphsurgeon.errors)
     "GraphSurgeonError",
     "ExportError",

@@ -281,6 +281,62 @@ class Comparison:
     def _repr_pretty_(self, printer, cycle) -> None:
         printer.text(str(self))
 
+    def _repr_html_(self) -> str:
+        from . import display as d
+
+        first = self.first_divergence
+        n = len(self.calls)
+        if first is None:
+            verdict = d.badge("no call diverges", "ok")
+        else:
+            verdict = d.badge(f"first divergence: {first}", "bad")
+        outputs = (
+            d.badge("outputs match", "ok")
+            if self.outputs.ok
+            else d.badge(f"outputs drift {_number(self.outputs.max_abs)}", "warn")
+        )
+        head = (
+            f'<div class="gs-title">compare {verdict} {outputs} <span class="gs-muted">{n} '
+            f"swapped call{'s' if n != 1 else ''}, rtol={self.rtol:g}, atol={self.atol:g}"
+            "</span></div>"
+        )
+        # the diverging calls first (in graph order: the first is where it starts), then the rest
+        ordered = [c for c in self.calls if not c.ok] + [c for c in self.calls if c.ok]
+        rows = [
+            [
+                d.badge("ok", "ok") if c.ok else d.badge("DIVERGES", "bad"),
+                c.call_name,
+                c.replacement,
+                len(c.leaves),
+                d.number(c.max_abs),
+                d.number(c.max_rel),
+                _number(c.input_drift),
+                c.problem,
+            ]
+            for c in ordered
+        ]
+        headers = ["", "call", "replacement", "leaves", "max abs", "max rel", "input drift", ""]
+        body = d.table(headers, rows, numeric=(3, 4, 5, 6), raw=(0,))
+        note = ""
+        if first is not None and self[first].input_drift and self[first].input_drift > 0:
+            note = (
+                f'<div class="gs-muted">{d.escape(first)} was compared on exactly what it '
+                f"received; its inputs had already drifted by "
+                f"{_number(self[first].input_drift)}.</div>"
+            )
+        elif first is None and not self.outputs.ok:
+            note = (
+                '<div class="gs-muted">no call diverges on its own, but small differences add '
+                "up downstream.</div>"
+            )
+        outputs_table = d.details("the program's outputs", self.outputs._repr_html_())
+        return head + body + note + outputs_table
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        from . import display
+
+        return display.bundle(self._repr_html_(), repr(self), include, exclude)
+
 
 def _number(x: float) -> str:
     if isinstance(x, float) and math.isnan(x):

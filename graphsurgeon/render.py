@@ -108,6 +108,13 @@ class GraphView:
     swapped: tuple[str, ...]
     fused: tuple[str, ...] = ()
 
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        """Shown as its picture, laid out (see :func:`graphsurgeon.draw`)."""
+        from .drawing import Drawing
+
+        drawing = Drawing(self, _layout(self.dot, "svg").decode(), self.picture.name, None)
+        return drawing._repr_mimebundle_(include, exclude)
+
 
 # -- what to draw: the program -----------------------------------------------------------
 

@@ -160,6 +160,33 @@ class Summary:
             parts.append(f"nan {self.nan}  inf {self.inf}")
         return "  ".join(parts)
 
+    def row(self) -> list[str]:
+        """The cells of this summary in :func:`summary_table`: name, value, statistics."""
+        if not self.is_tensor:
+            return [self.name, f"{self.type} {self.text}", "", "", "", "", ""]
+        value = f"{self.dtype}{list(self.shape)} {self.device}"
+        counts = f"{self.nan} / {self.inf}" if self.numel else ""
+        return [self.name, value, _g(self.min), _g(self.max), _g(self.mean), _g(self.std), counts]
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        from . import display
+
+        return display.bundle(summary_table([self]), str(self), include, exclude)
+
+
+def summary_table(summaries: list[Summary]) -> str:
+    """Summaries as one HTML table; a value holding a NaN or an Inf is marked."""
+    from . import display as d
+
+    rows = []
+    for summary in summaries:
+        cells = [d.escape(c) for c in summary.row()]
+        if not summary.finite:
+            cells[-1] = d.badge(summary.row()[-1] or "nan/inf", "bad")
+        rows.append(cells)
+    headers = ["node", "value", "min", "max", "mean", "std", "nan / inf"]
+    return d.table(headers, rows, numeric=(2, 3, 4, 5), raw=range(7))
+
 
 def _g(x: float | None) -> str:
     return "-" if x is None else f"{x:.4g}"
@@ -411,6 +438,15 @@ class StepResult:
         if self.reason == "end":
             text = f"{text}; the program finished"
         return f"{text} ({self.note})" if self.note else text
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        from . import display as d
+
+        kind = {"breakpoint": "warn", "end": "ok"}.get(self.reason, "info")
+        body = f"<div>{d.badge(self.reason, kind)} {d.escape(str(self))}</div>"
+        if len(self.ran) > 3:
+            body += d.details(f"{len(self.ran)} nodes ran", d.names(self.ran))
+        return d.bundle(body, str(self), include, exclude)
 
 
 # -- the graph's layout ---------------------------------------------------------------------
@@ -805,6 +841,38 @@ class Stepper:
         marks = f"; {count} breakpoint{'s' if count != 1 else ''}" if count else ""
         light = "; memory-light" if self._light else ""
         return f"<Stepper {self.where()}{marks}{light}>"
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        """Where the stepper is, the module calls around it, and the values at hand: what the
+        next node reads and the last values computed."""
+        from . import display as d
+
+        active = self._active()
+        body = f'<div class="gs-title">Stepper <span class="gs-muted">{d.escape(self.where())}</span></div>'
+        stack = self.stack
+        if stack:
+            crumbs = " › ".join(f"<code>{d.escape(c)}</code>" for c in stack)
+            body += f'<div><span class="gs-muted">in</span> {crumbs}</div>'
+        if active.error is not None:
+            body += f"<div>{d.badge('error', 'bad')} {d.escape(active.error)}</div>"
+        if len(self._breakpoints):
+            body += d.details(
+                f"{len(self._breakpoints)} breakpoints",
+                "<br>".join(d.escape(b) for b in self._breakpoints),
+            )
+        summaries = []
+        current = active.current
+        inputs = current.all_input_nodes if current is not None else []
+        recent = active._layout.nodes[max(0, active._pos - 4) : active._pos]
+        for node in [*inputs, *[n for n in recent if n not in inputs]]:
+            if node.op == "get_attr" and not isinstance(active._env.get(node), torch.Tensor):
+                continue  # the program's own constants (specs, what a check expects)
+            if node in active._env or node in active._summaries:
+                summaries.append(active.summary(node.name))
+        if summaries:
+            title = "what the next node reads, and the last values" if inputs else "the last values"
+            body += f'<div class="gs-muted">{title}</div>' + summary_table(summaries)
+        return d.bundle(body, repr(self), include, exclude)
 
     # -- moving -----------------------------------------------------------------------------
 

@@ -109,6 +109,32 @@ class SwapInfo:
         """The calls replaced by eager modules (not fused), in graph order."""
         return tuple(c for c in self.calls if c not in self.fused)
 
+    def __str__(self) -> str:
+        parts = [f"{len(self.swapped)} swapped"]
+        if self.fused:
+            parts.append(f"{len(self.fused)} fused")
+        return f"SwapInfo: {', '.join(parts)} ({', '.join(self.calls)}); {self.diff}"
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        from . import display as d
+
+        rows = []
+        for call, module in self.calls.items():
+            kind = "fused" if call in self.fused else "swapped"
+            part = self.partitions.get(call)
+            replaced = f"{len(part.nodes)} nodes of {part.type_name}" if part else ""
+            runs = "its own nodes" if kind == "fused" else type(module).__name__
+            rows.append(
+                [d.badge(kind, "info"), call, runs, replaced, self.call_nodes.get(call, "")]
+            )
+        table = d.table(
+            ["", "call", "runs", "in place of", "call node"],
+            [[r[0], *(d.escape(c) for c in r[1:])] for r in rows],
+            raw=range(5),
+        )
+        body = f'<div class="gs-title">{d.escape(str(self))}</div>{table}'
+        return d.bundle(body, str(self), include, exclude)
+
 
 _COMPUTATION = ("call_function", "call_module", "call_method")
 
@@ -140,6 +166,29 @@ class Diff:
 
     def __str__(self) -> str:
         return f"{len(self.removed)} removed, {len(self.added)} added, {len(self.kept)} kept"
+
+    def __repr__(self) -> str:
+        return f"<Diff: {self}>"
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        from . import display as d
+
+        head = (
+            f'<div class="gs-title">{d.badge(f"{len(self.removed)} removed", "bad")} '
+            f"{d.badge(f'{len(self.added)} added', 'ok')} "
+            f"{d.badge(f'{len(self.kept)} kept', 'info')} "
+            '<span class="gs-muted">computation nodes, against the original program</span></div>'
+        )
+        folds = []
+        for call, nodes in self.removed_by_call.items():
+            where = f"removed by {call}" if call else "removed outside any call (size arithmetic)"
+            folds.append(d.details(f"{d.escape(where)}: {len(nodes)}", d.names(nodes)))
+        folds.append(d.details(f"added: {len(self.added)}", d.names(self.added)))
+        folds.append(d.details(f"kept: {len(self.kept)}", d.names(self.kept)))
+        if self.renamed:
+            pairs = [f"{old} → {new}" for old, new in self.renamed.items()]
+            folds.append(d.details(f"renamed: {len(pairs)}", d.names(pairs)))
+        return d.bundle(head + "".join(folds), repr(self), include, exclude)
 
 
 def _diff(info: SwapInfo) -> Diff:

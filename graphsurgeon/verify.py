@@ -92,6 +92,51 @@ class VerifyReport:
     def _repr_pretty_(self, printer, cycle) -> None:
         printer.text(str(self))
 
+    def _repr_html_(self) -> str:
+        from . import display as d
+
+        verdict = d.badge("match", "ok") if self.ok else d.badge("MISMATCH", "bad")
+        n = len(self.leaves)
+        head = (
+            f'<div class="gs-title">verify {verdict} <span class="gs-muted">{n} output '
+            f"leaf{'s' if n != 1 else ''}, rtol={self.rtol:g}, atol={self.atol:g}</span></div>"
+        )
+        if self.structure_problem:
+            head += f"<div>{d.badge('structure', 'bad')} {d.escape(self.structure_problem)}</div>"
+        return head + leaf_table(self.leaves)
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        from . import display
+
+        return display.bundle(self._repr_html_(), str(self), include, exclude)
+
+
+def leaf_table(leaves: tuple[LeafCheck, ...], limit: int = 12) -> str:
+    """Leaves as an HTML table, the worst first (mismatches, then the largest relative error);
+    past ``limit`` rows the rest is folded."""
+    from . import display as d
+
+    def badness(leaf: LeafCheck) -> tuple:
+        rel = leaf.max_rel if leaf.max_rel == leaf.max_rel else math.inf  # NaN: unmeasured
+        return (leaf.ok, -rel)
+
+    rows = [
+        [
+            d.badge("ok", "ok") if leaf.ok else d.badge("differs", "bad"),
+            leaf.path or "(output)",
+            d.number(leaf.max_abs),
+            d.number(leaf.max_rel),
+            leaf.problem,
+        ]
+        for leaf in sorted(leaves, key=badness)
+    ]
+    headers = ["", "leaf", "max abs", "max rel", ""]
+    shown = d.table(headers, rows[:limit], numeric=(2, 3), raw=(0,))
+    if len(rows) <= limit:
+        return shown
+    rest = d.table(headers, rows[limit:], numeric=(2, 3), raw=(0,))
+    return shown + d.details(f"{len(rows) - limit} more leaves", rest)
+
 
 def as_callable(program: Any) -> Any:
     """A runnable module for an eager model, a GraphModule or an ExportedProgram.

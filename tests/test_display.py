@@ -1,0 +1,247 @@
+"""Notebook display: every result object's mime bundle (HTML structure, plain text), draw().
+
+The HTML is parsed, not matched as text: what is checked is its structure (tables, folds,
+badges, an inline <svg> with <title> tooltips) and that names from the program are text.
+"""
+
+from __future__ import annotations
+
+import html.parser
+import shutil
+
+import pytest
+import torch
+from torch import nn
+
+import graphsurgeon as gs
+from graphsurgeon.examples import FusedAttention, GeluTanhMLP, TinyGPT
+
+needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="graphviz `dot` not installed")
+
+
+class Elements(html.parser.HTMLParser):
+    """Every start tag with its attributes, the text, and whether the markup nests properly."""
+
+    VOID = frozenset(
+        {"br", "hr", "img", "input", "meta", "link", "path", "polygon", "ellipse", "polyline"}
+    )
+
+    def __init__(self, text: str):
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict]] = []
+        self.text: list[str] = []
+        self.open: list[str] = []
+        self.balanced = True
+        self.feed(text)
+        self.close()
+        self.balanced = self.balanced and not self.open
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+        if tag not in self.VOID:
+            self.open.append(tag)
+
+    def handle_startendtag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_endtag(self, tag):
+        if tag in self.VOID:
+            return
+        if not self.open or self.open[-1] != tag:
+            self.balanced = False
+            return
+        self.open.pop()
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+    def count(self, tag: str, **attrs) -> int:
+        return sum(
+            1
+            for t, a in self.tags
+            if t == tag and all(v in (a.get(k) or "").split() for k, v in attrs.items())
+        )
+
+    @property
+    def all_text(self) -> str:
+        return " ".join(self.text)
+
+
+def bundle_of(obj) -> tuple[Elements, str]:
+    data = obj._repr_mimebundle_()
+    assert set(data) == {"text/html", "text/plain"}
+    page = Elements(data["text/html"])
+    assert page.balanced, "the HTML nests properly"
+    assert page.count("div", **{"class": "gs-out"}) >= 1, "in its scoped container"
+    assert page.count("script") == 0 or isinstance(obj, gs.Drawing | gs.types.GraphView)
+    return page, data["text/plain"]
+
+
+@pytest.fixture(scope="module")
+def gpt():
+    torch.manual_seed(0)
+    model = TinyGPT(2).eval()
+    tokens = model.example_input()
+    ep = gs.export(model, (tokens,))
+    replacements = {
+        "layers.1.attn": FusedAttention(model.layers[1].attn),
+        "layers.0.mlp": GeluTanhMLP(model.layers[0].mlp),
+    }
+    swapped = gs.swap(ep, replacements)
+    return model, tokens, ep, swapped
+
+
+def test_a_verify_report_is_a_table_with_its_verdict(gpt):
+    model, tokens, _, swapped = gpt
+    report = gs.verify(model, swapped, (tokens,))
+    assert not report, "precondition: the approximate MLP makes the outputs differ"
+    page, plain = bundle_of(report)
+    assert plain == str(report) and plain.startswith("verify: MISMATCH")
+    assert page.count("span", **{"class": "gs-bad"}) >= 2  # the verdict and the leaf
+    assert page.count("table") == 1 and "values differ beyond tolerance" in page.all_text
+    same, _ = bundle_of(gs.verify(model, model, (tokens,)))
+    assert (
+        same.count("span", **{"class": "gs-ok"}) >= 2
+        and same.count("span", **{"class": "gs-bad"}) == 0
+    )
+
+
+def test_a_comparison_lists_the_diverging_call_first(gpt):
+    _, tokens, ep, swapped = gpt
+    comparison = gs.compare(ep, swapped, (tokens,))
+    assert comparison.first_divergence == "layers.0.mlp", "precondition"
+    page, plain = bundle_of(comparison)
+    assert plain == repr(comparison) and len(plain.splitlines()) == 1
+    cells = [d.strip() for d in page.text if d.strip()]
+    assert cells.index("layers.0.mlp") < cells.index("layers.1.attn")
+    assert "DIVERGES" in cells and "first divergence: layers.0.mlp" in cells
+    assert page.count("details") == 1, "the program's outputs, folded"
+
+
+def test_a_diff_shows_counts_and_folds_the_node_lists(gpt):
+    _, _, _, swapped = gpt
+    diff = gs.swap_info(swapped).diff
+    page, plain = bundle_of(diff)
+    assert plain == f"<Diff: {diff}>" and len(plain) < 80
+    assert f"{len(diff.removed)} removed" in page.all_text
+    assert page.count("details") >= 3, "removed per call, added, kept"
+    assert "linear_6" in page.all_text, "the node names are there, folded"
+
+
+def test_swap_info_tables_each_call(gpt):
+    _, _, _, swapped = gpt
+    page, plain = bundle_of(gs.swap_info(swapped))
+    assert "2 swapped" in plain and "\n" not in plain
+    assert page.count("tr") == 3 and "FusedAttention" in page.all_text
+
+
+def test_a_stepper_shows_where_it_is_its_stack_and_the_values_at_hand(gpt):
+    _, tokens, _, swapped = gpt
+    stepper = gs.Stepper(swapped, tokens)
+    stepper.run_to("layers.0.attn.q")
+    page, plain = bundle_of(stepper)
+    assert plain == repr(stepper)
+    assert [d for d in page.text if d in ("layers.0", "layers.0.attn", "layers.0.attn.q")] == [
+        "layers.0",
+        "layers.0.attn",
+        "layers.0.attn.q",
+    ], "the module stack, outermost first"
+    assert page.count("table") == 1 and "layer_norm" in page.all_text, "what the next node reads"
+    result = stepper.step(5)
+    page, plain = bundle_of(result)
+    assert plain == str(result) and page.count("details") == 1
+    summary_page, summary_plain = bundle_of(stepper.summary(result.last))
+    assert summary_plain == str(stepper.summary(result.last))
+    assert summary_page.count("td") == 7
+
+
+def test_a_summary_with_nan_is_marked():
+    summary = gs.types.Summary.of(torch.tensor([1.0, float("nan")]), name="x")
+    page, _ = bundle_of(summary)
+    assert page.count("span", **{"class": "gs-bad"}) == 1 and "1 / 0" in page.all_text
+
+
+@needs_dot
+def test_draw_shows_inline_svg_with_tooltips_ids_and_a_short_text(gpt):
+    _, _, ep, swapped = gpt
+    drawing = gs.draw(ep)
+    page, plain = bundle_of(drawing)
+    assert plain == repr(drawing) and plain.startswith("<Drawing of TinyGPT:")
+    assert page.count("svg") == 1 and page.count("img") == 0, "inline SVG, not an image"
+    assert page.count("title") > 10, "tooltips kept"
+    assert page.count("g", id="node:tokens") == 1, "the renderer's ids kept"
+    assert page.count("script") == 1 and page.count("button") == 3
+    assert "<?xml" not in drawing._repr_html_() and "<!--" not in drawing._repr_html_()
+    assert drawing.picture is drawing.view.picture and drawing.dot == drawing.view.dot
+    split = gs.draw(swapped, diff="split")
+    split_page, _ = bundle_of(split)
+    assert (
+        split_page.count("g", id="diff:before") == 1 and split_page.count("g", id="diff:after") == 1
+    )
+
+
+@needs_dot
+def test_draw_collapses_further_until_the_picture_fits_a_notebook():
+    from graphsurgeon.drawing import FIT_WIDTH, MAX_HEIGHT
+
+    torch.manual_seed(0)
+    model = TinyGPT(4).eval()
+    ep = gs.export(model, (model.example_input(),))
+    tall = gs.to_svg(ep)  # the budget of to_svg: 300 nodes
+    width, height = gs.drawing._size(tall)
+    assert height * min(1, FIT_WIDTH / width) > MAX_HEIGHT, "precondition: too tall to fit"
+    drawing = gs.draw(ep)
+    assert drawing.height * min(1, FIT_WIDTH / drawing.width) <= MAX_HEIGHT
+    assert drawing.max_nodes < 300 and drawing.view.collapsed
+    told = gs.draw(ep, max_nodes=300)
+    assert told.max_nodes is None and told.height == height, "a budget given is kept"
+
+
+@needs_dot
+def test_draw_saves_svg_dot_and_png(gpt, tmp_path):
+    _, _, ep, _ = gpt
+    drawing = gs.draw(ep)
+    assert drawing.save(tmp_path / "p.svg").read_text() == drawing.svg
+    assert drawing.save(tmp_path / "p.dot").read_text() == drawing.dot
+    assert drawing.save(tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(gs.errors.RenderError, match=r"\.svg, \.dot, \.png or \.pdf"):
+        drawing.save(tmp_path / "p.txt")
+
+
+class Named(nn.Module):
+    """A model whose module names are markup: they must show as text, never run."""
+
+    NAMES = ("<img src=x onerror=alert(1)>", "</svg><script>alert(2)</script>")
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleDict({name: nn.Linear(2, 2) for name in self.NAMES})
+
+    def forward(self, x):
+        for block in self.blocks.values():
+            x = torch.relu(block(x))
+        return x
+
+
+@needs_dot
+def test_module_names_that_are_markup_show_as_text_and_run_nothing():
+    torch.manual_seed(0)
+    model, x = Named(), torch.randn(1, 2)
+    ep = gs.export(model, (x,))
+    swapped = gs.swap(ep, {f"blocks.{Named.NAMES[0]}": nn.Tanh()})
+    objects = [
+        gs.draw(ep, collapse=None),
+        gs.draw(swapped, diff="split"),
+        gs.swap_info(swapped),
+        gs.swap_info(swapped).diff,
+        gs.compare(ep, swapped, (x,)),
+    ]
+    for obj in objects:
+        page, _ = bundle_of(obj)
+        assert page.count("img") == 0, type(obj).__name__
+        scripts = page.count("script")
+        assert scripts == (1 if isinstance(obj, gs.Drawing) else 0), "only the vendored one"
+        markup = obj._repr_mimebundle_()["text/html"]
+        assert "<img src=x" not in markup and "<script>alert(2)" not in markup
+        if isinstance(obj, gs.Drawing):
+            assert any(Named.NAMES[0] in text for text in page.text), "shown as text"
