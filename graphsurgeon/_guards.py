@@ -9,7 +9,8 @@ same, at its first node, and says which input is wrong, what it got and what it 
   range of its symbol, and sizes that share a symbol equal to each other;
 * each Python constant input (int, float, bool, str): equal to the value at export;
 * each dynamic int input: within its range;
-* the relations torch's tracer recorded between inputs (``ep._guards_code``).
+* the relations torch's tracer recorded between inputs (``ep._guards_code``), whichever way
+  the tracer named the inputs (:func:`tracer_sources`).
 
 The check is generated as one small Python function per program (a handful of comparisons per
 input), so it costs well under a microsecond per input. When it fails, the same checks run again
@@ -18,17 +19,29 @@ slowly to explain the first one that fails.
 
 from __future__ import annotations
 
+import ast
+import builtins
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
 
-from ._meta import describe_spec, format_structure
-from .errors import GuardError, InputStructureError
+from ._meta import describe_spec, format_structure, leaf_keystrs, tensor_text
+from .errors import GuardError, InputStructureError, SwapError
 
-__all__ = ["InputGuard"]
+__all__ = ["InputGuard", "tracer_sources"]
+
+# What a printed guard may call besides the inputs (torch evaluates them with the same).
+_GUARD_NAMES: dict[str, Any] = {"Tensor": torch.Tensor, "math": math, "torch": torch}
+try:
+    from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
+
+    _GUARD_NAMES = {**SYMPY_INTERP, "inf": math.inf, **_GUARD_NAMES}
+except ImportError:  # pragma: no cover - an older torch
+    pass
 
 
 class _Check:
@@ -51,6 +64,10 @@ class InputGuard:
     structured argument is flattened and its structure checked first
     (:class:`~graphsurgeon.InputStructureError`), then every leaf
     (:class:`~graphsurgeon.GuardError`).
+
+    ``tracer_guards`` are torch's own conditions on the inputs (``ep._guards_code``); each input
+    leaf is found in them by every name torch gives it (:func:`tracer_sources`), and
+    ``sources`` (name -> leaf position) adds names of the caller's own.
     """
 
     def __init__(
@@ -70,12 +87,16 @@ class InputGuard:
             deferred += self._leaf(i, path, value, range_constraints)
         for i, dim, expr in deferred:
             self._derived(i, dim, expr)
+        self._values = [value for _, value in leaves]
+        self._shape_guards: list | None = None  # (printed, expr) of the shape env, when needed
+        names = {**tracer_sources(self.arguments), **(sources or {})}
+        table = _source_table(names)
         for guard in tracer_guards or ():
-            self._tracer_guard(guard, sources or {})
+            self._tracer_guard(guard, table)
+        self._values, self._shape_guards = [], None  # needed only while building
         self.source = self._source()
         namespace: dict[str, Any] = {
-            "Tensor": torch.Tensor,
-            "math": math,
+            **_GUARD_NAMES,
             "_fail": self._fail,
             "_flatten": pytree.tree_flatten,
             "_structure": self._structure_fail,
@@ -233,23 +254,75 @@ class InputGuard:
             )
         )
 
-    def _tracer_guard(self, guard: str, sources: dict[str, int]) -> None:
-        code = guard
-        # longest first: L['x'] must not replace the start of L['x']['a']
-        for source in sorted(sources, key=len, reverse=True):
-            code = code.replace(source, f"a{sources[source]}")
-        if "L[" in code:
-            return  # names something that is not an input leaf
-        try:
-            compile(code, "<guard>", "eval")
-        except SyntaxError:
-            return
-        shown = guard
-        for source, i in sources.items():
-            shown = shown.replace(source, self.paths[i])
+    def _tracer_guard(self, guard: str, table: dict[str, int]) -> None:
+        """One condition torch's tracer recorded, checked on the leaves it names.
+
+        The leaves are found by the names torch gives them. A condition that names something
+        else (a form of naming this torch version does not use, or a program whose argument
+        names were lost) is not dropped: its symbols are sizes of input leaves, which the
+        check reads anyway, so it is written over those instead (:meth:`_guard_from_symbols`).
+        When even that is impossible (a loaded program keeps the conditions as text only),
+        the program is refused: running it unchecked could compute something other than the
+        program, silently, on inputs ``ep.module()`` refuses."""
+        renamed = _rename(guard, table)
+        if renamed is None:
+            renamed = self._guard_from_symbols(guard)
+        if renamed is None:
+            raise SwapError(
+                f"cannot check the program's input condition {guard!r} (recorded by torch's "
+                f"tracer in ep._guards_code): it names something that is not one of the "
+                f"program's inputs ({', '.join(repr(p) for p in self.paths) or 'none'}), and "
+                "the program keeps no symbolic form of it. Export the model again in this "
+                "process (gs.export), so the condition can be read from the export."
+            )
+        code, reads = renamed
+        if code is None:
+            return  # the condition holds whatever the inputs (it names no input at all)
+        paths = {f"a{i}": path for i, path in enumerate(self.paths)}
+        shown = _show(code, paths)
+        shown_reads = [(_show(read, paths), read) for read in reads]
         self.checks.append(
-            _Check(code, lambda v, s=shown: f"the inputs break a condition of the program: {s}")
+            _Check(
+                code,
+                lambda v, s=shown, r=shown_reads: (
+                    f"the inputs break a condition of the program: {s} ({_arrived(r, v)})"
+                ),
+            )
         )
+
+    def _guard_from_symbols(self, guard: str) -> tuple[str | None, list[str]] | None:
+        """``guard`` written over the input sizes that define its symbols, or None.
+
+        torch printed each condition of its shape environment with its own names for the
+        inputs; the same expression, printed with each symbol as the input size it stands for
+        (``a0.shape[0]``), says the same of the inputs as they arrive."""
+        if self._shape_guards is None:
+            self._shape_guards = _shape_guards(self._values)
+        expr = next((e for printed, e in self._shape_guards if printed == guard), None)
+        if expr is None:
+            return None
+        try:
+            import sympy
+            from torch.utils._sympy.printers import PythonPrinter
+
+            reads, substitutions = [], {}
+            for symbol in expr.free_symbols:
+                first = self.symbols.get(symbol)
+                if first is None:
+                    return None  # a symbol no input size defines
+                j, dim = first
+                read = f"a{j}.shape[{dim}]" if dim is not None else f"a{j}"
+                reads.append(read)
+                substitutions[symbol] = sympy.Symbol(read, integer=True)
+            written = expr.xreplace(substitutions)
+            if written is sympy.true:
+                return None, []
+            code = PythonPrinter().doprint(written)
+            if not _runnable(ast.parse(code, mode="eval")):
+                return None
+        except Exception:  # an expression the printer cannot write
+            return None
+        return code, sorted(reads)
 
     def _source(self) -> str:
         names = [f"p{k}" for k in range(len(self.arguments))]
@@ -304,7 +377,193 @@ def _error(explained: str | Exception) -> Exception:
 
 def _eval(code: str, leaves: tuple) -> Any:
     names = {f"a{i}": v for i, v in enumerate(leaves)}
-    return eval(code, {"Tensor": torch.Tensor, "math": math}, names)
+    return eval(code, dict(_GUARD_NAMES), names)
+
+
+# -- torch's names for the inputs ----------------------------------------------------------
+
+
+def tracer_sources(arguments: Sequence[tuple[str, Any]]) -> dict[str, int]:
+    """Every name torch's tracers give each input leaf in ``ep._guards_code`` -> its position.
+
+    ``arguments`` are the program's top-level arguments ``(name, spec)`` in order (a leaf spec,
+    or None, for a plain value); leaves are numbered across all of them, as flattened. torch
+    names a leaf:
+
+    * by its argument and key path (non-strict export): ``L['x']``, ``L['d']['a']``,
+      ``L['t'][0]``;
+    * inside a ``*args`` tuple, which the program takes as arguments ``args_0``, ``args_1``:
+      ``L['args'][0]``;
+    * by its position among all flattened inputs (strict export, and export's newer tracer):
+      ``L['flat_args'][3]``.
+
+    A real argument's name comes first: a program whose argument is called ``flat_args`` or
+    ``args`` reads those names as that argument (non-strict export writes them so).
+
+    Example:
+        >>> import torch.utils._pytree as pytree
+        >>> tracer_sources([("x", None), ("d", pytree.tree_structure({"a": 0}))])
+        {"L['x']": 0, "L['d']['a']": 1, "L['flat_args'][0]": 0, "L['flat_args'][1]": 1}
+    """
+    own: dict[str, int] = {}
+    aliases: dict[str, int] = {}
+    leaf = 0
+    for name, spec in arguments:
+        keys = [""] if spec is None or spec.is_leaf() else leaf_keystrs(spec)
+        varargs = re.fullmatch(r"(.+)_(\d+)", name)
+        for keys_text in keys:
+            own[f"L[{name!r}]{keys_text}"] = leaf
+            if varargs is not None:
+                alias = f"L[{varargs.group(1)!r}][{int(varargs.group(2))}]{keys_text}"
+                aliases.setdefault(alias, leaf)
+            leaf += 1
+    for position in range(leaf):
+        aliases.setdefault(f"L['flat_args'][{position}]", position)
+    for alias, position in aliases.items():
+        own.setdefault(alias, position)
+    return own
+
+
+def _source_table(sources: dict[str, int]) -> dict[str, int]:
+    """``sources`` keyed by the parsed form of each name (its ``ast.dump``), so a name is
+    found in a guard however it is spaced, and never inside a longer one."""
+    table: dict[str, int] = {}
+    for text, position in sources.items():
+        try:
+            table.setdefault(ast.dump(ast.parse(text, mode="eval").body), position)
+        except SyntaxError:
+            continue
+    return table
+
+
+class _Renamer(ast.NodeTransformer):
+    """Replaces each input named in a guard by its leaf (``a0``); outermost names first."""
+
+    def __init__(self, table: dict[str, int]):
+        self.table = table
+
+    def _named(self, node: ast.AST) -> ast.AST:
+        position = self.table.get(ast.dump(node))
+        if position is not None:
+            return ast.copy_location(ast.Name(id=f"a{position}", ctx=ast.Load()), node)
+        return self.generic_visit(node)
+
+    visit_Subscript = visit_Attribute = visit_Name = _named
+
+
+def _rename(guard: str, table: dict[str, int]) -> tuple[str | None, list[str]] | None:
+    """``guard`` as code over the leaves ``a0, a1...`` and what it reads of them (``a0.size()[0]``),
+    or None when it names anything else torch's tracer has a name for (``L[...]``)."""
+    try:
+        tree = ast.parse(guard.strip(), mode="eval")
+    except SyntaxError:
+        return None
+    tree = ast.fix_missing_locations(_Renamer(table).visit(tree))
+    if not _runnable(tree):
+        return None
+    return ast.unparse(tree), _reads(tree)
+
+
+def _runnable(tree: ast.AST) -> bool:
+    """Whether every name ``tree`` reads is a leaf (``a0``) or one the check defines: an
+    input torch names otherwise (``L[...]``) would fail the check on every call."""
+    return all(
+        re.fullmatch(r"a\d+", node.id) or node.id in _GUARD_NAMES or hasattr(builtins, node.id)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Name)
+    )
+
+
+def _reads(tree: ast.AST) -> list[str]:
+    """The largest expressions of ``tree`` that only read a leaf (``a0.size()[0]``, ``a1``)."""
+
+    def reads_leaf(node: ast.AST) -> bool:
+        if isinstance(node, ast.Name):
+            return re.fullmatch(r"a\d+", node.id) is not None
+        if isinstance(node, (ast.Attribute, ast.Subscript)):
+            return reads_leaf(node.value) and (
+                isinstance(node, ast.Attribute) or isinstance(node.slice, ast.Constant)
+            )
+        if isinstance(node, ast.Call):  # a0.size(), a0.stride(0)
+            return (
+                isinstance(node.func, ast.Attribute)
+                and reads_leaf(node.func)
+                and not node.keywords
+                and all(isinstance(a, ast.Constant) for a in node.args)
+            )
+        return False
+
+    found: list[str] = []
+
+    def walk(node: ast.AST) -> None:
+        if reads_leaf(node):
+            text = ast.unparse(node)
+            if text not in found:
+                found.append(text)
+            return
+        for child in ast.iter_child_nodes(node):
+            walk(child)
+
+    walk(tree)
+    return found
+
+
+def _show(code: str, paths: dict[str, str]) -> str:
+    """``code`` with each leaf ``a0`` written as the user names it (``x``, ``d['a']``)."""
+    tree = ast.parse(code, mode="eval")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in paths:
+            node.id = paths[node.id]
+    return ast.unparse(tree)
+
+
+def _arrived(reads: list[tuple[str, str]], leaves: tuple) -> str:
+    """What the inputs a failed condition reads were: ``x.size()[0] is 5``."""
+    parts = []
+    for shown, code in reads:
+        try:
+            value = _eval(code, leaves)
+        except Exception:
+            continue
+        if isinstance(value, torch.Tensor):
+            text = f"a tensor {tensor_text(value.shape, value.dtype)}"
+        elif isinstance(value, torch.Size):
+            text = str(list(value))
+        else:
+            text = repr(value)
+        parts.append(f"{shown} is {text}")
+    return ", ".join(parts) or "with these inputs"
+
+
+def _shape_guards(values: Sequence[Any]) -> list:
+    """Each condition of the shape environment the fake input ``values`` belong to, as
+    ``(printed as in ep._guards_code, expression)``; empty without one."""
+    shape_env = None
+    for value in values:
+        sizes = value.shape if isinstance(value, torch.Tensor) else (value,)
+        for size in sizes:
+            if isinstance(size, torch.SymInt):
+                shape_env = size.node.shape_env
+                break
+        if shape_env is not None:
+            break
+    if shape_env is None:
+        return []
+    try:
+        from torch.fx.experimental.symbolic_shapes import ShapeGuardPythonPrinter
+
+        printer = ShapeGuardPythonPrinter(
+            shape_env.var_to_sources, lambda source: source.name, shape_env.var_to_sources
+        )
+        found = []
+        for guard in shape_env.guards:
+            try:
+                found.append((printer.doprint(guard.expr), guard.expr))
+            except Exception:
+                continue
+        return found
+    except Exception:  # a shape environment of another torch version
+        return []
 
 
 def _range(value_range) -> tuple[int | None, int | None]:

@@ -186,6 +186,12 @@ _CULPRIT = re.compile(r"_export_root\.([A-Za-z0-9_.]+)")
 def _culprits(error: BaseException, candidates: list[str]) -> list[str]:
     text = str(error)
     found = [m.rstrip(".:") for m in _CULPRIT.findall(text)]
+    if isinstance(error, KeyError) and error.args and isinstance(error.args[0], str):
+        # strict export fails on a module it reached by a path it cannot look up, and names
+        # that path as it wrote it: KeyError: "getattr(L['self'], 'x y')" is module 'x y'
+        from .partition import _source_fqn  # (partition reads this module's notes)
+
+        found.append(_source_fqn(error.args[0]))
     return [f for f in dict.fromkeys(found) if f in candidates]
 
 

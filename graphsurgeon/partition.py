@@ -8,6 +8,10 @@ same module (k >= 1), so a module called twice has two partitions, ``"shared"`` 
 
 from __future__ import annotations
 
+import ast
+import functools
+import re
+import warnings
 import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -222,6 +226,8 @@ class CallIndex:
         self.calls: dict[str, Call] = {}
         # modules whose own name ends in "@k", as graphsurgeon names repeated calls
         self.ambiguous: list[str] = []
+        # (stack key, recorded path) of every stack entry -> (fqn, call index)
+        self._entries = _number_calls(nodes)
         interned: dict[tuple[str, ...], tuple[str, ...]] = {}
         chains: dict[str, tuple[str, ...]] = {}
         pending: list[Node] = []  # placed by their users, once those are settled
@@ -264,16 +270,16 @@ class CallIndex:
                 continue
             if path == _meta.EMPTY_STACK_KEY:
                 continue
-            index = _call_index_of(str(key), path)
-            name = call_name(path, index)
+            fqn, index = self._entries[(str(key), path)]
+            name = call_name(fqn, index)
             if name in names:
                 continue
             if name not in self.calls:
-                if CALL_SUFFIX.search(path) and path not in self.ambiguous:
-                    self.ambiguous.append(path)
+                if CALL_SUFFIX.search(fqn) and fqn not in self.ambiguous:
+                    self.ambiguous.append(fqn)
                 parent = names[-1] if names else ""
                 type_ = _type_text(value[1]) if len(value) > 1 else ""
-                self.calls[name] = Call(name, path, index, parent, len(names) + 1, type_)
+                self.calls[name] = Call(name, fqn, index, parent, len(names) + 1, type_)
             names.append(name)
         return tuple(names)
 
@@ -287,16 +293,130 @@ class CallIndex:
         return chain[-1] if chain else ""
 
 
-def _call_index_of(key: str, path: str) -> int:
-    """Which call of module ``path`` a stack key records. torch writes the key as a prefix, the
-    path, and ``@k`` for the k-th repeated call: ``L__self__blk@1`` is the second call of
-    ``blk``, or the first of a module registered as ``"blk@1"``, whose path says which."""
-    if key.endswith(path):
-        return 0
+# A key torch's strict tracer (dynamo) writes: the module's id, "@k" from its second call on.
+_ID_KEY = re.compile(r"\d+(?:@\d+)?")
+
+
+def _number_calls(nodes: list[Node]) -> dict[tuple[str, str], tuple[str, int]]:
+    """The module call each ``nn_module_stack`` entry of ``nodes`` records: ``(key, path)`` ->
+    ``(fqn, call index)``, numbered as torch's non-strict export numbers them.
+
+    Both exports write ``@k`` on the key of the k-th repeated call, but the strict one counts the
+    calls of each *spelling* of the path (``layers.1`` and ``getattr(L['self'].layers, '1')`` are
+    one module reached two ways, each counted from 0). When a module is reached by one spelling
+    only, its ``@k`` is the call index (and stays right when a call left no node). When by
+    several, its calls are numbered again in the order the graph first reaches them, which is
+    the order they ran in."""
+    seen: dict[tuple[str, str], tuple[str, str, int]] = {}  # in order of first appearance
+    for node in nodes:
+        for key, value in (node.meta.get("nn_module_stack") or {}).items():
+            if isinstance(value, tuple) and value and isinstance(value[0], str):
+                entry = (str(key), value[0])
+                if entry not in seen:
+                    seen[entry] = _read_entry(*entry)
+    spellings: dict[str, set[str]] = {}
+    for fqn, spelling, _ in seen.values():
+        spellings.setdefault(fqn, set()).add(spelling)
+    numbered: dict[tuple[str, str], tuple[str, int]] = {}
+    ranks: dict[str, dict[tuple[str, int], int]] = {}
+    for entry, (fqn, spelling, k) in seen.items():
+        if len(spellings[fqn]) > 1:
+            rank = ranks.setdefault(fqn, {})
+            k = rank.setdefault((spelling, k), len(rank))
+        numbered[entry] = (fqn, k)
+    return numbered
+
+
+def _read_entry(key: str, path: str) -> tuple[str, str, int]:
+    """One stack entry as ``(fqn, the path as recorded, torch's call number)``.
+
+    * non-strict export writes the key as a prefix, the fqn and ``@k``: ``L__self__blk@1`` is
+      the second call of ``blk``, or the first of a module registered as ``"blk@1"``, whose
+      path says which (a symbolically traced graph writes the fqn alone);
+    * strict export keys the entry by the module's id (``140534481052752@1``) and records the
+      path as the Python expression that reached the module (:func:`_source_fqn`)."""
     match = CALL_SUFFIX.search(key)
-    if match is not None and key[: match.start()].endswith(path):
-        return int(match.group(1))
-    return 0
+    if not _ID_KEY.fullmatch(key):
+        if key.endswith(path):
+            return path, path, 0
+        if match is not None and key[: match.start()].endswith(path):
+            return path, path, int(match.group(1))
+    return _source_fqn(path), path, int(match.group(1)) if match else 0
+
+
+@functools.lru_cache(maxsize=4096)
+def _source_fqn(path: str) -> str:
+    r"""The fqn of a module path as torch's strict tracer records it, or ``path`` itself when
+    it is not written that way.
+
+    Strict export records the Python expression that reached the module, with its
+    ``L['self'].`` removed and each ``._modules['name']`` shortened to ``.name`` where ``name``
+    holds no quote or ``]`` (written as ``repr`` writes it, without the quotes)::
+
+        blk, layers.0, d.x y                   ->  blk, layers.0, d.x y
+        d._modules['a"b'], d._modules['q]r']   ->  d.a"b, d.q]r
+        d.c\nd (a newline, as repr writes it)  ->  d.c<a newline>d
+        getattr(L['self'], 'blk@1').lin        ->  blk@1.lin
+        getattr(L['self'].layers, '1')         ->  layers.1
+        L['self'].layers[0]                    ->  layers.0
+    """
+    names = _source_names(path)
+    return ".".join(names) if names is not None else path
+
+
+_ROOT_SOURCE = "L['self']"
+_CONTAINERS = ("._modules", "._parameters", "._buffers")
+
+
+def _source_names(expression: str) -> list[str] | None:
+    """The module names along ``expression`` (see :func:`_source_fqn`), or None when it is
+    not such an expression. A module name never holds a dot, so every dot outside a quoted
+    name separates two steps; the quoted forms are tried first, and each split is kept only
+    if the rest reads too."""
+    if expression in ("", _ROOT_SOURCE):
+        return []
+    if expression.startswith("getattr(") and expression.endswith(")"):
+        inner = expression[len("getattr(") : -1]
+        at = inner.rfind(", ")
+        while at > 0:
+            member = _literal(inner[at + 2 :])
+            if isinstance(member, str):
+                base = _source_names(inner[:at])
+                if base is not None:
+                    return [*base, member]
+            at = inner.rfind(", ", 0, at)
+    if expression.endswith("]"):
+        at = expression.rfind("[")
+        while at > 0:
+            key = _literal(expression[at + 1 : -1])
+            if isinstance(key, (str, int)) and not isinstance(key, bool):
+                base = expression[:at]
+                for container in _CONTAINERS:
+                    base = base.removesuffix(container)
+                names = _source_names(base)
+                if names is not None:
+                    return [*names, str(key)]
+            at = expression.rfind("[", 0, at)
+    base, dot, member = expression.rpartition(".")
+    if not member or any(c in member for c in "'\"]"):
+        return None
+    if not member.isidentifier():
+        # a shortened ._modules['c\\nd']: the name as repr writes it, without its quotes
+        member = _literal(f"'{member}'")
+        if not isinstance(member, str):
+            return None
+    names = _source_names(base) if dot else []
+    return None if names is None else [*names, member]
+
+
+def _literal(text: str):
+    """``text`` read as a Python literal, or None."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # an invalid escape is no literal of ours either
+            return ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
 
 
 def _common_prefix(chains: list[tuple[str, ...]]) -> tuple[str, ...]:
@@ -560,6 +680,14 @@ class ProgramIndex:
         if foreign is not None:
             reader, value = foreign
             inputs = ", ".join(repr(n) for n in _meta.graph_names(signature.inputs)) or "none"
+            if not signature.inputs and not signature.outputs:
+                return (
+                    f"torch.export recorded an empty call signature for it (no inputs, no "
+                    f"outputs), though node {reader.name!r} reads {value.name!r}: strict export "
+                    "does this for some module names (ones holding quotes, backslashes or "
+                    "newlines). Export with strict=False, or register the module under a "
+                    "plain name"
+                )
             return (
                 f"node {reader.name!r} reads {value.name!r}, which is not one of its inputs "
                 f"({inputs}): the preserved signature does not describe this graph (was the "

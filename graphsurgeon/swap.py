@@ -769,8 +769,10 @@ class _Builder(_GraphWriter):
         if sum(s.num_leaves for _, s in arguments) != len(user_leaves):
             raise SwapError("internal: the program's input structure does not match its inputs")
         offset = 0
-        described: list[tuple[str, Any, list[tuple[str, Any]]]] = []  # what the guard checks
-        sources: dict[str, int] = {}  # how torch's guards name each leaf: L['x'], L['d']['a']
+        # what the guard checks; it finds each leaf in torch's own guards (ep._guards_code) by
+        # every name torch's tracers give it (L['x'], L['d']['a'], L['flat_args'][3]), from the
+        # argument names and structures described here (_guards.tracer_sources)
+        described: list[tuple[str, Any, list[tuple[str, Any]]]] = []
         placeholders: list[Node] = []
         for argument, spec in arguments:
             leaves = user_leaves[offset : offset + spec.num_leaves]
@@ -780,7 +782,6 @@ class _Builder(_GraphWriter):
             placeholders.append(node)
             checked = []
             for leaf, keys in zip(leaves, _meta.leaf_keystrs(spec)):
-                sources[f"L[{argument!r}]{keys}"] = len(sources)
                 checked.append((f"{argument}{keys}", leaf.meta.get("val")))
             described.append((argument, spec, checked))
             if spec.is_leaf():
@@ -794,7 +795,7 @@ class _Builder(_GraphWriter):
                 self.env[leaf] = _Leaf(source, i, name=leaf.name, meta=dict(leaf.meta))
         if placeholders:
             guard = InputGuard(
-                described, dict(ep.range_constraints), getattr(ep, "_guards_code", ()), sources
+                described, dict(ep.range_constraints), getattr(ep, "_guards_code", ())
             )
             args = (self.constant_node(guard, "input_guard"), *placeholders)
             node = self.graph.create_node(
