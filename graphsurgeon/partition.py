@@ -712,12 +712,16 @@ class ProgramIndex:
         """A value the call reads from outside that its signature does not pass in, if any.
 
         Lifted state (parameters, buffers, constants) and symbolic sizes are read from
-        outside legitimately: the replacement brings its own.
+        outside legitimately: the replacement brings its own. So is state an earlier call
+        wrote in place (a buffer's ``add_`` in the first call of a module called twice): the
+        value read is the buffer, as the earlier call left it.
         """
         declared = set(_meta.graph_names(signature.inputs))
         for node in nodes:
             for value in node.all_input_nodes:
                 if value in members or value.name in declared or value.name in self.lifted:
+                    continue
+                if self._written_state(value):
                     continue
                 if value.op == "get_attr" or isinstance(
                     value.meta.get("val"),
@@ -726,6 +730,18 @@ class ProgramIndex:
                     continue
                 return node, value
         return None
+
+    def _written_state(self, value: Node) -> bool:
+        """Whether ``value`` is lifted state written in place (its alias chain ends there)."""
+        seen = 0
+        while seen < 1000:
+            alias = in_place_alias(value)
+            if alias is None:
+                return False
+            value, seen = alias, seen + 1
+            if value.op == "placeholder" and value.name in self.lifted:
+                return True
+        return False
 
     def _resolves_outside(self, node: Node, members: set[Node]) -> bool:
         """True when ``node`` is an in-place write whose alias chain ends outside the call."""

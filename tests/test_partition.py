@@ -280,3 +280,64 @@ def test_module_names_that_are_keywords_or_hold_quotes_work_everywhere():
     with torch.no_grad():
         assert torch.equal(fused(x), model(x))
     assert "d.in" in gs.to_dot(gm)
+
+
+class Counter(nn.Module):
+    """Adds its input's mean to a buffer in place, and reads it back."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.register_buffer("total", torch.zeros(3))
+
+    def forward(self, x):
+        self.total.add_(x.mean(0))
+        return self.lin(x) + self.total
+
+
+class CountsTwice(nn.Module):
+    #   x ──▶ counter (writes total) ──▶ counter again ("counter@1": reads what call 0 wrote)
+    def __init__(self):
+        super().__init__()
+        self.counter = Counter()
+
+    def forward(self, x):
+        return self.counter(self.counter(x))
+
+
+class SecondCallTo(nn.Module):
+    """The eager meaning of swapping one call: the first goes to the original, the second to
+    the replacement."""
+
+    def __init__(self, original, replacement):
+        super().__init__()
+        self.original, self.replacement, self.calls = original, replacement, 0
+
+    def forward(self, x):
+        self.calls += 1
+        return self.original(x) if self.calls == 1 else self.replacement(x)
+
+
+def test_a_module_writing_a_buffer_in_place_called_twice_swaps_every_call_or_one():
+    # The second call reads the buffer through the first call's add_: that is state, not an
+    # input the signature forgot.
+    torch.manual_seed(0)
+    model, x = CountsTwice(), torch.randn(3, 3)
+    ep = gs.export(copy.deepcopy(model), (x,))
+    tree = gs.module_tree(ep)
+    assert tree["counter"].swappable, tree["counter"].reason
+    replacement = copy.deepcopy(model.counter)
+    with torch.no_grad():
+        replacement.lin.bias.add_(1.0)
+    every = copy.deepcopy(model)
+    every.counter = copy.deepcopy(replacement)
+    one = copy.deepcopy(model)
+    one.counter = SecondCallTo(copy.deepcopy(model.counter), copy.deepcopy(replacement))
+    with torch.no_grad():
+        # (on copies: running a model writes its buffer)
+        changed = copy.deepcopy(model)(x), copy.deepcopy(every)(x)
+        assert not torch.allclose(*changed), "precondition: the swap changes it"
+        for name, reference in (("counter", every), ("counter@1", one)):
+            fresh = copy.deepcopy(reference)
+            gm = gs.swap(ep, {name: copy.deepcopy(replacement)})
+            torch.testing.assert_close(gm(x), fresh(x))
