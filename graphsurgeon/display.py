@@ -112,3 +112,83 @@ def bundle(body: str, plain: str, include=None, exclude=None) -> dict[str, str]:
     if exclude:
         data = {k: v for k, v in data.items() if k not in exclude}
     return data
+
+
+_TREE_STYLE = """<style>
+.gs-out .gs-tree summary,.gs-out .gs-tree .gs-leaf{display:grid;grid-template-columns:minmax(180px,2fr) minmax(90px,1fr) 44px 56px 64px minmax(120px,3fr);gap:8px;align-items:baseline;padding:1px 0;border-bottom:1px solid rgba(127,127,127,.12)}
+.gs-out .gs-tree summary{list-style:none;cursor:pointer}
+.gs-out .gs-tree summary::-webkit-details-marker{display:none}
+.gs-out .gs-tree .gs-name::before{content:"\\25B8  ";color:var(--jp-ui-font-color2,#6b7280)}
+.gs-out .gs-tree details[open]>summary .gs-name::before{content:"\\25BE  "}
+.gs-out .gs-tree .gs-leaf .gs-name::before{content:"   "}
+.gs-out .gs-tree .gs-head{font-weight:600;border-bottom:1px solid rgba(127,127,127,.45)}
+.gs-out .gs-tree .gs-num{text-align:right;font-variant-numeric:tabular-nums}
+</style>"""
+
+
+def _count(value: int | None) -> str:
+    """``137.2K``: a parameter count in few characters ('' for none)."""
+    if not value:
+        return ""
+    for unit, size in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if value >= size:
+            return f"{value / size:.1f}{unit}"
+    return str(value)
+
+
+def module_tree_html(
+    tree: Any, parameters: dict[str, int] | None = None, open_depth: int = 1
+) -> str:
+    """A module tree as foldable rows: each module with its type, calls, nodes, parameters
+    and whether it can be swapped (or why not). Modules down to ``open_depth`` start open,
+    and so do containers (nn.ModuleList) there, so the first modules that compute show.
+    ``parameters``: fqn -> parameter elements in that module and its submodules."""
+    parameters = parameters or {}
+    infos = dict(tree.items())
+    swappable = sum(1 for i in infos.values() if i.swappable)
+
+    def container(info: Any) -> bool:  # never called itself: nn.ModuleList, nn.ModuleDict
+        return info.calls == 0 and bool(info.children)
+
+    def cells(fqn: str, info: Any, depth: int) -> str:
+        name = fqn.rsplit(".", 1)[-1] if fqn else "(root)"
+        reason = f'<span class="gs-muted">{escape(info.reason or "")}</span>'
+        if info.swappable:
+            verdict = badge("swappable", "ok")
+        elif not fqn:
+            verdict = reason
+        elif container(info):
+            verdict = f"{badge('container', 'info')} {reason}"
+        else:
+            verdict = f"{badge('no', 'bad')} {reason}"
+        qualified = escape(getattr(info, "qualified_type", "") or "")
+        return (
+            f'<span class="gs-name" style="padding-left:{14 * depth}px" '
+            f'title="{escape(fqn or "(root)")}"><code>{escape(name)}</code></span>'
+            f'<span title="{qualified}">{escape(info.type_name)}</span>'
+            f'<span class="gs-num">{info.calls}</span>'
+            f'<span class="gs-num">{info.num_nodes:,}</span>'
+            f'<span class="gs-num">{_count(parameters.get(fqn))}</span><span>{verdict}</span>'
+        )
+
+    def block(fqn: str, depth: int) -> str:
+        info = infos[fqn]
+        children = [c for c in info.children if c in infos]
+        if not children:
+            return f'<div class="gs-leaf">{cells(fqn, info, depth)}</div>'
+        inner = "".join(block(child, depth + 1) for child in children)
+        opened = depth < open_depth or (container(info) and depth <= open_depth)
+        head = f"<summary>{cells(fqn, info, depth)}</summary>"
+        return f"<details{' open' if opened else ''}>{head}{inner}</details>"
+
+    header = (
+        '<div class="gs-leaf gs-head"><span>module</span><span>type</span>'
+        '<span class="gs-num">calls</span><span class="gs-num">nodes</span>'
+        '<span class="gs-num">params</span><span>swappable</span></div>'
+    )
+    title = (
+        f'<div class="gs-title">module tree <span class="gs-muted">{len(infos):,} modules, '
+        f"{swappable:,} swappable; click a row to fold it</span></div>"
+    )
+    body = block("", 0) if "" in infos else ""
+    return f'{_TREE_STYLE}{title}<div class="gs-tree">{header}{body}</div>'

@@ -49,6 +49,29 @@ class ExportNotes:
     seconds: float = 0.0
     attempts: int = 1
 
+    def __repr__(self) -> str:
+        kept = len(self.requested) - len(self.dropped)
+        text = f"<ExportNotes: {kept} of {len(self.requested)} module signatures preserved"
+        if self.dropped:
+            text += f", {len(self.dropped)} dropped ({', '.join(self.dropped)})"
+        return text + f"; {self.attempts} export attempt{'s' if self.attempts != 1 else ''}>"
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        from . import display as d
+
+        kept = len(self.requested) - len(self.dropped)
+        head = (
+            f'<div class="gs-title">export notes {d.badge(f"{kept} preserved", "ok")} '
+            + (d.badge(f"{len(self.dropped)} dropped", "warn") if self.dropped else "")
+            + f' <span class="gs-muted">{self.attempts} torch.export attempt'
+            f"{'s' if self.attempts != 1 else ''}, {self.seconds:.2f} s</span></div>"
+        )
+        dropped = ""
+        if self.dropped:
+            rows = [[fqn, self.module_types.get(fqn, ""), why] for fqn, why in self.dropped.items()]
+            dropped = d.table(["dropped module", "type", "why torch could not preserve it"], rows)
+        return d.bundle(head + dropped, repr(self), include, exclude)
+
 
 # Notes of the programs this process exported, without keeping the programs alive.
 _NOTES: weakref.WeakKeyDictionary[ExportedProgram, ExportNotes] = weakref.WeakKeyDictionary()

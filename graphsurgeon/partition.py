@@ -72,6 +72,28 @@ class Partition:
     def num_nodes(self) -> int:
         return len(self.nodes)
 
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        from . import display as d
+
+        verdict = d.badge("swappable", "ok") if self.swappable else d.badge("not swappable", "bad")
+        rows = [
+            ["module", f"{self.fqn} ({self.qualified_type or self.type_name})"],
+            ["inputs", ", ".join(self.input_names) or "none"],
+            ["outputs", ", ".join(self.output_names) or "none"],
+        ]
+        if self.reason:
+            rows.append(["why not", self.reason])
+        body = (
+            f'<div class="gs-title">partition <code>{d.escape(self.call_name)}</code> {verdict} '
+            f'<span class="gs-muted">{self.num_nodes:,} nodes</span></div>'
+            + d.table(["", ""], rows)
+            + d.details(f"{self.num_nodes:,} nodes", d.names(self.nodes))
+        )
+        plain = f"<Partition {self.call_name!r}: {self.num_nodes} nodes, " + (
+            "swappable>" if self.swappable else f"not swappable: {self.reason}>"
+        )
+        return d.bundle(body, plain, include, exclude)
+
 
 @dataclass(frozen=True)
 class ModuleInfo:
@@ -79,6 +101,7 @@ class ModuleInfo:
 
     ``swappable`` is true when every call of the module can be swapped; ``reason`` names the
     first call that cannot and why. ``children`` are the fqns of the direct submodules.
+    ``num_parameters`` counts the parameter elements of the module and its submodules.
     """
 
     fqn: str
@@ -91,6 +114,26 @@ class ModuleInfo:
     children: tuple[str, ...]
     call_names: tuple[str, ...] = ()
     qualified_type: str = ""
+    num_parameters: int = 0
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        from . import display as d
+
+        verdict = d.badge("swappable", "ok") if self.swappable else d.badge("not swappable", "bad")
+        rows = [
+            ["type", self.qualified_type or self.type_name],
+            ["calls", ", ".join(self.call_names) or "0"],
+            ["nodes", f"{self.num_nodes:,}"],
+            ["parameters", f"{self.num_parameters:,}"],
+            ["submodules", ", ".join(self.children) or "none"],
+        ]
+        if self.reason:
+            rows.append(["why not", self.reason])
+        body = (
+            f'<div class="gs-title"><code>{d.escape(self.fqn or "(root)")}</code> {verdict}</div>'
+            + d.table(["", ""], rows)
+        )
+        return d.bundle(body, repr(self), include, exclude)
 
 
 class ModuleTree(Mapping[str, ModuleInfo]):
@@ -146,6 +189,15 @@ class ModuleTree(Mapping[str, ModuleInfo]):
     def __repr__(self) -> str:
         swappable = sum(1 for i in self._infos.values() if i.swappable)
         return f"<ModuleTree: {len(self._infos)} modules, {swappable} swappable>"
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        """A foldable table: each module's type, calls, nodes, parameters, swappable or why not
+        (top-level modules open, deeper ones folded)."""
+        from . import display
+
+        parameters = {fqn: info.num_parameters for fqn, info in self._infos.items()}
+        body = display.module_tree_html(self, parameters)
+        return display.bundle(body, repr(self), include, exclude)
 
 
 def in_place_alias(node: Node) -> Node | None:
@@ -846,6 +898,7 @@ def module_tree(ep: ExportedProgram) -> ModuleTree:
         children[parent].append(fqn)
     infos: dict[str, ModuleInfo] = {}
     total = sum(1 for n in index.nodes if n.op not in ("placeholder", "output"))
+    parameters = _parameters_by_module(ep, known)
     for fqn in fqns:
         qualified = index.types.get(fqn, "")
         if not fqn:
@@ -859,6 +912,7 @@ def module_tree(ep: ExportedProgram) -> ModuleTree:
                 reason="the root is the whole program",
                 children=tuple(children[fqn]),
                 qualified_type=qualified,
+                num_parameters=parameters.get("", 0),
             )
             continue
         names = index.calls_of.get(fqn, [])
@@ -882,5 +936,27 @@ def module_tree(ep: ExportedProgram) -> ModuleTree:
             children=tuple(children[fqn]),
             call_names=tuple(names),
             qualified_type=qualified,
+            num_parameters=parameters.get(fqn, 0),
         )
     return ModuleTree(infos)
+
+
+def _parameters_by_module(ep: ExportedProgram, fqns: set[str]) -> dict[str, int]:
+    """Parameter elements in each module and its submodules (a tied weight counts once)."""
+    counts: dict[str, int] = {}
+    seen: set[int] = set()
+    for spec in ep.graph_signature.input_specs:
+        if spec.kind.name != "PARAMETER" or spec.target not in ep.state_dict:
+            continue
+        tensor = ep.state_dict[spec.target]
+        if id(tensor) in seen:
+            continue
+        seen.add(id(tensor))
+        owner = spec.target.rsplit(".", 1)[0] if "." in spec.target else ""
+        while True:  # every module on the path counts it
+            if owner in fqns:
+                counts[owner] = counts.get(owner, 0) + tensor.numel()
+            if not owner:
+                break
+            owner = owner.rsplit(".", 1)[0] if "." in owner else ""
+    return counts

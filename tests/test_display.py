@@ -245,3 +245,36 @@ def test_module_names_that_are_markup_show_as_text_and_run_nothing():
         assert "<img src=x" not in markup and "<script>alert(2)" not in markup
         if isinstance(obj, gs.Drawing):
             assert any(Named.NAMES[0] in text for text in page.text), "shown as text"
+
+
+def test_the_module_tree_folds_with_counts_and_reasons(gpt):
+    model, _, ep, _ = gpt
+    tree = gs.module_tree(ep)
+    page, plain = bundle_of(tree)
+    assert plain == repr(tree) and plain == "<ModuleTree: 30 modules, 28 swappable>"
+    assert page.count("details") == sum(1 for i in tree.values() if i.children), "one fold each"
+    # top-level modules and the container's blocks show; deeper ones start folded
+    opened = [a for t, a in page.tags if t == "details" and "open" in a]
+    assert len(opened) == 2, "the root and the nn.ModuleList"
+    assert "container" in page.all_text and "never called during export" in page.all_text
+    total = sum(p.numel() for p in model.parameters())
+    assert tree[""].num_parameters == total and "137.2K" in page.all_text
+    assert tree["layers.0"].num_parameters == sum(p.numel() for p in model.layers[0].parameters())
+
+
+def test_a_module_a_partition_and_export_notes_show_themselves(gpt):
+    _, _, ep, _ = gpt
+    page, plain = bundle_of(gs.module_tree(ep)["layers.0"])
+    assert (
+        "swappable" in page.all_text
+        and "49,984" in page.all_text
+        and plain.startswith("ModuleInfo(")
+    )
+    part = gs.partition(ep)["layers.0.attn"]
+    page, plain = bundle_of(part)
+    assert plain == "<Partition 'layers.0.attn': 20 nodes, swappable>"
+    assert page.count("details") == 1 and "linear" in page.all_text
+    notes = gs.export_notes(ep)
+    page, plain = bundle_of(notes)
+    assert plain == "<ExportNotes: 29 of 29 module signatures preserved; 1 export attempt>"
+    assert "29 preserved" in page.all_text
