@@ -16,5 +16,5 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 "$PY" -m pytest "$@"
 if compgen -G "notebooks/*.ipynb" >/dev/null; then
   "$PY" -m pytest -p no:cacheprovider --nbval --nbval-current-env \
-    --nbval-sanitize-with notebooks/sanitize.cfg -o addopts="" notebooks/
+    --nbval-sanitize-with tests/nbval-sanitize.cfg -o addopts="" notebooks/
 fi
