@@ -8,7 +8,6 @@ succeeds or leaves the Surgery exactly as it was.
 
 from __future__ import annotations
 
-import dataclasses
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,9 +17,18 @@ import torch
 from torch.export import ExportedProgram
 from torch.fx import GraphModule
 
-from ._meta import split_call_name
-from .errors import SurgeryError, VerifyError, a_type
-from .export import export, export_notes, positional_parameters, qualified_type, record_notes
+from ._hierarchy import (
+    COUNT_SIDE_EFFECTS,
+    carry_module_types,
+    describe_dynamic,
+    program_dynamic_shapes,
+    rebuild_hierarchy,
+)
+from ._meta import (
+    split_call_name,
+)
+from .errors import ExportError, SurgeryError, VerifyError, a_type
+from .export import export
 from .partition import ModuleTree, module_tree
 from .swap import FUSE, Diff, rewrite, swap_info
 from .verify import VerifyReport, eager_reference, verify
@@ -194,17 +202,20 @@ class Surgery:
         :class:`~graphsurgeon.swap.Diff` the before/after pictures draw too)."""
         return swap_info(self.module).diff
 
-    def _inputs(self, args, kwargs) -> tuple[tuple, dict]:
+    def _inputs(self, args, kwargs, verb: str = "verify") -> tuple[tuple, dict]:
+        error = VerifyError if verb == "verify" else SurgeryError
         if args is None:
             if self.args is None:
-                raise VerifyError(
-                    "no inputs: pass args, or start with gs.Surgery.from_model(model, args)"
+                raise error(
+                    f"{verb}: no inputs: pass the example inputs, as in s.{verb}((x,)) or "
+                    f"s.{verb}(args, kwargs), or give them when the Surgery starts: "
+                    "gs.Surgery.from_model(model, args) or gs.Surgery(ep, args=(x,))"
                 )
             return self.args, dict(self.kwargs) if kwargs is None else dict(kwargs)
         if isinstance(args, torch.Tensor):
             args = (args,)
         elif not isinstance(args, tuple):
-            raise VerifyError(
+            raise error(
                 f"args: expected a tuple of the model's positional inputs, got {a_type(args)}; "
                 "wrap a single input as (x,)"
             )
@@ -242,12 +253,25 @@ class Surgery:
         can be partitioned, swapped and drawn like the original.
 
         torch does not preserve call signatures when it exports a flat GraphModule (such as
-        :attr:`module`), so this exports the program's module hierarchy instead: the original
-        program unflattened (``torch.export.unflatten``) with each replacement set at its name.
-        The re-exported program computes what :attr:`module` computes; fused calls are a view
-        and are not kept. Its module tree has the original modules' types, and the
-        replacements' own submodules can be swapped in turn. ``export_options`` go to
-        :func:`graphsurgeon.export` (``dynamic_shapes=...`` to keep sizes dynamic).
+        :attr:`module`), so this exports the program's module hierarchy instead, rebuilt from
+        the program's own graph: one module per module of the program, holding its parameters
+        and buffers (copies: the program is not touched) and running the nodes of its calls,
+        called by its parent with the arguments the program recorded; each replacement is set
+        at its name. The re-exported program computes what :attr:`module` computes; fused
+        calls are a view and are not kept. Its module tree has the original modules' types, and
+        the replacements' own submodules can be swapped in turn.
+
+        Args:
+            args, kwargs: example inputs, as for the original model (default: those given to
+                :meth:`from_model`, or as ``args=``/``kwargs=``).
+            export_options: passed to :func:`graphsurgeon.export`. ``dynamic_shapes`` is given
+                as for the original model's forward (``({1: Dim("t")},)``); without it the
+                program's own dynamic sizes are kept, with their ranges. Pass
+                ``dynamic_shapes=None`` for a program with static sizes.
+
+        Raises:
+            SurgeryError: no inputs to export with, or a swap of a single call (``"name@1"``).
+            ExportError: torch.export failed on the rebuilt hierarchy (the cause chained).
 
         Example:
             >>> import torch, graphsurgeon as gs
@@ -257,7 +281,7 @@ class Surgery:
             >>> gs.module_tree(again)["1"].type_name, gs.module_tree(again)["1"].swappable
             ('GELU', True)
         """
-        args, kwargs = self._inputs(args, kwargs)
+        args, kwargs = self._inputs(args, kwargs, verb="export")
         replacements = self.replacements
         single_calls = [name for name in replacements if split_call_name(name)[1] is not None]
         if single_calls:
@@ -268,18 +292,30 @@ class Surgery:
                 "program with torch.export.export(s.module, args) (its module signatures are "
                 "then not preserved, so it cannot be swapped again)."
             )
-        with warnings.catch_warnings():
-            # torch's unflatten warns about its own placeholder get_attr nodes and a
-            # deprecated pytree spelling; neither concerns the user.
-            warnings.filterwarnings("ignore", message="Attempted to insert a get_attr Node")
-            warnings.filterwarnings("ignore", message=".*LeafSpec.*is deprecated")
-            hierarchy = torch.export.unflatten(self.program)
-        for name in sorted(replacements, key=lambda n: n.count(".")):
-            parent_name, _, leaf = name.rpartition(".")
-            parent = hierarchy.get_submodule(parent_name) if parent_name else hierarchy
-            setattr(parent, leaf, replacements[name])
-        program = export(hierarchy, args, kwargs, **export_options)
-        _carry_module_types(self.program, program, replacements)
+        hierarchy, inlined = rebuild_hierarchy(self.program, replacements)
+        kept = "dynamic_shapes" not in export_options
+        if kept:
+            export_options["dynamic_shapes"] = program_dynamic_shapes(self.program)
+        try:
+            with warnings.catch_warnings():
+                # strict export reports the call counts of modules called several times,
+                # which the rebuilt modules keep (and which are back at 0 after every run)
+                warnings.filterwarnings("ignore", message=COUNT_SIDE_EFFECTS)
+                program = export(hierarchy, args, kwargs, **export_options)
+        except ExportError as error:
+            text = str(error).replace(f" on {type(hierarchy).__name__}:", ":", 1).rstrip(".")
+            hint = ""
+            if kept and export_options["dynamic_shapes"] is not None:
+                hint = (
+                    f". The program has dynamic sizes ({describe_dynamic(self.program)}), "
+                    "which export() keeps unless told otherwise: if a replacement makes one of "
+                    "them static, pass dynamic_shapes=... as for the original model's forward, "
+                    "or dynamic_shapes=None for a program with static sizes"
+                )
+            raise ExportError(f"export() could not export the program again: {text}{hint}") from (
+                error
+            )
+        carry_module_types(self.program, program, replacements, inlined)
         return program
 
     def __repr__(self) -> str:
@@ -289,26 +325,3 @@ class Surgery:
         if fused:
             text += f", {len(fused)} fused ({', '.join(fused)})"
         return text + f", {self._position} step{'s' if self._position != 1 else ''}>"
-
-
-def _carry_module_types(
-    original: ExportedProgram, again: ExportedProgram, replacements: Mapping[str, torch.nn.Module]
-) -> None:
-    """Give the re-exported program the module types and forward parameter names of the
-    original and of the replacements, not those of torch's unflattened stand-ins."""
-    notes, before = export_notes(again), export_notes(original)
-    if notes is None:
-        return
-    types, parameters = dict(notes.module_types), dict(notes.parameters)
-    if before is not None:
-        swapped = tuple(replacements)
-        for fqn, kind in before.module_types.items():
-            if fqn in types and not any(fqn == n or fqn.startswith(n + ".") for n in swapped):
-                types[fqn] = kind
-                parameters[fqn] = before.parameters.get(fqn, parameters.get(fqn, ()))
-    for name, replacement in replacements.items():
-        for sub, module in replacement.named_modules(remove_duplicate=False):
-            fqn = f"{name}.{sub}" if sub else name
-            types[fqn] = qualified_type(module)
-            parameters[fqn] = positional_parameters(module)
-    record_notes(again, dataclasses.replace(notes, module_types=types, parameters=parameters))

@@ -141,3 +141,351 @@ def test_the_program_is_never_changed(surgery):
     surgery.swap("act", nn.GELU()).swap("b", nn.Linear(4, 2)).undo()
     surgery.module(surgery.args[0])
     assert str(surgery.program.graph) == before
+
+
+# -- export(): the re-exported program --------------------------------------------------------
+#
+# Every re-exported program is run against the eager reference (the model with the same
+# replacements set), then swapped again and run against the reference with that swap too.
+
+
+def run(program, *args, **kwargs):
+    """Run an ExportedProgram through gs.swap (ep.module() cannot compile code for every module
+    name the model may have)."""
+    with torch.no_grad():
+        return gs.swap(program, {})(*args, **kwargs)
+
+
+def check_again(again, reference, inputs, name, replacement, rtol=1e-5, atol=1e-5):
+    """``again`` computes what ``reference`` does on each of ``inputs``, and swapping ``name``
+    for ``replacement`` in it computes what the reference with that replacement does."""
+    twice = eager_reference(reference, {name: replacement})
+    swapped = gs.swap(again, {name: replacement})
+    for args in inputs:
+        with torch.no_grad():
+            expected, expected_twice = reference(*args), twice(*args)
+            assert not torch.allclose(expected, expected_twice), "precondition: a new swap"
+            torch.testing.assert_close(run(again, *args), expected, rtol=rtol, atol=atol)
+            torch.testing.assert_close(swapped(*args), expected_twice, rtol=rtol, atol=atol)
+
+
+class WithNorm(nn.Module):
+    #   x -> lin -> bn -> relu -> block (Linear, BatchNorm)
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(6, 6)
+        self.bn = nn.BatchNorm1d(6)
+        self.block = nn.Sequential(nn.Linear(6, 6), nn.BatchNorm1d(6, momentum=0.5))
+
+    def forward(self, x):
+        return self.block(torch.relu(self.bn(self.lin(x))))
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+def test_export_leaves_the_program_exactly_as_it_was(mode):
+    import copy
+
+    model, x = getattr(WithNorm(), mode)(), torch.randn(8, 6)
+    ep = gs.export(model, (x,))
+    meta = dict(ep.graph_module.meta)
+    graph = str(ep.graph)
+    state = {k: v.clone() for k, v in ep.state_dict.items()}
+    s = gs.Surgery(ep, model=model, args=(x,)).swap("bn", nn.BatchNorm1d(6).eval())
+    again = s.export()
+    assert ep.graph_module.meta.keys() == meta.keys(), "nothing added to the program's meta"
+    assert all(ep.graph_module.meta[k] is v for k, v in meta.items())
+    assert str(ep.graph) == graph
+    for key, value in ep.state_dict.items():
+        assert torch.equal(value, state[key]) and value is not again.state_dict.get(key)
+    copy.deepcopy(ep)  # raised "Cannot access data pointer of Tensor" once export() had run
+    copy.deepcopy(gs.swap(ep, {"block": copy.deepcopy(model.block)}))
+    copy.deepcopy(s.module)
+    copy.deepcopy(again)
+    if mode == "eval":
+        reference = eager_reference(model, {"bn": nn.BatchNorm1d(6).eval()})
+        replacement = nn.Sequential(nn.Linear(6, 6), nn.Tanh())
+        check_again(again, reference, [(x,)], "block", replacement)
+
+
+class KeywordNames(nn.Module):
+    #   x -> d["in"] -> d['a"b'] -> d["c\nd"] -> d["0"] -> head
+    NAMES = ("in", 'a"b', "c\nd", "0")
+
+    def __init__(self):
+        super().__init__()
+        self.d = nn.ModuleDict({name: nn.Linear(4, 4) for name in self.NAMES})
+        self.head = nn.Linear(4, 4)
+
+    def forward(self, x):
+        for name in self.NAMES:
+            x = self.d[name](x)
+        return self.head(x)
+
+
+@pytest.mark.parametrize("swapped", [["head"], ["d.in", 'd.a"b']])
+def test_export_handles_module_names_that_are_keywords_or_hold_quotes_and_newlines(swapped):
+    model, x = KeywordNames().eval(), torch.randn(2, 4)
+    replacements = {name: nn.Linear(4, 4) for name in swapped}
+    s = gs.Surgery.from_model(model, (x,))
+    for name, module in replacements.items():
+        s.swap(name, module)
+    again = s.export()  # raised a bare SyntaxError from the code torch's unflatten generates
+    tree = gs.module_tree(again)
+    assert all(tree[f"d.{name}"].swappable for name in KeywordNames.NAMES)
+    reference = eager_reference(model, replacements)
+    check_again(again, reference, [(x,)], "d.c\nd", nn.Linear(4, 4))
+    # and once more: a program re-exported from a re-exported one
+    third = gs.Surgery(again, model=reference, args=(x,)).swap("d.0", nn.Tanh()).export()
+    with torch.no_grad():
+        expected = eager_reference(reference, {"d.0": nn.Tanh()})(x)
+        torch.testing.assert_close(run(third, x), expected)
+
+
+class Pair(nn.Module):
+    #   x -> a (Linear) -> relu -> b (Linear)
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+def _dynamic_pair():
+    model, x = Pair().eval(), torch.randn(3, 4)
+    batch = torch.export.Dim("batch", min=2, max=9)
+    ep = gs.export(model, (x,), dynamic_shapes=({0: batch},))
+    return model, x, ep, batch
+
+
+def test_export_keeps_the_programs_dynamic_sizes_by_default():
+    model, x, ep, _ = _dynamic_pair()
+    replacement = nn.Linear(4, 4)
+    again = gs.Surgery(ep, args=(x,)).swap("a", replacement).export()
+    assert [(r.lower, r.upper) for r in again.range_constraints.values()] == [(2, 9)]
+    reference = eager_reference(model, {"a": replacement})
+    inputs = [(torch.randn(n, 4),) for n in (2, 5, 9)]
+    check_again(again, reference, inputs, "b", nn.Sequential(nn.Linear(4, 4), nn.Tanh()))
+    static = gs.Surgery(ep, args=(x,)).swap("a", replacement).export(dynamic_shapes=None)
+    assert static.range_constraints == {}, "dynamic_shapes=None asks for static sizes"
+
+
+@pytest.mark.parametrize("form", ["tuple", "dict"])
+def test_export_takes_dynamic_shapes_as_for_the_models_forward(form):
+    model, x, ep, _ = _dynamic_pair()
+    batch = torch.export.Dim("batch", min=2, max=6)
+    dynamic_shapes = ({0: batch},) if form == "tuple" else {"x": {0: batch}}
+    replacement = nn.Linear(4, 4)
+    s = gs.Surgery(ep, args=(x,)).swap("a", replacement)
+    again = s.export(dynamic_shapes=dynamic_shapes)  # raised ExportError: tuple vs dict
+    assert [(r.lower, r.upper) for r in again.range_constraints.values()] == [(2, 6)]
+    reference = eager_reference(model, {"a": replacement})
+    check_again(again, reference, [(torch.randn(n, 4),) for n in (2, 6)], "b", nn.Tanh())
+
+
+def test_export_of_a_dynamic_decoder_with_a_fused_attention():
+    from graphsurgeon.examples import FusedAttention, GeluTanhMLP, TinyGPT
+
+    model = TinyGPT(n_layers=2).eval()
+    tokens = model.example_input()
+    length = torch.export.Dim("length", min=2, max=32)
+    ep = gs.export(model, (tokens,), dynamic_shapes=({1: length},))
+    replacements = {"layers.1.attn": FusedAttention(model.layers[1].attn)}
+    s = gs.Surgery(ep, model=model, args=(tokens,)).swap(*next(iter(replacements.items())))
+    # raised TypeError: FusedAttention.forward() takes 2 positional arguments but 3 were given
+    again = s.export()
+    assert [(r.lower, r.upper) for r in again.range_constraints.values()] == [(2, 32)]
+    inputs = [(tokens,), (tokens[:, :5],)]
+    reference = eager_reference(model, replacements)
+    check_again(again, reference, inputs, "layers.0.mlp", GeluTanhMLP(model.layers[0].mlp), 1e-4)
+    # every module still takes what it took: the untouched attention too
+    check_again(
+        again, reference, inputs, "layers.0.attn", FusedAttention(model.layers[0].attn), 1e-4
+    )
+    (entry,) = [e for e in again.module_call_graph if e.fqn == "layers.0.attn"]
+    assert len(entry.signature.inputs) == 1
+
+
+def test_export_without_inputs_says_what_to_pass():
+    ep = gs.export(Pair(), (torch.randn(2, 4),))
+    s = gs.Surgery(ep).swap("a", nn.Linear(4, 4))
+    with pytest.raises(gs.errors.SurgeryError, match=r"export: no inputs.*s\.export\(\(x,\)\)"):
+        s.export()
+    with pytest.raises(gs.errors.SurgeryError, match="wrap a single input"):
+        s.export([torch.randn(2, 4)])
+    assert s.export((torch.randn(2, 4),)).range_constraints == {}
+    given = gs.Surgery(ep, args=(torch.randn(2, 4),)).export()
+    assert gs.module_tree(given)["a"].swappable
+
+
+class SharedAndLooped(nn.Module):
+    #   x -> shared -> relu -> shared -> block -> block -> block   (repeated calls)
+    def __init__(self):
+        super().__init__()
+        self.shared = nn.Linear(4, 4)
+        self.block = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
+
+    def forward(self, x):
+        x = self.shared(torch.relu(self.shared(x)))
+        for _ in range(3):
+            x = self.block(x)
+        return x
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_export_of_repeated_calls_in_strict_and_non_strict_mode(strict):
+    model, x = SharedAndLooped(), torch.randn(2, 4)
+    ep = gs.export(model, (x,), strict=strict)
+    replacement = nn.Linear(4, 4)
+    again = gs.Surgery(ep, args=(x,)).swap("shared", replacement).export(strict=strict)
+    tree = gs.module_tree(again)
+    assert tree["block"].calls == 3 and all(tree[n].swappable for n in ("shared", "block"))
+    reference = eager_reference(model, {"shared": replacement})
+    check_again(again, reference, [(x,)], "block.0", nn.Linear(4, 4))
+
+
+def test_export_in_train_mode_updates_the_running_statistics_as_eager_does():
+    model, x = WithNorm().train(), torch.randn(8, 6)
+    replacement = nn.BatchNorm1d(6, momentum=0.3)
+    again = gs.Surgery.from_model(model, (x,)).swap("bn", replacement).export()
+    reference = eager_reference(model, {"bn": replacement})
+    program = gs.swap(again, {})
+    for _ in range(2):
+        torch.testing.assert_close(program(x), reference(x))
+    for name in ("bn.running_mean", "block.1.running_var", "block.1.num_batches_tracked"):
+        torch.testing.assert_close(program.get_buffer(name), reference.get_buffer(name))
+    assert float(replacement.num_batches_tracked) == 0, "export() ran nothing of it"
+
+
+def test_a_saved_re_exported_program_keeps_the_module_types(tmp_path):
+    from graphsurgeon.examples import FusedAttention, TinyGPT
+
+    model = TinyGPT(n_layers=2).eval()
+    tokens = model.example_input()
+    s = gs.Surgery.from_model(model, (tokens,))
+    again = s.swap("layers.1.attn", FusedAttention(model.layers[1].attn)).export()
+    torch.export.save(again, tmp_path / "again.pt2")
+    tree = gs.module_tree(torch.export.load(tmp_path / "again.pt2"))
+    assert tree[""].type_name == "TinyGPT" and tree["layers.0"].type_name == "Block"
+    assert tree["layers.1.attn"].type_name == "FusedAttention"
+    assert tree["layers.0.attn"].type_name == "Attention" and tree["layers.0.attn"].swappable
+
+
+class Fixed(nn.Module):
+    # computes only at batch size 3: makes the dynamic batch size static
+    def forward(self, x):
+        return x.reshape(3, 4) * 2
+
+
+def test_a_replacement_that_makes_a_kept_dynamic_size_static_is_named_with_what_to_do():
+    _, x, ep, _ = _dynamic_pair()
+    s = gs.Surgery(ep, args=(x,)).swap("a", Fixed())
+    with pytest.raises(gs.errors.ExportError) as caught:
+        s.export()
+    message = str(caught.value)
+    assert "x.shape[0] in [2, 9]" in message and "dynamic_shapes=None" in message
+    assert s.export(dynamic_shapes=None).range_constraints == {}
+
+
+class Borrows(nn.Module):
+    # reads its owner's parameter through a reference that is not a submodule
+    def __init__(self, owner):
+        super().__init__()
+        self.__dict__["owner"] = owner
+
+    def forward(self, x):
+        return x * self.owner.scale
+
+
+class Lends(nn.Module):
+    #   x -> borrows (x * self.scale) -> lin
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.randn(4))
+        self.borrows = Borrows(self)
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(self.borrows(x))
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_module_reading_another_modules_parameter_reads_that_parameter(strict):
+    model, x = Lends(), torch.randn(2, 4)
+    replacement = nn.Linear(4, 4)
+    s = gs.Surgery(gs.export(model, (x,), strict=strict), args=(x,)).swap("lin", replacement)
+    again = s.export(strict=strict)
+    assert again.constants == {} and "scale" in again.state_dict
+    reference = eager_reference(model, {"lin": replacement})
+    check_again(again, reference, [(x,)], "borrows", Scale(3.0))
+
+
+class Scale(nn.Module):
+    def __init__(self, factor: float):
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x):
+        return x * self.factor
+
+
+class Cut(nn.Module):
+    # reads a size its caller set on it: none of its arguments has it
+    def __init__(self):
+        super().__init__()
+        self.n = None
+
+    def forward(self, x):
+        return x[:, : self.n] * 2
+
+
+class SetsCut(nn.Module):
+    #   x -> lin -> cut (keeps y.shape[1] + 1 columns) -> sum + y
+    def __init__(self):
+        super().__init__()
+        self.cut = Cut()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x, y):
+        self.cut.n = y.shape[1] + 1
+        return self.cut(self.lin(x)).sum(-1, keepdim=True) + y
+
+
+def test_a_module_that_cannot_be_called_on_its_own_arguments_runs_in_its_caller():
+    from graphsurgeon.export import export_notes
+
+    model = SetsCut()
+    batch, width = torch.export.Dim("batch", min=2, max=9), torch.export.Dim("w", min=2, max=6)
+    args = (torch.randn(3, 8), torch.randn(3, 4))
+    ep = gs.export(model, args, dynamic_shapes=({0: batch}, {0: batch, 1: width}))
+    replacement = nn.Linear(8, 8)
+    again = gs.Surgery(ep, args=args).swap("lin", replacement).export()
+    assert not gs.module_tree(again)["cut"].swappable
+    assert "size" in export_notes(again).dropped["cut"]
+    reference = eager_reference(model, {"lin": replacement})
+    inputs = [args, (torch.randn(5, 8), torch.randn(5, 6))]
+    check_again(again, reference, inputs, "lin", nn.Sequential(nn.Linear(8, 8), nn.Tanh()))
+
+
+class MakesPair(nn.Module):
+    def forward(self, x):
+        return x + 1, x - 1
+
+
+class UsesPair(nn.Module):
+    #   x -> pair -> (p, q) -> p * q
+    def __init__(self):
+        super().__init__()
+        self.pair = MakesPair()
+
+    def forward(self, x):
+        p, q = self.pair(x)
+        return p * q
+
+
+def test_export_with_a_replacement_returning_the_wrong_structure_names_it():
+    x = torch.randn(2, 4)
+    s = gs.Surgery.from_model(UsesPair(), (x,)).swap("pair", Scale(2.0))  # one tensor, not two
+    with pytest.raises(gs.errors.ExportError, match=r"'pair' \(Scale\) returned f32\[2, 4\]"):
+        s.export()
