@@ -92,6 +92,7 @@ class Surgery:
         self._steps: list[HistoryEntry] = []
         self._position = 0
         self._modules: dict[int, GraphModule] = {}
+        self._verified: dict[int, VerifyReport] = {}  # state -> its last verify report
 
     @classmethod
     def from_model(
@@ -170,6 +171,7 @@ class Surgery:
         del self._states[self._position + 1 :]
         del self._steps[self._position :]
         self._modules = {k: v for k, v in self._modules.items() if k <= self._position}
+        self._verified = {k: v for k, v in self._verified.items() if k <= self._position}
         self._states.append(state)
         self._steps.append(entry)
         self._position += 1
@@ -241,7 +243,9 @@ class Surgery:
             reference: Any = eager_reference(self.model, replacements)
         else:
             reference = self.program
-        return verify(reference, self.module, args, kwargs, rtol=rtol, atol=atol)
+        report = verify(reference, self.module, args, kwargs, rtol=rtol, atol=atol)
+        self._verified[self._position] = report
+        return report
 
     def export(
         self,
@@ -317,6 +321,37 @@ class Surgery:
             )
         carry_module_types(self.program, program, replacements, inlined)
         return program
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        """The current program drawn against the original (removed nodes greyed, each
+        replacement one box), the history with the undone steps greyed, and the last verify
+        of this state."""
+        from . import display as d
+        from .drawing import draw
+        from .errors import MissingDependencyError
+
+        swaps, fused = self.replacements, self.fused
+        badges = [d.badge(f"{len(swaps)} swap{'s' if len(swaps) != 1 else ''}", "info")]
+        if fused:
+            badges.append(d.badge(f"{len(fused)} fused", "info"))
+        body = f'<div class="gs-title">Surgery {" ".join(badges)}</div>'
+        rows = []
+        for i, step in enumerate(self._steps, start=1):
+            undone = i > self._position
+            mark = d.badge("undone", "warn") if undone else d.badge(f"step {i}", "ok")
+            rows.append(
+                [mark, d.escape(step.action), d.escape(step.name), d.escape(step.replacement_type)]
+            )
+        if rows:
+            body += d.table(["", "", "module", "replacement"], rows, raw=range(4))
+        report = self._verified.get(self._position)
+        if report is not None:
+            body += report._repr_html_()
+        try:
+            picture = draw(self, diff="merged" if swaps else None)._repr_html_()
+        except MissingDependencyError as missing:
+            picture = f'<div class="gs-muted">{d.escape(missing)}</div>'
+        return d.bundle(body + picture, repr(self), include, exclude)
 
     def __repr__(self) -> str:
         swaps, fused = self.replacements, self.fused

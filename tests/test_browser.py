@@ -56,6 +56,11 @@ class Named(nn.Module):
 named = gs.export(Named(), (torch.randn(1, 2),))
 gs.draw(named, collapse=None)""",
     "gs.module_tree(named)",
+    """\
+surgery = gs.Surgery.from_model(model, (tokens,))
+surgery.swap("layers.1.attn", FusedAttention(model.layers[1].attn))
+surgery.verify()
+surgery""",
 ]
 
 
@@ -112,6 +117,8 @@ def test_every_object_displays_itself_and_nothing_raised(lab_page):
     assert compare["tables"] >= 1 and "first divergence: layers.2.mlp" in compare["text"]
     assert diff["details"] >= 3 and "removed" in diff["text"]
     assert stepper["tables"] == 1 and "layers.2.mlp" in stepper["text"]
+    surgery = cells[10]
+    assert surgery["svgWidth"] > 0 and surgery["tables"] >= 2, "picture, history, verify"
     screenshot(page, "display-objects.png", full_page=True)
 
 

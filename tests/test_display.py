@@ -73,7 +73,9 @@ def bundle_of(obj) -> tuple[Elements, str]:
     page = Elements(data["text/html"])
     assert page.balanced, "the HTML nests properly"
     assert page.count("div", **{"class": "gs-out"}) >= 1, "in its scoped container"
-    assert page.count("script") == 0 or isinstance(obj, gs.Drawing | gs.types.GraphView)
+    assert page.count("script") == 0 or isinstance(
+        obj, gs.Drawing | gs.types.GraphView | gs.Surgery
+    )
     return page, data["text/plain"]
 
 
@@ -278,3 +280,26 @@ def test_a_module_a_partition_and_export_notes_show_themselves(gpt):
     page, plain = bundle_of(notes)
     assert plain == "<ExportNotes: 29 of 29 module signatures preserved; 1 export attempt>"
     assert "29 preserved" in page.all_text
+
+
+@needs_dot
+def test_a_surgery_shows_its_picture_history_and_last_verify(gpt):
+    model, tokens, _, _ = gpt
+    surgery = gs.Surgery.from_model(model, (tokens,))
+    fresh, _ = bundle_of(surgery)
+    assert fresh.count("svg") == 1 and fresh.count("table") == 0, "no history yet"
+    surgery.swap("layers.1.attn", FusedAttention(model.layers[1].attn))
+    surgery.swap("layers.0.mlp", GeluTanhMLP(model.layers[0].mlp))
+    surgery.undo()
+    page, plain = bundle_of(surgery)
+    assert plain == repr(surgery) and plain.startswith("<Surgery: 1 swap")
+    assert "undone" in page.all_text and "step 1" in page.all_text
+    assert page.count("g", id="node:swapped_layers_1_attn") == 1, "the current picture"
+    assert page.count("g", **{"class": "removed"}) > 0, "drawn against the original"
+    assert "verify" not in page.all_text, "not verified yet"
+    surgery.verify()
+    verified, _ = bundle_of(surgery)
+    assert "verify" in verified.all_text and verified.count("span", **{"class": "gs-ok"}) >= 2
+    surgery.redo()
+    redone, _ = bundle_of(surgery)
+    assert "verify" not in redone.all_text, "that report was of another state"
