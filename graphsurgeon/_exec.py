@@ -24,7 +24,7 @@ from torch.fx import GraphModule, Node
 from ._meta import describe_spec
 from .errors import GraphSurgeonError
 from .partition import program_index
-from .swap import swap, swap_info
+from .swap import rewrite, swap_info
 
 __all__ = [
     "PrivateStateInterpreter",
@@ -72,7 +72,7 @@ def _original_entry(ep: ExportedProgram) -> tuple[Any, GraphModule, dict[str, No
     index = program_index(ep)
     cached = _ORIGINALS.get(ep)
     if cached is None or cached[0] is not index:
-        module = swap(ep, {})
+        module = rewrite(ep, {}, weak=True)  # the cache must not keep ep alive
         by_name = {n.name: n for n in module.graph.nodes}
         same = {
             old: by_name[new] for old, new in swap_info(module).node_map.items() if new in by_name

@@ -1124,7 +1124,8 @@ class Stepper:
             kind = type(module).__name__
             try:
                 program = export(module, tuple(args), dict(kwargs), preserve=())
-                self._exports[key] = runnable_original(program)
+                # the program too: its runnable original refers to it without keeping it
+                self._exports[key] = (program, runnable_original(program))
             except Exception as problem:  # any reason a module does not export: say it, go on
                 first = str(problem).strip().splitlines()[0] if str(problem).strip() else ""
                 self._exports[key] = (
@@ -1132,7 +1133,8 @@ class Stepper:
                     f"inputs it received, so it ran as one node ({type(problem).__name__}: "
                     f"{first[:200]})"
                 )
-        return self._exports[key]
+        made = self._exports[key]
+        return made[1] if isinstance(made, tuple) else made
 
     def _check_not_done(self) -> None:
         if self._pos >= self._total:

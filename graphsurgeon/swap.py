@@ -29,6 +29,7 @@ import inspect
 import keyword
 import operator
 import types
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,7 +89,9 @@ class SwapInfo:
         diff: what the swap removed, added and kept (:class:`Diff`).
     """
 
-    program: ExportedProgram = field(repr=False)
+    # the program, or a weak reference to it: the runnable original graphsurgeon caches for a
+    # program (verify, compare, the stepper) must not keep that program alive
+    _program: ExportedProgram | weakref.ref = field(repr=False)
     requests: Mapping[str, torch.nn.Module] = field(repr=False)
     calls: Mapping[str, torch.nn.Module] = field(repr=False)
     installed_at: Mapping[str, str]
@@ -98,6 +101,16 @@ class SwapInfo:
     copies: Mapping[str, str] = field(default_factory=dict, repr=False)
     result_nodes: tuple[str, ...] = field(default=(), repr=False)
     fused: tuple[str, ...] = ()
+
+    @property
+    def program(self) -> ExportedProgram:
+        """The ExportedProgram it was made from."""
+        program = self._program
+        if isinstance(program, weakref.ref):
+            program = program()
+            if program is None:
+                raise SwapError("the program this GraphModule was made from no longer exists")
+        return program
 
     @functools.cached_property
     def diff(self) -> Diff:
@@ -1375,10 +1388,16 @@ def _interpreted_forward(gm: GraphModule):
 
 
 def rewrite(
-    ep: ExportedProgram, modules: Mapping[str, Any], *, interpret: bool = False, verb: str = "swap"
+    ep: ExportedProgram,
+    modules: Mapping[str, Any],
+    *,
+    interpret: bool = False,
+    verb: str = "swap",
+    weak: bool = False,
 ) -> GraphModule:
     """The one pass behind :func:`swap` and :func:`graphsurgeon.fuse`: ``modules`` maps names to
-    replacements, or to :data:`FUSE` for calls to fuse."""
+    replacements, or to :data:`FUSE` for calls to fuse. ``weak``: the result refers to ``ep``
+    without keeping it alive (for a cache of ``ep``'s own)."""
     index = program_index(ep)
     requests = _plan(index, modules, verb)
     was_enabled = gc.isenabled()
@@ -1399,7 +1418,7 @@ def rewrite(
             fqn, k = split_call_name(name)
             given[name] = calls[call_name(fqn, k or 0)] if k is not None else calls.get(name)
     gm.meta[_meta.INFO] = SwapInfo(
-        program=ep,
+        _program=weakref.ref(ep) if weak else ep,
         requests=given,
         calls=calls,
         fused=tuple(r.call_name for r in requests if r.fused),

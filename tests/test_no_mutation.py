@@ -134,3 +134,44 @@ def test_the_swapped_program_updates_its_own_copies_of_the_programs_buffers(sett
     before = _state(ep)
     swapped(x)
     assert _same(before, _state(ep))
+
+
+def _dies(make_and_use) -> bool:
+    """Whether the program ``make_and_use`` builds and uses is freed once the caller drops it."""
+    import gc
+    import weakref
+
+    program = make_and_use()
+    alive = weakref.ref(program)
+    del program
+    gc.collect()
+    return alive() is None
+
+
+def test_nothing_graphsurgeon_caches_keeps_a_program_alive():
+    # Each verb caches what it derives from a program (its index, its runnable original,
+    # cuts): a notebook that exports model after model must not keep every one of them.
+    model, x = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU()), torch.randn(1, 2)
+
+    def verified():
+        ep = gs.export(model, (x,))
+        gs.verify(ep, ep, (x,))
+        return ep
+
+    def stepped():
+        ep = gs.export(model, (x,))
+        gs.Stepper(ep, x).continue_()
+        return ep
+
+    def compared():
+        ep = gs.export(model, (x,))
+        gs.compare(ep, gs.swap(ep, {"1": torch.nn.Tanh()}), (x,))
+        return ep
+
+    def drawn_and_tree():
+        ep = gs.export(model, (x,))
+        gs.to_dot(ep), gs.module_tree(ep), gs.fuse(ep, "0")
+        return ep
+
+    for use in (verified, stepped, compared, drawn_and_tree):
+        assert _dies(use), use.__name__
