@@ -603,8 +603,17 @@ def test_svg_of_collapsed_and_diff_views_keeps_their_ids(outer, swapped):
     assert {"before/node:relu", "after/node:swapped_block", "after/edge:x->swapped_block"} <= ids
 
 
+class LayoutProbe(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layouts_cache_probe = nn.Linear(2, 2)
+
+    def forward(self, x):
+        return self.layouts_cache_probe(x).tanh()
+
+
 @needs_dot
-def test_layouts_are_cached_by_dot_text(outer, monkeypatch):
+def test_layouts_are_cached_by_dot_text(monkeypatch):
     calls = []
     real_run = subprocess.run
 
@@ -613,11 +622,12 @@ def test_layouts_are_cached_by_dot_text(outer, monkeypatch):
         return real_run(*args, **kwargs)
 
     monkeypatch.setattr(render.subprocess, "run", counting_run)
-    render._LAYOUTS.clear()
-    first = to_svg(outer, highlight="head")
-    second = to_svg(outer, highlight="head")
+    # a program no other test draws: its DOT text cannot be in the cache yet
+    probe = exported(LayoutProbe(), torch.randn(1, 2))
+    first = to_svg(probe, highlight="layouts_cache_probe")
+    second = to_svg(probe, highlight="layouts_cache_probe")
     assert first == second and len(calls) == 1
-    to_svg(outer, highlight="block")
+    to_svg(probe)
     assert len(calls) == 2
 
 
