@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import inspect
-import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -36,12 +35,6 @@ __all__ = [
     "state_attributes",
 ]
 
-# Keyed by the program, so nothing here keeps a program alive; each entry remembers the index
-# it was made from, so a program whose graph was replaced gets a fresh one.
-_ORIGINALS: weakref.WeakKeyDictionary[ExportedProgram, tuple[Any, GraphModule, dict[str, Node]]] = (
-    weakref.WeakKeyDictionary()
-)
-
 
 def runnable_original(ep: ExportedProgram) -> GraphModule:
     """The program as a runnable GraphModule: ``gs.swap(ep, {})``, built once per program.
@@ -60,26 +53,26 @@ def runnable_original(ep: ExportedProgram) -> GraphModule:
         >>> runnable_original(ep) is runnable_original(ep)
         True
     """
-    return _original_entry(ep)[1]
+    return _original_entry(ep)[0]
 
 
 def original_nodes(ep: ExportedProgram) -> dict[str, Node]:
     """``ep.graph`` node name -> the node of :func:`runnable_original` computing that value."""
-    return _original_entry(ep)[2]
+    return _original_entry(ep)[1]
 
 
-def _original_entry(ep: ExportedProgram) -> tuple[Any, GraphModule, dict[str, Node]]:
-    index = program_index(ep)
-    cached = _ORIGINALS.get(ep)
-    if cached is None or cached[0] is not index:
-        module = rewrite(ep, {}, weak=True)  # the cache must not keep ep alive
+def _original_entry(ep: ExportedProgram) -> tuple[GraphModule, dict[str, Node]]:
+    # kept with the program's index: made again exactly when the index is (a new graph)
+    derived = program_index(ep).derived
+    entry = derived.get("runnable original")
+    if entry is None:
+        module = rewrite(ep, {}, weak=True)  # what the index keeps must not keep ep alive
         by_name = {n.name: n for n in module.graph.nodes}
         same = {
             old: by_name[new] for old, new in swap_info(module).node_map.items() if new in by_name
         }
-        cached = (index, module, same)
-        _ORIGINALS[ep] = cached
-    return cached
+        entry = derived["runnable original"] = (module, same)
+    return entry
 
 
 def _placeholder_signature(gm: GraphModule) -> inspect.Signature:

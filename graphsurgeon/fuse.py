@@ -12,7 +12,6 @@ on the inputs the replacement received: :func:`fused_call`.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterable
 
 from torch.export import ExportedProgram
@@ -66,12 +65,6 @@ def fuse(
     return rewrite(ep, dict.fromkeys(wanted, FUSE), interpret=interpret, verb="fuse")
 
 
-# Cuts made for compare(), per program and call; keyed weakly, so no program is kept alive.
-_CUTS: weakref.WeakKeyDictionary[ExportedProgram, tuple[object, dict[str, GraphModule]]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
 def fused_call(ep: ExportedProgram, name: str) -> GraphModule:
     """The nodes of call ``name`` of ``ep`` as a runnable GraphModule of their own, made once per
     program and call. It reads the program's parameters and its own copies of the buffers, so
@@ -86,11 +79,8 @@ def fused_call(ep: ExportedProgram, name: str) -> GraphModule:
         tensor([[0., 2.]])
     """
     index = program_index(ep)
-    cached = _CUTS.get(ep)
-    if cached is None or cached[0] is not index:
-        cached = (index, {})
-        _CUTS[ep] = cached
-    cuts = cached[1]
+    # kept with the program's index: made again exactly when the index is (a new graph)
+    cuts = index.derived.setdefault("cuts", {})
     if name not in cuts:
         cuts[name] = cut_call(index, name)
     return cuts[name]

@@ -522,6 +522,10 @@ class ProgramIndex:
         # and a strong one here would keep every program alive forever.
         self._ep = weakref.ref(ep)
         self.graph = graph
+        # What other stages derive from this index and cache (the runnable original, cuts
+        # of calls): kept here, so it is made again exactly when the index is. Nothing in it
+        # may refer to the program strongly.
+        self.derived: dict[str, object] = {}
         self.nodes: list[Node] = list(graph.nodes)
         self.order: dict[Node, int] = {n: i for i, n in enumerate(self.nodes)}
         self.by_name: dict[str, Node] = {n.name: n for n in self.nodes}
