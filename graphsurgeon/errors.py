@@ -6,7 +6,7 @@ wrong and says what to do. Catch :class:`GraphSurgeonError` for all of them::
     GraphSurgeonError
     ├── ExportError              torch.export could not export the model (the cause is chained)
     ├── PartitionError           the program's module structure cannot be read as asked
-    │   └── UnknownModuleError   a module or call name the program does not have
+    │   └── UnknownModuleError   a module or call name the program does not have (a KeyError)
     ├── SwapError                a swap or fuse request that cannot be carried out
     │   ├── NotPreservedError    the module's call signature was not preserved at export
     │   ├── NotSwappableError    its nodes cannot be replaced as one unit (the reason says why)
@@ -76,8 +76,15 @@ class PartitionError(GraphSurgeonError):
     """The program's module structure cannot be read as asked."""
 
 
-class UnknownModuleError(PartitionError):
-    """A module or call name that the program does not have."""
+class UnknownModuleError(PartitionError, KeyError):
+    """A module or call name that the program does not have.
+
+    It is a KeyError too, so ``gs.module_tree(ep).get(name)`` and ``except KeyError`` behave
+    as for a dict.
+    """
+
+    def __str__(self) -> str:  # KeyError would show the message in quotes
+        return str(self.args[0]) if self.args else ""
 
 
 class SwapError(GraphSurgeonError):

@@ -158,6 +158,9 @@ class ModuleTree(Mapping[str, ModuleInfo]):
                 f"the program has no module {fqn!r}.{did_you_mean(fqn, self._infos)}"
             ) from None
 
+    def __contains__(self, fqn: object) -> bool:
+        return fqn in self._infos  # (Mapping's would call __getitem__, which raises)
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._infos)
 

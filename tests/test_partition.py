@@ -341,3 +341,11 @@ def test_a_module_writing_a_buffer_in_place_called_twice_swaps_every_call_or_one
             fresh = copy.deepcopy(reference)
             gm = gs.swap(ep, {name: copy.deepcopy(replacement)})
             torch.testing.assert_close(gm(x), fresh(x))
+
+
+def test_asking_the_tree_for_a_module_it_does_not_have():
+    tree = gs.module_tree(gs.export(nn.Sequential(nn.Linear(2, 2)), (torch.randn(1, 2),)))
+    assert "0" in tree and "1" not in tree and "" in tree
+    assert tree.get("1") is None
+    with pytest.raises(gs.errors.UnknownModuleError, match=r"no module '1'"):
+        tree["1"]
