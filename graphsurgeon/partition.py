@@ -116,6 +116,14 @@ class ModuleInfo:
     qualified_type: str = ""
     num_parameters: int = 0
 
+    def __repr__(self) -> str:
+        calls = f"{self.calls} call{'s' if self.calls != 1 else ''}"
+        verdict = "swappable" if self.swappable else f"not swappable: {self.reason}"
+        return (
+            f"<ModuleInfo {self.fqn or '(root)'!r}: {self.type_name}, {calls}, "
+            f"{self.num_nodes} nodes, {verdict}>"
+        )
+
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
         from . import display as d
 

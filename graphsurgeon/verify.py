@@ -108,7 +108,10 @@ class VerifyReport:
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
         from . import display
 
-        return display.bundle(self._repr_html_(), str(self), include, exclude)
+        lines = str(self).splitlines()
+        if len(lines) > 12:  # the plain form stays short; the table holds every leaf
+            lines = [*lines[:11], f"  ... and {len(lines) - 11} more leaves"]
+        return display.bundle(self._repr_html_(), "\n".join(lines), include, exclude)
 
 
 def leaf_table(leaves: tuple[LeafCheck, ...], limit: int = 12) -> str:

@@ -267,11 +267,8 @@ def test_the_module_tree_folds_with_counts_and_reasons(gpt):
 def test_a_module_a_partition_and_export_notes_show_themselves(gpt):
     _, _, ep, _ = gpt
     page, plain = bundle_of(gs.module_tree(ep)["layers.0"])
-    assert (
-        "swappable" in page.all_text
-        and "49,984" in page.all_text
-        and plain.startswith("ModuleInfo(")
-    )
+    assert "swappable" in page.all_text and "49,984" in page.all_text
+    assert plain == "<ModuleInfo 'layers.0': Block, 1 call, 27 nodes, swappable>"
     part = gs.partition(ep)["layers.0.attn"]
     page, plain = bundle_of(part)
     assert plain == "<Partition 'layers.0.attn': 20 nodes, swappable>"
@@ -303,3 +300,26 @@ def test_a_surgery_shows_its_picture_history_and_last_verify(gpt):
     surgery.redo()
     redone, _ = bundle_of(surgery)
     assert "verify" not in redone.all_text, "that report was of another state"
+
+
+@needs_dot
+def test_a_graph_view_shows_as_its_drawing(gpt):
+    _, _, ep, _ = gpt
+    view = gs.render.graph_view(ep, collapse=1)
+    page, plain = bundle_of(view)
+    assert page.count("svg") == 1 and page.count("g", id="module:layers.0") == 1
+    assert plain.startswith("<Drawing of TinyGPT:")
+
+
+def test_a_long_verify_report_keeps_a_short_plain_form():
+    outputs = {f"out{i}": torch.zeros(2) for i in range(30)}
+
+    class Many(nn.Module):
+        def forward(self, x):
+            return {k: v + x for k, v in outputs.items()}
+
+    report = gs.verify(Many(), Many(), (torch.zeros(2),))
+    page, plain = bundle_of(report)
+    assert len(plain.splitlines()) == 12 and plain.endswith("and 20 more leaves")
+    # every leaf is in the HTML: 12 shown, 18 folded, and the two tables' header rows
+    assert page.count("tr") == 32 and page.count("details") == 1
