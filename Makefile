@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.graphsurgeon-installed
 
-.PHONY: setup demo test lab bench lint format clean system-deps
+.PHONY: setup demo test lab bench fuzz lint format clean system-deps
 
 setup: $(STAMP) system-deps
 
@@ -26,12 +26,16 @@ demo: setup
 test: setup
 	bash tools/run-tests.sh
 
+# As root (a container, CI) Jupyter refuses to start without --allow-root.
 lab: setup
-	$(VENV)/bin/jupyter lab notebooks
+	$(VENV)/bin/jupyter lab notebooks $$( [ "$$(id -u)" -eq 0 ] && echo --allow-root )
 
 # Side-by-side performance runs against the anchors (several minutes on 2 cores).
 bench: setup
 	@for script in benchmarks/*.py; do echo "== $$script"; OMP_NUM_THREADS=1 $(PY) $$script || exit 1; done
+
+fuzz: setup
+	OMP_NUM_THREADS=1 $(PY) tools/fuzz.py --programs 10000
 
 lint: setup
 	$(VENV)/bin/ruff check graphsurgeon tests benchmarks tools

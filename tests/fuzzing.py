@@ -1,0 +1,1454 @@
+"""Random small programs and random swap sets for the swap engine, each checked end to end.
+
+A drawn :class:`Case` is plain data: a program (:class:`BlockSpec`, a tree of blocks whose
+``forward`` interprets a list of :class:`Call` steps), how the model is called and exported,
+and a swap set. Its ``repr`` is a Python expression that rebuilds it, so a failing case found by
+a long run can be replayed exactly (``check_case(eval(text, vars(fuzzing)))``); :func:`describe`
+prints it as the pseudo-code of each ``forward``.
+
+What the strategy puts in programs on purpose (:data:`FEATURES`; ``cases(require=...)`` forces
+any of them):
+
+- ``shared``, ``loop``: one submodule called from several steps, or in a Python loop; its calls
+  are ``name``, ``name@1``, ...
+- ``dict``, ``tuple``, ``dataclass``: a submodule returning a structure (a registered dataclass
+  for the last), built in another order than it is returned; ``partial_unpack``,
+  ``reordered_unpack``: its leaves taken out in part, or out of order; ``whole_struct``: the
+  structure passed whole to another submodule, which reads some of its leaves.
+- ``buffer``: a submodule adding to its own buffer in place (checked after the run too).
+- ``kwargs``, ``constants``: arguments by keyword, and float / bool / int arguments.
+- ``dynamic``: exported with a dynamic batch dimension, run on another batch size.
+- ``pass_through``: a submodule returning one of its inputs unchanged.
+- ``aliased``: the same tensor passed to two arguments, ``sub(h, h)``.
+- ``same_replacement``: one replacement object serving several requests; ``one_call``: one
+  call of a module called more than once (``"name@1"``); ``calls_apart``: two calls of one
+  module swapped with two different replacements; ``conflict``: an overlapping pair of
+  requests (a module and a request inside it, or a module and one of its calls), which must be
+  refused.
+
+What the check expects (:func:`check_case`): the swapped program computes what the eager
+reference computes (a deep copy of the model with the replacements set, see
+:func:`reference_model`), outputs of two runs and then every buffer, to rtol = atol = 1e-5.
+The engine may refuse a swap set only under its documented rules:
+
+1. A call returning one of its inputs unchanged, when that value is read after the call (the
+   graph cannot tell the module's output from the input): ``NotSwappableError`` naming the
+   call. Which calls fall under it is found independently of the engine, by running the model
+   eagerly and recording which tensors each call returns unchanged and which tensors every
+   later torch operation reads (:func:`analyze`). ``gs.module_tree`` must agree, module by
+   module: not swappable, with a reason, exactly for the modules with such a call.
+2. Two requests claiming the same call, or a module and a request inside it: ``ConflictError``.
+
+Any other refusal, and any other exception, is a failure. torch.export's own rule, that a
+module called several times keeps its signature only if every call passes the same argument
+structure, is kept by the strategy (a module's first call fixes how it is called), so every
+module is preserved.
+
+Every program is small (Linear(3, 3) and elementwise ops on a batch of 3 rows), so a case,
+export included, takes a small fraction of a second.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import dataclasses
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+import torch.utils._pytree as pytree
+from conftest import assert_close_tree, clone_tree, differs
+from hypothesis import assume, currently_in_test_context
+from hypothesis import strategies as st
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+import graphsurgeon as gs
+
+__all__ = [
+    "FEATURES",
+    "Block",
+    "BlockSpec",
+    "Call",
+    "Case",
+    "CaseResult",
+    "Facts",
+    "LeafSpec",
+    "Mismatch",
+    "Reference",
+    "S",
+    "Shifted",
+    "UnexpectedRefusal",
+    "Unobservable",
+    "V",
+    "analyze",
+    "build_model",
+    "cases",
+    "check_case",
+    "describe",
+    "features",
+    "reference_model",
+]
+
+FEATURES = (
+    "shared",
+    "loop",
+    "dict",
+    "tuple",
+    "dataclass",
+    "partial_unpack",
+    "reordered_unpack",
+    "whole_struct",
+    "buffer",
+    "kwargs",
+    "constants",
+    "dynamic",
+    "pass_through",
+    "aliased",
+    "same_replacement",
+    "one_call",
+    "calls_apart",
+    "conflict",
+)
+
+EXPORT_BATCH = 3  # rows of the example inputs the program is exported with
+RUN_BATCH = 5  # rows the program is run on when its batch dimension is dynamic
+RUNS = 2  # each swapped program runs twice: buffers carry over from the first run
+RTOL = ATOL = 1e-5
+
+# Ops that keep values small (neg only flips them): a ReLU could erase what a replacement
+# changes, and growth through loops and buffers would turn float32 rounding into failures.
+OPS = {"tanh": torch.tanh, "sin": torch.sin, "sigmoid": torch.sigmoid, "neg": torch.neg}
+
+# -- the program, as plain data -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class V:
+    """Argument: the block's ``index``-th tensor value (its inputs come first)."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class S:
+    """Argument: the ``index``-th structured output of an earlier call in the block, whole."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class LeafSpec:
+    """A leaf submodule: ``kind`` is one of :data:`LEAF_KINDS`.
+
+    ``layout`` is the structure a ``split`` or ``passthrough`` returns (``dict``, ``tuple``,
+    ``dataclass``); ``keys`` is the order a ``split`` builds its parts in, or the parts a
+    ``gather`` reads, in order.
+    """
+
+    kind: str
+    op: str = "tanh"
+    layout: str = ""
+    keys: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Call:
+    """One step of a block's forward: ``child(*args, **kwargs)``.
+
+    A structured result is kept whole (for later ``S`` arguments) and the leaves named in
+    ``unpack`` become tensor values, in that order. ``times > 1`` is a loop,
+    ``for _ in range(times): v = child(v, *constants)``.
+    """
+
+    child: str
+    args: tuple = ()
+    kwargs: tuple = ()  # ((name, argument), ...)
+    unpack: tuple[str, ...] = ()
+    times: int = 1
+
+
+@dataclass(frozen=True)
+class BlockSpec:
+    """A container: ``forward(a, b=None)`` runs ``steps`` over its children and returns
+    ``returns``, a weighted sum of values per output key (``""``: one tensor, else a dict).
+
+    Every returned value is computed (``coefficient * value``), so a block never returns one of
+    its inputs unchanged: pass-through outputs come only from the ``passthrough`` leaf.
+    """
+
+    inputs: int
+    children: tuple  # ((name, LeafSpec | BlockSpec), ...)
+    steps: tuple[Call, ...]
+    returns: tuple  # ((key, ((value index, coefficient), ...)), ...)
+
+
+@dataclass(frozen=True)
+class Case:
+    """A program, how it is called and exported, and the swap set to check.
+
+    ``second_input`` says whether the root's second input ``y`` is absent (``"none"``), passed
+    positionally or by keyword. ``swaps`` maps request names (``"blk1.act0"``, ``"act0@1"``) to
+    replacement numbers; replacement ``n`` is ``Shifted(copy of module replacements[n][0],
+    shift=replacements[n][1])``, one object however many requests use it. ``seed`` seeds the
+    weights and the inputs.
+    """
+
+    program: BlockSpec
+    second_input: str
+    dynamic: bool
+    swaps: tuple[tuple[str, int], ...]
+    replacements: tuple[tuple[str, float], ...]
+    seed: int
+
+
+# -- the modules ------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Parts:
+    """A registered-pytree dataclass output."""
+
+    p: torch.Tensor
+    q: torch.Tensor
+    r: torch.Tensor
+
+
+pytree.register_dataclass(Parts)
+
+PART_OPS = {"p": torch.sin, "q": torch.cos, "r": torch.tanh}
+PART_KEYS = ("p", "q", "r")
+ROUTE_KEYS = ("out", "skip")
+POSITION = {"p": 0, "q": 1, "r": 2, "out": 0, "skip": 1}
+
+
+def leaf_of(structure, key: str) -> torch.Tensor:
+    """The leaf ``key`` of a dict, tuple or :class:`Parts` output."""
+    if isinstance(structure, dict):
+        return structure[key]
+    if isinstance(structure, tuple):
+        return structure[POSITION[key]]
+    return getattr(structure, key)
+
+
+def package(layout: str, values: dict[str, torch.Tensor]):
+    """``values`` (in canonical key order) as the ``layout`` structure."""
+    if layout == "dict":
+        return dict(values)
+    if layout == "tuple":
+        return tuple(values.values())
+    return Parts(**values)
+
+
+class Act(nn.Module):
+    """``op(lin(x))``."""
+
+    def __init__(self, op: str):
+        super().__init__()
+        self.op = op
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return OPS[self.op](self.lin(x))
+
+
+class Knobs(nn.Module):
+    """Uses every constant it is given, so a constant passed wrongly shows in the numbers."""
+
+    def __init__(self, op: str):
+        super().__init__()
+        self.op = op
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x, scale: float = 1.0, flip: bool = False, repeats: int = 1):
+        y = self.lin(x) * scale
+        for _ in range(repeats):
+            y = OPS[self.op](y)
+        return y.flip(-1) if flip else y
+
+
+class Mix(nn.Module):
+    """Two tensor arguments, so the same tensor can be passed to both."""
+
+    def __init__(self, op: str):
+        super().__init__()
+        self.op = op
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, a, b):
+        return OPS[self.op](self.lin(a)) * torch.tanh(b) + 0.5 * b
+
+
+class Split(nn.Module):
+    """Returns parts p, q, r as ``layout``, built in the order ``keys``, returned p, q, r."""
+
+    def __init__(self, layout: str, keys: tuple[str, ...]):
+        super().__init__()
+        self.layout = layout
+        self.keys = keys
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        h = self.lin(x)
+        built = {key: PART_OPS[key](h) * (i + 1) for i, key in enumerate(self.keys)}
+        return package(self.layout, {key: built[key] for key in PART_KEYS})
+
+
+class Gather(nn.Module):
+    """Takes a :class:`Split` output whole and reads the parts ``keys``, in that order."""
+
+    def __init__(self, op: str, keys: tuple[str, ...]):
+        super().__init__()
+        self.op = op
+        self.keys = keys
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, parts):
+        out = self.lin(leaf_of(parts, self.keys[0]))
+        for key in self.keys[1:]:
+            out = out * 0.5 + leaf_of(parts, key)
+        return OPS[self.op](out)
+
+
+class Counter(nn.Module):
+    """Adds the batch mean of its input to its own buffer in place, every call."""
+
+    def __init__(self, op: str):
+        super().__init__()
+        self.op = op
+        self.lin = nn.Linear(3, 3)
+        self.register_buffer("total", torch.zeros(3))
+
+    def forward(self, x):
+        self.total.add_(x.mean(0))
+        return OPS[self.op](self.lin(x) + self.total)
+
+
+class PassThrough(nn.Module):
+    """Returns ``(out, skip)`` as ``layout``, ``skip`` being its second argument unchanged."""
+
+    def __init__(self, op: str, layout: str):
+        super().__init__()
+        self.op = op
+        self.layout = layout
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x, skip):
+        out = OPS[self.op](self.lin(x)) * torch.sigmoid(skip)
+        return {"out": out, "skip": skip} if self.layout == "dict" else (out, skip)
+
+
+LEAF_TYPES = {
+    "act": Act,
+    "knobs": Knobs,
+    "mix": Mix,
+    "split": Split,
+    "gather": Gather,
+    "counter": Counter,
+    "passthrough": PassThrough,
+}
+LEAF_KINDS = tuple(LEAF_TYPES)
+
+
+def _resolve(argument, values, structures):
+    """The value a :class:`Call` argument stands for in a running block."""
+    if isinstance(argument, V):
+        return values[argument.index]
+    if isinstance(argument, S):
+        return structures[argument.index]
+    return argument  # a constant: float, bool or int
+
+
+class Block(nn.Module):
+    """A container whose forward interprets its :class:`BlockSpec` (plain Python control flow,
+    which torch.export traces away)."""
+
+    def __init__(self, spec: BlockSpec):
+        super().__init__()
+        self.spec = spec
+        for name, child in spec.children:
+            self.add_module(name, build_module(child))
+
+    def forward(self, a, b=None):
+        values = [a] if b is None else [a, b]
+        structures = []
+        for step in self.spec.steps:
+            child = self.get_submodule(step.child)
+            args = [_resolve(x, values, structures) for x in step.args]
+            kwargs = {k: _resolve(x, values, structures) for k, x in step.kwargs}
+            if step.times > 1:
+                value = args[0]
+                for _ in range(step.times):
+                    value = child(value, *args[1:], **kwargs)
+                values.append(value)
+                continue
+            out = child(*args, **kwargs)
+            if isinstance(out, torch.Tensor):
+                values.append(out)
+            else:
+                structures.append(out)
+                values.extend(leaf_of(out, key) for key in step.unpack)
+        outputs = {
+            key: sum(values[i] * coefficient for i, coefficient in terms)
+            for key, terms in self.spec.returns
+        }
+        return outputs.get("", outputs)
+
+
+class Program(Block):
+    """The root: ``forward(x, y=None)``, so the second input can be passed by keyword."""
+
+    def forward(self, x, y=None):
+        return super().forward(x, y)
+
+
+def build_module(spec) -> nn.Module:
+    """The module a :class:`LeafSpec` or :class:`BlockSpec` describes."""
+    if isinstance(spec, BlockSpec):
+        return Block(spec)
+    if spec.kind == "split":
+        return Split(spec.layout, spec.keys)
+    if spec.kind == "gather":
+        return Gather(spec.op, spec.keys)
+    if spec.kind == "passthrough":
+        return PassThrough(spec.op, spec.layout)
+    return LEAF_TYPES[spec.kind](spec.op)
+
+
+def build_model(spec: BlockSpec) -> Program:
+    """The root module of ``spec`` (weights from torch's current random state)."""
+    model = Program(spec)
+    model.eval()
+    return model
+
+
+def module_specs(spec: BlockSpec, prefix: str = "") -> dict[str, LeafSpec | BlockSpec]:
+    """``{fqn: spec}`` of every submodule written in ``spec`` (Linear layers left out)."""
+    found = {}
+    for name, child in spec.children:
+        fqn = prefix + name
+        found[fqn] = child
+        if isinstance(child, BlockSpec):
+            found.update(module_specs(child, fqn + "."))
+    return found
+
+
+def interface(spec: LeafSpec | BlockSpec | None) -> tuple:
+    """What a replacement must accept and return to serve a module of this spec (``None``: the
+    ``lin`` Linear of a leaf): a copy of any module with the same interface does (a
+    :class:`Gather` reads any :class:`Split` layout)."""
+    if spec is None:
+        return ("linear",)
+    if isinstance(spec, BlockSpec):
+        return ("block", spec.inputs, tuple(key for key, _ in spec.returns))
+    if spec.kind in ("split", "passthrough"):
+        return (spec.kind, spec.layout)
+    return (spec.kind,)
+
+
+# -- replacements and the eager reference --------------------------------------------------
+
+
+class Shifted(nn.Module):
+    """A replacement computing something else: a copy of a module, every output leaf scaled by
+    0.5 and shifted. It takes any arguments and returns the copy's structure."""
+
+    def __init__(self, original: nn.Module, shift: float):
+        super().__init__()
+        self.inner = copy.deepcopy(original)
+        self.shift = shift
+
+    def forward(self, *args, **kwargs):
+        out = self.inner(*args, **kwargs)
+        return pytree.tree_map_only(torch.Tensor, lambda t: t * 0.5 + self.shift, out)
+
+
+class CallRouter(nn.Module):
+    """Eager stand-in for one-call swaps: the k-th call of the module in a forward of the model
+    (counted from 0; the reference resets the count) goes to ``by_call[k]``, every other call to
+    ``original``."""
+
+    def __init__(self, original: nn.Module, by_call: dict[int, nn.Module]):
+        super().__init__()
+        self.original = original
+        # a ModuleDict would copy nothing, but holding the replacements as plain attributes
+        # keeps their buffers out of this module's state: they are compared one by one
+        self.by_call = by_call
+        self.calls = 0
+
+    def forward(self, *args, **kwargs):
+        k, self.calls = self.calls, self.calls + 1
+        return self.by_call.get(k, self.original)(*args, **kwargs)
+
+
+def split_request(name: str) -> tuple[str, int | None]:
+    """``"a.b@2"`` -> ``("a.b", 2)``; ``"a.b"`` -> ``("a.b", None)``."""
+    fqn, at, index = name.partition("@")
+    return fqn, (int(index) if at else None)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """An eager reference: ``model`` to run, ``originals`` (fqn -> its copy of each original
+    submodule, swapped or not) and ``replacements`` (request -> its copy of the replacement),
+    to read their buffers after the run, and ``ran``, the calls each original really ran."""
+
+    model: nn.Module
+    originals: dict[str, nn.Module]
+    replacements: dict[str, nn.Module]
+    ran: collections.Counter[str]  # fqn -> how many times its original module ran
+
+
+def reference_model(model: nn.Module, requests: dict[str, nn.Module]) -> Reference:
+    """What swapping ``requests`` should compute: a deep copy of ``model`` with each replacement
+    set by setattr (a request ``"name@k"`` by a :class:`CallRouter` at ``name``).
+
+    Unlike ``conftest.eager_reference``, the model and the replacements are copied in one
+    ``deepcopy``, so a replacement serving several requests stays one object (one buffer), as it
+    is in the swapped program.
+    """
+    reference, replacements = copy.deepcopy((model, requests))
+    originals = dict(reference.named_modules())
+    routers: list[CallRouter] = []
+
+    def restart_counts(*_):  # calls are numbered per forward of the model, as torch.export does
+        for router in routers:
+            router.calls = 0
+
+    reference.register_forward_pre_hook(restart_counts)
+    ran: collections.Counter[str] = collections.Counter()
+    for fqn, module in originals.items():
+        module.register_forward_pre_hook(lambda *_, fqn=fqn: ran.update((fqn,)))
+    by_fqn: dict[str, dict[int | None, nn.Module]] = {}
+    for name, replacement in replacements.items():
+        fqn, index = split_request(name)
+        by_fqn.setdefault(fqn, {})[index] = replacement
+    for fqn, routes in by_fqn.items():
+        parent_name, _, attribute = fqn.rpartition(".")
+        parent = reference.get_submodule(parent_name)
+        if None in routes:  # every call; the swap set is an antichain, so nothing else here
+            setattr(parent, attribute, routes[None])
+        else:
+            routers.append(CallRouter(originals[fqn], routes))
+            setattr(parent, attribute, routers[-1])
+    return Reference(reference, originals, replacements, ran)
+
+
+# -- what the model does, found eagerly ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What one eager run of a program shows, independently of the engine.
+
+    ``calls``: fqn -> its call names in order (``name``, ``name@1``, ...). ``blocked``: call
+    name -> why the engine must refuse it (it returns one of its inputs unchanged and that value
+    is read after the call).
+    """
+
+    calls: dict[str, tuple[str, ...]]
+    blocked: dict[str, str]
+
+    def refused(self, request: str) -> list[str]:
+        """The blocked calls a request covers."""
+        fqn, index = split_request(request)
+        names = self.calls[fqn] if index is None else (call_name(fqn, index),)
+        return [name for name in names if name in self.blocked]
+
+
+def call_name(fqn: str, index: int) -> str:
+    """torch.export's name of a module's ``index``-th call: ``fqn``, ``fqn@1``, ..."""
+    return fqn if index == 0 else f"{fqn}@{index}"
+
+
+class _ReadLog(TorchFunctionMode):
+    """Records, for every tensor a torch operation reads, the last time it was read."""
+
+    def __init__(self):
+        super().__init__()
+        self.clock = itertools.count()
+        self.last_read: dict[int, int] = {}
+        self.alive: list[torch.Tensor] = []  # keeps ids unique for the whole run
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        # reading .shape is not an operation on the values (and makes no node in the graph)
+        if getattr(func, "__name__", "") != "__get__":
+            now = next(self.clock)
+            for leaf in pytree.tree_leaves((args, kwargs)):
+                if isinstance(leaf, torch.Tensor):
+                    self.last_read[id(leaf)] = now
+                    self.alive.append(leaf)
+        return func(*args, **kwargs)
+
+
+def _tensor_leaves(value) -> list[torch.Tensor]:
+    """The tensors among ``value``'s pytree leaves."""
+    return [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
+
+
+def analyze(spec: BlockSpec, second_input: str = "none") -> Facts:
+    """Run the program once eagerly and find every call and every blocked call."""
+    model = build_model(spec)
+    log = _ReadLog()
+    counts: dict[str, int] = {}
+    calls: dict[str, list[str]] = {}
+    pending: list[tuple[str, list[torch.Tensor]]] = []
+    returned_unchanged: list[tuple[str, int, torch.Tensor]] = []  # (call, end time, tensor)
+
+    def before(fqn):
+        def hook(module, args, kwargs):
+            index = counts.get(fqn, 0)
+            counts[fqn] = index + 1
+            name = call_name(fqn, index)
+            calls.setdefault(fqn, []).append(name)
+            pending.append((name, _tensor_leaves((args, kwargs))))
+
+        return hook
+
+    def after(module, args, kwargs, output):
+        name, inputs = pending.pop()
+        end = next(log.clock)
+        for leaf in _tensor_leaves(output):
+            if any(leaf is i for i in inputs):
+                returned_unchanged.append((name, end, leaf))
+
+    for fqn, module in model.named_modules():
+        if fqn:
+            module.register_forward_pre_hook(before(fqn), with_kwargs=True)
+            module.register_forward_hook(after, with_kwargs=True)
+    args, kwargs = model_inputs(second_input, EXPORT_BATCH)
+    with torch.no_grad(), log:
+        out = model(*args, **kwargs)
+    model_outputs = _tensor_leaves(out)
+    blocked = {}
+    for name, end, tensor in returned_unchanged:
+        if any(tensor is o for o in model_outputs):
+            blocked.setdefault(name, "returns an input unchanged that the model returns")
+        elif log.last_read.get(id(tensor), -1) > end:
+            blocked.setdefault(name, "returns an input unchanged that is read after the call")
+    return Facts({fqn: tuple(names) for fqn, names in calls.items()}, blocked)
+
+
+def model_inputs(second_input: str, batch: int) -> tuple[tuple, dict]:
+    """Random ``(args, kwargs)`` for the root, ``batch`` rows each."""
+    x = torch.randn(batch, 3)
+    if second_input == "none":
+        return (x,), {}
+    y = torch.randn(batch, 3)
+    return ((x, y), {}) if second_input == "positional" else ((x,), {"y": y})
+
+
+# -- the strategy -----------------------------------------------------------------------------
+
+COEFFICIENTS = (1.0, 0.5, -1.0, 2.0, -0.5)
+SCALES = (0.5, 2.5, -1.5)
+LAYOUTS = ("dict", "tuple", "dataclass")
+_KNOB_PARAMETERS = ("scale", "flip", "repeats")
+# features planted as steps of the root block, and the step kind that plants each
+_PLANTED_STEPS = {
+    "shared": "again",
+    "loop": "loop",
+    "dict": "split:dict",
+    "tuple": "split:tuple",
+    "dataclass": "split:dataclass",
+    "partial_unpack": "split:partial",
+    "reordered_unpack": "split:reordered",
+    "whole_struct": "gather",
+    "buffer": "counter",
+    "kwargs": "knobs:kwargs",
+    "constants": "knobs:constants",
+    "pass_through": "passthrough",
+    "aliased": "mix:aliased",
+}
+
+
+def chance(draw, one_in: int) -> bool:
+    """True about once in ``one_in`` draws.
+
+    Not ``integers(0, n) == 0``: hypothesis draws the lower bound far more often than its share
+    (it generates many examples near the simplest one), which would make rare choices common.
+    """
+    return draw(st.integers(0, one_in - 1)) == one_in // 2
+
+
+class _BlockDrawer:
+    """Draws one block: its steps, creating children as they are first called.
+
+    torch.export preserves a module's call signature only when every call passes the same
+    argument structure (the same positional count and keyword names, the same layout of a
+    structured argument; constant values may differ). A child's first call fixes that form in
+    ``forms`` and later calls reuse it.
+    """
+
+    def __init__(self, draw, inputs: int, depth: int, output_keys: tuple[str, ...]):
+        self.draw = draw
+        self.inputs = inputs
+        self.depth = depth
+        self.output_keys = output_keys
+        self.children: dict[str, LeafSpec | BlockSpec] = {}
+        self.forms: dict[str, tuple] = {}
+        self.steps: list[Call] = []
+        self.n_values = inputs
+        self.split_layouts: dict[int, str] = {}  # structure index of each split output
+        self.n_structures = 0
+        self.read: set[int] = set()
+        self.reserved: set[int] = set()  # values no later step or return may read
+
+    # values, names, forms
+
+    def readable(self) -> list[int]:
+        """Indices of the values a step or the return may still read."""
+        return [i for i in range(self.n_values) if i not in self.reserved]
+
+    def value(self) -> V:
+        """A tensor argument: one of the readable values."""
+        # shrinks towards the most recent value: chains are the common case
+        candidates = self.readable()
+        index = candidates[-1 - self.draw(st.integers(0, len(candidates) - 1))]
+        self.read.add(index)
+        return V(index)
+
+    def new_child(self, spec) -> str:
+        """Add a child, named after its kind and position (``act0``, ``blk3``)."""
+        prefix = "blk" if isinstance(spec, BlockSpec) else spec.kind
+        name = f"{prefix}{len(self.children)}"
+        self.children[name] = spec
+        return name
+
+    def form(self, name: str, draw_form):
+        """How child ``name`` is called: drawn at its first call, the same at every other."""
+        if name not in self.forms:
+            self.forms[name] = draw_form()
+        return self.forms[name]
+
+    def keyword(self, flavour: str = "") -> bool:
+        """Whether a tensor argument is passed by keyword (always for the ``kwargs`` flavour)."""
+        return flavour == "kwargs" or self.draw(st.booleans())
+
+    def op(self) -> str:
+        """An elementwise op for a new leaf."""
+        return self.draw(st.sampled_from(sorted(OPS)))
+
+    def add(self, call: Call, result: str) -> None:
+        """Record a step; ``result`` is "tensor" or "structure" (plus the leaves unpacked)."""
+        self.steps.append(call)
+        if result == "tensor":
+            self.n_values += 1
+        else:
+            self.n_structures += 1
+            self.n_values += len(call.unpack)
+
+    # steps
+
+    def step(self, kind: str) -> None:
+        """Add one step of ``kind`` (``"split:dict"``: kind ``split``, flavour ``dict``)."""
+        kind, _, flavour = kind.partition(":")
+        getattr(self, "step_" + kind)(flavour)
+
+    def available_kinds(self) -> list[str]:
+        """The step kinds that can come next."""
+        kinds = ["act", "knobs", "mix", "split", "counter", "passthrough", "loop"]
+        if self.split_layouts:
+            kinds.append("gather")
+        if self.children:
+            kinds.append("again")
+        if self.depth > 0:
+            kinds.append("block")
+        return kinds
+
+    def step_act(self, flavour: str = "", name: str | None = None) -> None:
+        """``act(v)``; each ``step_*`` calls child ``name`` again, or a new child when None."""
+        name = name or self.new_child(LeafSpec("act", self.op()))
+        self.add(Call(name, (self.value(),)), "tensor")
+
+    def knob_form(self, flavour: str) -> tuple[int, tuple[str, ...]]:
+        """How a :class:`Knobs` is called: how many constants positionally, which by keyword
+        (the others left to their defaults)."""
+        low = 1 if flavour == "constants" else 0
+        high = 2 if flavour == "kwargs" else 3  # leave a parameter to pass by keyword
+        n_positional = self.draw(st.integers(low, high))
+        keywords = [
+            parameter
+            for i, parameter in enumerate(_KNOB_PARAMETERS[n_positional:])
+            if (flavour == "kwargs" and i == 0) or self.draw(st.booleans())
+        ]
+        return n_positional, tuple(keywords)
+
+    def knob_arguments(self, name: str, flavour: str) -> tuple[tuple, tuple]:
+        """Constants for a call of :class:`Knobs` ``name``, in its form; values drawn anew."""
+        n_positional, keywords = self.form(name, lambda: self.knob_form(flavour))
+        constants = {
+            "scale": self.draw(st.sampled_from(SCALES)),
+            "flip": self.draw(st.booleans()),
+            "repeats": self.draw(st.integers(1, 2)),
+        }
+        positional = tuple(constants[p] for p in _KNOB_PARAMETERS[:n_positional])
+        return positional, tuple((k, constants[k]) for k in keywords)
+
+    def step_knobs(self, flavour: str = "", name: str | None = None) -> None:
+        """``knobs(v, 2.5, flip=True)``; flavours ``kwargs`` and ``constants``."""
+        if flavour == "kwargs" and self.draw(st.booleans()):
+            # keywords that are tensors rather than constants: mix(a, b=h)
+            return self.step_mix("kwargs")
+        name = name or self.new_child(LeafSpec("knobs", self.op()))
+        positional, keywords = self.knob_arguments(name, flavour)
+        self.add(Call(name, (self.value(), *positional), keywords), "tensor")
+
+    def two_values(self, flavour: str) -> tuple[V, V]:
+        """Two tensor arguments; one value twice now and then, always for ``aliased``."""
+        first = self.value()
+        if flavour == "aliased" or chance(self.draw, 4):
+            return first, first  # sub(h, h)
+        return first, self.value()
+
+    def step_mix(self, flavour: str = "", name: str | None = None) -> None:
+        """``mix(a, b)`` or ``mix(a, b=h)``, with ``a`` and ``b`` the same value now and then."""
+        name = name or self.new_child(LeafSpec("mix", self.op()))
+        a, b = self.two_values(flavour)
+        if self.form(name, lambda: self.keyword(flavour)):
+            self.add(Call(name, (a,), (("b", b),)), "tensor")
+        else:
+            self.add(Call(name, (a, b)), "tensor")
+
+    def unpack(self, keys: tuple[str, ...], flavour: str, required: str | None = None) -> tuple:
+        """An ordered selection of ``keys``: all of them, some, out of order."""
+        chosen = self.draw(st.permutations(keys))
+        low = 1 if required or flavour in ("partial", "reordered") else 0
+        high = len(keys) - 1 if flavour == "partial" else len(keys)
+        if flavour == "reordered":
+            low = max(low, 2)
+        size = self.draw(st.integers(low, high))
+        chosen = list(chosen[:size])
+        if flavour == "reordered" and chosen == sorted(chosen, key=keys.index):
+            chosen.reverse()
+        if required and required not in chosen:
+            chosen[0] = required
+        return tuple(chosen)
+
+    def step_split(self, flavour: str = "", name: str | None = None) -> None:
+        """``s = split(v)`` and some of its leaves taken out; flavours: a layout, ``partial``,
+        ``reordered``."""
+        if name is None:
+            layout = flavour if flavour in LAYOUTS else self.draw(st.sampled_from(LAYOUTS))
+            order = tuple(self.draw(st.permutations(PART_KEYS)))
+            name = self.new_child(LeafSpec("split", op="", layout=layout, keys=order))
+        call = Call(name, (self.value(),), unpack=self.unpack(PART_KEYS, flavour))
+        self.split_layouts[self.n_structures] = self.children[name].layout
+        self.add(call, "structure")
+
+    def step_gather(self, flavour: str = "", name: str | None = None) -> None:
+        """``gather(s)``: a split output passed whole (a split first, if there is none)."""
+        if not self.split_layouts:
+            self.step_split()
+        if name is None:
+            n_keys = self.draw(st.integers(1, 3))
+            keys = tuple(self.draw(st.permutations(PART_KEYS)))[:n_keys]
+            name = self.new_child(LeafSpec("gather", self.op(), keys=keys))
+        some_layout = self.draw(st.sampled_from(sorted(set(self.split_layouts.values()))))
+        keyword, layout = self.form(name, lambda: (self.keyword(), some_layout))
+        if layout not in self.split_layouts.values():
+            self.step_split(layout)
+        matching = [i for i, kind in self.split_layouts.items() if kind == layout]
+        structure = S(self.draw(st.sampled_from(matching)))
+        if keyword:
+            self.add(Call(name, (), (("parts", structure),)), "tensor")
+        else:
+            self.add(Call(name, (structure,)), "tensor")
+
+    def step_counter(self, flavour: str = "", name: str | None = None) -> None:
+        """``counter(v)``, which adds to its buffer in place."""
+        name = name or self.new_child(LeafSpec("counter", self.op()))
+        self.add(Call(name, (self.value(),)), "tensor")
+
+    def step_passthrough(self, flavour: str = "", name: str | None = None) -> None:
+        """``s = passthrough(x, skip)``: half the time nothing in this block reads ``skip``
+        again, so the call is swappable unless an enclosing block reads it."""
+        if name is None:
+            layout = self.draw(st.sampled_from(("dict", "tuple")))
+            name = self.new_child(LeafSpec("passthrough", self.op(), layout=layout))
+        x, skip = self.two_values(flavour)
+        if self.draw(st.booleans()):
+            # nothing reads the value it passes through after the call (in this block): the
+            # engine swaps such a call
+            unpack = ("out",)
+            self.reserved.add(skip.index)
+        else:
+            # its computed output is always taken: without it the call changes nothing
+            unpack = self.unpack(ROUTE_KEYS, "", required="out")
+        if self.form(name, self.keyword):
+            self.add(Call(name, (x,), (("skip", skip),), unpack=unpack), "structure")
+        else:
+            self.add(Call(name, (x, skip), unpack=unpack), "structure")
+
+    def draw_child_block(self, inputs: int, output_keys: tuple[str, ...]) -> BlockSpec:
+        """A nested block, one level shallower, of 1 to 3 random steps."""
+        inner = _BlockDrawer(self.draw, inputs, self.depth - 1, output_keys)
+        inner.fill(self.draw(st.integers(1, 3)), planted=())
+        return inner.spec()
+
+    def step_block(self, flavour: str = "", name: str | None = None) -> None:
+        """``blk(a)``, ``blk(a, b)`` or ``blk(a, b=h)``: a nested block, its result a tensor or
+        a dict of two."""
+        if name is None:
+            inputs = self.draw(st.integers(1, 2))
+            output_keys = self.draw(st.sampled_from((("",), ("main", "aux"))))
+            name = self.new_child(self.draw_child_block(inputs, output_keys))
+        spec = self.children[name]
+        values = tuple(self.value() for _ in range(spec.inputs))
+        if spec.inputs == 2 and self.form(name, self.keyword):
+            args, kwargs = values[:1], (("b", values[1]),)
+        else:
+            args, kwargs = values, ()
+        if spec.returns[0][0] == "":
+            self.add(Call(name, args, kwargs), "tensor")
+        else:
+            unpack = self.unpack(("main", "aux"), "", required="main")
+            self.add(Call(name, args, kwargs, unpack=unpack), "structure")
+
+    def loopable(self) -> list[str]:
+        """Children taking one tensor (and constants) and returning one tensor."""
+        return [
+            name
+            for name, spec in self.children.items()
+            if (isinstance(spec, BlockSpec) and spec.inputs == 1 and spec.returns[0][0] == "")
+            or (isinstance(spec, LeafSpec) and spec.kind in ("act", "knobs", "counter"))
+        ]
+
+    def step_loop(self, flavour: str = "") -> None:
+        """``for _ in range(n): v = child(v)`` over a new or an existing child."""
+        existing = self.loopable()
+        if existing and self.draw(st.booleans()):
+            name = self.draw(st.sampled_from(existing))
+        else:
+            kind = self.draw(st.sampled_from(("act", "knobs", "counter", "block")))
+            if kind == "block" and self.depth > 0:
+                name = self.new_child(self.draw_child_block(1, ("",)))
+            else:
+                name = self.new_child(LeafSpec("knobs" if kind == "block" else kind, self.op()))
+        spec = self.children[name]
+        positional, keywords = (), ()
+        if isinstance(spec, LeafSpec) and spec.kind == "knobs":
+            positional, keywords = self.knob_arguments(name, "")
+        times = self.draw(st.integers(2, 3))
+        self.add(Call(name, (self.value(), *positional), keywords, times=times), "tensor")
+
+    def step_again(self, flavour: str = "") -> None:
+        """Call an existing child once more (a shared submodule)."""
+        if not self.children:
+            self.step_act()
+        name = self.draw(st.sampled_from(list(self.children)))
+        spec = self.children[name]
+        kind = "block" if isinstance(spec, BlockSpec) else spec.kind
+        getattr(self, "step_" + kind)("", name=name)
+
+    def fill(self, n_steps: int, planted: Iterable[str]) -> None:
+        """The planted steps, then ``n_steps`` random ones."""
+        for kind in planted:
+            self.step(kind)
+        for _ in range(n_steps):
+            self.step(self.draw(st.sampled_from(self.available_kinds())))
+
+    def spec(self) -> BlockSpec:
+        """The block drawn so far, with its return."""
+        # every value no step read is returned, so no leaf taken out is dead; then some more
+        readable = self.readable()
+        unread = [i for i in readable if i >= self.inputs and i not in self.read]
+        extra = self.draw(st.lists(st.sampled_from(readable), max_size=2))
+        used = sorted(set(unread) | set(extra)) or [readable[-1]]
+        terms = [(i, self.draw(st.sampled_from(COEFFICIENTS))) for i in used]
+        if self.output_keys == ("",):
+            returns = (("", tuple(terms)),)
+        else:
+            cut = self.draw(st.integers(1, max(1, len(terms) - 1)))
+            main, aux = terms[:cut], terms[cut:] or [(terms[-1][0], 0.5)]
+            returns = (("main", tuple(main)), ("aux", tuple(aux)))
+        return BlockSpec(self.inputs, tuple(self.children.items()), tuple(self.steps), returns)
+
+
+@st.composite
+def programs(draw, require: frozenset[str] = frozenset(), depth: int = 2) -> BlockSpec:
+    """A random root block; each feature in ``require`` is planted as a step of the root."""
+    inputs = draw(st.integers(1, 2))
+    output_keys = draw(st.sampled_from((("",), ("main", "aux"))))
+    planted = [_PLANTED_STEPS[f] for f in sorted(require) if f in _PLANTED_STEPS]
+    needs_calls = require & {"one_call", "calls_apart", "conflict"}
+    if needs_calls and "again" not in planted and "loop" not in planted:
+        planted.append(draw(st.sampled_from(("again", "loop"))))  # a module called twice
+    if "same_replacement" in require:
+        planted += ["act", "act"]  # two modules one replacement can serve
+    root = _BlockDrawer(draw, inputs, depth, output_keys)
+    root.fill(draw(st.integers(0 if planted else 1, 4)), draw(st.permutations(planted)))
+    return root.spec()
+
+
+def overlap(a: str, b: str) -> bool:
+    """Whether two requests claim the same calls, or may: the same module unless both name
+    different single calls, or a module and its own descendant (any calls of either)."""
+    (fqn_a, index_a), (fqn_b, index_b) = split_request(a), split_request(b)
+    if fqn_a == fqn_b:
+        return index_a is None or index_b is None or index_a == index_b
+    return fqn_a.startswith(fqn_b + ".") or fqn_b.startswith(fqn_a + ".")
+
+
+def _antichain(requests: Iterable[str]) -> list[str]:
+    """The requests in order, dropping any that overlaps one kept before."""
+    kept: list[str] = []
+    for request in requests:
+        if not any(overlap(request, other) for other in kept):
+            kept.append(request)
+    return kept
+
+
+def conflicting(requests: Iterable[str]) -> list[tuple[str, str]]:
+    """The pairs of requests the engine must refuse as a ConflictError: a call requested twice
+    (``"m"`` with ``"m@1"``), or a module with any request inside it. (A single call of a
+    parent with a call of its child may or may not share nodes; the strategy never draws it.)"""
+    requests = list(requests)
+    return [(a, b) for a, b in itertools.combinations(requests, 2) if overlap(a, b)]
+
+
+@st.composite
+def swap_sets(draw, spec: BlockSpec, facts: Facts, require: frozenset[str] = frozenset()):
+    """Requests and their replacements for ``spec``: ``(swaps, replacements)``.
+
+    The requests are an antichain (no two claim the same call, none is inside another), but for
+    ``require={"conflict"}`` (or now and then), where one overlapping pair is added on purpose.
+    Biases, so that rare situations come often: a call that must be refused, calls of one module
+    swapped apart, one replacement for several modules.
+    """
+    specs = module_specs(spec)
+    whole = sorted(facts.calls)
+    multi = {fqn: len(names) for fqn, names in facts.calls.items() if len(names) > 1}
+    one_call = sorted(f"{fqn}@{k}" for fqn, n in multi.items() for k in range(n))
+    planted: dict[str, tuple[str, ...]] = {}  # feature -> its requests, kept in front
+    apart: tuple[str, ...] = ()  # two calls of one module, each with its own replacement
+    shared: tuple[str, ...] = ()  # two modules served by one replacement
+    if multi and ("one_call" in require or chance(draw, 4)):
+        planted["one_call"] = (draw(st.sampled_from(one_call)),)
+    if multi and ("calls_apart" in require or chance(draw, 6)):
+        fqn = draw(st.sampled_from(sorted(multi)))
+        apart = tuple(f"{fqn}@{k}" for k in draw(st.permutations(range(multi[fqn])))[:2])
+        planted["calls_apart"] = apart
+    by_interface: dict[tuple, list[str]] = {}
+    for fqn in whole:
+        by_interface.setdefault(interface(specs.get(fqn)), []).append(fqn)
+    # two modules of one interface, neither inside the other (a block may hold a block like it)
+    pairs = [
+        (a, b)
+        for group in by_interface.values()
+        for a, b in itertools.permutations(group, 2)
+        if not overlap(a, b)
+    ]
+    if pairs and ("same_replacement" in require or chance(draw, 4)):
+        shared = draw(st.sampled_from(pairs))
+        planted["same_replacement"] = shared
+    if facts.blocked and chance(draw, 6):
+        planted["refused"] = (draw(st.sampled_from(sorted(facts.blocked))),)
+    passing = [
+        fqn
+        for fqn in whole
+        if interface(specs.get(fqn))[0] == "passthrough" and not facts.refused(fqn)
+    ]
+    if passing and draw(st.booleans()):
+        planted["pass_through_swapped"] = (draw(st.sampled_from(passing)),)
+    # what is required goes first: the antichain keeps the earlier of two overlapping requests
+    first = [r for f in sorted(planted, key=lambda f: f not in require) for r in planted[f]]
+    drawn = draw(st.lists(st.sampled_from(whole + one_call), min_size=1, max_size=4))
+    requests = _antichain(first + drawn)
+    if "conflict" in require or chance(draw, 10):
+        requests = _with_conflict(draw, requests, whole, one_call, multi)
+    # replacement n copies module replacements[n][0]; a request may reuse an earlier one of its
+    # own interface (by plan for ``shared``, never for ``apart``, else by chance)
+    replacements: list[tuple[str, float]] = []
+    swaps: dict[str, int] = {}
+    for request in requests:
+        fqn, _ = split_request(request)
+        compatible = [
+            n
+            for n, (source, _) in enumerate(replacements)
+            if interface(specs.get(source)) == interface(specs.get(fqn))
+        ]
+        if request in apart:
+            compatible = [n for n in compatible if n not in {swaps.get(r) for r in apart}]
+        if request in shared and shared[0] in swaps and request != shared[0]:
+            swaps[request] = swaps[shared[0]]
+        elif compatible and chance(draw, 3):
+            swaps[request] = draw(st.sampled_from(compatible))
+        else:
+            swaps[request] = len(replacements)
+            replacements.append((fqn, 0.25 * (len(replacements) + 1)))
+    return tuple(swaps.items()), tuple(replacements)
+
+
+def _with_conflict(draw, requests, whole, one_call, multi) -> list[str]:
+    """``requests`` plus an overlapping pair: a parent and a request inside it, or a module and
+    one of its calls."""
+    parents = [fqn for fqn in whole if any(f.startswith(fqn + ".") for f in whole)]
+    if parents and (not multi or draw(st.booleans())):
+        parent = draw(st.sampled_from(parents))
+        inside = [r for r in whole + one_call if split_request(r)[0].startswith(parent + ".")]
+        pair = [parent, draw(st.sampled_from(inside))]
+    elif multi:
+        fqn = draw(st.sampled_from(sorted(multi)))
+        pair = [fqn, f"{fqn}@{draw(st.integers(0, multi[fqn] - 1))}"]
+    else:
+        return requests
+    return [r for r in requests if r not in pair] + list(draw(st.permutations(pair)))
+
+
+@st.composite
+def cases(draw, require: Iterable[str] = ()) -> Case:
+    """A random :class:`Case`; every feature in ``require`` (see :data:`FEATURES`) is in it."""
+    require = frozenset(require)
+    unknown = require - set(FEATURES)
+    if unknown:
+        raise ValueError(f"unknown features {sorted(unknown)}; choose from {FEATURES}")
+    spec = draw(programs(require))
+    second_input = "none" if spec.inputs == 1 else draw(st.sampled_from(("positional", "keyword")))
+    facts = analyze(spec, second_input)
+    swaps, replacements = draw(swap_sets(spec, facts, require))
+    dynamic = "dynamic" in require or draw(st.booleans())
+    seed = draw(st.integers(0, 2**16))
+    return Case(spec, second_input, dynamic, swaps, replacements, seed)
+
+
+# -- what a case covers, and how to read it ----------------------------------------------------
+
+
+def _walk_steps(spec: BlockSpec, prefix: str = ""):
+    """``(block, fqn prefix, step)`` for every step of every block."""
+    for step in spec.steps:
+        yield spec, prefix, step
+    for name, child in spec.children:
+        if isinstance(child, BlockSpec):
+            yield from _walk_steps(child, f"{prefix}{name}.")
+
+
+def features(case: Case, facts: Facts | None = None) -> set[str]:
+    """The :data:`FEATURES` a case has; given its ``facts``, also ``pass_through_read`` (a call
+    of it must be refused), ``pass_through_swapped`` (a pass-through call is swapped) and
+    ``refused`` (the swap set must be refused)."""
+    found = set()
+    counts: dict[str, int] = {}
+    for block, prefix, step in _walk_steps(case.program):
+        child = dict(block.children)[step.child]
+        counts[prefix + step.child] = counts.get(prefix + step.child, 0) + 1
+        if step.times > 1:
+            found.add("loop")
+        arguments = list(step.args) + [a for _, a in step.kwargs]
+        if step.kwargs:
+            found.add("kwargs")
+        if any(isinstance(a, (bool, int, float)) for a in arguments):
+            found.add("constants")
+        tensors = [a for a in arguments if isinstance(a, V)]
+        if len(tensors) != len(set(tensors)):
+            found.add("aliased")
+        kind = child.kind if isinstance(child, LeafSpec) else "block"
+        if kind == "split":
+            found.add(child.layout)
+            if 0 < len(step.unpack) < len(PART_KEYS):
+                found.add("partial_unpack")
+        found.update({"gather": ["whole_struct"], "counter": ["buffer"]}.get(kind, []))
+        if kind == "passthrough":
+            found.add("pass_through")
+        keys = PART_KEYS + ROUTE_KEYS + ("main", "aux")
+        if list(step.unpack) != sorted(step.unpack, key=keys.index):
+            found.add("reordered_unpack")
+    if any(n > 1 for n in counts.values()):
+        found.add("shared")  # one child called from several steps
+    if case.dynamic:
+        found.add("dynamic")
+    requests = [name for name, _ in case.swaps]
+    numbers = [n for _, n in case.swaps]
+    if len(numbers) != len(set(numbers)):
+        found.add("same_replacement")
+    one_call = [split_request(r) for r in requests if "@" in r]
+    if one_call:
+        found.add("one_call")
+    if len({fqn for fqn, _ in one_call}) < len(one_call):
+        found.add("calls_apart")
+    if conflicting(requests):
+        found.add("conflict")
+    if facts is not None:
+        if facts.blocked:
+            found.add("pass_through_read")
+        if conflicting(requests) or any(facts.refused(r) for r in requests):
+            found.add("refused")
+        elif any(
+            isinstance(spec := module_specs(case.program).get(split_request(r)[0]), LeafSpec)
+            and spec.kind == "passthrough"
+            for r in requests
+        ):
+            found.add("pass_through_swapped")
+    return found
+
+
+def _argument_text(argument) -> str:
+    """A :class:`Call` argument as :func:`describe` writes it: ``v3``, ``s0``, ``2.5``."""
+    if isinstance(argument, V):
+        return f"v{argument.index}"
+    if isinstance(argument, S):
+        return f"s{argument.index}"
+    return repr(argument)
+
+
+def _block_lines(spec: BlockSpec, name: str, signature: str, indent: str) -> list[str]:
+    """A block as pseudo-code: its children (blocks written out in full), then its steps."""
+    lines = [f"{indent}{name}{signature}:"]
+    inner = indent + "    "
+    for child_name, child in spec.children:
+        if isinstance(child, BlockSpec):
+            lines += _block_lines(
+                child, child_name, "(v0, v1)" if child.inputs == 2 else "(v0)", inner
+            )
+        else:
+            extras = ", ".join(
+                f"{k}={getattr(child, k)!r}" for k in ("op", "layout", "keys") if getattr(child, k)
+            )
+            lines.append(f"{inner}{child_name} = {LEAF_TYPES[child.kind].__name__}({extras})")
+    n_values, n_structures = spec.inputs, 0
+    for step in spec.steps:
+        arguments = [_argument_text(a) for a in step.args]
+        arguments += [f"{k}={_argument_text(a)}" for k, a in step.kwargs]
+        call = f"{step.child}({', '.join(arguments)})"
+        if step.times > 1:
+            first = _argument_text(step.args[0])
+            rest = ", ".join(
+                [_argument_text(a) for a in step.args[1:]]
+                + [f"{k}={_argument_text(a)}" for k, a in step.kwargs]
+            )
+            lines.append(
+                f"{inner}v{n_values} = {first}; for _ in range({step.times}): "
+                f"v{n_values} = {step.child}(v{n_values}{', ' + rest if rest else ''})"
+            )
+            n_values += 1
+            continue
+        child = dict(spec.children)[step.child]
+        structured = (isinstance(child, LeafSpec) and child.kind in ("split", "passthrough")) or (
+            isinstance(child, BlockSpec) and child.returns[0][0] != ""
+        )
+        if not structured:
+            lines.append(f"{inner}v{n_values} = {call}")
+            n_values += 1
+            continue
+        taken = [f"v{n_values + i}" for i in range(len(step.unpack))]
+        keys = ", ".join(repr(k) for k in step.unpack)
+        unpacked = f"; {', '.join(taken)} = s{n_structures}[{keys}]" if taken else ""
+        lines.append(f"{inner}s{n_structures} = {call}{unpacked}")
+        n_structures += 1
+        n_values += len(step.unpack)
+    outputs = [
+        f"{key!r}: " * bool(key) + " + ".join(f"{c}*v{i}" for i, c in terms)
+        for key, terms in spec.returns
+    ]
+    body = outputs[0] if spec.returns[0][0] == "" else "{" + ", ".join(outputs) + "}"
+    lines.append(f"{inner}return {body}")
+    return lines
+
+
+def describe(case: Case) -> str:
+    """The case as pseudo-code: each block's forward, the swap set, the seed."""
+    if case.second_input == "none":
+        signature = "(x=v0)"
+    else:
+        signature = f"(x=v0, y=v1; y passed {case.second_input})"
+    lines = _block_lines(case.program, "model", signature, "")
+    batch = f"dynamic batch, exported at {EXPORT_BATCH}, run at {RUN_BATCH}"
+    lines.append(f"batch: {batch if case.dynamic else f'static {EXPORT_BATCH}'}; seed {case.seed}")
+    made = ", ".join(
+        f"R{n} = Shifted({fqn}, {shift})" for n, (fqn, shift) in enumerate(case.replacements)
+    )
+    swaps = ", ".join(f"{name!r}: R{n}" for name, n in case.swaps)
+    lines.append(f"swap {{{swaps}}} with {made}")
+    return "\n".join(lines)
+
+
+# -- checking one case ------------------------------------------------------------------------
+
+
+class Mismatch(AssertionError):
+    """The swapped program computes something else than the eager reference, or the engine
+    accepts a call it must refuse."""
+
+
+class UnexpectedRefusal(Exception):
+    """``gs.module_tree`` calls a module unswappable that the eager run shows is swappable."""
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """How a case went: ``refused`` when the engine refused it as expected, else the number of
+    calls the swap replaced."""
+
+    refused: bool
+    replaced_calls: int
+    facts: Facts
+
+
+def _run(model, args, kwargs):
+    """One forward, on copies of the inputs (a program must not see another's writes)."""
+    with torch.no_grad():
+        return model(*clone_tree(args), **clone_tree(kwargs))
+
+
+def _dynamic_shapes(case: Case) -> dict:
+    """One dynamic batch dimension shared by the root's inputs."""
+    batch = torch.export.Dim("batch", min=2, max=64)
+    shapes = {"x": {0: batch}}
+    if case.second_input != "none":
+        shapes["y"] = {0: batch}
+    return shapes
+
+
+def _replacements(case: Case, model: nn.Module) -> dict[str, nn.Module]:
+    """``{request: replacement}``, one object per replacement number, as the case says."""
+    modules = dict(model.named_modules())
+    made = [Shifted(modules[fqn], shift) for fqn, shift in case.replacements]
+    return {name: made[n] for name, n in case.swaps}
+
+
+def _check_verdicts(ep, facts: Facts) -> None:
+    """module_tree must call a module unswappable, with a reason, exactly when a call of it is
+    blocked in the eager run."""
+    tree = gs.module_tree(ep)
+    for fqn, names in facts.calls.items():
+        info = tree[fqn]
+        blocked = [n for n in names if n in facts.blocked]
+        if blocked and (info.swappable or not info.reason):
+            raise Mismatch(
+                f"{fqn!r}: call {blocked[0]} {facts.blocked[blocked[0]]}, but "
+                f"module_tree says swappable={info.swappable}, reason={info.reason!r}"
+            )
+        if not blocked and not info.swappable:
+            raise UnexpectedRefusal(
+                f"{fqn!r}: no call of it must be refused, but module_tree says "
+                f"not swappable: {info.reason}"
+            )
+
+
+def _compare_buffers(gm, model, replacements, reference: Reference) -> None:
+    """Every buffer after the runs: the program's (held by the swapped program) against the
+    reference's copy of its module, and each replacement's against the reference's copy of it.
+
+    A module none of whose calls is left (each swapped, itself or inside a swapped ancestor)
+    never runs, in either program; the engine may leave its buffers out.
+    """
+    gm_buffers = dict(gm.named_buffers())
+    for name, _ in model.named_buffers():
+        owner, _, attribute = name.rpartition(".")
+        expected = reference.originals[owner].get_buffer(attribute)
+        if name not in gm_buffers:
+            if reference.ran[owner]:
+                raise Mismatch(f"buffer {name!r} is missing from the swapped program")
+            continue
+        _assert_buffer(gm_buffers[name], expected, f"buffer {name!r}")
+    for request, replacement in replacements.items():
+        mirror = reference.replacements[request]
+        for name, buffer in replacement.named_buffers():
+            what = f"buffer {name!r} of the replacement for {request!r}"
+            _assert_buffer(buffer, mirror.get_buffer(name), what)
+
+
+def _assert_buffer(actual, expected, what: str) -> None:
+    """Compare one buffer; a difference is a :class:`Mismatch` naming it."""
+    try:
+        torch.testing.assert_close(actual, expected, rtol=RTOL, atol=ATOL)
+    except AssertionError as problem:
+        raise Mismatch(f"{what} after the run: {problem}") from None
+
+
+class Unobservable(Exception):
+    """A case whose replacement does not change the output: it tests nothing (raised outside
+    a hypothesis test; inside one, the case is rejected with ``assume``)."""
+
+
+def _precondition(changes_output: bool, request: str) -> None:
+    if changes_output:
+        return
+    if currently_in_test_context():
+        assume(False)
+    raise Unobservable(f"the replacement for {request!r} does not change the output")
+
+
+def _check_refusal(ep, replacements, conflicts, blocked) -> None:
+    """The engine must refuse the swap, naming a call it must refuse: a ConflictError for an
+    overlapping pair of requests, a NotSwappableError for a blocked call."""
+    try:
+        gs.swap(ep, replacements)
+    except gs.errors.ConflictError as refusal:
+        names = {split_request(r)[0] for pair in conflicts for r in pair}
+        if not any(f"'{name}" in str(refusal) for name in names):
+            raise  # a conflict between requests the strategy does not see as overlapping
+    except gs.errors.NotSwappableError as refusal:
+        names = [call for calls in blocked.values() for call in calls]
+        if not any(f"{call!r}" in str(refusal) for call in names):
+            raise  # refused, but for another call: an unexpected refusal
+    else:
+        raise Mismatch(f"the engine swapped what it must refuse: {conflicts or blocked}")
+
+
+def run_inputs(case: Case) -> list[tuple[tuple, dict]]:
+    """The inputs of the :data:`RUNS` runs; with a dynamic batch, the first is of another size
+    than at export and the second of the export's size."""
+    sizes = (RUN_BATCH, EXPORT_BATCH) if case.dynamic else (EXPORT_BATCH, EXPORT_BATCH)
+    return [model_inputs(case.second_input, size) for size in sizes[:RUNS]]
+
+
+def check_case(case: Case) -> CaseResult:
+    """Export the case's program, swap its requests and check the result against the eager
+    reference (outputs of every run, then buffers), or check that the engine refuses it as it
+    must.
+
+    Raises :class:`Mismatch` on a difference, :class:`UnexpectedRefusal` or whatever the engine
+    raises on an unexpected refusal or crash. A replacement that would not change the model's
+    output makes the case test nothing: it is rejected (hypothesis's ``assume``), or outside a
+    hypothesis test :class:`Unobservable` is raised.
+    """
+    facts = analyze(case.program, case.second_input)
+    torch.manual_seed(case.seed)
+    model = build_model(case.program)
+    export_args, export_kwargs = model_inputs(case.second_input, EXPORT_BATCH)
+    runs = run_inputs(case)
+    replacements = _replacements(case, model)
+    pristine = copy.deepcopy((model, replacements))  # nothing below may run these
+
+    ep = gs.export(
+        model,
+        export_args,
+        export_kwargs,
+        dynamic_shapes=_dynamic_shapes(case) if case.dynamic else None,
+    )
+    conflicts = conflicting(replacements)
+    blocked = {name: calls for name in replacements if (calls := facts.refused(name))}
+    if conflicts or blocked:
+        _check_refusal(ep, replacements, conflicts, blocked)
+        _check_verdicts(ep, facts)
+        return CaseResult(True, 0, facts)
+
+    original_model, original_replacements = pristine
+    original_out = _run(copy.deepcopy(original_model), *runs[0])
+    for name in original_replacements:
+        alone = reference_model(original_model, {name: original_replacements[name]})
+        # a request whose replacement leaves the output as it was would pass even if ignored
+        _precondition(differs(original_out, _run(alone.model, *runs[0])), name)
+
+    gm = gs.swap(ep, replacements)
+    reference = reference_model(original_model, original_replacements)
+    for number, (args, kwargs) in enumerate(runs, 1):
+        expected = _run(reference.model, args, kwargs)
+        actual = _run(gm, args, kwargs)
+        try:
+            assert_close_tree(actual, expected, rtol=RTOL, atol=ATOL)
+        except AssertionError as problem:
+            message = f"run {number}: outputs differ from the eager reference: {problem}"
+            raise Mismatch(message) from None
+    _compare_buffers(gm, original_model, replacements, reference)
+    # last, so that a wrong verdict on a module this swap set does not touch hides no mismatch
+    _check_verdicts(ep, facts)
+    replaced = sum(
+        1 if split_request(name)[1] is not None else len(facts.calls[name]) for name in replacements
+    )
+    return CaseResult(False, replaced, facts)
