@@ -1210,8 +1210,8 @@ def _call_signature(part: Partition, replacement: Any, ep: ExportedProgram) -> s
     index = program_index(ep)
 
     def describe(argument: Any) -> str:
-        if type(argument).__name__ == "ConstantArgument":
-            return _shorten(repr(argument.value), 24)
+        if _meta.is_constant(argument):
+            return _shorten(repr(getattr(argument, "value", None)), 24)
         node = index.by_name.get(getattr(argument, "name", ""))
         return _value(node) if node is not None else "?"
 
