@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import eager_reference
+from models import Scale
 from torch import nn
 
 import graphsurgeon as gs
@@ -419,15 +420,6 @@ def test_a_module_reading_another_modules_parameter_reads_that_parameter(strict)
     assert again.constants == {} and "scale" in again.state_dict
     reference = eager_reference(model, {"lin": replacement})
     check_again(again, reference, [(x,)], "borrows", Scale(3.0))
-
-
-class Scale(nn.Module):
-    def __init__(self, factor: float):
-        super().__init__()
-        self.factor = factor
-
-    def forward(self, x):
-        return x * self.factor
 
 
 class Cut(nn.Module):

@@ -15,21 +15,10 @@ import pytest
 import torch
 import torch.utils._pytree as pytree
 from conftest import assert_close_tree, check_swap, clone_tree, eager_reference
+from models import Scale
 from torch import nn
 
 import graphsurgeon as gs
-
-
-class Scale(nn.Module):
-    """x * factor: the simplest replacement that changes numbers."""
-
-    def __init__(self, factor: float):
-        super().__init__()
-        self.factor = factor
-
-    def forward(self, x):
-        return x * self.factor
-
 
 # -- defect 1: outputs bound by name, not by graph position ------------------------------
 
