@@ -30,7 +30,7 @@ STYLE = """<style>
 .gs-out code,.gs-out .gs-mono{font-family:var(--jp-code-font-family,ui-monospace,monospace);font-size:11px}
 .gs-out table.gs-table{border-collapse:collapse;margin:2px 0 6px;font-size:12px}
 .gs-out table.gs-table th{text-align:left;font-weight:600;border-bottom:1px solid rgba(127,127,127,.45);padding:2px 10px 2px 0}
-.gs-out table.gs-table td{padding:1px 10px 1px 0;vertical-align:top;border-bottom:1px solid rgba(127,127,127,.12)}
+.gs-out table.gs-table td{padding:1px 10px 1px 0;vertical-align:top;border-bottom:1px solid rgba(127,127,127,.12);text-align:left}
 .gs-out table.gs-table td.gs-num{text-align:right;font-variant-numeric:tabular-nums}
 .gs-out .gs-badge{display:inline-block;padding:0 6px;border-radius:8px;font-size:11px;white-space:nowrap}
 .gs-out .gs-ok{background:rgba(22,163,74,.16);color:#15803d}
