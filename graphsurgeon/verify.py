@@ -289,13 +289,14 @@ def _compare_exact(path: str, a: torch.Tensor, b: torch.Tensor) -> LeafCheck:
     largest = int(gap[wrapped].max()) + 2**64 if bool(wrapped.any()) else int(gap.max())
     # The relative error is for the report only; the verdict above is exact.
     true_gap = gap.to(torch.float64) + wrapped.to(torch.float64) * 2.0**64
-    magnitude = a[differ].to(torch.float64).abs().clamp_min(torch.finfo(torch.float64).tiny)
+    # relative to the expected value; against an expected 0 (False) it is infinite, said so
+    relative = true_gap / a[differ].to(torch.float64).abs()
     kind = "bools" if a.dtype == torch.bool else "integers"
     return LeafCheck(
         path,
         False,
         float(largest),
-        float((true_gap / magnitude).max()),
+        float(relative.max()),
         f"{kind} differ at {count} of {a.numel()} positions (largest difference {largest})",
     )
 
@@ -320,7 +321,8 @@ def _compare_close(
     if not bool(same_inf.all()):
         return LeafCheck(path, False, math.inf, math.inf, "Inf in different places")
     max_abs = float(diff.max())
-    rel = diff / x.abs().clamp_min(torch.finfo(torch.float64).tiny)
+    # relative to the expected value: infinite where it is 0 and the candidate is not
+    rel = diff / x.abs()
     max_rel = float(torch.where(diff == 0, torch.zeros_like(rel), rel).max())
     beyond = int((diff > atol + rtol * x.abs()).sum())
     if beyond == 0:

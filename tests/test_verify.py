@@ -461,3 +461,24 @@ def test_verify_leaves_a_train_mode_eager_model_unchanged(train_mode_program):
     before = _state(model.state_dict())
     gs.verify(copy.deepcopy(model), model, (x,))  # no program involved
     assert _same(before, _state(model.state_dict()))
+
+
+def test_the_relative_error_against_an_expected_zero_is_infinite_not_a_huge_number():
+    class Returns(torch.nn.Module):
+        def __init__(self, value):
+            super().__init__()
+            self.value = value
+
+        def forward(self, x):
+            return self.value
+
+    x = torch.zeros(1)
+    for expected, got in (
+        (torch.tensor([False, True]), torch.tensor([True, True])),
+        (torch.tensor([0, 5]), torch.tensor([1, 5])),
+        (torch.tensor([0.0, 1.0]), torch.tensor([1e-3, 1.0])),
+    ):
+        (leaf,) = gs.verify(Returns(expected), Returns(got), (x,)).leaves
+        assert not leaf.ok and leaf.max_rel == math.inf and 0 < leaf.max_abs < math.inf
+    (leaf,) = gs.verify(Returns(torch.tensor([2.0])), Returns(torch.tensor([2.5])), (x,)).leaves
+    assert leaf.max_rel == pytest.approx(0.25)
