@@ -16,6 +16,18 @@ def _seed():
     torch.manual_seed(0)
 
 
+@pytest.fixture(scope="session")
+def tiny_gpt():
+    """A 2-layer TinyGPT in eval mode, its example tokens and its program, exported once.
+    Nothing in graphsurgeon changes them; tests must not either."""
+    from graphsurgeon.examples import TinyGPT
+
+    torch.manual_seed(0)
+    model = TinyGPT(2).eval()
+    tokens = model.example_input()
+    return model, tokens, gs.export(model, (tokens,))
+
+
 def eager_reference(model: torch.nn.Module, replacements: dict) -> torch.nn.Module:
     """A deep copy of ``model`` with each replacement set by setattr, parents before children.
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 
@@ -37,3 +38,14 @@ class Scale(nn.Module):
 
     def forward(self, x):
         return x * self.factor
+
+
+#   x ──▶ a (Linear) ──▶ relu ──▶ b (Linear) ──▶ out
+class TwoLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))

@@ -80,11 +80,8 @@ def bundle_of(obj) -> tuple[Elements, str]:
 
 
 @pytest.fixture(scope="module")
-def gpt():
-    torch.manual_seed(0)
-    model = TinyGPT(2).eval()
-    tokens = model.example_input()
-    ep = gs.export(model, (tokens,))
+def gpt(tiny_gpt):
+    model, tokens, ep = tiny_gpt
     replacements = {
         "layers.1.attn": FusedAttention(model.layers[1].attn),
         "layers.0.mlp": GeluTanhMLP(model.layers[0].mlp),

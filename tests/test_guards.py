@@ -6,20 +6,11 @@ import copy
 
 import pytest
 import torch
+from models import TwoLinear
 from torch import nn
 from torch.export import Dim
 
 import graphsurgeon as gs
-
-
-class Pair(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a = nn.Linear(4, 4)
-        self.b = nn.Linear(4, 4)
-
-    def forward(self, x):
-        return self.b(torch.relu(self.a(x)))
 
 
 class Scaled(nn.Module):
@@ -57,7 +48,7 @@ def _refused_by_torch(ep, *args):
 
 def test_a_static_batch_size_is_checked_like_ep_module():
     x = torch.randn(2, 4)
-    ep = gs.export(Pair().eval(), (x,))
+    ep = gs.export(TwoLinear().eval(), (x,))
     gm = gs.swap(ep, {"a": nn.Linear(4, 4)})
     wrong = torch.randn(3, 4)
     _refused_by_torch(ep, wrong)
@@ -81,10 +72,10 @@ def test_a_constant_input_must_equal_its_value_at_export():
 def test_dynamic_dims_keep_working_within_their_range():
     x = torch.randn(2, 4)
     batch = Dim("batch", min=2, max=64)
-    ep = gs.export(Pair().eval(), (x,), dynamic_shapes=({0: batch},))
+    ep = gs.export(TwoLinear().eval(), (x,), dynamic_shapes=({0: batch},))
     replacement = nn.Linear(4, 4)
     gm = gs.swap(ep, {"a": replacement})
-    model = Pair().eval()
+    model = TwoLinear().eval()
     model.load_state_dict(ep.module().state_dict())
     for size in (2, 7, 64):
         inputs = torch.randn(size, 4)
@@ -115,7 +106,7 @@ def test_a_short_tuple_names_the_path():
 
 def test_a_container_where_a_tensor_was_exported_is_a_structure_error():
     x = torch.randn(2, 4)
-    ep = gs.export(Pair().eval(), (x,))
+    ep = gs.export(TwoLinear().eval(), (x,))
     gm = gs.swap(ep, {"a": nn.Linear(4, 4)})
     with pytest.raises(gs.errors.InputStructureError) as caught:
         gm({"a": x})

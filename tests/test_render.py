@@ -692,12 +692,10 @@ def _drawn_call(picture, node: str) -> str:
 
 
 @pytest.mark.parametrize("make", ["program", "swapped", "fused", "looped", "gpt-swapped"])
-def test_the_picture_and_the_stepper_put_every_node_in_the_same_module(make):
+def test_the_picture_and_the_stepper_put_every_node_in_the_same_module(make, request):
     torch.manual_seed(0)
     if make == "gpt-swapped":
-        model = TinyGPT(2).eval()
-        x = model.example_input()
-        ep = gs.export(model, (x,))
+        model, x, ep = request.getfixturevalue("tiny_gpt")
         program = gs.swap(ep, {"layers.1.attn": FusedAttention(model.layers[1].attn)})
     else:
         model, x = (Looped() if make == "looped" else Outer()), torch.randn(1, 2)

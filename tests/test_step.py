@@ -11,7 +11,7 @@ from torch import nn
 
 import graphsurgeon as gs
 from graphsurgeon.errors import GraphSurgeonError, UnknownModuleError
-from graphsurgeon.examples import FusedAttention, TinyGPT
+from graphsurgeon.examples import FusedAttention
 from graphsurgeon.step import (
     NodeError,
     StepError,
@@ -61,11 +61,8 @@ def chain():
 
 
 @pytest.fixture(scope="module")
-def gpt():
-    torch.manual_seed(0)
-    model = TinyGPT(2).eval()
-    tokens = model.example_input()
-    ep = gs.export(model, (tokens,))
+def gpt(tiny_gpt):
+    model, tokens, ep = tiny_gpt
     swapped = gs.swap(ep, {"layers.0.attn": FusedAttention(model.layers[0].attn)})
     return model, tokens, ep, swapped
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import eager_reference
-from models import Scale
+from models import Scale, TwoLinear
 from torch import nn
 
 import graphsurgeon as gs
@@ -242,19 +242,8 @@ def test_export_handles_module_names_that_are_keywords_or_hold_quotes_and_newlin
         torch.testing.assert_close(run(third, x), expected)
 
 
-class Pair(nn.Module):
-    #   x -> a (Linear) -> relu -> b (Linear)
-    def __init__(self):
-        super().__init__()
-        self.a = nn.Linear(4, 4)
-        self.b = nn.Linear(4, 4)
-
-    def forward(self, x):
-        return self.b(torch.relu(self.a(x)))
-
-
 def _dynamic_pair():
-    model, x = Pair().eval(), torch.randn(3, 4)
+    model, x = TwoLinear().eval(), torch.randn(3, 4)
     batch = torch.export.Dim("batch", min=2, max=9)
     ep = gs.export(model, (x,), dynamic_shapes=({0: batch},))
     return model, x, ep, batch
@@ -309,7 +298,7 @@ def test_export_of_a_dynamic_decoder_with_a_fused_attention():
 
 
 def test_export_without_inputs_says_what_to_pass():
-    ep = gs.export(Pair(), (torch.randn(2, 4),))
+    ep = gs.export(TwoLinear(), (torch.randn(2, 4),))
     s = gs.Surgery(ep).swap("a", nn.Linear(4, 4))
     with pytest.raises(gs.errors.SurgeryError, match=r"export: no inputs.*s\.export\(\(x,\)\)"):
         s.export()
