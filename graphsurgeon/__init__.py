@@ -40,6 +40,17 @@ from .verify import VerifyReport, eager_reference, verify
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str):
+    # The widget needs anywidget and ipywidgets: imported when first named, so that
+    # ``import graphsurgeon`` stays cheap and works without them.
+    if name == "SurgeryWidget":
+        from .widget import SurgeryWidget
+
+        return SurgeryWidget
+    raise AttributeError(f"module 'graphsurgeon' has no attribute {name!r}")
+
+
 __all__ = [
     # the pipeline
     "export",
@@ -57,6 +68,7 @@ __all__ = [
     "draw",
     "Stepper",
     "Surgery",
+    "SurgeryWidget",
     # results a user names most (the rest: graphsurgeon.types)
     "ModuleTree",
     "ModuleInfo",

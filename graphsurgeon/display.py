@@ -137,7 +137,10 @@ def _count(value: int | None) -> str:
 
 
 def module_tree_html(
-    tree: Any, parameters: dict[str, int] | None = None, open_depth: int = 1
+    tree: Any,
+    parameters: dict[str, int] | None = None,
+    open_depth: int = 1,
+    selectable: bool = False,
 ) -> str:
     """A module tree as foldable rows: each module with its type, calls, nodes, parameters
     and whether it can be swapped (or why not). Modules down to ``open_depth`` start open,
@@ -155,16 +158,22 @@ def module_tree_html(
         reason = f'<span class="gs-muted">{escape(info.reason or "")}</span>'
         if info.swappable:
             verdict = badge("swappable", "ok")
+        elif selectable and fqn:  # narrow: the reason is the badge's tooltip
+            verdict = badge(
+                "container" if container(info) else "no", "info" if container(info) else "bad"
+            )
+            verdict = verdict.replace("<span ", f'<span title="{escape(info.reason or "")}" ', 1)
         elif not fqn:
-            verdict = reason
+            verdict = "" if selectable else reason
         elif container(info):
             verdict = f"{badge('container', 'info')} {reason}"
         else:
             verdict = f"{badge('no', 'bad')} {reason}"
         qualified = escape(getattr(info, "qualified_type", "") or "")
+        data = f' data-gs-module="{escape(fqn)}"' if selectable and fqn else ""
         return (
             f'<span class="gs-name" style="padding-left:{14 * depth}px" '
-            f'title="{escape(fqn or "(root)")}"><code>{escape(name)}</code></span>'
+            f'title="{escape(fqn or "(root)")}"{data}><code>{escape(name)}</code></span>'
             f'<span title="{qualified}">{escape(info.type_name)}</span>'
             f'<span class="gs-num">{info.calls}</span>'
             f'<span class="gs-num">{info.num_nodes:,}</span>'

@@ -22,6 +22,7 @@ wrong and says what to do. Catch :class:`GraphSurgeonError` for all of them::
     ├── StepError                a stepper request that cannot be carried out
     │   ├── NodeError            a node raised while the stepper ran it
     │   └── UnknownNodeError     a node the graph does not have (also a KeyError)
+    ├── WidgetError              a widget action that cannot be done (nothing selected, ...)
     └── MissingDependencyError   an optional package or program (graphviz's dot) is missing
 
 Example:
@@ -61,6 +62,7 @@ __all__ = [
     "UnknownModuleError",
     "UnknownNodeError",
     "VerifyError",
+    "WidgetError",
 ]
 
 
@@ -167,6 +169,11 @@ class NodeError(StepError):
         self.call = call
         self.position = position
         self.cause = cause
+
+
+class WidgetError(GraphSurgeonError):
+    """A widget request that cannot be carried out: nothing selected, no replacement picked,
+    no example inputs to verify or step with, an unknown name (the message says what to do)."""
 
 
 class MissingDependencyError(GraphSurgeonError):

@@ -322,6 +322,12 @@ class Surgery:
         carry_module_types(self.program, program, replacements, inlined)
         return program
 
+    def widget(self, **options: Any) -> Any:
+        """The interactive app on this Surgery: ``gs.SurgeryWidget(self, **options)``."""
+        from .widget import SurgeryWidget
+
+        return SurgeryWidget(self, **options)
+
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
         """The current program drawn against the original (removed nodes greyed, each
         replacement one box), the history with the undone steps greyed, and the last verify

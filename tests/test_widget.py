@@ -1,0 +1,512 @@
+"""SurgeryWidget, driven without a browser: every control, through the same route as the page.
+
+The page's events are injected as the comm delivers them (``_handle_msg``), so a click here
+goes through exactly the code a click in JupyterLab goes through; what the page would show is
+read back from the traits. Every swap is checked against the eager reference.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import xml.etree.ElementTree as ET
+
+import pytest
+import torch
+from ipywidgets.widgets.tests.utils import setup_test_comm, teardown_test_comm
+from models import Chain, Shared
+from torch import nn
+
+import graphsurgeon as gs
+from graphsurgeon.examples import FusedAttention, GeluTanhMLP
+from graphsurgeon.widget import SurgeryModel
+
+pytestmark = pytest.mark.skipif(shutil.which("dot") is None, reason="needs graphviz's dot")
+
+
+@pytest.fixture(autouse=True)
+def comm():
+    """A dummy comm that records what the kernel sends the page."""
+    setup_test_comm()
+    yield
+    teardown_test_comm()
+
+
+def page_event(widget, **content):
+    """What the page's model.send({...}) delivers to the kernel."""
+    widget._handle_msg(
+        {"content": {"data": {"method": "custom", "content": content}}, "buffers": []}
+    )
+
+
+def page_sets(widget, **state):
+    """A trait set in the page (model.set + save_changes)."""
+    widget._handle_msg({"content": {"data": {"method": "update", "state": state}}, "buffers": []})
+
+
+def svg_ids(svg: str) -> set[str]:
+    """The element ids of the SVG, parsed as XML (dot escapes '>' in ids)."""
+    root = ET.fromstring(svg)
+    return {e.get("id") for e in root.iter() if e.get("id")}
+
+
+@pytest.fixture
+def gpt(tiny_gpt):
+    model, tokens, ep = tiny_gpt
+    surgery = gs.Surgery(ep, model=model, args=(tokens,))
+    namespace = {
+        "fast": FusedAttention(model.layers[1].attn),
+        "tanh_mlp": GeluTanhMLP(model.layers[0].mlp),
+        "Doubler": Doubler,
+        "NeedsArgs": NeedsArgs,
+        "not_a_module": 3,
+        "torch": torch,
+        "nn": nn,
+        "model": model,
+    }
+    return gs.SurgeryWidget(surgery, namespace=namespace), model, tokens
+
+
+class Doubler(nn.Module):
+    def forward(self, x):
+        return 2 * x
+
+
+class NeedsArgs(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.width = width
+
+    def forward(self, x):
+        return x
+
+
+# -- construction ----------------------------------------------------------------------------
+
+
+def test_built_from_a_program_a_surgery_or_s_widget(tiny_gpt):
+    _model, tokens, ep = tiny_gpt
+    from_program = gs.SurgeryWidget(ep, args=(tokens,))
+    assert from_program.surgery.program is ep and from_program.surgery.args == (tokens,)
+    surgery = gs.Surgery.from_model(Chain(), (torch.randn(2, 4),))
+    assert surgery.widget().surgery is surgery
+    assert "<svg" in from_program.svg and from_program.tree.count("data-gs-module") > 5
+    assert from_program.selected is None and from_program.error == {}
+
+
+def test_a_model_instead_of_a_program_is_refused_with_what_to_do():
+    with pytest.raises(gs.errors.WidgetError, match=r"Surgery.from_model\(model, args\).widget\(\)"):
+        gs.SurgeryWidget(Chain())
+
+
+def test_the_notebook_shows_the_widget_and_a_static_copy_for_other_front_ends(gpt):
+    widget, _, _ = gpt
+    bundle = widget._repr_mimebundle_()
+    data = bundle[0] if isinstance(bundle, tuple) else bundle
+    assert "application/vnd.jupyter.widget-view+json" in data
+    assert "<svg" in data["text/html"], "front ends without widgets see the picture"
+
+
+# -- selection -------------------------------------------------------------------------------
+
+
+def test_a_click_on_a_cluster_or_box_selects_its_call_and_marks_its_neighbours(gpt):
+    widget, _, _ = gpt
+    widget.expand("layers.1")
+    ids = svg_ids(widget.svg)
+    assert "module:layers.1.attn" in ids, "precondition: the attention is a box"
+    page_event(widget, event="click", id="module:layers.1.attn")
+    assert widget.selected == "layers.1.attn" and widget.error == {}
+    marks = widget.marks
+    assert marks["selected"] == ["module:layers.1.attn"]
+    assert marks["producers"] and marks["consumers"] and marks["edges"]
+    assert set(marks["producers"] + marks["consumers"]) <= ids
+    assert "layers.1.attn" in widget.details and "swappable" in widget.details
+    page_event(widget, event="click", id="cluster:layers.1")
+    assert widget.selected == "layers.1" and widget.marks["selected"] == ["cluster:layers.1"]
+
+
+def test_a_click_on_a_node_selects_the_node_and_its_module(gpt):
+    widget, _, _ = gpt
+    widget.expand("layers.0.attn")
+    page_event(widget, event="click", id="node:view")
+    assert widget.selected_node == "view" and widget.selected == "layers.0.attn"
+    assert widget.marks["selected"] == ["node:view"]
+    assert widget.marks["producers"] == ["module:layers.0.attn.q"], "the q projection feeds it"
+    assert "aten.view" in widget.details
+    page_event(widget, event="click", id="module:layers.0.attn.q")
+    assert widget.selected == "layers.0.attn.q" and widget.selected_node is None
+
+
+def test_selecting_from_the_tree_or_the_trait_is_the_same_as_a_click(gpt):
+    widget, _, _ = gpt
+    page_event(widget, event="select", value="layers.0.mlp")
+    assert widget.selected == "layers.0.mlp" and widget.marks["selected"]
+    page_sets(widget, selected="layers.1")
+    assert widget.selected == "layers.1" and widget.marks["selected"]
+    widget.select(None)
+    assert widget.selected is None and widget.marks["selected"] == []
+
+
+def test_an_unknown_name_is_an_error_message_in_the_widget_and_raised_from_code(gpt):
+    widget, _, _ = gpt
+    page_event(widget, event="select", value="layers.7")
+    assert widget.error["type"] == "WidgetError" and "layers.7" in widget.error["message"]
+    assert "Traceback" in widget.error["details"]
+    with pytest.raises(gs.errors.WidgetError, match=r"Did you mean 'layers\.1\.attn'"):
+        widget.select("layers.1.atn")
+    widget.select("layers.1")
+    assert widget.error == {}, "the next action that works clears the message"
+
+
+def test_search_opens_what_hides_the_match_selects_it_and_scrolls_to_it(gpt):
+    widget, _, _ = gpt
+    widget.collapse("layers.1")
+    assert "cluster:layers.1.mlp" not in svg_ids(widget.svg), "precondition: hidden"
+    scroll = widget.scroll
+    page_event(widget, event="search", value="layers.1.mlp.down")
+    assert widget.selected == "layers.1.mlp.down" and widget.scroll == scroll + 1
+    assert "cluster:layers.1.mlp" in svg_ids(widget.svg)
+    widget.search("linear_11")
+    assert widget.selected_node == "linear_11"
+    with pytest.raises(gs.errors.WidgetError, match="no module or node matches"):
+        widget.search("nothing-like-this")
+
+
+# -- the picture -----------------------------------------------------------------------------
+
+
+def test_double_click_opens_a_box_and_collapses_a_cluster_again(gpt):
+    widget, _, _ = gpt
+    widget.expand("layers.1")
+    assert "module:layers.1.mlp" in svg_ids(widget.svg)
+    page_event(widget, event="toggle", id="module:layers.1.mlp")
+    ids = svg_ids(widget.svg)
+    assert "cluster:layers.1.mlp" in ids and "module:layers.1.mlp" not in ids
+    page_event(widget, event="toggle", id="cluster:layers.1.mlp")
+    assert "module:layers.1.mlp" in svg_ids(widget.svg)
+    page_event(widget, event="button", name="expand_all")
+    assert "modules collapsed" not in widget.caption
+    assert "cluster:layers.0.attn" in svg_ids(widget.svg)
+    page_event(widget, event="button", name="auto")
+    assert widget.error == {} and "modules collapsed" in widget.caption
+
+
+def test_a_run_of_boxes_opens_into_one_box_per_call():
+    from graphsurgeon.examples import TinyGPT
+
+    model = TinyGPT(24).eval()
+    tokens = model.example_input()
+    preserve = [f"layers.{i}" for i in range(24)]
+    widget = gs.SurgeryWidget(gs.export(model, (tokens,), preserve=preserve), args=(tokens,))
+    run = [i for i in svg_ids(widget.svg) if i.startswith("modules:")]
+    assert run, "precondition: the default view draws the layers as one run"
+    page_event(widget, event="toggle", id=run[0])
+    ids = svg_ids(widget.svg)
+    assert "module:layers.0" in ids and "module:layers.23" in ids
+
+
+def test_save_writes_the_picture_shown_and_the_page_gets_a_download(gpt, tmp_path):
+    widget, _, _ = gpt
+    svg = widget.save(tmp_path / "p.svg").read_text()
+    dot = widget.save(tmp_path / "p.dot").read_text()
+    assert svg == widget.svg and dot.startswith("digraph")
+    sent = []
+    widget.send = lambda content, buffers=None: sent.append(content)
+    page_event(widget, event="save", format="dot")
+    assert sent and sent[0]["event"] == "download" and sent[0]["name"].endswith(".dot")
+    assert sent[0]["text"] == dot
+    with pytest.raises(gs.errors.WidgetError, match="'svg' or 'dot'"):
+        widget.save(tmp_path / "p.png")
+
+
+# -- replacements ----------------------------------------------------------------------------
+
+
+def test_the_picker_offers_modules_and_classes_of_the_namespace(gpt):
+    widget, _, _ = gpt
+    keys = [c["key"] for c in widget.candidates]
+    assert keys[:2] == ["copy", "identity"]
+    assert {"ns:fast", "ns:tanh_mlp", "ns:Doubler", "ns:NeedsArgs", "ns:model"} <= set(keys)
+    assert "ns:not_a_module" not in keys and "ns:nn" not in keys
+
+
+def test_the_preview_says_what_the_swap_removes_and_how_the_replacement_is_called(gpt):
+    widget, _, _ = gpt
+    widget.select("layers.1.attn")
+    page_event(widget, event="choose", value="ns:fast")
+    assert widget.choice == "fast"
+    assert "removes 20 fx nodes" in widget.preview and "16,640 parameter" in widget.preview
+    assert "(x: f32[1, 16, 64]) → f32[1, 16, 64]" in widget.preview
+
+
+def test_swap_from_the_picker_is_checked_against_the_eager_reference(gpt):
+    widget, model, tokens = gpt
+    widget.select("layers.1.attn")
+    page_event(widget, event="choose", value="ns:fast")
+    page_event(widget, event="button", name="swap")
+    assert widget.error == {}
+    assert list(widget.surgery.replacements) == ["layers.1.attn"]
+    assert widget.view == "merged" and widget.can_undo and not widget.can_redo
+    assert "after" in widget.caption or "swapped" in widget.caption
+    assert "FusedAttention" in widget.history
+    reference = gs.eager_reference(model, widget.surgery.replacements)
+    torch.testing.assert_close(widget.surgery.module(tokens), reference(tokens))
+    page_event(widget, event="button", name="verify")
+    assert "match" in widget.verify_html and widget.error == {}
+
+
+def test_copy_identity_classes_and_expressions(gpt):
+    widget, model, _tokens = gpt
+    widget.select("layers.0.mlp.act")
+    widget.choose("copy").swap()
+    replacement = widget.surgery.replacements["layers.0.mlp.act"]
+    assert isinstance(replacement, nn.GELU) and replacement is not model.layers[0].mlp.act
+    assert widget.verify().ok
+    widget.choose("ns:Doubler").swap()
+    assert isinstance(widget.surgery.replacements["layers.0.mlp.act"], Doubler)
+    assert widget.verify().ok, "the swap is faithful to the eager model with Doubler"
+    assert not widget.compare().ok, "but doubling is not GELU"
+    page_event(widget, event="expression", value="nn.Tanh()")
+    assert widget.choice == "nn.Tanh()"
+    widget.swap()
+    assert isinstance(widget.surgery.replacements["layers.0.mlp.act"], nn.Tanh)
+    page_event(widget, event="choose", value="identity")
+    widget.swap()
+    assert isinstance(widget.surgery.replacements["layers.0.mlp.act"], nn.Identity)
+
+
+def test_replacements_that_cannot_be_made_say_why(gpt):
+    widget, _, _ = gpt
+    widget.select("layers.0.mlp")
+    page_event(widget, event="choose", value="ns:NeedsArgs")
+    assert (
+        "needs arguments" in widget.error["message"] and "NeedsArgs(...)" in widget.error["message"]
+    )
+    page_event(widget, event="expression", value="nn.Linear(")
+    assert "failed: SyntaxError" in widget.error["message"]
+    page_event(widget, event="expression", value="41 + 1")
+    assert "not an nn.Module" in widget.error["message"]
+    before = widget.svg
+    page_event(widget, event="choose", value="identity")
+    widget.select("layers")
+    page_event(widget, event="button", name="swap")
+    assert widget.error["type"] in ("NotSwappableError", "NotPreservedError", "SwapError")
+    assert widget.surgery.replacements == {} and widget.svg == before, "nothing changed"
+
+
+def test_swap_without_a_choice_or_a_selection_says_what_to_do(gpt):
+    widget, _, _ = gpt
+    page_event(widget, event="button", name="swap")
+    assert "select a module first" in widget.error["message"]
+    widget.select("layers.0")
+    page_event(widget, event="button", name="swap")
+    assert "pick a replacement first" in widget.error["message"]
+
+
+# -- history ---------------------------------------------------------------------------------
+
+
+def test_fuse_undo_redo_reset_and_the_before_after_views(gpt):
+    widget, _, _tokens = gpt
+    with pytest.raises(gs.errors.WidgetError, match="nothing is swapped"):
+        widget.show("merged")
+    widget.select("layers.0.mlp")
+    page_event(widget, event="button", name="fuse")
+    assert widget.surgery.fused == ("layers.0.mlp",) and widget.error == {}
+    assert "module:layers.0.mlp" in svg_ids(widget.svg), "one fused box"
+    assert not widget.can_diff, "a fused call computes what it did: no before/after"
+    widget.swap(GeluTanhMLP(widget.surgery.model.layers[1].mlp), name="layers.1.mlp")
+    assert list(widget.surgery.replacements) == ["layers.1.mlp"]
+    for view in ("split", "merged", "program"):
+        page_event(widget, event="view", value=view)
+        assert widget.view == view and widget.error == {}
+    page_event(widget, event="view", value="split")
+    assert any(i.startswith("after/") for i in svg_ids(widget.svg))
+    page_event(widget, event="button", name="undo")
+    assert widget.surgery.replacements == {} and widget.can_redo
+    page_event(widget, event="button", name="redo")
+    assert list(widget.surgery.replacements) == ["layers.1.mlp"]
+    page_event(widget, event="button", name="reset")
+    assert widget.surgery.replacements == {} and widget.surgery.fused == ()
+    assert widget.view == "program" and not widget.can_diff and widget.can_redo
+    assert "undone" in widget.history
+    page_event(widget, event="button", name="undo")
+    assert "nothing to undo" in widget.error["message"]
+
+
+# -- checks ----------------------------------------------------------------------------------
+
+
+class OffByOne(nn.Module):
+    """An MLP replacement that is wrong by one everywhere: compare must find it."""
+
+    def __init__(self, mlp):
+        super().__init__()
+        self.mlp = mlp
+
+    def forward(self, x):
+        return self.mlp(x) + 1
+
+
+def test_compare_finds_the_wrong_call_and_a_click_on_its_row_selects_it(gpt):
+    widget, model, _ = gpt
+    page_event(widget, event="button", name="compare")
+    assert "nothing is swapped" in widget.error["message"]
+    widget.swap(FusedAttention(model.layers[1].attn), name="layers.1.attn")
+    widget.swap(OffByOne(model.layers[0].mlp), name="layers.0.mlp")
+    page_event(widget, event="button", name="compare")
+    assert widget.error == {}
+    assert "first divergence: layers.0.mlp" in widget.compare_html
+    rows = re.findall(r'data-gs-call="([^"]+)"', widget.compare_html)
+    assert rows == ["layers.0.mlp", "layers.1.attn"]
+    page_event(widget, event="select", value=rows[0])
+    assert widget.selected == "layers.0.mlp"
+    page_event(widget, event="button", name="verify")
+    assert "match" in widget.verify_html, "faithful to the eager model with the same swaps"
+
+
+def test_checks_without_example_inputs_say_how_to_give_them(tiny_gpt):
+    _, _, ep = tiny_gpt
+    widget = gs.SurgeryWidget(ep)
+    page_event(widget, event="button", name="verify")
+    assert "args=(x,)" in widget.error["message"]
+    page_event(widget, event="button", name="step")
+    assert "args=(x,)" in widget.error["message"]
+
+
+# -- stepping --------------------------------------------------------------------------------
+
+
+def test_step_moves_the_current_node_through_the_picture(gpt):
+    widget, _, _ = gpt
+    assert widget.stepper is None and widget.current == ""
+    seen = []
+    for _ in range(4):
+        page_event(widget, event="button", name="step")
+        assert widget.error == {}
+        seen.append(widget.current)
+    assert len(set(seen)) == 4 and all(s in svg_ids(widget.svg) for s in seen)
+    assert widget.stepper.current.name == seen[-1].split(":", 1)[1]
+    assert "next:" in widget.stepper_html and "<table" in widget.stepper_html
+
+
+def test_stepping_into_a_collapsed_module_opens_it(gpt):
+    widget, _, _ = gpt
+    widget.collapse("layers.0")
+    assert "module:layers.0" in svg_ids(widget.svg), "precondition: layers.0 is a box"
+    widget.select("layers.0.attn.q")
+    page_event(widget, event="button", name="run_to")
+    assert widget.stepper.stack[-1] == "layers.0.attn.q"
+    assert widget.current.startswith("node:") and widget.current in svg_ids(widget.svg)
+
+
+def test_step_over_into_out_continue_and_reset(gpt):
+    widget, model, tokens = gpt
+    widget.swap(FusedAttention(model.layers[1].attn), name="layers.1.attn")
+    widget.select("layers.1.attn")
+    page_event(widget, event="button", name="run_to")
+    stepper = widget.stepper
+    assert stepper.current.name.startswith("swapped_layers_1_attn")
+    page_event(widget, event="button", name="step_into")
+    assert stepper.frames == ("layers.1.attn",) and widget.current, "the call stays marked"
+    page_event(widget, event="button", name="step_out")
+    assert stepper.frames == ()
+    page_event(widget, event="button", name="step_over")
+    page_event(widget, event="button", name="continue")
+    assert stepper.done and "finished" in widget.stepper_html and widget.current == ""
+    torch.testing.assert_close(stepper.output, widget.surgery.module(tokens))
+    page_event(widget, event="button", name="step")
+    assert "finished" in widget.error["message"]
+    page_event(widget, event="button", name="restart")
+    assert not stepper.done and stepper.position == 0
+
+
+def test_breakpoints_from_the_selection_and_on_nan(gpt):
+    widget, _model, _ = gpt
+    widget.select("layers.1.mlp")
+    page_event(widget, event="button", name="break")
+    assert "entering layers.1.mlp" in widget.stepper_html
+    page_event(widget, event="button", name="continue")
+    assert widget.stepper.stack[-1].startswith("layers.1.mlp")
+    page_event(widget, event="button", name="break")  # again: removed
+    page_event(widget, event="nan", value=True)
+    assert widget.break_on_nan and "NaN" in widget.stepper_html
+
+    class MakesNaN(nn.Module):
+        def forward(self, x):
+            return x * float("nan")
+
+    widget.swap(MakesNaN(), name="layers.0.mlp.act")
+    page_event(widget, event="button", name="continue")
+    assert "breakpoint" in widget.stepper_html and not widget.stepper.done
+
+
+def test_an_error_in_a_handler_shows_in_the_widget_instead_of_vanishing(gpt):
+    widget, _, _ = gpt
+    page_event(widget, event="no-such-event")
+    assert "unknown event" in widget.error["message"]
+    page_event(widget, event="button", name="no-such-button")
+    assert "no button 'no-such-button'" in widget.error["message"]
+
+
+def test_busy_is_shown_during_slow_work_and_cleared_after(gpt):
+    widget, _, _ = gpt
+    seen = []
+    widget.observe(lambda change: seen.append(change["new"]), names=["busy"])
+    widget.verify()
+    assert any("verifying" in s for s in seen) and widget.busy == ""
+
+
+# -- the view model alone, and limits ---------------------------------------------------------
+
+
+def test_the_view_model_runs_without_ipywidgets_or_a_comm():
+    s = gs.Surgery.from_model(Shared(), (torch.randn(2, 4),))
+    changed = []
+    model = SurgeryModel(s, on_change=changed.append)
+    model.select("shared@1")
+    assert model.fields["selected"] == "shared@1" and changed
+    model.use(nn.Identity())
+    model.swap()
+    assert list(s.replacements) == ["shared@1"]
+
+
+def test_a_module_called_twice_selects_every_call_or_one(gpt):
+    s = gs.Surgery.from_model(Shared(), (torch.randn(2, 4),))
+    widget = gs.SurgeryWidget(s)
+    widget.select("shared")
+    assert len(widget.marks["selected"]) == 2
+    widget.select("shared@1")
+    assert len(widget.marks["selected"]) == 1
+
+
+def test_the_state_of_the_default_view_of_a_large_program_stays_small():
+    from graphsurgeon.examples import TinyGPT
+
+    model = TinyGPT(32).eval()
+    tokens = model.example_input()
+    preserve = [f"layers.{i}" for i in range(32)] + [f"layers.{i}.attn" for i in range(32)]
+    widget = gs.SurgeryWidget(gs.export(model, (tokens,), preserve=preserve), args=(tokens,))
+    state = widget.get_state()
+    size = sum(len(str(v)) for v in state.values())
+    assert size < 1_000_000, f"{size:,} bytes of widget state"
+    assert len(widget.svg) < 200_000
+
+
+def test_names_that_are_markup_reach_the_page_escaped():
+    class Named(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleDict({"<img src=x onerror=alert(1)>": nn.Linear(2, 2)})
+
+        def forward(self, x):
+            for block in self.blocks.values():
+                x = block(x)
+            return x
+
+    widget = gs.SurgeryWidget(gs.export(Named(), (torch.randn(1, 2),)), args=(torch.randn(1, 2),))
+    widget.select("blocks.<img src=x onerror=alert(1)>")
+    for html in (widget.tree, widget.details, widget.preview, widget.svg):
+        assert "<img" not in html
+    assert "&lt;img src=x onerror=alert(1)&gt;" in widget.details
