@@ -169,12 +169,19 @@ def module_tree_html(
             verdict = f"{badge('container', 'info')} {reason}"
         else:
             verdict = f"{badge('no', 'bad')} {reason}"
-        qualified = escape(getattr(info, "qualified_type", "") or "")
-        data = f' data-gs-module="{escape(fqn)}"' if selectable and fqn else ""
+        if selectable:  # many rows in a widget's state: the fqn is the data, no tooltips
+            data = f' data-gs-module="{escape(fqn)}"' if fqn else ""
+            head = f'<span class="gs-name" style="padding-left:{14 * depth}px"{data}>'
+            kind = f"<span>{escape(info.type_name)}</span>"
+        else:
+            qualified = escape(getattr(info, "qualified_type", "") or "")
+            head = (
+                f'<span class="gs-name" style="padding-left:{14 * depth}px" '
+                f'title="{escape(fqn or "(root)")}">'
+            )
+            kind = f'<span title="{qualified}">{escape(info.type_name)}</span>'
         return (
-            f'<span class="gs-name" style="padding-left:{14 * depth}px" '
-            f'title="{escape(fqn or "(root)")}"{data}><code>{escape(name)}</code></span>'
-            f'<span title="{qualified}">{escape(info.type_name)}</span>'
+            f"{head}<code>{escape(name)}</code></span>{kind}"
             f'<span class="gs-num">{info.calls}</span>'
             f'<span class="gs-num">{info.num_nodes:,}</span>'
             f'<span class="gs-num">{_count(parameters.get(fqn))}</span><span>{verdict}</span>'

@@ -1289,6 +1289,9 @@ def _resolve(names: list[str], scene: _Scene, program: _Program, argument: str) 
     calls = scene.calls
     index = program_index(program.ep)
     known = set(index.fqns) | set(index.call_nodes) | {c.fqn for c in calls.values()} | set(calls)
+    by_fqn: dict[str, list[str]] = {}
+    for call in calls.values():
+        by_fqn.setdefault(call.fqn, []).append(call.name)
     wanted: set[str] = set()
     for name in names:
         if name == "":
@@ -1302,6 +1305,11 @@ def _resolve(names: list[str], scene: _Scene, program: _Program, argument: str) 
                 "gs.module_tree(ep) lists every module."
             )
         fqn, call_index = split_call_name(name)
+        if fqn in by_fqn:
+            # a module with calls of its own stands for them (its submodules' calls are
+            # inside them): no need to look through every call of the picture
+            wanted.update([name] if call_index is not None else by_fqn[fqn])
+            continue
         for call in calls.values():
             if call.name == name or (call_index is None and call.fqn == fqn):
                 wanted.add(call.name)

@@ -43,8 +43,11 @@ class Lab:
     url: str
     token: str
     root: Path
+    app: str = "lab"  # "lab" (JupyterLab) or "notebook" (Notebook 7)
 
     def notebook_url(self, name: str) -> str:
+        if self.app == "notebook":
+            return f"{self.url}/notebooks/{name}?token={self.token}"
         return f"{self.url}/lab/tree/{name}?reset&token={self.token}"
 
 
@@ -55,8 +58,9 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def jupyterlab(root: Path, scratch: Path) -> Iterator[Lab]:
-    """JupyterLab serving ``root``, its state and home in ``scratch``; stopped on exit."""
+def jupyterlab(root: Path, scratch: Path, app: str = "lab") -> Iterator[Lab]:
+    """JupyterLab (or, with ``app="notebook"``, Notebook 7) serving ``root``, its state and
+    home in ``scratch``; stopped on exit."""
     port, token = _free_port(), secrets.token_hex(16)
     env = dict(os.environ)
     for name, sub in (
@@ -84,19 +88,25 @@ def jupyterlab(root: Path, scratch: Path) -> Iterator[Lab]:
     command = [
         sys.executable,
         "-m",
-        "jupyterlab",
+        "jupyterlab" if app == "lab" else "notebook",
         "--no-browser",
         "--ip=127.0.0.1",
         f"--port={port}",
         "--port-retries=0",
         f"--IdentityProvider.token={token}",
         f"--ServerApp.root_dir={root}",
-        "--LabApp.news_url=None",
-        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-        "--LabApp.extension_manager=readonly",
-        "--LabApp.expose_app_in_browser=True",
-        f"--LabApp.user_settings_dir={scratch / 'settings'}",
-        f"--LabApp.workspaces_dir={scratch / 'workspaces'}",
+    ]
+    if app == "lab":
+        command += [
+            "--LabApp.news_url=None",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            "--LabApp.extension_manager=readonly",
+        ]
+    settings_app = "LabApp" if app == "lab" else "JupyterNotebookApp"
+    command += [
+        f"--{settings_app}.expose_app_in_browser=True",
+        f"--{settings_app}.user_settings_dir={scratch / 'settings'}",
+        f"--{settings_app}.workspaces_dir={scratch / 'workspaces'}",
     ]
     if os.geteuid() == 0:
         command.append("--allow-root")
@@ -126,7 +136,7 @@ def jupyterlab(root: Path, scratch: Path) -> Iterator[Lab]:
                         "JupyterLab did not start:\n" + (scratch / "jupyterlab.log").read_text()
                     ) from None
                 time.sleep(0.3)
-        yield Lab(url, token, root)
+        yield Lab(url, token, root, app)
     finally:
         with contextlib.suppress(OSError):
             request = urllib.request.Request(
@@ -173,7 +183,8 @@ def run_notebook(page, lab: Lab, name: str) -> None:
     """Open notebook ``name``, wait for its kernel, run every cell and wait until all ran."""
     page.goto(lab.notebook_url(name))
     page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget")
-    page.evaluate("() => window.jupyterapp.shell.collapseLeft()")  # the notebook, full width
+    if lab.app == "lab":  # the notebook, full width
+        page.evaluate("() => window.jupyterapp.shell.collapseLeft()")
     # Cells run before the kernel is connected execute nothing: wait for it first.
     page.wait_for_function(
         """async () => {
@@ -206,3 +217,22 @@ def screenshot(page, name: str, **options) -> Path:
     path = SCREENSHOTS / name
     page.screenshot(path=str(path), **options)
     return path
+
+
+def kernel_run(page, code: str) -> str:
+    """Run ``code`` in the open notebook's kernel (not in a cell) and return what it printed;
+    an exception's name and message are returned too, so a test can show them."""
+    return page.evaluate(
+        """async (code) => {
+            const kernel = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+            let out = "";
+            const future = kernel.requestExecute({code, silent: false, store_history: false});
+            future.onIOPub = (msg) => {
+                if (msg.header.msg_type === "stream") out += msg.content.text;
+                if (msg.header.msg_type === "error") out += msg.content.ename + ": " + msg.content.evalue;
+            };
+            await future.done;
+            return out;
+        }""",
+        code,
+    )

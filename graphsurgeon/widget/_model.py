@@ -175,6 +175,9 @@ class SurgeryModel:
         self.last_step: StepResult | None = None
         self._breakpoints: list[tuple[str, str]] = []  # ("node" | "enter", name), to re-apply
         self.break_on_nan = False
+        self._budget: int | None = None  # the node budget of the default view, once chosen
+        self._hierarchy: torch.nn.Module | None = None  # for "a copy of the original"
+        self._stepper_opened: set[str] = set()  # calls opened to show the stepper's node
         self.comparison: Comparison | None = None
         self.report: VerifyReport | None = None
         self._partitions: dict[str, Partition] = partition(surgery.program)
@@ -245,7 +248,11 @@ class SurgeryModel:
             self._busy("laying out the picture…")
             diff = None if view == "program" else view
             if self._open is None:  # as much detail as fits the width, as gs.draw chooses
-                drawing = draw(surgery, diff=diff)
+                # the budget is chosen once (draw tries several layouts to choose it); the
+                # next pictures of this program are drawn with it, in one layout each
+                drawing = draw(surgery, diff=diff, max_nodes=self._budget)
+                if self._budget is None:
+                    self._budget = drawing.max_nodes
                 graph, svg = drawing.view, _inline(drawing.svg)
             else:
                 graph = graph_view(surgery, collapse=self._collapse(), diff=diff)
@@ -312,6 +319,7 @@ class SurgeryModel:
         for call in calls:
             opened.update(self._ancestors(call))
             opened.add(call)
+        self._stepper_opened -= opened  # what the user opens stays open
         self._open = opened
         self._render()
 
@@ -553,7 +561,9 @@ class SurgeryModel:
             rows.append(["fused", "yes: its nodes run as one call"])
         calls = self._calls_of(name)
         if calls:
-            signature = _call_signature(self._partitions[calls[0]], None, self.surgery.program)
+            signature = _call_signature(
+                self._partitions[calls[0]], self._eager_module(fqn), self.surgery.program
+            )
             if signature:
                 rows.append(["called as", f'<span class="gs-pre">{d.escape(signature)}</span>'])
             source = self._source_of(calls[0])
@@ -562,6 +572,14 @@ class SurgeryModel:
         return d.table(["", ""], rows, raw=(0, 1)).replace(
             "<thead><tr><th></th><th></th></tr></thead>", ""
         )
+
+    def _eager_module(self, fqn: str) -> torch.nn.Module | None:
+        """The model's own module at ``fqn`` (for its argument names), when the model is known."""
+        model = self.surgery.model
+        try:
+            return model.get_submodule(fqn) if model is not None else None
+        except AttributeError:
+            return None
 
     def _source_of(self, call: str) -> str:
         from ..render import _source
@@ -672,10 +690,12 @@ class SurgeryModel:
         model = self.surgery.model
         if model is not None:
             return copy.deepcopy(model.get_submodule(fqn))
-        from .._hierarchy import rebuild_hierarchy
+        if self._hierarchy is None:  # the program's own modules, rebuilt once (slow)
+            from .._hierarchy import rebuild_hierarchy
 
-        hierarchy, _ = rebuild_hierarchy(self.surgery.program, {})
-        return copy.deepcopy(hierarchy.get_submodule(fqn))
+            self._busy("rebuilding the program's modules…")
+            self._hierarchy, _ = rebuild_hierarchy(self.surgery.program, {})
+        return copy.deepcopy(self._hierarchy.get_submodule(fqn))
 
     def _preview_html(self) -> str:
         name = self.selected
@@ -978,7 +998,13 @@ class SurgeryModel:
         if stepper is not None and not stepper.done and not stepper.frames:
             element = self.scene.picture.element_of_node(stepper.current.name, self.scene.prefix)
             if element is not None and element.kind == "box":
-                self._open = self._opened() | set(stepper.stack)
+                # open the calls around the node; close again those opened for earlier
+                # nodes that the stepper has left, so the picture does not grow without end
+                needed = set(stepper.stack)
+                opened = self._opened()
+                left = self._stepper_opened - needed
+                self._stepper_opened = (self._stepper_opened & needed) | (needed - opened)
+                self._open = (opened - left) | needed
                 self._render()
         self._mark_current()
 

@@ -17,6 +17,7 @@ import torch
 import traitlets as t
 from torch.export import ExportedProgram
 
+from .. import display
 from ..errors import WidgetError, a_type
 from ..surgery import Surgery
 from ._model import SurgeryModel
@@ -34,6 +35,13 @@ def _user_namespace() -> Mapping[str, Any]:
         return {}
     shell = get_ipython()
     return shell.user_ns if shell is not None else {}
+
+
+def _widget_css() -> str:
+    """widget.css, after the styles of graphsurgeon's HTML (tables, badges, the module tree),
+    which the panels show: one stylesheet, so the widget looks as the displays do."""
+    shared = (display.STYLE + display._TREE_STYLE).replace("<style>", "").replace("</style>", "")
+    return shared + (_STATIC / "widget.css").read_text()
 
 
 class SurgeryWidget(anywidget.AnyWidget):
@@ -71,7 +79,7 @@ class SurgeryWidget(anywidget.AnyWidget):
     """
 
     _esm = _STATIC / "widget.js"
-    _css = _STATIC / "widget.css"
+    _css = _widget_css()
 
     # -- what the page shows (published by the model) --
     svg = t.Unicode("").tag(sync=True)
@@ -261,6 +269,16 @@ class SurgeryWidget(anywidget.AnyWidget):
 
     def collapse(self, name: str) -> SurgeryWidget:
         self.model.run(lambda: self.model.collapse(name))
+        return self
+
+    def expand_all(self) -> SurgeryWidget:
+        """Open every module (a large program makes a large picture)."""
+        self.model.run(self.model.expand_all)
+        return self
+
+    def auto(self) -> SurgeryWidget:
+        """Back to the default view: as much detail as fits the width."""
+        self.model.run(self.model.auto)
         return self
 
     def show(self, view: str) -> SurgeryWidget:

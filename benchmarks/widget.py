@@ -1,0 +1,240 @@
+"""SurgeryWidget, timed in a real browser: JupyterLab and headless Chromium, as a user clicks.
+
+Programs: the 96-layer GPT-like decoder of graphsurgeon.examples (every layer and attention
+preserved, real weights) and the 80-layer Llama-3-70B-shaped decoder built on the meta device.
+For each, a notebook shows ``gs.SurgeryWidget`` and the page times, from the click to the
+change on screen (measured in the page with ``performance.now()``, polled every animation frame):
+
+* select: a click on a module box until it carries ``gs-selected`` (the kernel round trip);
+* step: the Step button until ``gs-current`` moves (median and max over 12 steps; a step into a
+  collapsed module opens it, which is a new layout);
+* expand / collapse: a double-click on a box until the new picture is in the page;
+* swap: the Swap button (replacement chosen in the picker) until the before/after picture shows;
+* state: the widget's state as the kernel sends it (JSON bytes) for the default view.
+
+Side by side, in the same run: the kernel's own time for the same swap (``Surgery.swap`` on a
+fresh Surgery) and for the DOT text of its before/after picture: what the widget adds on top of
+the engine and the renderer is layout, transfer and the page.
+Targets (the widget's promise): select and step <= 100 ms, expand/collapse and swap <= 1 s,
+state < 1 MB. Run: ``python benchmarks/widget.py`` (``--quick``: 32 layers and 16 Llama layers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from jupyter import browser, jupyterlab, kernel_run, run_notebook  # noqa: E402
+
+TARGETS = {"select": 0.1, "step": 0.1, "expand": 1.0, "collapse": 1.0, "swap": 1.0}
+
+SETUP = {
+    "decoder": """\
+import copy, json, time, torch
+import graphsurgeon as gs
+from graphsurgeon.examples import FusedAttention, TinyGPT
+torch.manual_seed(0)
+LAYERS = {layers}
+model = TinyGPT(LAYERS).eval()
+tokens = model.example_input()
+preserve = [f"layers.{{i}}" for i in range(LAYERS)] + [f"layers.{{i}}.attn" for i in range(LAYERS)]
+ep = gs.export(model, (tokens,), preserve=preserve)
+replacement = FusedAttention(model.layers[3].attn)
+TARGET = "layers.3.attn"
+w = gs.SurgeryWidget(ep, args=(tokens,))
+w""",
+    "llama": """\
+import copy, json, time, torch
+import graphsurgeon as gs
+from graphsurgeon.examples import LlamaLike
+LAYERS = {layers}
+with torch.device("meta"):
+    model = LlamaLike(n_layers=LAYERS).eval()
+    tokens = torch.zeros(1, 16, dtype=torch.long)
+preserve = [f"layers.{{i}}" for i in range(LAYERS)] + [f"layers.{{i}}.self_attn" for i in range(LAYERS)]
+ep = gs.export(model, (tokens,), preserve=preserve)
+replacement = copy.deepcopy(model.layers[3].self_attn)
+TARGET = "layers.3.self_attn"
+w = gs.SurgeryWidget(ep, args=(tokens,))
+w""",
+}
+
+# Runs in the page: performs `action`, then polls every frame until `done()` holds; seconds.
+TIMED = """async ([action, done]) => {
+    const root = document.querySelector('.gs-widget');
+    const act = new Function('root', action), check = new Function('root', done);
+    const start = performance.now();
+    act(root);
+    while (!check(root)) {
+        await new Promise(r => requestAnimationFrame(r));
+        if (performance.now() - start > 60000) throw new Error('timed out: ' + done);
+    }
+    return (performance.now() - start) / 1000;
+}"""
+
+
+def click(selector: str, kind: str = "click") -> str:
+    return (
+        f"const el = root.querySelector({json.dumps(selector)});"
+        f"const box = el.getBoundingClientRect();"
+        f"el.dispatchEvent(new MouseEvent({json.dumps(kind)}, {{bubbles: true, "
+        f"clientX: box.left + 4, clientY: box.top + 4, detail: {2 if kind == 'dblclick' else 1}}}));"
+    )
+
+
+def timed(page, action: str, done: str) -> float:
+    return page.evaluate(TIMED, [action, done])
+
+
+def measure(page, name: str) -> dict:
+    result: dict = {"program": name}
+    state = kernel_run(page, "print(len(json.dumps(w.get_state())))")
+    result["state"] = int(state)
+    result["nodes"] = int(kernel_run(page, "print(len(ep.graph.nodes))"))
+    target = json.loads(kernel_run(page, "print(json.dumps(TARGET))"))
+    layer = target.rsplit(".", 1)[0]
+
+    # expand: the run of layers into one box per layer, then one layer
+    runs = page.evaluate(
+        "() => [...document.querySelectorAll('.gs-widget g.node')].map(g => g.id)"
+        ".filter(i => i.startsWith('modules:'))"
+    )
+    expand = []
+    svg_changed = "return root.querySelector('.gs-viewport svg') !== window.__gsSvg;"
+    remember = "window.__gsSvg = root.querySelector('.gs-viewport svg');"
+    if runs:
+        expand.append(timed(page, remember + click(f'[id="{runs[0]}"]', "dblclick"), svg_changed))
+    expand.append(
+        timed(
+            page,
+            remember + click(f'[id="module:{layer}"]', "dblclick"),
+            f"return !!root.querySelector('[id=\"cluster:{layer}\"]');",
+        )
+    )
+    result["expand"] = max(expand)
+
+    # select: five different boxes or nodes
+    ids = page.evaluate(
+        f"() => [...document.querySelectorAll('.gs-widget [id=\"cluster:{layer}\"] ~ g.node')]"
+        ".map(g => g.id).slice(0, 5)"
+    )
+    selects = []
+    for element in ids:
+        selects.append(
+            timed(
+                page,
+                click(f'[id="{element}"]'),
+                f"const e = root.querySelector('[id=\"{element}\"]'); "
+                "return e && e.classList.contains('gs-selected');",
+            )
+        )
+    result["select"] = statistics.median(selects)
+
+    # collapse the layer again
+    result["collapse"] = timed(
+        page,
+        remember + click(f'[id="cluster:{layer}"] polygon, [id="cluster:{layer}"] path', "dblclick"),
+        f"return !!root.querySelector('[id=\"module:{layer}\"]');",
+    )
+
+    # steps: the Step button until the current node moves
+    steps = []
+    for _ in range(12):
+        steps.append(
+            timed(
+                page,
+                "window.__gsCurrent = (root.querySelector('.gs-current') || {}).id;"
+                "root.querySelector('[data-gs-button=\"step\"]').click();",
+                "const c = root.querySelector('.gs-current'); return c && c.id !== window.__gsCurrent;",
+            )
+        )
+    result["step"] = statistics.median(steps[1:])  # the first builds the stepper
+    result["step_max"] = max(steps[1:])
+    result["first_step"] = steps[0]
+
+    # swap: select the attention, choose the replacement in the picker, press Swap
+    kernel_run(page, f"w.select({target!r})")
+    page.select_option(".gs-widget select.gs-picker", "ns:replacement")
+    page.wait_for_function(
+        "() => document.querySelector('.gs-widget .gs-preview').textContent.includes('replacement')"
+    )
+    result["swap"] = timed(
+        page,
+        remember + "root.querySelector('[data-gs-button=\"swap\"]').click();",
+        "return root.querySelector('.gs-views').value === 'merged' && "
+        "root.querySelector('.gs-viewport svg') !== window.__gsSvg;",
+    )
+    errors = kernel_run(page, "print(json.dumps(w.error))")
+    assert json.loads(errors) == {}, errors
+
+    # side by side: the kernel alone, the same swap on a fresh Surgery (and torch's engine)
+    anchor = kernel_run(
+        page,
+        """\
+s2 = gs.Surgery(ep)
+start = time.perf_counter(); s2.swap(TARGET, replacement); own = time.perf_counter() - start
+start = time.perf_counter(); gs.to_dot(s2, diff="merged"); dot = time.perf_counter() - start
+print(json.dumps([own, dot]))""",
+    )
+    try:
+        result["kernel_swap"], result["kernel_dot"] = json.loads(anchor.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError):
+        raise RuntimeError(f"the side-by-side swap failed in the kernel: {anchor}") from None
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="32 decoder and 16 Llama layers")
+    options = parser.parse_args()
+    programs = [("decoder", 32 if options.quick else 96), ("llama", 16 if options.quick else 80)]
+    rows = []
+    with tempfile.TemporaryDirectory() as temporary:
+        root, scratch = Path(temporary) / "notebooks", Path(temporary) / "jupyter"
+        root.mkdir()
+        scratch.mkdir()
+        for kind, layers in programs:
+            notebook = nbformat.v4.new_notebook()
+            notebook.cells = [nbformat.v4.new_code_cell(SETUP[kind].format(layers=layers))]
+            notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+            nbformat.write(notebook, root / f"{kind}.ipynb")
+        with jupyterlab(root, scratch) as lab, browser(scratch) as page:
+            for kind, layers in programs:
+                started = time.perf_counter()
+                run_notebook(page, lab, f"{kind}.ipynb")
+                page.wait_for_selector(".gs-widget .gs-viewport svg")
+                print(f"{kind} {layers} layers: exported and shown in {time.perf_counter() - started:.1f} s")
+                rows.append(measure(page, f"{kind} {layers} layers"))
+                # the next program gets a kernel (and memory) of its own
+                page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.shutdown()")
+    print()
+    print("| program | fx nodes | state | select | step (max) | expand | collapse | swap "
+          "| kernel: swap + DOT |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {r['program']} | {r['nodes']:,} | {r['state'] / 1e6:.2f} MB "
+            f"| {r['select'] * 1e3:.0f} ms | {r['step'] * 1e3:.0f} ms ({r['step_max'] * 1e3:.0f}) "
+            f"| {r['expand']:.2f} s | {r['collapse']:.2f} s | {r['swap']:.2f} s "
+            f"| {r['kernel_swap']:.2f} + {r['kernel_dot']:.2f} s |"
+        )
+    print()
+    print("Against the targets (measured / target; under 1 is within):")
+    for r in rows:
+        ratios = ", ".join(f"{k} {r[k] / t:.2f}" for k, t in TARGETS.items())
+        print(f"  {r['program']}: {ratios}, state {r['state'] / 1e6:.2f}")
+    (ROOT / "out").mkdir(exist_ok=True)
+    (ROOT / "out" / "widget-benchmark.json").write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
