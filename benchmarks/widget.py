@@ -142,7 +142,8 @@ def measure(page, name: str) -> dict:
     # collapse the layer again
     result["collapse"] = timed(
         page,
-        remember + click(f'[id="cluster:{layer}"] polygon, [id="cluster:{layer}"] path', "dblclick"),
+        remember
+        + click(f'[id="cluster:{layer}"] polygon, [id="cluster:{layer}"] path', "dblclick"),
         f"return !!root.querySelector('[id=\"module:{layer}\"]');",
     )
 
@@ -212,13 +213,19 @@ def main() -> None:
                 started = time.perf_counter()
                 run_notebook(page, lab, f"{kind}.ipynb")
                 page.wait_for_selector(".gs-widget .gs-viewport svg")
-                print(f"{kind} {layers} layers: exported and shown in {time.perf_counter() - started:.1f} s")
+                print(
+                    f"{kind} {layers} layers: exported and shown in {time.perf_counter() - started:.1f} s"
+                )
                 rows.append(measure(page, f"{kind} {layers} layers"))
                 # the next program gets a kernel (and memory) of its own
-                page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.shutdown()")
+                page.evaluate(
+                    "() => window.jupyterapp.shell.currentWidget.sessionContext.shutdown()"
+                )
     print()
-    print("| program | fx nodes | state | select | step (max) | expand | collapse | swap "
-          "| kernel: swap + DOT |")
+    print(
+        "| program | fx nodes | state | select | step (max) | expand | collapse | swap "
+        "| kernel: swap + DOT |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(

@@ -76,7 +76,7 @@ class VerifyReport:
     def __str__(self) -> str:
         head = "match" if self.ok else "MISMATCH"
         lines = [
-            f"verify: {head} ({len(self.leaves)} output leaves, rtol={self.rtol:g}, atol={self.atol:g})"
+            f"verify: {head} ({len(self.leaves)} output leaf{'' if len(self.leaves) == 1 else 's'}, rtol={self.rtol:g}, atol={self.atol:g})"
         ]
         if self.structure_problem:
             lines.append(f"  structure: {self.structure_problem}")

@@ -95,7 +95,9 @@ def test_built_from_a_program_a_surgery_or_s_widget(tiny_gpt):
 
 
 def test_a_model_instead_of_a_program_is_refused_with_what_to_do():
-    with pytest.raises(gs.errors.WidgetError, match=r"Surgery.from_model\(model, args\).widget\(\)"):
+    with pytest.raises(
+        gs.errors.WidgetError, match=r"Surgery.from_model\(model, args\).widget\(\)"
+    ):
         gs.SurgeryWidget(Chain())
 
 

@@ -99,7 +99,9 @@ def test_the_picker_swaps_it_and_the_after_picture_shows_the_replacement(page):
     )
     assert "removes 20 fx nodes" in widget.locator(".gs-preview").inner_text()
     widget.locator('[data-gs-button="swap"]').click()
-    page.wait_for_function("() => document.querySelector('.gs-widget .gs-views').value === 'merged'")
+    page.wait_for_function(
+        "() => document.querySelector('.gs-widget .gs-views').value === 'merged'"
+    )
     assert in_kernel(page, "list(w.surgery.replacements)") == ["layers.1.attn"]
     picture = widget.locator(".gs-viewport").inner_text()
     assert "FusedAttention" in picture and "swapped" in picture
@@ -109,12 +111,16 @@ def test_the_picker_swaps_it_and_the_after_picture_shows_the_replacement(page):
         "() => document.querySelector('.gs-widget .gs-verify').textContent.includes('match')"
     )
     screenshot(page, f"widget-{page.app}-swapped.png")
+    widget.evaluate("el => el.scrollIntoView({block: 'start'})")  # the widget from its top
+    screenshot(page, f"widget-{page.app}.png")
 
 
 def test_three_steps_move_the_current_node_through_the_picture(page):
     widget = page.locator(".gs-widget").first
     widget.locator(".gs-views").select_option("program")
-    page.wait_for_function("() => document.querySelector('.gs-widget .gs-views').value === 'program'")
+    page.wait_for_function(
+        "() => document.querySelector('.gs-widget .gs-views').value === 'program'"
+    )
     seen: list[str] = []
     for _ in range(3):
         widget.locator('[data-gs-button="step"]').click()

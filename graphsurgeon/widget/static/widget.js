@@ -208,7 +208,14 @@ function render({ model, el }) {
     if (selected) {
       const fqn = selected.split("@")[0];
       const name = tree.querySelector(`[data-gs-module="${CSS.escape(fqn)}"]`);
-      if (name) name.parentElement.classList.add("gs-row-selected");
+      if (name) {
+        const row = name.parentElement;
+        row.classList.add("gs-row-selected");
+        // unfold the rows around it, so the selection is visible in the tree too
+        for (let p = row.parentElement; p && p !== tree; p = p.parentElement) if (p.tagName === "DETAILS" && p.firstElementChild !== row) p.open = true;
+        const box = row.getBoundingClientRect(), view = tree.getBoundingClientRect();
+        if (box.top < view.top || box.bottom > view.bottom) tree.scrollTop += box.top - view.top - view.height / 3;
+      }
     }
   }
 
