@@ -512,3 +512,24 @@ def test_names_that_are_markup_reach_the_page_escaped():
     for html in (widget.tree, widget.details, widget.preview, widget.svg):
         assert "<img" not in html
     assert "&lt;img src=x onerror=alert(1)&gt;" in widget.details
+
+
+def test_every_button_can_be_pressed_from_code(gpt):
+    """``w.click(name)`` presses each button of SurgeryWidget.BUTTONS, as the page does."""
+    widget, _, _ = gpt
+    widget.select("layers.1.attn")
+    widget.choose("ns:fast")
+    order = [
+        "swap", "verify", "compare", "undo", "redo", "expand", "collapse", "expand_all",
+        "auto", "break", "step", "step_over", "run_to", "step_into", "step_out", "continue",
+        "restart", "fuse", "reset",
+    ]  # fmt: skip
+    assert sorted(order) == sorted(widget.BUTTONS), "every button is pressed below"
+    for button in order:
+        if button == "fuse":
+            widget.select("layers.0.mlp")
+        widget.click(button)
+        assert widget.error == {}, (button, widget.error)
+    assert widget.surgery.replacements == {} and widget.can_redo
+    with pytest.raises(gs.errors.WidgetError, match="no button 'paste'"):
+        widget.click("paste")

@@ -44,8 +44,10 @@ class Named(nn.Module):
             x = torch.relu(block(x))
         return x
 
+# as if from a .pt2 file of unknown origin
 x = torch.randn(1, 2)
-named = gs.SurgeryWidget(gs.export(Named(), (x,)), args=(x,))
+torch.export.save(gs.export(Named(), (x,)), "named.pt2")
+named = gs.SurgeryWidget(torch.export.load("named.pt2"), args=(x,))
 named.expand_all()
 named""",
 ]
@@ -155,8 +157,18 @@ def test_a_double_click_opens_a_module_and_errors_show_in_the_widget(page):
 
 def test_names_that_are_markup_are_shown_as_text_and_run_nothing(page):
     named = page.locator(".gs-widget").nth(1)
+    named.locator('[data-gs-module="blocks.<img src=x onerror=alert(1)>"] code').click()
+    page.wait_for_function(
+        "() => document.querySelectorAll('.gs-widget')[1].querySelector('.gs-details').textContent.includes('onerror')"
+    )
     text = named.inner_text()
-    assert "<img src=x onerror=alert(1)>" in text
+    assert "<img src=x onerror=alert(1)>" in text and "</svg><script>alert(2)</script>" in text
+    assert (
+        named.locator(
+            '[id="cluster:blocks.<img src=x onerror=alert(1)>"], [id="node:linear"]'
+        ).count()
+        >= 1
+    )
     assert page.dialogs == [], "no alert ran"
     assert named.locator("img").count() == 0
     injected = page.evaluate(

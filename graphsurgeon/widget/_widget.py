@@ -364,8 +364,12 @@ class SurgeryWidget(anywidget.AnyWidget):
         data = bundle[0] if isinstance(bundle, tuple) else bundle
         # the static copy is a courtesy: the widget shows without it
         with contextlib.suppress(Exception):
-            data["text/html"] = self.surgery._repr_mimebundle_()["text/html"]
+            data["text/html"] = self._repr_html_()
         return bundle
+
+    def _repr_html_(self) -> str:
+        """The static picture of the Surgery (history, last verify, before/after)."""
+        return self.surgery._repr_mimebundle_()["text/html"]
 
     def __repr__(self) -> str:
         s = self.surgery

@@ -90,7 +90,14 @@ function render({ model, el }) {
   const swapPanel = h("div", { class: "gs-panel" }, [
     h("div", { class: "gs-heading", text: "Replace" }), picker, expression, preview, actions, history,
   ]);
-  const detailPanel = h("div", { class: "gs-panel" }, [h("div", { class: "gs-heading", text: "Selection" }), details]);
+  const copyName = h("button", { class: "gs-copy", title: "copy the selected name", text: "copy name" });
+  copyName.addEventListener("click", () => {
+    const name = model.get("selected_node") || model.get("selected");
+    if (name && navigator.clipboard) navigator.clipboard.writeText(name).catch(() => {});
+  });
+  const detailPanel = h("div", { class: "gs-panel" }, [
+    h("div", { class: "gs-heading" }, ["Selection ", copyName]), details,
+  ]);
   const verify = h("div", { class: "gs-verify gs-out" });
   const compareOut = h("div", { class: "gs-compare gs-out" });
   const checkPanel = h("div", { class: "gs-panel" }, [
@@ -267,6 +274,7 @@ function render({ model, el }) {
     set("redo", model.get("can_redo"));
     const hasSelection = !!model.get("selected") || !!model.get("selected_node");
     for (const name of ["swap", "fuse", "expand", "collapse", "run_to", "break"]) set(name, hasSelection);
+    copyName.disabled = !hasSelection;
   }
   const html = (node, trait) => () => { node.innerHTML = model.get(trait); };
   const bindings = [
