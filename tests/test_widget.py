@@ -533,3 +533,16 @@ def test_every_button_can_be_pressed_from_code(gpt):
     assert widget.surgery.replacements == {} and widget.can_redo
     with pytest.raises(gs.errors.WidgetError, match="no button 'paste'"):
         widget.click("paste")
+
+
+def test_a_surgery_changed_in_code_is_shown_at_the_next_action(gpt):
+    widget, model, _ = gpt
+    widget.surgery.swap("layers.0.mlp", GeluTanhMLP(model.layers[0].mlp))
+    assert not widget.can_diff, "precondition: the widget has not seen it yet"
+    widget.select("layers.0.mlp")
+    assert widget.can_diff and "GeluTanhMLP" in widget.history
+    widget.step()
+    assert widget.stepper.graph_module is widget.surgery.module
+    widget.surgery.undo()
+    widget.refresh()
+    assert not widget.can_diff and widget.stepper is None

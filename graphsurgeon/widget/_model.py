@@ -42,7 +42,7 @@ from .._meta import split_call_name
 from ..compare import Comparison, compare
 from ..drawing import _inline, draw
 from ..errors import GraphSurgeonError, WidgetError, did_you_mean
-from ..partition import Partition, call_index, partition
+from ..partition import Partition, call_index, partition, program_index
 from ..picture import Picture
 from ..render import GraphView, _call_signature, _layout, graph_view
 from ..step import Stepper, StepResult, summary_table
@@ -198,6 +198,7 @@ class SurgeryModel:
             self._on_change(changed)
 
     def _publish_all(self) -> None:
+        self._seen = self._state_key()
         self._set(error={}, busy="")
         self._render()
         self._publish_tree()
@@ -208,6 +209,14 @@ class SurgeryModel:
         self._publish_candidates()
         self._flush()
 
+    def _state_key(self) -> tuple[int, int]:
+        surgery = self.surgery
+        return surgery._position, id(surgery._states[surgery._position])
+
+    def refresh(self) -> None:
+        """Show the Surgery as it is now (after it was changed from code, not by the widget)."""
+        self._after_change()
+
     def _busy(self, text: str) -> None:
         self.fields["busy"] = text
         self._on_busy(text)
@@ -217,6 +226,8 @@ class SurgeryModel:
         error is published as a message (type, first line, details) and, unless ``catch``,
         raised again (a call from code sees the error; a click in the page only the message)."""
         try:
+            if self._state_key() != self._seen:  # the Surgery was changed from code
+                self._after_change()
             result = action()
         except Exception as error:
             self._set(error=_error_fields(error))
@@ -327,13 +338,11 @@ class SurgeryModel:
         """Draw module (or call) ``name`` as one box again."""
         calls = self._calls_or_raise(name)
         opened = self._opened()
-        for call in calls:
-            prefix = self._partitions[call].fqn + "."
-            opened = (
-                {c for c in opened if c != call and not self._partitions[c].fqn.startswith(prefix)}
-                if call in self._partitions
-                else opened - {call}
-            )
+        for call in calls:  # the call and everything inside it
+            inside = self._partitions[call].fqn + "."
+            opened = {
+                c for c in opened if c != call and not self._partitions[c].fqn.startswith(inside)
+            }
         self._open = opened
         self._render()
 
@@ -496,20 +505,20 @@ class SurgeryModel:
             ids = [element.id] if element is not None else []
         elif self.selected is not None:
             ids = [e for e in self._selected_elements if e in scene.picture]
-            if not ids:
-                ids = scene.elements(self.selected)
-                if not ids:  # inside a collapsed box: mark the box
-                    part = (
-                        self._partitions.get(self._calls_of(self.selected)[0])
-                        if (self._calls_of(self.selected))
-                        else None
-                    )
-                    if part is not None and part.nodes:
-                        element = scene.picture.element_of_node(part.nodes[0], scene.prefix)
-                        ids = [element.id] if element is not None else []
+            ids = ids or scene.elements(self.selected) or self._box_holding(self.selected)
         else:
             ids = []
         self._set(marks={"selected": ids, **scene.flow(ids)})
+
+    def _box_holding(self, name: str) -> list[str]:
+        """The box a collapsed call is drawn in (a parent's box, or a run of boxes)."""
+        scene = self.scene
+        for call in self._calls_of(name):
+            for node in self._partitions[call].nodes:
+                element = scene.picture.element_of_node(node, scene.prefix)
+                if element is not None:
+                    return [element.id]
+        return []
 
     def _publish_selection(self) -> None:
         self._mark_selection()
@@ -532,9 +541,7 @@ class SurgeryModel:
                 ["module", d.escape(" › ".join(chain) or "(top level)")],
                 ["drawn", f'<span class="gs-pre">{d.escape(tooltip)}</span>'],
             ]
-            return d.table(["", ""], rows, raw=(0, 1)).replace(
-                "<thead><tr><th></th><th></th></tr></thead>", ""
-            )
+            return _fields_table(rows)
         if self.selected is None:
             return (
                 '<span class="gs-muted">Click a module or a node in the picture or the tree.</span>'
@@ -569,9 +576,7 @@ class SurgeryModel:
             source = self._source_of(calls[0])
             if source:
                 rows.append(["source", f'<span class="gs-pre">{d.escape(source)}</span>'])
-        return d.table(["", ""], rows, raw=(0, 1)).replace(
-            "<thead><tr><th></th><th></th></tr></thead>", ""
-        )
+        return _fields_table(rows)
 
     def _eager_module(self, fqn: str) -> torch.nn.Module | None:
         """The model's own module at ``fqn`` (for its argument names), when the model is known."""
@@ -584,10 +589,9 @@ class SurgeryModel:
     def _source_of(self, call: str) -> str:
         from ..render import _source
 
-        part = self._partitions[call]
-        program = self.surgery.program
-        for name in part.nodes:
-            node = _node_named(program, name)
+        by_name = program_index(self.surgery.program).by_name
+        for name in self._partitions[call].nodes:
+            node = by_name.get(name)
             if node is not None and node.op == "call_function":
                 text = _source(node)
                 if text:
@@ -764,6 +768,7 @@ class SurgeryModel:
         self._after_change()
 
     def _after_change(self, show: str | None = None) -> None:
+        self._seen = self._state_key()
         if show is not None and self.view == "program":
             self.view = show
         if not self.surgery.replacements:
@@ -1098,6 +1103,12 @@ _COPY = _CopyMarker()
 _MISSING = object()
 
 
+def _fields_table(rows: list[list[str]]) -> str:
+    """A two-column table of (field, HTML value) rows, without a header."""
+    body = "".join(f"<tr><td>{d.escape(k)}</td><td>{v}</td></tr>" for k, v in rows)
+    return f'<table class="gs-table"><tbody>{body}</tbody></table>'
+
+
 def _module_from(value: Any, label: str) -> torch.nn.Module:
     if isinstance(value, type) and issubclass(value, torch.nn.Module):
         try:
@@ -1117,13 +1128,6 @@ def _module_from(value: Any, label: str) -> torch.nn.Module:
 
 def _is_program_module(value: torch.nn.Module) -> bool:
     return isinstance(value, torch.fx.GraphModule)
-
-
-def _node_named(program: Any, name: str) -> Any:
-    for node in program.graph.nodes:
-        if node.name == name:
-            return node
-    return None
 
 
 def _op_of(node: Any) -> str:

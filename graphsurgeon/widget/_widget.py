@@ -248,6 +248,12 @@ class SurgeryWidget(anywidget.AnyWidget):
         """The live Stepper (None until the first step; a new one after each swap)."""
         return self.model.stepper
 
+    def refresh(self) -> SurgeryWidget:
+        """Show ``w.surgery`` as it is now. Any action does this first when the Surgery was
+        changed from code (``w.surgery.swap(...)`` in a cell)."""
+        self.model.run(self.model.refresh)
+        return self
+
     def select(self, name: str | None) -> SurgeryWidget:
         """Select a module, a call (``"shared@1"``) or an fx node; None clears."""
         self.model.run(lambda: self.model.select(name))
