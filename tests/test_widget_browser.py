@@ -137,8 +137,17 @@ def test_three_steps_move_the_current_node_through_the_picture(page):
     assert len(set(seen)) == 3 and all(s.startswith("node:") for s in seen)
     assert in_kernel(page, "w.stepper.current.name") == seen[-1].removeprefix("node:")
     assert in_kernel(page, "w.current") == seen[-1]
-    widget.scroll_into_view_if_needed()
-    screenshot(page, f"widget-{page.app}-stepping.png", full_page=True)
+    in_view = page.evaluate(
+        """() => {
+            const widget = document.querySelector('.gs-widget');
+            const view = widget.querySelector('.gs-viewport').getBoundingClientRect();
+            const node = widget.querySelector('.gs-current').getBoundingClientRect();
+            return node.top >= view.top - 1 && node.bottom <= view.bottom + 1;
+        }"""
+    )
+    assert in_view, "the current node is scrolled into the picture's view"
+    widget.locator(".gs-viewport").evaluate("el => el.scrollIntoView({block: 'start'})")
+    screenshot(page, f"widget-{page.app}-stepping.png")
 
 
 def test_a_double_click_opens_a_module_and_errors_show_in_the_widget(page):
