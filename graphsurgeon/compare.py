@@ -276,7 +276,8 @@ class Comparison:
         drift = (
             "outputs match" if self.outputs.ok else f"outputs drift {_number(self.outputs.max_abs)}"
         )
-        return f"<Comparison: {len(self.calls)} swapped calls, {verdict}, {drift}>"
+        calls = f"{len(self.calls)} swapped call{'' if len(self.calls) == 1 else 's'}"
+        return f"<Comparison: {calls}, {verdict}, {drift}>"
 
     def _repr_pretty_(self, printer, cycle) -> None:
         printer.text(str(self))
