@@ -149,8 +149,9 @@ function render({ model, el }) {
     const view = viewport.getBoundingClientRect();
     const inside = box.top >= view.top && box.bottom <= view.bottom && box.left >= view.left && box.right <= view.right;
     if (!inside) {
-      viewport.scrollLeft += box.left + box.width / 2 - (view.left + view.width / 2);
-      viewport.scrollTop += box.top + box.height / 2 - (view.top + view.height / 2);
+      // centre it; one taller or wider than the view shows from its top left corner (its label)
+      viewport.scrollLeft += box.width > view.width ? box.left - view.left - 8 : box.left + box.width / 2 - (view.left + view.width / 2);
+      viewport.scrollTop += box.height > view.height ? box.top - view.top - 8 : box.top + box.height / 2 - (view.top + view.height / 2);
       if (!zoomIn) element.scrollIntoView({ block: "nearest", inline: "nearest" });
     }
   }
