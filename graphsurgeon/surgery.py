@@ -28,6 +28,7 @@ from ._meta import (
     split_call_name,
 )
 from .errors import ExportError, SurgeryError, VerifyError, a_type
+from .compare import Comparison, compare
 from .export import export
 from .partition import ModuleTree, module_tree
 from .swap import FUSE, Diff, rewrite, swap_info
@@ -246,6 +247,21 @@ class Surgery:
         report = verify(reference, self.module, args, kwargs, rtol=rtol, atol=atol)
         self._verified[self._position] = report
         return report
+
+    def compare(
+        self,
+        args: tuple[Any, ...] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        rtol: float = 1e-5,
+        atol: float = 1e-5,
+    ) -> Comparison:
+        """Compare each swapped call of the current program with the original module's nodes,
+        on the inputs the call receives (:func:`graphsurgeon.compare`): where :meth:`verify`
+        says the swaps are faithful, this says whether each replacement computes what it
+        replaced."""
+        args, kwargs = self._inputs(args, kwargs, verb="compare")
+        return compare(self.program, self.module, args, kwargs, rtol=rtol, atol=atol)
 
     def export(
         self,

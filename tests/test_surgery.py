@@ -470,3 +470,18 @@ def test_export_with_a_replacement_returning_the_wrong_structure_names_it():
     s = gs.Surgery.from_model(UsesPair(), (x,)).swap("pair", Scale(2.0))  # one tensor, not two
     with pytest.raises(gs.errors.ExportError, match=r"'pair' \(Scale\) returned f32\[2, 4\]"):
         s.export()
+
+
+def test_compare_judges_each_replacement_against_what_it_replaced():
+    from graphsurgeon.examples import GeluTanhMLP, TinyGPT
+
+    model = TinyGPT(2).eval()
+    tokens = model.example_input()
+    s = gs.Surgery.from_model(model, (tokens,))
+    s.swap("layers.1.mlp", GeluTanhMLP(model.layers[1].mlp))
+    assert s.verify(), "precondition: the swap itself is faithful"
+    comparison = s.compare()
+    assert comparison.first_divergence == "layers.1.mlp"
+    assert s.compare(rtol=1e-2, atol=1e-2).ok
+    with pytest.raises(gs.GraphSurgeonError, match="no inputs"):
+        gs.Surgery(s.program).compare()

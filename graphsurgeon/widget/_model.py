@@ -39,7 +39,7 @@ import torch
 
 from .. import display as d
 from .._meta import split_call_name
-from ..compare import Comparison, compare
+from ..compare import Comparison
 from ..drawing import _inline, draw
 from ..errors import GraphSurgeonError, WidgetError, did_you_mean
 from ..partition import Partition, call_index, partition, program_index
@@ -836,7 +836,7 @@ class SurgeryModel:
         if not s.replacements:
             raise WidgetError("compare: nothing is swapped; swap a module first")
         self._busy("comparing each swapped call with the original…")
-        self.comparison = compare(s.program, s.module, args, kwargs)
+        self.comparison = s.compare(args, kwargs)
         self._publish_checks()
         return self.comparison
 
