@@ -27,8 +27,8 @@ from ._hierarchy import (
 from ._meta import (
     split_call_name,
 )
-from .errors import ExportError, SurgeryError, VerifyError, a_type
 from .compare import Comparison, compare
+from .errors import ExportError, SurgeryError, VerifyError, a_type
 from .export import export
 from .partition import ModuleTree, module_tree
 from .swap import FUSE, Diff, rewrite, swap_info
