@@ -702,6 +702,11 @@ class ProgramIndex:
             dropped = self.notes.dropped.get(fqn) if self.notes else None
             if dropped:
                 return f"not preserved: torch.export could not keep its signature ({dropped})"
+            if self.notes is not None:  # made by gs.export, with a narrowed preserve= list
+                return (
+                    f"not preserved: it was left out of preserve=; export with "
+                    f"gs.export(model, args, preserve=[..., {fqn!r}]) to swap it"
+                )
             return (
                 f"not preserved: export with gs.export(model, args) or add {fqn!r} to "
                 "torch.export.export(..., preserve_module_call_signature=...)"

@@ -114,6 +114,7 @@ class Summary:
     nan: int = 0
     inf: int = 0
     text: str = ""
+    measured: bool = True  # False: a tensor whose values were not looked at (meta, complex...)
 
     @property
     def is_tensor(self) -> bool:
@@ -156,7 +157,9 @@ class Summary:
             parts.append(
                 f"min {_g(self.min)}  max {_g(self.max)}  mean {_g(self.mean)}  std {_g(self.std)}"
             )
-        if self.numel:
+        if not self.measured:
+            parts.append("no values" if self.device == "meta" else "values not measured")
+        elif self.numel:
             parts.append(f"nan {self.nan}  inf {self.inf}")
         return "  ".join(parts)
 
@@ -165,7 +168,9 @@ class Summary:
         if not self.is_tensor:
             return [self.name, f"{self.type} {self.text}", "", "", "", "", ""]
         value = f"{self.dtype}{list(self.shape)} {self.device}"
-        counts = f"{self.nan} / {self.inf}" if self.numel else ""
+        counts = f"{self.nan} / {self.inf}" if self.numel and self.measured else ""
+        if not self.measured:
+            counts = "no values" if self.device == "meta" else "not measured"
         return [self.name, value, _g(self.min), _g(self.max), _g(self.mean), _g(self.std), counts]
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
@@ -205,8 +210,10 @@ def _tensor_summary(value: torch.Tensor, name: str, op: str, module: str) -> Sum
         "device": str(t.device),
         "numel": n,
     }
-    if n == 0 or not _has_data(t) or t.is_complex() or t.is_quantized or t.is_sparse:
+    if n == 0:
         return Summary(**basics)
+    if not _has_data(t) or t.is_complex() or t.is_quantized or t.is_sparse:
+        return Summary(**basics, measured=False)
     # Memory-light mode summarizes every value, so the common case is one pass of cheap
     # reductions in float64 and one sync: a finite sum, minimum and maximum mean no NaN and no
     # Inf anywhere. float64 keeps the sum of squares exact enough for the spread.

@@ -107,6 +107,14 @@ def test_not_preserved_modules_say_how_to_preserve(program):
     assert "preserve_module_call_signature" in info.reason
 
 
+def test_a_module_left_out_of_preserve_says_to_add_it_there():
+    model = Model()
+    ep = gs.export(model, (torch.randn(2, 4),), preserve=["shared"])
+    info = gs.module_tree(ep)["blocks.0"]
+    assert not info.preserved
+    assert "preserve=[..., 'blocks.0']" in info.reason and "torch.export" not in info.reason
+
+
 class PassThrough(nn.Module):
     #   x -> ident (nn.Identity: no nodes) -> + 1
     def __init__(self):

@@ -422,7 +422,12 @@ def test_summary_of_tensors_and_of_other_values():
     assert integers.dtype == "int64" and (integers.min, integers.max, integers.mean) == (1, 3, 2)
     assert Summary.of(torch.tensor([True, False])).mean == 0.5
     assert Summary.of(torch.empty(0)).min is None
-    assert Summary.of(torch.empty(2, device="meta")).shape == (2,)
+    meta = Summary.of(torch.empty(2, device="meta"), name="m")
+    assert meta.shape == (2,) and not meta.measured
+    assert str(meta) == "m: Tensor[2] float32 meta  no values", (
+        "not 'nan 0 inf 0': nothing was looked at"
+    )
+    assert meta.row()[-1] == "no values"
     assert str(Summary.of(16, name="size")) == "size: int 16"
     pair = Summary.of((torch.ones(2), None), name="pair")
     assert pair.text == "(Tensor[2] float32, None)" and not pair.is_tensor
