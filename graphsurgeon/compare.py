@@ -243,10 +243,19 @@ class Comparison:
             text.append("  ".join(cells).rstrip())
         return "\n".join(text)
 
+    @property
+    def values_compared(self) -> bool:
+        """False when the programs ran on the meta device: only structure, shapes and dtypes
+        were compared (every leaf says so), not values."""
+        leaves = [leaf for call in self.calls for leaf in call.leaves] + list(self.outputs.leaves)
+        return not leaves or not all("values not compared" in leaf.problem for leaf in leaves)
+
     def __str__(self) -> str:
         first = self.first_divergence
         n = len(self.calls)
         head = f"compare: {n} swapped call{'s' if n != 1 else ''}"
+        if not self.values_compared:
+            head += " (meta tensors: shapes and dtypes only, no values compared)"
         if first is None:
             head += ", none diverges"
         else:
@@ -277,6 +286,8 @@ class Comparison:
             "outputs match" if self.outputs.ok else f"outputs drift {_number(self.outputs.max_abs)}"
         )
         calls = f"{len(self.calls)} swapped call{'' if len(self.calls) == 1 else 's'}"
+        if not self.values_compared:
+            drift = "no values compared (meta)"
         return f"<Comparison: {calls}, {verdict}, {drift}>"
 
     def _repr_pretty_(self, printer, cycle) -> None:
@@ -296,6 +307,8 @@ class Comparison:
             if self.outputs.ok
             else d.badge(f"outputs drift {_number(self.outputs.max_abs)}", "warn")
         )
+        if not self.values_compared:
+            outputs = d.badge("meta: shapes only, no values compared", "warn")
         head = (
             f'<div class="gs-title">compare {verdict} {outputs} <span class="gs-muted">{n} '
             f"swapped call{'s' if n != 1 else ''}, rtol={self.rtol:g}, atol={self.atol:g}"

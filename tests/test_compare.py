@@ -300,3 +300,18 @@ def test_compare_leaves_buffers_of_the_original_and_of_replacements_as_they_were
     with torch.no_grad():
         replacement(x)
     assert not torch.equal(replacement.running_mean, before[1])  # precondition: it does update
+
+
+def test_on_the_meta_device_compare_says_no_values_were_compared():
+    with torch.device("meta"):
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()
+        x = torch.zeros(2, 4)
+    ep = gs.export(model, (x,))
+    comparison = gs.compare(ep, gs.swap(ep, {"1": torch.nn.GELU()}), (x,))
+    assert not comparison.values_compared
+    assert "no values compared" in str(comparison) and "no values compared" in repr(comparison)
+    assert "no values compared" in comparison._repr_html_()
+    real = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()
+    x = torch.randn(2, 4)
+    ep = gs.export(real, (x,))
+    assert gs.compare(ep, gs.swap(ep, {"1": torch.nn.GELU()}), (x,)).values_compared
