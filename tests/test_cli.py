@@ -1,4 +1,6 @@
-"""The `graphsurgeon` command, run as `python -m graphsurgeon` in a subprocess: modules, render."""
+"""The `graphsurgeon` command, run as `python -m graphsurgeon` in a subprocess: modules, render.
+
+The report command has tests/test_report.py; the demo tests/test_demo.py."""
 
 from __future__ import annotations
 
@@ -93,7 +95,7 @@ def runs(files):
 
 def test_help_lists_the_commands(runs):
     assert runs["help"].returncode == 0
-    for command in ("demo", "modules", "render"):
+    for command in ("demo", "modules", "render", "report"):
         assert command in runs["help"].stdout
 
 
@@ -207,6 +209,12 @@ def test_demo_with_too_few_or_too_many_layers_exits_2_with_one_line(capsys, laye
 def test_demo_with_no_timed_rounds_exits_2_with_one_line(capsys):
     assert main(["demo", "--rounds", "0"]) == 2
     assert "--rounds 0: the forward is timed over at least 1 round" in one_error_line(capsys)
+
+
+def test_demo_with_a_report_it_cannot_write_exits_2_with_one_line(files, capsys):
+    blocked = files["text"] / "report.html"  # under a file, not a folder
+    assert main(["demo", "--layers", "2", "--rounds", "1", "--report", str(blocked)]) == 2
+    assert "report.html: cannot write the report (Not a directory)" in one_error_line(capsys)
 
 
 class FullDisk:
