@@ -50,6 +50,9 @@ class Partition:
             (constants have no node and are not listed).
         signature: the preserved ``ModuleCallSignature``, or None when not preserved.
         swappable: whether :func:`graphsurgeon.swap` can replace this call; ``reason`` says why not.
+        call_text: how the program calls the module, which is what a replacement's ``forward``
+            must accept and return: ``(x: f32[1, 16, 64], scale=2.5) → f32[1, 16, 64]``
+            ('' when the signature was not preserved).
     """
 
     call_name: str
@@ -63,6 +66,7 @@ class Partition:
     signature: ModuleCallSignature | None = field(repr=False, compare=False)
     swappable: bool
     reason: str | None
+    call_text: str = field(default="", compare=False)
 
     @property
     def preserved(self) -> bool:
@@ -81,6 +85,8 @@ class Partition:
             ["inputs", ", ".join(self.input_names) or "none"],
             ["outputs", ", ".join(self.output_names) or "none"],
         ]
+        if self.call_text:
+            rows.insert(1, ["called as", self.call_text])
         if self.reason:
             rows.append(["why not", self.reason])
         body = (
@@ -863,6 +869,7 @@ class ProgramIndex:
                     signature=signature,
                     swappable=reason is None,
                     reason=reason,
+                    call_text=self.call_text(name) if signature is not None else "",
                 )
         self._partitions = result
         return result

@@ -357,3 +357,13 @@ def test_asking_the_tree_for_a_module_it_does_not_have():
     assert tree.get("1") is None
     with pytest.raises(gs.errors.UnknownModuleError, match=r"no module '1'"):
         tree["1"]
+
+
+def test_a_partition_says_how_the_program_calls_the_module(tiny_gpt):
+    _, _, ep = tiny_gpt
+    part = gs.partition(ep)["layers.1.attn"]
+    assert part.call_text == "(x: f32[1, 16, 64]) → f32[1, 16, 64]"
+    assert "called as" in part._repr_mimebundle_()["text/html"]
+    unpreserved = gs.partition(torch.export.export(Model(), (torch.randn(2, 4),)))
+    assert unpreserved and not any(p.preserved for p in unpreserved.values())
+    assert all(p.call_text == "" for p in unpreserved.values())
