@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from ._meta import describe_spec, describe_value, leaf_keystrs, tensor_text
+from ._meta import describe_spec, describe_value, format_structure, leaf_keystrs, tensor_text
 from .errors import GuardError, InputStructureError, ReplacementError
 
 __all__ = [
@@ -118,9 +118,12 @@ def check_structure(
     say what differs."""
     leaves, actual = pytree.tree_flatten(value)
     if actual != spec:
+        # written out with the values' own types and shapes: (f32[1, 8, 32], None), not (*, *)
+        got = format_structure(actual, [describe_value(leaf) for leaf in leaves])
+        wanted = format_structure(spec, ["?" if e is None else e.text(arguments) for e in expected])
         raise ReplacementError(
-            f"{call_name!r} ({type_name}) returned the structure {describe_spec(actual)}, but the "
-            f"program expects {describe_spec(spec)} (the original module's output structure): "
+            f"{call_name!r} ({type_name}) returned {got}, but the program expects {wanted} "
+            f"(the original module's output structure): "
             f"{structure_difference(actual, spec, 'output')}. Make its forward return the same "
             "structure."
         )

@@ -443,7 +443,33 @@ def test_a_replacement_returning_the_wrong_structure_names_the_module_at_run_tim
     with pytest.raises(gs.ReplacementError) as caught:
         gm(x)
     message = str(caught.value)
-    assert "'crossed'" in message and "Scale" in message and "(*, *)" in message
+    assert "'crossed'" in message and "Scale" in message
+    assert "returned f32[3], but the program expects (f32[3], f32[3])" in message, message
+
+
+def test_a_wrong_structure_is_written_with_its_values_not_pytree_stars():
+    class Pair(nn.Module):
+        def forward(self, x):
+            return x + 1, None
+
+    class Outer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pair = Pair()
+
+        def forward(self, x):
+            return self.pair(x)[0] * 2
+
+    class OnlyTensor(nn.Module):
+        def forward(self, x):
+            return x + 1
+
+    x = torch.randn(2, 3)
+    gm = gs.swap(gs.export(Outer(), (x,)), {"pair": OnlyTensor()})
+    with pytest.raises(
+        gs.ReplacementError, match=r"returned f32\[2, 3\], but the program expects \(f32\[2, 3\], "
+    ):
+        gm(x)
 
 
 def test_a_replacement_returning_a_tuple_for_a_tensor_names_the_module():
