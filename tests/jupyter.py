@@ -1,9 +1,11 @@
 """A real JupyterLab and a real headless Chromium, for the browser tests.
 
-``lab_session(root)`` starts JupyterLab on a free local port with every Jupyter directory in a
-temporary one, opens Chromium on it with Playwright (the system browser: nothing is
-downloaded) and stops both afterwards. ``run_notebook(page, lab, name)`` opens a notebook, waits
-for its kernel and runs every cell. Made for tests: nothing here is part of graphsurgeon.
+``jupyterlab(root, scratch)`` starts JupyterLab (``app="notebook"``: Notebook 7) on a free
+local port with every Jupyter directory in a temporary one; ``browser(scratch)`` opens the
+system's headless Chromium with Playwright (nothing is downloaded). ``run_notebook(page, lab,
+name)`` opens a notebook, waits for its kernel and runs every cell; ``kernel_run(page, code)``
+runs code in that kernel and returns what it printed. Made for tests and benchmarks: nothing
+here is part of graphsurgeon.
 """
 
 from __future__ import annotations
