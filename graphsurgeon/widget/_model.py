@@ -1003,9 +1003,14 @@ class SurgeryModel:
         if stepper is not None and not stepper.done and not stepper.frames:
             element = self.scene.picture.element_of_node(stepper.current.name, self.scene.prefix)
             if element is not None and element.kind == "box":
-                # open the calls around the node; close again those opened for earlier
-                # nodes that the stepper has left, so the picture does not grow without end
-                needed = set(stepper.stack)
+                # open the outermost call around the node with everything inside it (one
+                # layout for the whole call, not one per submodule the steps go through);
+                # close again what was opened for calls the stepper has left
+                outer = stepper.stack[0]
+                inside = self._partitions[outer].fqn + "." if outer in self._partitions else None
+                needed = set(stepper.stack) | {
+                    c for c, p in self._partitions.items() if inside and p.fqn.startswith(inside)
+                }
                 opened = self._opened()
                 left = self._stepper_opened - needed
                 self._stepper_opened = (self._stepper_opened & needed) | (needed - opened)
