@@ -200,6 +200,11 @@ class SurgeryModel:
     def _publish_all(self) -> None:
         self._seen = self._state_key()
         self._set(error={}, busy="")
+        self._publish_everything()
+        self._flush()
+
+    def _publish_everything(self) -> None:
+        """The picture and every panel, from the current state."""
         self._render()
         self._publish_tree()
         self._publish_selection()
@@ -207,7 +212,6 @@ class SurgeryModel:
         self._publish_checks()
         self._publish_stepper()
         self._publish_candidates()
-        self._flush()
 
     def _state_key(self) -> tuple[int, int]:
         surgery = self.surgery
@@ -777,13 +781,7 @@ class SurgeryModel:
         self.report = self.surgery._verified.get(self.surgery._position)
         self.stepper = None
         self.last_step = None
-        self._render()
-        self._publish_tree()
-        self._publish_selection()
-        self._publish_history()
-        self._publish_checks()
-        self._publish_stepper()
-        self._publish_candidates()
+        self._publish_everything()
 
     def _publish_history(self) -> None:
         s = self.surgery
