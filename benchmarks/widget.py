@@ -29,11 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 
-import nbformat
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-from jupyter import browser, jupyterlab, kernel_run, run_notebook  # noqa: E402
+from jupyter import browser, jupyterlab, kernel_run, run_notebook, write_notebook  # noqa: E402
 
 TARGETS = {"select": 0.1, "step": 0.1, "expand": 1.0, "collapse": 1.0, "swap": 1.0}
 
@@ -204,10 +202,7 @@ def main() -> None:
         root.mkdir()
         scratch.mkdir()
         for kind, layers in programs:
-            notebook = nbformat.v4.new_notebook()
-            notebook.cells = [nbformat.v4.new_code_cell(SETUP[kind].format(layers=layers))]
-            notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
-            nbformat.write(notebook, root / f"{kind}.ipynb")
+            write_notebook(root / f"{kind}.ipynb", [SETUP[kind].format(layers=layers)])
         with jupyterlab(root, scratch) as lab, browser(scratch) as page:
             for kind, layers in programs:
                 started = time.perf_counter()

@@ -38,6 +38,23 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "out" / "screenshots"
+# What a browser test needs; `make setup` installs both.
+MISSING = (
+    "the browser tests need Chromium and graphviz (make setup installs both)"
+    if CHROMIUM is None or shutil.which("dot") is None
+    else ""
+)
+
+
+def write_notebook(path: Path, cells: list[str]) -> Path:
+    """A notebook of code ``cells`` for the python3 kernel, written to ``path``."""
+    import nbformat
+
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell(source) for source in cells]
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    nbformat.write(notebook, path)
+    return path
 
 
 @dataclass

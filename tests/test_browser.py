@@ -7,16 +7,10 @@ to out/screenshots/ (one of them is in the README).
 
 from __future__ import annotations
 
-import shutil
-
-import nbformat
 import pytest
-from jupyter import CHROMIUM, browser, jupyterlab, run_notebook, screenshot
+from jupyter import MISSING, browser, jupyterlab, run_notebook, screenshot, write_notebook
 
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None or shutil.which("dot") is None,
-    reason="the browser tests need Chromium and graphviz (make setup installs both)",
-)
+pytestmark = pytest.mark.skipif(bool(MISSING), reason=MISSING)
 
 DISPLAY_CELLS = [
     """\
@@ -68,10 +62,7 @@ surgery""",
 def lab_page(tmp_path_factory):
     root = tmp_path_factory.mktemp("notebooks")
     scratch = tmp_path_factory.mktemp("jupyter")
-    notebook = nbformat.v4.new_notebook()
-    notebook.cells = [nbformat.v4.new_code_cell(source) for source in DISPLAY_CELLS]
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
-    nbformat.write(notebook, root / "display.ipynb")
+    write_notebook(root / "display.ipynb", DISPLAY_CELLS)
     with jupyterlab(root, scratch) as lab, browser(scratch) as page:
         dialogs: list[str] = []
         page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))

@@ -8,13 +8,12 @@ Chromium from its file.
 from __future__ import annotations
 
 import re
-import shutil
 import sys
 from html.parser import HTMLParser
 
 import pytest
 import torch
-from jupyter import CHROMIUM, browser, screenshot
+from jupyter import MISSING, browser, screenshot
 from torch import nn
 
 import graphsurgeon as gs
@@ -344,8 +343,8 @@ def test_write_report_takes_a_program_a_swapped_module_or_a_surgery(tiny_gpt, tm
 
 
 def test_the_report_opens_in_chromium_zooms_and_requests_nothing(here, tmp_path, capsys):
-    if CHROMIUM is None or shutil.which("dot") is None:
-        pytest.skip("the browser test needs Chromium and graphviz (make setup installs both)")
+    if MISSING:
+        pytest.skip(MISSING)
     arguments = ["report", "gpt.pt2", "--swap", f"layers.1.mlp={KERNELS}:tanh_mlp"]
     assert main([*arguments, "-o", "browser.html"]) == 1, "a mismatch at 1e-5"
     url = (here / "browser.html").as_uri()

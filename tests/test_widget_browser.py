@@ -9,16 +9,19 @@ Screenshots go to out/screenshots/ (one is in the README).
 from __future__ import annotations
 
 import json
-import shutil
 
-import nbformat
 import pytest
-from jupyter import CHROMIUM, browser, jupyterlab, kernel_run, run_notebook, screenshot
-
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None or shutil.which("dot") is None,
-    reason="the browser tests need Chromium and graphviz (make setup installs both)",
+from jupyter import (
+    MISSING,
+    browser,
+    jupyterlab,
+    kernel_run,
+    run_notebook,
+    screenshot,
+    write_notebook,
 )
+
+pytestmark = pytest.mark.skipif(bool(MISSING), reason=MISSING)
 
 CELLS = [
     """\
@@ -58,10 +61,7 @@ def page(request, tmp_path_factory):
     app = request.param
     root = tmp_path_factory.mktemp(f"widget-{app}")
     scratch = tmp_path_factory.mktemp(f"jupyter-{app}")
-    notebook = nbformat.v4.new_notebook()
-    notebook.cells = [nbformat.v4.new_code_cell(source) for source in CELLS]
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
-    nbformat.write(notebook, root / "widget.ipynb")
+    write_notebook(root / "widget.ipynb", CELLS)
     with jupyterlab(root, scratch, app=app) as lab, browser(scratch) as page:
         dialogs: list[str] = []
         page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
