@@ -150,7 +150,12 @@ def describe_value(value: Any) -> str:
         'tuple (i64[2], 3)'
     """
     if isinstance(value, torch.Tensor):
-        return tensor_text(value.shape, value.dtype)
+        if value.is_nested:
+            return f"a nested tensor of {value.size(0)} parts ({dtype_text(value.dtype)})"
+        text = tensor_text(value.shape, value.dtype)
+        if value.layout is not torch.strided:
+            text += f" ({str(value.layout).removeprefix('torch.')})"
+        return text
     if isinstance(value, (tuple, list, dict)) or pytree.is_namedtuple_instance(value):
         leaves, spec = pytree.tree_flatten(value)
         texts = [describe_value(v) if isinstance(v, torch.Tensor) else repr(v) for v in leaves]

@@ -17,6 +17,7 @@ from ._meta import describe_spec, describe_value, format_structure, leaf_keystrs
 from .errors import GuardError, InputStructureError, ReplacementError
 
 __all__ = [
+    "ExpectedConstant",
     "ExpectedTensor",
     "check_constant",
     "check_inputs",
@@ -49,6 +50,8 @@ class ExpectedTensor:
     def matches(self, value: torch.Tensor, arguments: Sequence[torch.Tensor] = ()) -> bool:
         if value.dtype != self.dtype or (value.is_meta and not self.meta):
             return False
+        if value.is_nested or value.layout is not torch.strided:
+            return False  # the program's nodes read a plain (strided) tensor here
         if self.static:
             return value.shape == self.shape
         shape = value.shape
@@ -70,6 +73,65 @@ class ExpectedTensor:
 
     def __repr__(self) -> str:
         return f"ExpectedTensor({self})"
+
+
+class ExpectedConstant:
+    """An output of a module call that the program holds as a constant (an int, a float, a
+    bool, None, a string): the nodes reading it have its value baked in, so a replacement must
+    return that very value there."""
+
+    __slots__ = ("value",)
+    links = ()  # no size of it is read off the call's arguments
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def matches(self, value: Any, arguments: Sequence[torch.Tensor] = ()) -> bool:
+        expected = self.value
+        if type(value) is not type(expected):
+            return False
+        if isinstance(expected, float) and expected != expected:
+            return value != value  # NaN is NaN
+        try:
+            return bool(value == expected)
+        except Exception:  # an == that does not answer True or False
+            return False
+
+    def text(self, arguments: Sequence[torch.Tensor] = ()) -> str:
+        return repr(self.value)
+
+    def __str__(self) -> str:
+        return repr(self.value)
+
+    def __repr__(self) -> str:
+        return f"ExpectedConstant({self.value!r})"
+
+
+def _wrong_constant(value: Any, expected: ExpectedConstant, call_name: str, type_name: str, where):
+    return ReplacementError(
+        f"{call_name!r} ({type_name}) returned {describe_value(value)} for {where}, but the "
+        f"program was exported with {expected.value!r} there: a value that is not a tensor is "
+        "baked into the nodes that read it, so another value would be ignored. Make the "
+        f"replacement return {expected.value!r} there, or put the replacement into the eager "
+        "model and export that (gs.export) to have its value used."
+    )
+
+
+def _same_keys_in_order(value: Any, spec: pytree.TreeSpec) -> Any:
+    """``value`` with every dict whose keys are those of ``spec`` in another order rebuilt in
+    ``spec``'s order (code reads a dict by key, so the order is not part of what it returns);
+    anything else as it is."""
+    if spec.is_leaf():
+        return value
+    if spec.type is dict and isinstance(value, dict):
+        keys = list(spec.context)
+        if set(value) != set(keys) or len(value) != len(keys):
+            return value
+        return {k: _same_keys_in_order(value[k], c) for k, c in zip(keys, spec.children())}
+    if spec.type in (tuple, list) and type(value) is spec.type and len(value) == spec.num_children:
+        rebuilt = [_same_keys_in_order(v, c) for v, c in zip(value, spec.children())]
+        return tuple(rebuilt) if spec.type is tuple else rebuilt
+    return value
 
 
 def _wrong_output(
@@ -118,6 +180,9 @@ def check_structure(
     say what differs."""
     leaves, actual = pytree.tree_flatten(value)
     if actual != spec:
+        value = _same_keys_in_order(value, spec)
+        leaves, actual = pytree.tree_flatten(value)
+    if actual != spec:
         # written out with the values' own types and shapes: (f32[1, 8, 32], None), not (*, *)
         got = format_structure(actual, [describe_value(leaf) for leaf in leaves])
         wanted = format_structure(spec, ["?" if e is None else e.text(arguments) for e in expected])
@@ -130,6 +195,11 @@ def check_structure(
     for i, (leaf, want) in enumerate(zip(leaves, expected)):
         if want is None:
             continue
+        if isinstance(want, ExpectedConstant):
+            if not want.matches(leaf):
+                where = f"output {leaf_keystrs(spec)[i] or i}"
+                raise _wrong_constant(leaf, want, call_name, type_name, where)
+            continue
         if not isinstance(leaf, torch.Tensor) or not want.matches(leaf, arguments):
             where = f"output {leaf_keystrs(spec)[i] or i}"
             raise _wrong_output(leaf, want, call_name, type_name, where, arguments)
@@ -139,8 +209,10 @@ def check_structure(
 def flatten_output(value: Any, spec: pytree.TreeSpec, call_name: str, type_name: str) -> list:
     """The leaves of a (checked) replacement's output of a type ``[k]`` cannot index."""
     leaves, actual = pytree.tree_flatten(value)
-    if actual != spec:  # pragma: no cover - check_structure ran first
-        check_structure(value, spec, [None] * spec.num_leaves, call_name, type_name)
+    if actual != spec:  # dict keys in another order; anything else check_structure refused
+        leaves, actual = pytree.tree_flatten(_same_keys_in_order(value, spec))
+        if actual != spec:
+            check_structure(value, spec, [None] * spec.num_leaves, call_name, type_name)
     return leaves
 
 

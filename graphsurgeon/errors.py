@@ -5,13 +5,15 @@ wrong and says what to do. Catch :class:`GraphSurgeonError` for all of them::
 
     GraphSurgeonError
     ├── ExportError              torch.export could not export the model (the cause is chained)
+    ├── NotAProgramError         an object where a program was expected (also a TypeError)
     ├── PartitionError           the program's module structure cannot be read as asked
     │   └── UnknownModuleError   a module or call name the program does not have (a KeyError)
     ├── SwapError                a swap or fuse request that cannot be carried out
     │   ├── NotPreservedError    the module's call signature was not preserved at export
     │   ├── NotSwappableError    its nodes cannot be replaced as one unit (the reason says why)
     │   ├── ConflictError        two requests claim the same nodes (a module and its child)
-    │   └── ReplacementError     the replacement cannot take the call, or returned the wrong thing
+    │   ├── ReplacementError     the replacement cannot take the call, or returned the wrong thing
+    │   └── ModeError            gm.train() / gm.eval() against the mode its nodes were exported in
     ├── InputError               a swapped or fused program called with inputs it refuses
     │   ├── InputStructureError  another structure than at export (also a TypeError)
     │   └── GuardError           a size outside the exported range, another constant (ValueError)
@@ -50,6 +52,8 @@ __all__ = [
     "InputError",
     "InputStructureError",
     "MissingDependencyError",
+    "ModeError",
+    "NotAProgramError",
     "NodeError",
     "NotPreservedError",
     "NotSwappableError",
@@ -72,6 +76,12 @@ class GraphSurgeonError(Exception):
 
 class ExportError(GraphSurgeonError):
     """export() was given arguments it cannot use, or torch.export failed (the cause chained)."""
+
+
+class NotAProgramError(GraphSurgeonError, TypeError):
+    """An object where a program was expected: the message says what the object is and what to
+    pass instead (``gs.export(model, args)`` for a model; the ExportedProgram a swap result was
+    made from, for a swap result). It is a TypeError too."""
 
 
 class PartitionError(GraphSurgeonError):
@@ -108,6 +118,11 @@ class ConflictError(SwapError):
 class ReplacementError(SwapError):
     """A replacement is not usable: not an nn.Module, its forward cannot take the call's
     arguments, or it returned another structure, shape or dtype than the program expects."""
+
+
+class ModeError(SwapError):
+    """``gm.train()`` / ``gm.eval()`` on a swapped or fused program asked for another mode than
+    its exported nodes keep (they were traced in one mode: batch norm, dropout)."""
 
 
 class InputError(GraphSurgeonError):

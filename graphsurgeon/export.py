@@ -9,6 +9,7 @@ retried, and the reason is kept so that :func:`graphsurgeon.module_tree` can sho
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import re
 import time
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
 from ._meta import CALL_SUFFIX, ambiguous_name_message
@@ -40,6 +42,8 @@ class ExportNotes:
         requested: the fqns asked to be preserved (before any were dropped).
         seconds: wall time of the whole export, retries included.
         attempts: how many torch.export calls it took.
+        training: fqn -> whether that module was in training mode at export (the mode the
+            program's nodes keep: a swapped program cannot change it).
     """
 
     dropped: Mapping[str, str] = field(default_factory=dict)
@@ -48,6 +52,7 @@ class ExportNotes:
     requested: tuple[str, ...] = ()
     seconds: float = 0.0
     attempts: int = 1
+    training: Mapping[str, bool] = field(default_factory=dict)
 
     def __repr__(self) -> str:
         kept = len(self.requested) - len(self.dropped)
@@ -306,14 +311,15 @@ def export(
     start = time.perf_counter()
 
     def run(preserved: list[str]) -> ExportedProgram:
-        return torch.export.export(
-            model,
-            args,
-            kwargs=dict(kwargs) if kwargs else None,
-            dynamic_shapes=dynamic_shapes,
-            strict=strict,
-            preserve_module_call_signature=tuple(preserved),
-        )
+        with _results_of_their_own(model, preserved, enabled=not strict):
+            return torch.export.export(
+                model,
+                args,
+                kwargs=dict(kwargs) if kwargs else None,
+                dynamic_shapes=dynamic_shapes,
+                strict=strict,
+                preserve_module_call_signature=tuple(preserved),
+            )
 
     while True:
         attempts += 1
@@ -353,9 +359,58 @@ def export(
         requested=tuple(wanted),
         seconds=time.perf_counter() - start,
         attempts=attempts,
+        training={n: m.training for n, m in model.named_modules(remove_duplicate=False)},
     )
     _NOTES[ep] = notes
     return ep
+
+
+@contextlib.contextmanager
+def _results_of_their_own(model: torch.nn.Module, preserved: list[str], enabled: bool = True):
+    """While exporting: every preserved module that returns a tensor that existed before it ran
+    (its input itself: an in-place op, ``x.to`` to the dtype it has, nn.Identity; or its own
+    parameter or buffer) returns an alias of it instead (``aten.alias``, a view: the same values
+    and storage, so the model computes exactly what it did).
+
+    Why: torch.export follows tensors by object, so in such a program every later read of that
+    tensor, also a read of the module's *input* (a residual ``x + norm(x)``), reads the module's
+    result, and swapping the module would hand the replacement's result to those readers too.
+    With an alias of its own, the module's result is told apart from its input in the graph:
+    a replacement's result goes where eager code would put it. The hooks are removed afterwards;
+    the model is not changed. (Strict export traces hooks without object identity: not done.)
+    """
+    handles = []
+    if enabled:
+        modules = dict(model.named_modules(remove_duplicate=False))
+        hooked: set[int] = set()
+        for fqn in preserved:
+            module = modules.get(fqn)
+            if module is None or id(module) in hooked:
+                continue
+            hooked.add(id(module))
+            handles.append(module.register_forward_hook(_alias_old_tensors, with_kwargs=True))
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _alias_old_tensors(module: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> Any:
+    leaves = pytree.tree_leaves(output)
+    if not any(isinstance(leaf, torch.Tensor) for leaf in leaves):
+        return None
+    old = {id(t) for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+    old.update(id(t) for t in module.parameters())
+    old.update(id(t) for t in module.buffers())
+    if not any(isinstance(leaf, torch.Tensor) and id(leaf) in old for leaf in leaves):
+        return None
+    return pytree.tree_map(
+        lambda t: (
+            torch.ops.aten.alias.default(t) if isinstance(t, torch.Tensor) and id(t) in old else t
+        ),
+        output,
+    )
 
 
 def _bisect_failures(run: Callable[[list[str]], ExportedProgram], keep: list[str]):

@@ -15,6 +15,7 @@ import warnings
 import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
@@ -25,7 +26,7 @@ from torch.fx import Node
 
 from . import _meta
 from ._meta import CALL_SUFFIX, ambiguous_name_message, split_call_name
-from .errors import PartitionError, UnknownModuleError, did_you_mean
+from .errors import NotAProgramError, PartitionError, UnknownModuleError, a_type, did_you_mean
 from .export import export_notes
 
 __all__ = ["ModuleInfo", "ModuleTree", "Partition", "module_tree", "partition", "split_call_name"]
@@ -238,6 +239,141 @@ def in_place_alias(node: Node) -> Node | None:
             value = node.args[position]
         return value if isinstance(value, Node) else None
     return None
+
+
+_aten = torch.ops.aten
+# Ops that return their first argument itself (the very tensor object, not a view) when they
+# have nothing to do: a conversion to the dtype, device and layout the tensor already has.
+_CONVERSIONS = frozenset(
+    {
+        _aten.to.dtype,
+        _aten.to.dtype_layout,
+        _aten.to.device,
+        _aten.to.other,
+        _aten.type_as.default,
+    }
+)
+_DROPOUTS = frozenset(
+    {
+        _aten.dropout.default,
+        _aten.feature_dropout.default,
+        _aten.alpha_dropout.default,
+        _aten.feature_alpha_dropout.default,
+    }
+)
+
+
+def op_argument(node: Node, name: str, default: Any = None) -> Any:
+    """The value of argument ``name`` of an op node, by its schema (positional or keyword;
+    the schema's default when not given)."""
+    if name in node.kwargs:
+        return node.kwargs[name]
+    schema = node.target._schema
+    for position, argument in enumerate(schema.arguments):
+        if argument.name == name:
+            if not argument.kwarg_only and position < len(node.args):
+                return node.args[position]
+            return argument.default_value if argument.has_default_value() else default
+    return default
+
+
+def _val(node: Any) -> Any:
+    return node.meta.get("val") if isinstance(node, Node) else None
+
+
+def _converts_nothing(node: Node, source: Node) -> bool:
+    """Whether a ``to``/``type_as`` node returns ``source`` itself: as ``aten.to`` decides
+    (same dtype, layout and device, no ``copy=True``, a memory format the tensor has)."""
+    before, after = _val(source), _val(node)
+    if not isinstance(before, torch.Tensor) or not isinstance(after, torch.Tensor):
+        return False
+    if (before.dtype, before.layout, before.device) != (after.dtype, after.layout, after.device):
+        return False
+    if node.target is _aten.type_as.default:
+        return True
+    if op_argument(node, "copy", False):
+        return False
+    memory_format = op_argument(node, "memory_format")
+    if memory_format in (None, torch.preserve_format):
+        return True
+    try:
+        return bool(before.is_contiguous(memory_format=memory_format))
+    except (RuntimeError, TypeError):  # a symbolic stride: cannot tell, so not the same
+        return False
+
+
+def returned_object(node: Node) -> Node | None:
+    """The node whose very tensor object ``node`` returns at run time, or None when it returns
+    a tensor of its own (views are tensors of their own).
+
+    Eager code sees these as one tensor: an in-place or ``out=`` op returns the tensor it wrote;
+    a conversion with nothing to do (``x.to(torch.float32)`` of a float32 ``x``, ``.float()``,
+    ``.type_as``, ``.to("cpu")``) and dropout in eval mode (or with ``p=0``) return their input.
+    torch.export records such an op as a node of its own and reads every later use of that
+    tensor from it, also uses that are, in the model's code, uses of the op's input.
+
+    Example:
+        >>> import torch, graphsurgeon as gs
+        >>> class Norm(torch.nn.Module):
+        ...     def forward(self, x):
+        ...         return x.to(torch.float32) * 2
+        >>> ep = gs.export(Norm(), (torch.randn(2, 4),))
+        >>> to = next(n for n in ep.graph.nodes if n.name == "to")
+        >>> returned_object(to).name
+        'x'
+    """
+    written = in_place_alias(node)
+    if written is not None:
+        return written
+    if node.op != "call_function" or not node.args or not isinstance(node.args[0], Node):
+        return None
+    target, source = node.target, node.args[0]
+    if target in _CONVERSIONS:
+        return source if _converts_nothing(node, source) else None
+    if target in _DROPOUTS:
+        train, p = op_argument(node, "train", True), op_argument(node, "p", 0.5)
+        return source if train is False or p == 0 else None
+    if target in (_aten.flatten.using_ints, _aten.contiguous.default):
+        value = _val(source)
+        if not isinstance(value, torch.Tensor) or value.dim() == 0:
+            return None
+        if target is _aten.contiguous.default:
+            memory_format = op_argument(node, "memory_format", torch.contiguous_format)
+            try:
+                return source if value.is_contiguous(memory_format=memory_format) else None
+            except (RuntimeError, TypeError):
+                return None
+        start, end = op_argument(node, "start_dim", 0), op_argument(node, "end_dim", -1)
+        if not isinstance(start, int) or not isinstance(end, int):
+            return None
+        return source if start % value.dim() == end % value.dim() else None
+    return None
+
+
+# Ops that return their input at run time (eval-mode dropout) but that torch.export traces as a
+# tensor of their own: later reads of the input are recorded as reads of the input.
+_TRACED_APART = frozenset({_aten.dropout.default, _aten.feature_dropout.default})
+
+
+def merges_reads(node: Node) -> Node | None:
+    """The node whose reads torch.export recorded as reads of ``node`` too: the input of an op
+    that returned it (traced as the same tensor object), or None."""
+    if node.op == "call_function" and node.target in _TRACED_APART:
+        return None
+    return returned_object(node)
+
+
+def returned_root(node: Node, members: set[Node] | frozenset[Node] = frozenset()) -> Node:
+    """Follow :func:`returned_object` from ``node`` while it stays among ``members`` (or as far
+    as it goes): the first node whose tensor ``node`` is at run time."""
+    for _ in range(10_000):  # a chain of in-place ops, bounded against a malformed graph
+        source = returned_object(node)
+        if source is None:
+            return node
+        node = source
+        if members and node not in members:
+            return node
+    return node
 
 
 def _type_text(type_: object) -> str:
@@ -591,11 +727,13 @@ class ProgramIndex:
                 names.append(name)
         for names in self.calls_of.values():
             names.sort(key=lambda n: split_call_name(n)[1] or 0)
-        self.lifted = {
-            spec.arg.name
+        # lifted parameters, buffers and constants: placeholder name -> its input spec
+        self.state_specs = {
+            spec.arg.name: spec
             for spec in ep.graph_signature.input_specs
             if spec.kind.name != "USER_INPUT" and hasattr(spec.arg, "name")
         }
+        self.lifted = set(self.state_specs)
         self._partitions: dict[str, Partition] | None = None
         self._mutation_outputs = self._find_mutation_outputs(ep)
         self._in_subgraphs: dict[str, str] | None = None
@@ -720,11 +858,13 @@ class ProgramIndex:
         members = set(nodes)
         outputs = list(_meta.graph_names(signature.outputs))
         if not nodes:
-            if any(out in self.by_name for out in outputs):
+            returned = [self.by_name[out] for out in outputs if out in self.by_name]
+            if returned:
                 return (
-                    "it has no nodes of its own: it returns its input unchanged (like "
-                    "nn.Identity, or Dropout in eval mode), so the program does not record where "
-                    "it is called. Swap the module that calls it"
+                    f"it has no nodes of its own: it returns {self._what(returned[0])} as it "
+                    "is (like nn.Identity, or Dropout in eval mode), so the program does not "
+                    "record where it is called. Export with gs.export(model, args), which "
+                    "records such calls, or swap the module that calls it"
                 )
             return (
                 "it has no nodes of its own: it computes nothing in the graph (its outputs are "
@@ -733,20 +873,22 @@ class ProgramIndex:
         last = max(self.order[n] for n in nodes)
         for out in outputs:
             node = self.by_name.get(out)
-            if node is None or node in members:
+            if node is None:
                 continue
-            # An input returned unchanged. If nothing after the call reads that value, the
-            # output is simply unused and the call can be swapped. If something does, the graph
-            # cannot tell the module's output from the input itself: a replacement that returns
-            # something else there would be read by some of those users and not by others.
-            later = [u for u in node.users if u.op == "output" or self.order[u] > last]
-            if later:
-                return (
-                    f"it returns its input {out!r} unchanged, and {later[0].name!r} after the "
-                    "call reads that value: the graph cannot tell the module's output from the "
-                    "input itself. Return a new value from the module (x.clone()), or swap the "
-                    "module that calls it"
-                )
+            if node in members:
+                root = node
+                while root in members and merges_reads(root) is not None:
+                    root = merges_reads(root)
+                if root in members:
+                    continue  # a tensor of its own, in the graph as in eager code
+                readers = [u for u in node.users if u not in members]
+            else:
+                # an input returned unchanged: if nothing after the call reads it, the output is
+                # simply unused and the call can be swapped
+                root = node
+                readers = [u for u in node.users if u.op == "output" or self.order[u] > last]
+            if readers:
+                return self._aliased_output(node, root, members, readers)
         if nodes:
             blocker = self._convexity_breaker(nodes, members)
             if blocker is not None:
@@ -778,13 +920,66 @@ class ProgramIndex:
             for user in node.users:
                 if user in members:
                     continue
-                if self._resolves_outside(node, members) or node.name in self._mutation_outputs:
+                if returned_root(node, members) not in members:
+                    # at run time this node is a tensor from before the call (the call's input
+                    # written in place, or converted to the dtype it has): its readers read that
+                    # tensor as the call leaves it
+                    continue
+                if node.name in self._mutation_outputs:
                     continue
                 return (
-                    f"node {node.name!r} is used outside it (by {user.name!r}) but is not "
-                    "one of its outputs"
+                    f"node {node.name!r} inside it is read after the call (by {user.name!r}) "
+                    "but is not one of its outputs: the module hands a value out some other "
+                    "way than its return value (an attribute, a list, a global). Return it "
+                    "from forward, or swap the module that reads it"
                 )
         return None
+
+    def _what(self, node: Node) -> str:
+        """A tensor of the program in the user's words: its input 'x', its parameter 'w'."""
+        spec = self.state_specs.get(node.name)
+        if spec is not None:
+            kind = {"PARAMETER": "parameter", "BUFFER": "buffer"}.get(spec.kind.name, "constant")
+            return f"the {kind} {spec.target!r}"
+        return f"its input {node.name!r}"
+
+    def _aliased_output(
+        self, node: Node, root: Node, members: set[Node], readers: list[Node]
+    ) -> str:
+        """Why a call that returns a tensor from before it ran (its input, its parameter)
+        cannot be swapped: the graph cannot tell its result from that tensor."""
+        what = self._what(root)
+        if node not in members:
+            how = "it has no op of its own"
+        else:
+            step, chain = node, []
+            while step in members and merges_reads(step) is not None:
+                chain.append(step)
+                step = merges_reads(step)
+            first = chain[-1] if chain else node
+            if in_place_alias(first) is not None:
+                how = f"node {first.name!r} writes it in place and returns it"
+            elif first.target in _DROPOUTS:
+                how = f"node {first.name!r} is dropout in eval mode (or with p=0)"
+            else:
+                how = f"node {first.name!r} converts it to the dtype and device it already has"
+        names = ", ".join(
+            "the program's output" if u.op == "output" else repr(u.name) for u in readers[:3]
+        )
+        more = f" and {len(readers) - 3} more" if len(readers) > 3 else ""
+        exported = self.notes is not None
+        fix = (
+            "Export with strict=False (gs.export's default), which keeps the two apart"
+            if exported
+            else "Export with gs.export(model, args), which keeps the two apart"
+        )
+        return (
+            f"it returns {what} itself, not a tensor of its own ({how}), and {names}{more} "
+            f"after the call read{'s' if len(readers) == 1 else ''} it: in this program a "
+            f"read of the module's result cannot be told from a read of {what}, so a "
+            f"replacement returning a new tensor could be read in the wrong place. {fix}, or "
+            "make the module return a new tensor (x.clone())"
+        )
 
     def _foreign_input(self, nodes, members, signature) -> tuple[Node, Node] | None:
         """A value the call reads from outside that its signature does not pass in, if any.
@@ -820,16 +1015,6 @@ class ProgramIndex:
             if value.op == "placeholder" and value.name in self.lifted:
                 return True
         return False
-
-    def _resolves_outside(self, node: Node, members: set[Node]) -> bool:
-        """True when ``node`` is an in-place write whose alias chain ends outside the call."""
-        seen = 0
-        while node in members and seen < 1000:
-            alias = in_place_alias(node)
-            if alias is None:
-                return False
-            node, seen = alias, seen + 1
-        return node not in members
 
     def _convexity_breaker(self, nodes: list[Node], members: set[Node]) -> Node | None:
         lo, hi = self.order[nodes[0]], self.order[nodes[-1]]
@@ -881,15 +1066,34 @@ _INDEX: weakref.WeakKeyDictionary[ExportedProgram, ProgramIndex] = weakref.WeakK
 def program_index(ep: ExportedProgram) -> ProgramIndex:
     """The cached :class:`ProgramIndex` of ``ep`` (rebuilt if its graph was replaced)."""
     if not isinstance(ep, ExportedProgram):
-        raise TypeError(
-            f"expected a torch.export.ExportedProgram, got {type(ep).__name__}; "
-            "make one with gs.export(model, args)"
-        )
+        raise not_a_program(ep)
     index = _INDEX.get(ep)
     if index is None or index.graph is not ep.graph or len(index.nodes) != len(ep.graph.nodes):
         index = ProgramIndex(ep)
         _INDEX[ep] = index
     return index
+
+
+def not_a_program(value: object) -> NotAProgramError:
+    """The error for an object given where an ExportedProgram is expected: what it is, and what
+    to pass instead."""
+    got = f"expected a torch.export.ExportedProgram, got {a_type(value)}"
+    meta = getattr(value, "meta", None)
+    if isinstance(meta, dict) and _meta.INFO in meta:
+        return NotAProgramError(
+            f"{got}, a program made by gs.swap or gs.fuse. Pass the ExportedProgram it was made "
+            "from (gs.swap_info(gm).program) with every replacement in one mapping, or make the "
+            "changes step by step with gs.Surgery(ep)"
+        )
+    if type(value).__name__ == "Surgery" and isinstance(
+        getattr(value, "program", None), ExportedProgram
+    ):
+        return NotAProgramError(f"{got}; its program is s.program (its current state: s.module)")
+    if isinstance(value, torch.nn.Module):
+        return NotAProgramError(
+            f"{got}, a model: export it first, ep = gs.export(model, args), and pass ep"
+        )
+    return NotAProgramError(f"{got}; make one with gs.export(model, args)")
 
 
 def partition(ep: ExportedProgram) -> dict[str, Partition]:

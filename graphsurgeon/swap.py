@@ -46,6 +46,7 @@ from ._guards import InputGuard
 from .errors import (
     ConflictError,
     InputStructureError,
+    ModeError,
     NotPreservedError,
     NotSwappableError,
     ReplacementError,
@@ -58,8 +59,9 @@ from .partition import (
     Partition,
     ProgramIndex,
     call_name,
-    in_place_alias,
+    op_argument,
     program_index,
+    returned_object,
     split_call_name,
 )
 
@@ -641,7 +643,19 @@ class _GraphWriter:
 class _ProgramModule(GraphModule):
     """A GraphModule that says so when it is called with arguments its forward cannot take,
     as it says when the arguments have another structure or size (InputStructureError),
-    instead of Python's bare ``TypeError: forward() takes 2 positional arguments``."""
+    instead of Python's bare ``TypeError: forward() takes 2 positional arguments``.
+
+    A swapped or fused program keeps the mode its nodes were exported in (batch norm's
+    statistics, dropout): ``train()`` / ``eval()`` asking for that mode set it on every
+    replacement too; asking for the other raises :class:`~graphsurgeon.errors.ModeError`, as
+    ``ep.module()`` refuses both, rather than make a program half in one mode and half in the
+    other."""
+
+    def train(self, mode: bool = True) -> _ProgramModule:
+        exported = self.__dict__.get("_exported_mode")
+        if exported is None or not isinstance(mode, bool) or exported.training is mode:
+            return super().train(mode)
+        raise ModeError(exported.refusal(mode))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -974,9 +988,10 @@ class _Builder(_GraphWriter):
 
     def _expected(
         self, argument: Any, sizes: Mapping | None = None
-    ) -> _runtime.ExpectedTensor | None:
+    ) -> _runtime.ExpectedTensor | _runtime.ExpectedConstant | None:
         if _meta.is_constant(argument):
-            return None
+            # baked into the nodes that read it: a replacement must return the same value
+            return _runtime.ExpectedConstant(getattr(argument, "value", None))
         node = self.index.by_name.get(argument.name)
         value = node.meta.get("val") if node is not None else None
         if not isinstance(value, torch.Tensor):
@@ -999,10 +1014,11 @@ class _Builder(_GraphWriter):
         if leaf is not None:
             self.env[node] = leaf
             return
-        alias = in_place_alias(node)
+        alias = returned_object(node)
         if alias is not None and alias in self.env:
-            # An in-place write to a value the call was given: eager code writes the same
-            # tensor object, so later users simply keep using that object.
+            # At run time this node is a tensor from before the call (the call's input written
+            # in place, or converted to the dtype it already has): eager code reading it after
+            # the call reads that tensor as the replacement leaves it.
             self.env[node] = self.env[alias]
             return
         target = self.mutation_targets.get(node.name)
@@ -1367,6 +1383,129 @@ def _standalone_state(index: ProgramIndex) -> Callable[[Node], Any]:
     return state
 
 
+# -- the mode the program was exported in ---------------------------------------------------
+
+
+def _op(path: str) -> Any:
+    """An aten overload by its dotted path, or None where this torch has no such op."""
+    value: Any = torch.ops.aten
+    for part in path.split("."):
+        value = getattr(value, part, None)
+        if value is None:
+            return None
+    return value
+
+
+# ops whose mode is an argument: op -> the argument's name
+_MODE_ARGUMENTS = {
+    op: argument
+    for path, argument in (
+        ("batch_norm.default", "training"),
+        ("native_batch_norm.default", "training"),
+        ("_native_batch_norm_legit.default", "training"),
+        ("_native_batch_norm_legit_functional.default", "training"),
+        ("dropout.default", "train"),
+        ("feature_dropout.default", "train"),
+        ("alpha_dropout.default", "train"),
+        ("feature_alpha_dropout.default", "train"),
+        ("native_dropout.default", "train"),
+        ("rrelu.default", "training"),
+        ("rrelu_with_noise.default", "training"),
+        ("rrelu_with_noise_functional.default", "training"),
+    )
+    if (op := _op(path)) is not None
+}
+# ops that exist in one mode only: op -> True (training) or False (eval)
+_MODE_OPS = {
+    op: training
+    for path, training in (
+        ("_native_batch_norm_legit_no_training.default", False),
+        ("_batch_norm_with_update.default", True),
+        ("_batch_norm_with_update_functional.default", True),
+        ("_batch_norm_no_update.default", False),
+    )
+    if (op := _op(path)) is not None
+}
+
+
+@dataclass(frozen=True)
+class _ExportedMode:
+    """The mode a program's nodes were exported in (None: not known) and how it is known."""
+
+    training: bool | None
+    evidence: str
+
+    def refusal(self, asked: bool) -> str:
+        verb = "train()" if asked else "eval()"
+        wanted = "training" if asked else "eval"
+        if self.training is None:
+            return (
+                f"{verb}: {self.evidence}, so whether its nodes run in {wanted} mode cannot be "
+                "known, and a program whose nodes and replacements run in different modes "
+                "computes neither model. Export the model in the mode you want (model."
+                f"{'train' if asked else 'eval'}(); gs.export(model, args)) and swap again, or "
+                "set a replacement's own mode on it (gm.get_submodule(name)."
+                f"{'train' if asked else 'eval'}())."
+            )
+        have = "training" if self.training else "eval"
+        return (
+            f"{verb}: this program's nodes were exported in {have} mode ({self.evidence}) and "
+            f"keep that mode (they were traced in it), so the program cannot run in {wanted} "
+            f"mode: its replacements would, its other nodes would not. Export the model in "
+            f"{wanted} mode (model.{'train' if asked else 'eval'}(); gs.export(model, args)) and "
+            "swap again; a replacement's own mode can be set on it (gm.get_submodule(name)."
+            f"{'train' if asked else 'eval'}())."
+        )
+
+
+def _exported_mode(index: ProgramIndex) -> _ExportedMode:
+    """What the program records of its mode: gs.export's notes, else the nodes whose op says
+    (batch norm, dropout)."""
+    notes = index.notes
+    if notes is not None and notes.training:
+        modes = set(notes.training.values())
+        if len(modes) == 1:
+            training = modes.pop()
+            return _ExportedMode(
+                training,
+                f"the model was in {'training' if training else 'eval'} mode when gs.export "
+                "exported it",
+            )
+        first = {mode: fqn or "(the root)" for fqn, mode in notes.training.items()}
+        return _ExportedMode(
+            None,
+            f"its modules were exported in different modes ({first[True]!r} in training "
+            f"mode, {first[False]!r} in eval mode)",
+        )
+    seen: dict[bool, Node] = {}
+    for node in index.nodes:
+        if node.op != "call_function":
+            continue
+        if node.target in _MODE_OPS:
+            seen.setdefault(_MODE_OPS[node.target], node)
+        elif node.target in _MODE_ARGUMENTS:
+            flag = op_argument(node, _MODE_ARGUMENTS[node.target], True)
+            if isinstance(flag, bool):
+                seen.setdefault(flag, node)
+    if len(seen) == 1:
+        training, node = next(iter(seen.items()))
+        return _ExportedMode(
+            training,
+            f"node {node.name!r} ({node.target}) runs in {'training' if training else 'eval'} mode",
+        )
+    if len(seen) == 2:
+        return _ExportedMode(
+            None,
+            f"its nodes were exported in different modes (node {seen[True].name!r} in training "
+            f"mode, {seen[False].name!r} in eval mode)",
+        )
+    return _ExportedMode(
+        None,
+        "this program does not record the mode it was exported in (it was not exported by "
+        "gs.export in this session, and none of its nodes shows a mode)",
+    )
+
+
 # -- the verbs ----------------------------------------------------------------------------------
 
 
@@ -1433,6 +1572,10 @@ def rewrite(
             if n.op in _COMPUTATION and _meta.GUARD not in n.meta  # input checks change nothing
         ),
     )
+    mode = _exported_mode(index)
+    gm._exported_mode = mode
+    if mode.training is not None:
+        gm.training = mode.training  # the root's own flag only: replacements keep theirs
     if interpret:
         gm.forward = _interpreted_forward(gm)
     return gm

@@ -19,6 +19,15 @@ any of them):
 - ``kwargs``, ``constants``: arguments by keyword, and float / bool / int arguments.
 - ``dynamic``: exported with a dynamic batch dimension, run on another batch size.
 - ``pass_through``: a submodule returning one of its inputs unchanged.
+- ``returns_input``: a submodule returning its input converted to the dtype it has
+  (``x.to(torch.float32)``, ``.float()``, ``.type_as(x)``: the very same tensor);
+  ``in_place``: one writing its input in place (and returning a new tensor, or the input);
+  ``internal_cast``: an RMSNorm-like one whose first ``x.to(torch.float32)`` is its input, read
+  again by the caller; ``constant_outputs``: one returning a tensor and an int, float, bool or
+  None the caller uses; ``buffer_outputs``: one returning its own buffer, written in place (a
+  cache).
+- ``torch_export``: the program made by ``torch.export.export`` itself (every module's
+  signature preserved) rather than by ``gs.export``.
 - ``aliased``: the same tensor passed to two arguments, ``sub(h, h)``.
 - ``same_replacement``: one replacement object serving several requests; ``one_call``: one
   call of a module called more than once (``"name@1"``); ``calls_apart``: two calls of one
@@ -31,12 +40,15 @@ reference computes (a deep copy of the model with the replacements set, see
 :func:`reference_model`), outputs of two runs and then every buffer, to rtol = atol = 1e-5.
 The engine may refuse a swap set only under its documented rules:
 
-1. A call returning one of its inputs unchanged, when that value is read after the call (the
-   graph cannot tell the module's output from the input): ``NotSwappableError`` naming the
-   call. Which calls fall under it is found independently of the engine, by running the model
-   eagerly and recording which tensors each call returns unchanged and which tensors every
-   later torch operation reads (:func:`analyze`). ``gs.module_tree`` must agree, module by
-   module: not swappable, with a reason, exactly for the modules with such a call.
+1. In a program torch.export made itself (``torch_export``), a call returning a tensor from
+   before it ran (one of its inputs, unchanged, converted to the dtype it has or written in
+   place; its own buffer), when that tensor is read after the call (the graph cannot tell the
+   module's output from that tensor): ``NotSwappableError`` naming the call. Which calls fall
+   under it is found independently of the engine, by running the model eagerly and recording
+   which tensors each call returns that existed before it and which tensors every later torch
+   operation reads (:func:`analyze`). ``gs.module_tree`` must agree, module by module: not
+   swappable, with a reason, exactly for the modules with such a call. ``gs.export`` keeps
+   such results apart from the tensors they alias, so in its programs no call is refused.
 2. Two requests claiming the same call, or a module and a request inside it: ``ConflictError``.
 
 Any other refusal, and any other exception, is a failure. torch.export's own rule, that a
@@ -106,6 +118,12 @@ FEATURES = (
     "constants",
     "dynamic",
     "pass_through",
+    "returns_input",
+    "in_place",
+    "internal_cast",
+    "constant_outputs",
+    "buffer_outputs",
+    "torch_export",
     "aliased",
     "same_replacement",
     "one_call",
@@ -202,6 +220,7 @@ class Case:
     swaps: tuple[tuple[str, int], ...]
     replacements: tuple[tuple[str, float], ...]
     seed: int
+    exporter: str = "gs"  # "gs": gs.export; "torch": torch.export.export, every module preserved
 
 
 # -- the modules ------------------------------------------------------------------------------
@@ -340,6 +359,96 @@ class PassThrough(nn.Module):
         return {"out": out, "skip": skip} if self.layout == "dict" else (out, skip)
 
 
+CONVERSIONS = {
+    "to": lambda x: x.to(torch.float32),
+    "float": lambda x: x.float(),
+    "type_as": lambda x: x.type_as(x),
+}
+
+
+class Cast(nn.Module):
+    """Returns its input converted to the dtype it has (``layout`` says how): at run time, the
+    input itself."""
+
+    def __init__(self, op: str, layout: str):
+        super().__init__()
+        self.op = op
+        self.layout = layout
+
+    def forward(self, x):
+        return CONVERSIONS[self.layout](x)
+
+
+class InPlace(nn.Module):
+    """Writes its input in place (``x.mul_(0.5)``), then returns ``op(lin(x))`` (``layout``
+    ``new``) or the input itself, added to in place (``same``)."""
+
+    def __init__(self, op: str, layout: str):
+        super().__init__()
+        self.op = op
+        self.layout = layout
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        x.mul_(0.5)
+        y = OPS[self.op](self.lin(x))
+        return y if self.layout == "new" else x.add_(y)
+
+
+class Norm(nn.Module):
+    """RMSNorm as Llama's: its first ``x.to(torch.float32)`` is, at run time, ``x`` itself."""
+
+    def __init__(self, op: str):
+        super().__init__()
+        self.op = op
+        self.weight = nn.Parameter(torch.rand(3) + 0.5)
+
+    def forward(self, x):
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.weight * OPS[self.op](h)
+
+
+CONSTANTS = {"int": 3, "float": 0.5, "bool": True, "none": None}
+
+
+class ConstOut(nn.Module):
+    """Returns ``(op(lin(x)), k)``, ``k`` a constant (``layout`` says which) the caller uses."""
+
+    def __init__(self, op: str, layout: str):
+        super().__init__()
+        self.op = op
+        self.layout = layout
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return OPS[self.op](self.lin(x)), CONSTANTS[self.layout]
+
+
+def use_constant(value: torch.Tensor, k) -> torch.Tensor:
+    """What a block does with a :class:`ConstOut`'s result: every constant shows."""
+    if k is None:
+        return value
+    if isinstance(k, bool):
+        return value if k else -value
+    return value * k
+
+
+class BufOut(nn.Module):
+    """A cache: folds the batch mean of ``op(lin(x))`` into its own buffer in place and returns
+    the buffer itself."""
+
+    def __init__(self, op: str):
+        super().__init__()
+        self.op = op
+        self.lin = nn.Linear(3, 3)
+        self.register_buffer("cache", torch.zeros(3))
+
+    def forward(self, x):
+        self.cache.mul_(0.5).add_(OPS[self.op](self.lin(x)).mean(0))
+        return self.cache
+
+
 LEAF_TYPES = {
     "act": Act,
     "knobs": Knobs,
@@ -348,6 +457,11 @@ LEAF_TYPES = {
     "gather": Gather,
     "counter": Counter,
     "passthrough": PassThrough,
+    "cast": Cast,
+    "inplace": InPlace,
+    "norm": Norm,
+    "const": ConstOut,
+    "bufout": BufOut,
 }
 LEAF_KINDS = tuple(LEAF_TYPES)
 
@@ -387,6 +501,8 @@ class Block(nn.Module):
             out = child(*args, **kwargs)
             if isinstance(out, torch.Tensor):
                 values.append(out)
+            elif isinstance(out, tuple) and len(out) == 2 and not isinstance(out[1], torch.Tensor):
+                values.append(use_constant(*out))  # a ConstOut's (tensor, constant)
             else:
                 structures.append(out)
                 values.extend(leaf_of(out, key) for key in step.unpack)
@@ -412,8 +528,8 @@ def build_module(spec) -> nn.Module:
         return Split(spec.layout, spec.keys)
     if spec.kind == "gather":
         return Gather(spec.op, spec.keys)
-    if spec.kind == "passthrough":
-        return PassThrough(spec.op, spec.layout)
+    if spec.kind in ("passthrough", "cast", "inplace", "const"):
+        return LEAF_TYPES[spec.kind](spec.op, spec.layout)
     return LEAF_TYPES[spec.kind](spec.op)
 
 
@@ -443,7 +559,7 @@ def interface(spec: LeafSpec | BlockSpec | None) -> tuple:
         return ("linear",)
     if isinstance(spec, BlockSpec):
         return ("block", spec.inputs, tuple(key for key, _ in spec.returns))
-    if spec.kind in ("split", "passthrough"):
+    if spec.kind in ("split", "passthrough", "const"):
         return (spec.kind, spec.layout)
     return (spec.kind,)
 
@@ -544,8 +660,9 @@ class Facts:
     """What one eager run of a program shows, independently of the engine.
 
     ``calls``: fqn -> its call names in order (``name``, ``name@1``, ...). ``blocked``: call
-    name -> why the engine must refuse it (it returns one of its inputs unchanged and that value
-    is read after the call).
+    name -> why the engine must refuse it in a program torch.export made itself (it returns a
+    tensor from before the call, one of its inputs or its own buffer, and that tensor is read
+    after the call).
     """
 
     calls: dict[str, tuple[str, ...]]
@@ -611,8 +728,9 @@ def analyze(spec: BlockSpec, second_input: str = "none") -> Facts:
     def after(module, args, kwargs, output):
         name, inputs = pending.pop()
         end = next(log.clock)
+        existing = [*inputs, *module.parameters(), *module.buffers()]  # from before the call
         for leaf in _tensor_leaves(output):
-            if any(leaf is i for i in inputs):
+            if any(leaf is i for i in existing):
                 returned_unchanged.append((name, end, leaf))
 
     for fqn, module in model.named_modules():
@@ -626,9 +744,9 @@ def analyze(spec: BlockSpec, second_input: str = "none") -> Facts:
     blocked = {}
     for name, end, tensor in returned_unchanged:
         if any(tensor is o for o in model_outputs):
-            blocked.setdefault(name, "returns an input unchanged that the model returns")
+            blocked.setdefault(name, "returns a tensor from before it that the model returns")
         elif log.last_read.get(id(tensor), -1) > end:
-            blocked.setdefault(name, "returns an input unchanged that is read after the call")
+            blocked.setdefault(name, "returns a tensor from before it that is read after the call")
     return Facts({fqn: tuple(names) for fqn, names in calls.items()}, blocked)
 
 
@@ -661,6 +779,11 @@ _PLANTED_STEPS = {
     "kwargs": "knobs:kwargs",
     "constants": "knobs:constants",
     "pass_through": "passthrough",
+    "returns_input": "cast",
+    "in_place": "inplace",
+    "internal_cast": "norm",
+    "constant_outputs": "const",
+    "buffer_outputs": "bufout",
     "aliased": "mix:aliased",
 }
 
@@ -751,6 +874,7 @@ class _BlockDrawer:
     def available_kinds(self) -> list[str]:
         """The step kinds that can come next."""
         kinds = ["act", "knobs", "mix", "split", "counter", "passthrough", "loop"]
+        kinds += ["cast", "inplace", "norm", "const", "bufout"]
         if self.split_layouts:
             kinds.append("gather")
         if self.children:
@@ -861,6 +985,39 @@ class _BlockDrawer:
     def step_counter(self, flavour: str = "", name: str | None = None) -> None:
         """``counter(v)``, which adds to its buffer in place."""
         name = name or self.new_child(LeafSpec("counter", self.op()))
+        self.add(Call(name, (self.value(),)), "tensor")
+
+    def step_cast(self, flavour: str = "", name: str | None = None) -> None:
+        """``cast(v)``: ``v`` itself, converted to the dtype it has."""
+        if name is None:
+            layout = self.draw(st.sampled_from(sorted(CONVERSIONS)))
+            name = self.new_child(LeafSpec("cast", "", layout=layout))
+        self.add(Call(name, (self.value(),)), "tensor")
+
+    def step_inplace(self, flavour: str = "", name: str | None = None) -> None:
+        """``inplace(v)``: writes ``v`` in place (later reads of ``v`` see it)."""
+        if name is None:
+            layout = self.draw(st.sampled_from(("new", "same")))
+            name = self.new_child(LeafSpec("inplace", self.op(), layout=layout))
+        self.add(Call(name, (self.value(),)), "tensor")
+
+    def step_norm(self, flavour: str = "", name: str | None = None) -> None:
+        """``norm(v)``, RMSNorm-like; the block's return reads ``v`` again (a residual)."""
+        name = name or self.new_child(LeafSpec("norm", self.op()))
+        argument = self.value()
+        self.add(Call(name, (argument,)), "tensor")
+        self.read.discard(argument.index)  # so the return reads it again
+
+    def step_const(self, flavour: str = "", name: str | None = None) -> None:
+        """``y, k = const(v)``, then ``y * k`` (or ``-y``, ``y``): the constant shows."""
+        if name is None:
+            layout = self.draw(st.sampled_from(sorted(CONSTANTS)))
+            name = self.new_child(LeafSpec("const", self.op(), layout=layout))
+        self.add(Call(name, (self.value(),)), "tensor")
+
+    def step_bufout(self, flavour: str = "", name: str | None = None) -> None:
+        """``bufout(v)``: its own buffer, written in place and returned."""
+        name = name or self.new_child(LeafSpec("bufout", self.op()))
         self.add(Call(name, (self.value(),)), "tensor")
 
     def step_passthrough(self, flavour: str = "", name: str | None = None) -> None:
@@ -1011,7 +1168,13 @@ def conflicting(requests: Iterable[str]) -> list[tuple[str, str]]:
 
 
 @st.composite
-def swap_sets(draw, spec: BlockSpec, facts: Facts, require: frozenset[str] = frozenset()):
+def swap_sets(
+    draw,
+    spec: BlockSpec,
+    facts: Facts,
+    require: frozenset[str] = frozenset(),
+    exporter: str = "gs",
+):
     """Requests and their replacements for ``spec``: ``(swaps, replacements)``.
 
     The requests are an antichain (no two claim the same call, none is inside another), but for
@@ -1045,12 +1208,14 @@ def swap_sets(draw, spec: BlockSpec, facts: Facts, require: frozenset[str] = fro
     if pairs and ("same_replacement" in require or chance(draw, 4)):
         shared = draw(st.sampled_from(pairs))
         planted["same_replacement"] = shared
-    if facts.blocked and chance(draw, 6):
-        planted["refused"] = (draw(st.sampled_from(sorted(facts.blocked))),)
+    blocked = facts.blocked if exporter == "torch" else {}
+    if blocked and chance(draw, 6):
+        planted["refused"] = (draw(st.sampled_from(sorted(blocked))),)
     passing = [
         fqn
         for fqn in whole
-        if interface(specs.get(fqn))[0] == "passthrough" and not facts.refused(fqn)
+        if interface(specs.get(fqn))[0] == "passthrough"
+        and (exporter != "torch" or not facts.refused(fqn))
     ]
     if passing and draw(st.booleans()):
         planted["pass_through_swapped"] = (draw(st.sampled_from(passing)),)
@@ -1109,10 +1274,11 @@ def cases(draw, require: Iterable[str] = ()) -> Case:
     spec = draw(programs(require))
     second_input = "none" if spec.inputs == 1 else draw(st.sampled_from(("positional", "keyword")))
     facts = analyze(spec, second_input)
-    swaps, replacements = draw(swap_sets(spec, facts, require))
+    exporter = "torch" if "torch_export" in require or chance(draw, 4) else "gs"
+    swaps, replacements = draw(swap_sets(spec, facts, require, exporter))
     dynamic = "dynamic" in require or draw(st.booleans())
     seed = draw(st.integers(0, 2**16))
-    return Case(spec, second_input, dynamic, swaps, replacements, seed)
+    return Case(spec, second_input, dynamic, swaps, replacements, seed, exporter)
 
 
 # -- what a case covers, and how to read it ----------------------------------------------------
@@ -1151,9 +1317,18 @@ def features(case: Case, facts: Facts | None = None) -> set[str]:
             found.add(child.layout)
             if 0 < len(step.unpack) < len(PART_KEYS):
                 found.add("partial_unpack")
-        found.update({"gather": ["whole_struct"], "counter": ["buffer"]}.get(kind, []))
-        if kind == "passthrough":
-            found.add("pass_through")
+        planted = {
+            "gather": "whole_struct",
+            "counter": "buffer",
+            "passthrough": "pass_through",
+            "cast": "returns_input",
+            "inplace": "in_place",
+            "norm": "internal_cast",
+            "const": "constant_outputs",
+            "bufout": "buffer_outputs",
+        }
+        if kind in planted:
+            found.add(planted[kind])
         keys = PART_KEYS + ROUTE_KEYS + ("main", "aux")
         if list(step.unpack) != sorted(step.unpack, key=keys.index):
             found.add("reordered_unpack")
@@ -1161,6 +1336,8 @@ def features(case: Case, facts: Facts | None = None) -> set[str]:
         found.add("shared")  # one child called from several steps
     if case.dynamic:
         found.add("dynamic")
+    if case.exporter == "torch":
+        found.add("torch_export")
     requests = [name for name, _ in case.swaps]
     numbers = [n for _, n in case.swaps]
     if len(numbers) != len(set(numbers)):
@@ -1173,9 +1350,10 @@ def features(case: Case, facts: Facts | None = None) -> set[str]:
     if conflicting(requests):
         found.add("conflict")
     if facts is not None:
-        if facts.blocked:
+        torch_made = case.exporter == "torch"
+        if facts.blocked and torch_made:
             found.add("pass_through_read")
-        if conflicting(requests) or any(facts.refused(r) for r in requests):
+        if conflicting(requests) or (torch_made and any(facts.refused(r) for r in requests)):
             found.add("refused")
         elif any(
             isinstance(spec := module_specs(case.program).get(split_request(r)[0]), LeafSpec)
@@ -1258,6 +1436,8 @@ def describe(case: Case) -> str:
     lines = _block_lines(case.program, "model", signature, "")
     batch = f"dynamic batch, exported at {EXPORT_BATCH}, run at {RUN_BATCH}"
     lines.append(f"batch: {batch if case.dynamic else f'static {EXPORT_BATCH}'}; seed {case.seed}")
+    exporter = "gs.export" if case.exporter == "gs" else "torch.export.export (all preserved)"
+    lines.append(f"exported by {exporter}")
     made = ", ".join(
         f"R{n} = Shifted({fqn}, {shift})" for n, (fqn, shift) in enumerate(case.replacements)
     )
@@ -1310,13 +1490,13 @@ def _replacements(case: Case, model: nn.Module) -> dict[str, nn.Module]:
     return {name: made[n] for name, n in case.swaps}
 
 
-def _check_verdicts(ep, facts: Facts) -> None:
+def _check_verdicts(ep, facts: Facts, exporter: str) -> None:
     """module_tree must call a module unswappable, with a reason, exactly when a call of it is
-    blocked in the eager run."""
+    blocked in the eager run (in a program torch.export made itself; in gs.export's, never)."""
     tree = gs.module_tree(ep)
     for fqn, names in facts.calls.items():
         info = tree[fqn]
-        blocked = [n for n in names if n in facts.blocked]
+        blocked = [n for n in names if n in facts.blocked and exporter == "torch"]
         if blocked and (info.swappable or not info.reason):
             raise Mismatch(
                 f"{fqn!r}: call {blocked[0]} {facts.blocked[blocked[0]]}, but "
@@ -1390,6 +1570,22 @@ def _check_refusal(ep, replacements, conflicts, blocked) -> None:
         raise Mismatch(f"the engine swapped what it must refuse: {conflicts or blocked}")
 
 
+def _export(case: Case, model, args, kwargs):
+    """The case's program: by gs.export, or by torch.export.export with every module's call
+    signature preserved (``exporter="torch"``)."""
+    dynamic_shapes = _dynamic_shapes(case) if case.dynamic else None
+    if case.exporter == "gs":
+        return gs.export(model, args, kwargs, dynamic_shapes=dynamic_shapes)
+    preserved = tuple(name for name, _ in model.named_modules() if name)
+    return torch.export.export(
+        model,
+        args,
+        kwargs,
+        dynamic_shapes=dynamic_shapes,
+        preserve_module_call_signature=preserved,
+    )
+
+
 def run_inputs(case: Case) -> list[tuple[tuple, dict]]:
     """The inputs of the :data:`RUNS` runs; with a dynamic batch, the first is of another size
     than at export and the second of the export's size."""
@@ -1415,17 +1611,16 @@ def check_case(case: Case) -> CaseResult:
     replacements = _replacements(case, model)
     pristine = copy.deepcopy((model, replacements))  # nothing below may run these
 
-    ep = gs.export(
-        model,
-        export_args,
-        export_kwargs,
-        dynamic_shapes=_dynamic_shapes(case) if case.dynamic else None,
-    )
+    ep = _export(case, model, export_args, export_kwargs)
     conflicts = conflicting(replacements)
-    blocked = {name: calls for name in replacements if (calls := facts.refused(name))}
+    blocked = {
+        name: calls
+        for name in replacements
+        if case.exporter == "torch" and (calls := facts.refused(name))
+    }
     if conflicts or blocked:
         _check_refusal(ep, replacements, conflicts, blocked)
-        _check_verdicts(ep, facts)
+        _check_verdicts(ep, facts, case.exporter)
         return CaseResult(True, 0, facts)
 
     original_model, original_replacements = pristine
@@ -1447,7 +1642,7 @@ def check_case(case: Case) -> CaseResult:
             raise Mismatch(message) from None
     _compare_buffers(gm, original_model, replacements, reference)
     # last, so that a wrong verdict on a module this swap set does not touch hides no mismatch
-    _check_verdicts(ep, facts)
+    _check_verdicts(ep, facts, case.exporter)
     replaced = sum(
         1 if split_request(name)[1] is not None else len(facts.calls[name]) for name in replacements
     )

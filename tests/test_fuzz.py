@@ -82,8 +82,30 @@ def test_dynamic_batch_run_at_another_size(case):
 @BOUNDED
 @given(case=cases(require={"pass_through"}))
 def test_pass_through_outputs_swapped_or_refused(case):
-    # refused exactly when the value passed through is read after the call
+    # in a program torch.export made itself, refused exactly when the value passed through is
+    # read after the call; in gs.export's, always swapped
     _check(case, "pass_through")
+
+
+@pytest.mark.parametrize("required", [("returns_input", "in_place"), ("internal_cast",)])
+@BOUNDED
+@given(data=st.data())
+def test_modules_returning_or_writing_their_input(required, data):
+    # x.to(the dtype x has), x.mul_(0.5), an RMSNorm whose input the caller reads again
+    _check(data.draw(cases(require=required)), *required)
+
+
+@BOUNDED
+@given(case=cases(require={"constant_outputs", "buffer_outputs"}))
+def test_constant_and_buffer_outputs(case):
+    _check(case, "constant_outputs", "buffer_outputs")
+
+
+@BOUNDED
+@given(case=cases(require={"torch_export", "returns_input", "pass_through"}))
+def test_programs_torch_export_made_itself(case):
+    # a call returning a tensor from before it, read after the call, must be refused there
+    _check(case, "torch_export", "returns_input", "pass_through")
 
 
 @BOUNDED

@@ -138,3 +138,50 @@ def test_the_cache_advice_needs_a_config_with_use_cache():
     assert config.use_cache  # precondition
     with pytest.raises(gs.ExportError, match=r"key/value cache \(StaticCache\).*use_cache=False"):
         gs.export(FailsNamingACache(config), (x,))
+
+
+# -- RMSNorm of the Llama family: the most common kernel swap -----------------------------
+#
+# LlamaRMSNorm (and its copies) begins with hidden_states.to(torch.float32): on a float32 input
+# that returns the input itself, so the residual after the norm reads the norm's `to` node.
+
+
+def _decoder(kind: str) -> torch.nn.Module:
+    config = getattr(transformers, f"{kind}Config")(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        vocab_size=100,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    return getattr(transformers, f"{kind}ForCausalLM")(config).eval()
+
+
+def _moved(norm: torch.nn.Module) -> torch.nn.Module:
+    copied = copy.deepcopy(norm)
+    with torch.no_grad():
+        copied.weight.mul_(1.5).add_(0.1)
+    return copied
+
+
+@pytest.mark.parametrize("kind", ["Llama", "Qwen3", "Gemma2"])
+def test_every_rmsnorm_of_a_llama_family_decoder_swaps_as_eager(kind):
+    model = _decoder(kind)
+    ids, kwargs = torch.randint(0, 100, (1, 8)), {"use_cache": False}
+    ep = gs.export(model, (ids,), kwargs)
+    tree = gs.module_tree(ep)
+    norms = [fqn for fqn, info in tree.items() if info.type_name.endswith("RMSNorm")]
+    # each layer's input and post-attention norms (and more in Qwen3, Gemma2), and the final one
+    assert {"model.norm", "model.layers.1.input_layernorm"} <= set(norms)
+    assert {"model.layers.0.post_attention_layernorm"} <= set(norms)
+    for fqn in norms:
+        assert tree[fqn].swappable, f"{fqn}: {tree[fqn].reason}"
+        check_swap(model, (ids,), {fqn: _moved(model.get_submodule(fqn))}, kwargs, ep=ep, rtol=1e-4)

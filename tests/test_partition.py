@@ -6,6 +6,7 @@ import copy
 
 import pytest
 import torch
+from conftest import check_swap
 from torch import nn
 
 import graphsurgeon as gs
@@ -126,13 +127,26 @@ class PassThrough(nn.Module):
 
 
 def test_a_module_without_nodes_is_not_swappable_and_says_why():
-    ep = gs.export(PassThrough(), (torch.randn(3),))
+    # torch.export itself records no node for nn.Identity: nothing says where it is called
+    ep = torch.export.export(
+        PassThrough(), (torch.randn(3),), preserve_module_call_signature=("ident",)
+    )
     assert gs.partition(ep)["ident"].nodes == ()  # precondition: no node records the call
     info = gs.module_tree(ep)["ident"]
     assert not info.swappable and "no nodes of its own" in info.reason
-    assert "returns its input unchanged" in info.reason
-    with pytest.raises(gs.errors.NotSwappableError, match=r"'ident'.*Swap the module that calls"):
+    assert "returns its input 'x' as it is" in info.reason and "gs.export" in info.reason
+    with pytest.raises(gs.errors.NotSwappableError, match=r"'ident'.*swap the module that calls"):
         gs.swap(ep, {"ident": nn.ReLU()})
+
+
+def test_gs_export_records_where_a_module_without_ops_is_called():
+    # gs.export gives nn.Identity's result an alias node of its own: it can be swapped
+    torch.manual_seed(0)
+    model, x = PassThrough(), torch.randn(3)
+    ep = gs.export(model, (x,))
+    part = gs.partition(ep)["ident"]
+    assert part.swappable and len(part.nodes) == 1
+    check_swap(model, (x,), {"ident": nn.Tanh()}, ep=ep)
 
 
 class Leaky(nn.Module):
@@ -181,6 +195,25 @@ def test_a_partition_that_is_not_convex_is_reported():
 def test_partition_rejects_a_non_program():
     with pytest.raises(TypeError, match="ExportedProgram"):
         gs.partition(nn.Linear(2, 2))
+
+
+def test_every_verb_refuses_a_non_program_with_a_hint_back_to_the_program():
+    model = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+    ep = gs.export(model, (torch.randn(1, 2),))
+    gm = gs.swap(ep, {})
+    verbs = {
+        "swap": lambda p: gs.swap(p, {}),
+        "fuse": lambda p: gs.fuse(p, ["0"]),
+        "module_tree": gs.module_tree,
+        "partition": gs.partition,
+    }
+    for call in verbs.values():
+        with pytest.raises(gs.errors.NotAProgramError, match=r"gs\.swap_info\(gm\)\.program"):
+            call(gm)
+        with pytest.raises(gs.GraphSurgeonError, match=r"a model: export it first"):
+            call(model)
+        with pytest.raises(TypeError, match=r"got an int"):  # still a TypeError as well
+            call(3)
 
 
 def test_the_cached_index_does_not_keep_a_program_alive():

@@ -1126,16 +1126,415 @@ def test_a_passed_through_output_nothing_reads_is_swapped():
     check_swap(model, (x, y), {"p": MakesNewOutput()}, ep=ep)
 
 
-def test_a_passed_through_output_read_after_the_call_is_refused_with_the_rule():
-    # The rule: the graph holds one value for the module's output and its input, so a later
-    # reader cannot say which it meant; refuse, naming the reader, rather than guess.
+def test_a_passed_through_output_read_after_the_call_swaps_as_eager():
+    # gs.export gives a module that returns its input as it is an alias of its own, so the
+    # graph tells the module's result (read by nothing else) from its input (read by the add)
+    torch.manual_seed(0)
+    model = PassThroughRead().eval()
+    x, y = torch.randn(2, 4), torch.randn(2, 4)
+    ep = gs.export(model, (x, y))
+    assert gs.module_tree(ep)["p"].swappable
+    check_swap(model, (x, y), {"p": MakesNewOutput()}, ep=ep)
+
+
+def test_a_passed_through_output_read_after_the_call_is_refused_without_gs_export():
+    # The rule: in a program torch.export made itself, the graph holds one value for the
+    # module's output and its input, so a later reader cannot say which it meant; refuse,
+    # naming the reader and what to do, rather than guess.
     torch.manual_seed(0)
     x, y = torch.randn(2, 4), torch.randn(2, 4)
-    ep = gs.export(PassThroughRead().eval(), (x, y))
+    ep = torch.export.export(
+        PassThroughRead().eval(), (x, y), preserve_module_call_signature=("p", "head")
+    )
     info = gs.module_tree(ep)["p"]
     assert not info.swappable
-    assert "returns its input 'y' unchanged" in info.reason and "reads that value" in info.reason
-    with pytest.raises(gs.errors.NotSwappableError, match=r"cannot swap 'p'.*x.clone\(\)"):
+    assert "returns its input 'y' itself" in info.reason and "'add' after the call" in info.reason
+    with pytest.raises(gs.errors.NotSwappableError, match=r"cannot swap 'p'.*gs\.export.*clone"):
         gs.swap(ep, {"p": MakesNewOutput()})
     # only p is refused: the rest of the program stays swappable
     assert gs.module_tree(ep)["head"].swappable
+
+
+# -- aliasing: a module whose result is, at run time, a tensor from before it ran ----------
+#
+# torch.export follows tensors by object: once an op returns the very tensor it was given (an
+# in-place op, x.to(the dtype x has)), every later read of that tensor reads the op's node,
+# reads that eager code makes of the module's *input* (a residual) included.
+
+
+class Cast(nn.Module):
+    def forward(self, x):
+        return x.to(torch.float32)  # x is float32: returns x itself
+
+
+class CastResidual(nn.Module):
+    #   x -> cast -> lin;  x + lin(...)   (the residual reads x, not cast's result)
+    def __init__(self):
+        super().__init__()
+        self.cast = Cast()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return x + self.lin(self.cast(x))
+
+
+class Twice(nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+class Halve(nn.Module):
+    def forward(self, x):
+        return x.mul_(0.5)  # writes its input in place and returns it, as eager code may
+
+
+def test_a_module_returning_its_input_swaps_as_eager():
+    model, x = CastResidual().eval(), torch.randn(2, 8)
+    ep = gs.export(model, (x,))
+    assert gs.module_tree(ep)["cast"].swappable
+    check_swap(model, (x,), {"cast": Twice()}, ep=ep)
+
+
+def test_a_replacement_writing_the_aliased_input_shows_that_write_to_later_readers():
+    # eager: Halve writes x in place, so the residual reads the halved x too
+    model, x = CastResidual().eval(), torch.randn(2, 8)
+    gm, _, _ = check_swap(model, (x,), {"cast": Halve()})
+    assert torch.allclose(gm(x.clone()), x * 0.5 + model.lin(x * 0.5))
+
+
+def test_without_gs_export_a_module_returning_its_input_is_refused_in_the_users_words():
+    model, x = CastResidual().eval(), torch.randn(2, 8)
+    ep = torch.export.export(model, (x,), preserve_module_call_signature=("cast", "lin"))
+    info = gs.module_tree(ep)["cast"]
+    assert not info.swappable
+    assert "returns its input 'x' itself" in info.reason
+    assert "node 'to' converts it to the dtype and device it already has" in info.reason
+    assert "'linear', 'add' after the call read it" in info.reason
+    with pytest.raises(gs.errors.NotSwappableError, match=r"gs\.export\(model, args\)") as caught:
+        gs.swap(ep, {"cast": Twice()})
+    assert info.reason in str(caught.value)  # the tree and swap say the same
+    with pytest.raises(gs.errors.NotSwappableError):
+        gs.fuse(ep, ["cast"])
+
+
+class InPlaceBlock(nn.Module):
+    #   x -> a -> h -> act (ReLU(inplace=True)) -> b;  b(...) + h   (h read again)
+    def __init__(self, act=None):
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.act = act if act is not None else nn.ReLU(inplace=True)
+        self.b = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.a(x)
+        return self.b(self.act(h)) + h
+
+
+@pytest.mark.parametrize(
+    "replacement",
+    [nn.GELU(), nn.LeakyReLU(0.2, inplace=True), nn.Identity()],
+    ids=["new tensor", "in place", "identity"],
+)
+def test_an_in_place_module_whose_input_is_read_again_swaps_as_eager(replacement):
+    model, x = InPlaceBlock().eval(), torch.randn(4, 8)
+    ep = gs.export(model, (x,))
+    assert gs.module_tree(ep)["act"].swappable
+    check_swap(model, (x,), {"act": replacement}, ep=ep)
+    fused = gs.fuse(ep, ["act"])
+    assert torch.equal(fused(x.clone()), model(x.clone()))  # fuse: bit for bit
+
+
+@pytest.mark.parametrize(
+    "returns_input",
+    [
+        lambda x: x.float(),
+        lambda x: x.type_as(x),
+        lambda x: x.to("cpu"),
+        lambda x: x.to(device="cpu", dtype=torch.float32),
+        lambda x: torch.nn.functional.dropout(x, 0.5, training=False),
+        lambda x: x.add_(1),
+        lambda x: x,
+    ],
+    ids=["float", "type_as", "to cpu", "to dtype_layout", "dropout eval", "add_", "as is"],
+)
+def test_every_way_of_returning_the_input_swaps_as_eager(returns_input):
+    class ReturnsInput(nn.Module):
+        def forward(self, x):
+            return returns_input(x)
+
+    class Residual(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = ReturnsInput()
+            self.lin = nn.Linear(8, 8)
+
+        def forward(self, x):
+            y = self.lin(x)
+            return y + self.lin(self.inner(y))
+
+    model, x = Residual().eval(), torch.randn(2, 8)
+    check_swap(model, (x,), {"inner": Twice()})
+
+
+class RMSNorm(nn.Module):
+    # as Hugging Face's LlamaRMSNorm: its first .to(float32) of a float32 input is the input
+    def __init__(self, dim=8, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim) + 0.1 * torch.randn(dim))
+        self.eps = eps
+
+    def forward(self, h):
+        dtype = h.dtype
+        h = h.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(dtype)
+
+
+class NormLayer(nn.Module):
+    #   x -> norm -> mlp;  x + mlp(...)   (the residual reads the norm's internal .to)
+    def __init__(self):
+        super().__init__()
+        self.norm = RMSNorm()
+        self.mlp = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return x + self.mlp(self.norm(x))
+
+
+class FusedRMSNorm(nn.Module):
+    def __init__(self, norm):
+        super().__init__()
+        self.weight = nn.Parameter(norm.weight.detach().clone() * 2)
+        self.eps = norm.eps
+
+    def forward(self, h):
+        return torch.nn.functional.rms_norm(h, (h.shape[-1],), self.weight, self.eps)
+
+
+@pytest.mark.parametrize("exporter", ["gs.export", "torch.export"])
+def test_an_rmsnorm_whose_internal_cast_is_read_by_the_residual_swaps_as_eager(exporter):
+    model, x = NormLayer().eval(), torch.randn(2, 3, 8)
+    if exporter == "gs.export":
+        ep = gs.export(model, (x,))
+    else:
+        ep = torch.export.export(model, (x,), preserve_module_call_signature=("norm", "mlp"))
+    part = gs.partition(ep)["norm"]
+    # precondition: a node of the norm is read after the call without being its output
+    outside = [
+        n.name
+        for n in ep.graph.nodes
+        if n.name in part.nodes and n.name not in part.output_names
+        for user in n.users
+        if user.name not in part.nodes
+    ]
+    assert outside == ["to"]
+    assert part.swappable
+    check_swap(model, (x,), {"norm": FusedRMSNorm(model.norm)}, ep=ep)
+
+
+class ReturnsOwnParameter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(8))
+
+    def forward(self, x):
+        return self.w
+
+
+class ScalesByParameter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.p = ReturnsOwnParameter()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.lin(x) * self.p(x)
+
+
+class ConstantScale(nn.Module):
+    def forward(self, x):
+        return torch.full((8,), 3.0)
+
+
+def test_a_module_returning_its_own_parameter():
+    model, x = ScalesByParameter().eval(), torch.randn(2, 8)
+    check_swap(model, (x,), {"p": ConstantScale()})  # gs.export: an alias of its own
+    ep = torch.export.export(model, (x,), preserve_module_call_signature=("p", "lin"))
+    reason = gs.module_tree(ep)["p"].reason
+    assert "returns the parameter 'p.w' as it is" in reason and "its input" not in reason
+
+
+# -- constant outputs: what the program baked in -----------------------------------------
+
+
+class ScaleAndFactor(nn.Module):
+    def forward(self, x):
+        return x * 2, 3
+
+
+class UsesFactor(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.m = ScaleAndFactor()
+
+    def forward(self, x):
+        y, k = self.m(x)
+        return y * k
+
+
+class MaybeNone(nn.Module):
+    def forward(self, x):
+        return x * 2, None
+
+
+class UsesNone(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.m = MaybeNone()
+
+    def forward(self, x):
+        h, n = self.m(x)
+        return h if n is None else h + n
+
+
+def _returning(*values):
+    class Returns(nn.Module):
+        def forward(self, x):
+            return (x * 5, *values)
+
+    return Returns()
+
+
+def test_a_replacement_returning_another_constant_than_the_program_baked_in_is_refused():
+    x = torch.randn(2, 8)
+    ep = gs.export(UsesFactor().eval(), (x,))
+    # precondition: the program multiplies by the constant 3 it was exported with
+    assert any(3 in n.args for n in ep.graph.nodes if n.op == "call_function")
+    with pytest.raises(
+        gs.ReplacementError, match=r"'m' \(Returns\) returned 4 for output \[1\].*exported with 3"
+    ):
+        gs.swap(ep, {"m": _returning(4)})(x)
+    with pytest.raises(gs.ReplacementError, match=r"returned 3\.0 for output \[1\]"):
+        gs.swap(ep, {"m": _returning(3.0)})(x)  # another type is another value
+    # the same constant: swapped, and as eager
+    check_swap(UsesFactor().eval(), (x,), {"m": _returning(3)}, ep=ep)
+
+
+def test_a_tensor_where_the_program_had_none_is_refused():
+    x = torch.randn(2, 8)
+    ep = gs.export(UsesNone().eval(), (x,))
+    with pytest.raises(
+        gs.ReplacementError, match=r"returned f32\[1\] for output \[1\].*exported with None"
+    ):
+        gs.swap(ep, {"m": _returning(torch.ones(1))})(x)
+    check_swap(UsesNone().eval(), (x,), {"m": _returning(None)}, ep=ep)
+
+
+def test_a_nan_constant_output_matches_nan():
+    class NanOut(nn.Module):
+        def forward(self, x):
+            return x * 2, float("nan")
+
+    class UsesNan(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = NanOut()
+
+        def forward(self, x):
+            y, _ = self.m(x)
+            return y
+
+    x = torch.randn(2, 8)
+    gm = gs.swap(gs.export(UsesNan().eval(), (x,)), {"m": _returning(float("nan"))})
+    assert torch.equal(gm(x), x * 5)
+
+
+class KeyedOut(nn.Module):
+    def forward(self, x):
+        return {"a": x + 1, "b": x * 2}
+
+
+class UsesKeyed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.d = KeyedOut()
+
+    def forward(self, x):
+        o = self.d(x)
+        return o["a"] - o["b"]
+
+
+class DictOtherOrder(nn.Module):
+    def forward(self, x):
+        return {"b": x * 3, "a": x - 1}
+
+
+def test_a_dict_returned_with_its_keys_in_another_order_is_the_same_dict():
+    check_swap(UsesKeyed().eval(), (torch.randn(2, 8),), {"d": DictOtherOrder()})
+
+
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
+def test_a_nested_tensor_returned_is_a_replacement_error_not_torchs_internal_error():
+    class Nested(nn.Module):
+        def forward(self, t):
+            return torch.nested.nested_tensor([t[0], t[1]])
+
+    model, x = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8)).eval(), torch.randn(2, 8)
+    gm = gs.swap(gs.export(model, (x,)), {"1": Nested()})
+    with pytest.raises(
+        gs.ReplacementError, match=r"'1' \(Nested\) returned a nested tensor of 2 parts"
+    ):
+        gm(x)
+
+
+# -- modes: a swapped program keeps the mode its nodes were exported in --------------------
+
+
+class BatchNormed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.bn = nn.BatchNorm1d(8)
+        self.out = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.out(self.bn(self.lin(x)))
+
+
+def test_train_and_eval_never_make_a_mixed_mode_program():
+    x = torch.randn(16, 8)
+    model = BatchNormed().train()
+    replacement = copy.deepcopy(model.out)
+    gm = gs.swap(gs.export(model, (x,)), {"out": replacement})
+    with pytest.raises(
+        gs.errors.ModeError, match=r"eval\(\): this program's nodes were exported in training mode"
+    ):
+        gm.eval()
+    assert replacement.training and gm.training  # refused: nothing changed
+    assert gm.train() is gm  # the mode it has: accepted
+    # exported in eval mode: eval() is true for every node and sets the replacement's mode too
+    model.eval()
+    replacement = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5)).train()
+    gm = gs.swap(gs.export(model, (x,)), {"out": replacement})
+    assert not gm.training  # the program's own flag says how it was exported
+    gm.eval()
+    assert not replacement.training
+    reference = eager_reference(model, {"out": replacement}).eval()
+    assert torch.allclose(gm(x), reference(x), atol=1e-6)
+    with pytest.raises(gs.errors.ModeError, match=r"train\(\).*exported in eval mode"):
+        gm.train()
+    fused = gs.fuse(gs.export(model, (x,)), ["out"])
+    with pytest.raises(gs.errors.ModeError):
+        fused.train()
+
+
+def test_a_program_made_elsewhere_knows_its_mode_from_its_nodes_or_refuses():
+    x = torch.randn(16, 8)
+    model = BatchNormed().train()
+    ep = torch.export.export(model, (x,), preserve_module_call_signature=("out",))
+    gm = gs.swap(ep, {"out": nn.Linear(8, 8)})
+    with pytest.raises(gs.errors.ModeError, match=r"node 'batch_norm'.*training mode"):
+        gm.eval()
+    plain = torch.export.export(nn.Sequential(nn.Linear(8, 8)), (x,))
+    with pytest.raises(gs.errors.ModeError, match=r"does not record the mode"):
+        gs.swap(plain, {}).eval()
