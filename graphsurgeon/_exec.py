@@ -6,11 +6,15 @@
 * :func:`bind_inputs`: a call's ``(args, kwargs)`` as the values of a graph's placeholders;
 * :func:`clone_inputs`: inputs of its own for each run (tensors cloned, aliasing kept);
 * :class:`PrivateStateInterpreter` and :class:`keep_state`: runs that leave every buffer of a
-  program, a model or a replacement as it was (BatchNorm statistics in training mode).
+  program, a model or a replacement as it was (BatchNorm statistics in training mode, a buffer
+  a forward reassigns);
+* :class:`RandomState`: torch's random state, to start two runs from the same one.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import inspect
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -27,9 +31,11 @@ from .swap import rewrite, swap_info
 
 __all__ = [
     "PrivateStateInterpreter",
+    "RandomState",
     "bind_inputs",
     "clone_inputs",
     "keep_state",
+    "map_tensors",
     "original_nodes",
     "runnable_original",
     "state_attributes",
@@ -248,32 +254,187 @@ class PrivateStateInterpreter(torch.fx.Interpreter):
 
 
 class keep_state:
-    """Puts back the buffers of the given modules on exit: a module in training mode updates
-    its statistics when it runs, and verify() or compare() is only a question.
+    """Puts the state of the given modules back on exit: a module in training mode updates its
+    statistics when it runs, a forward may write a cache or reassign a buffer
+    (``self.ema = self.ema * 0.5 + x.mean(0)``), and verify() or compare() is only a question.
 
-    Every buffer reachable from the modules is saved (each tensor once) and copied back, also
-    when the run fails. Parameters are not saved: a forward does not write them.
+    On exit, every module reachable from the given ones holds again the very buffer objects it
+    held, under the same names (a buffer reassigned, deleted or added is put back or removed),
+    and so do its plain tensor attributes; each of those tensors (each once) has its values
+    back, also when the run failed. Parameters are not saved: a forward does not write them.
+
+    A run's output may be that state (a cache the forward writes and returns): pass it through
+    :meth:`unshared` before the block ends, so it keeps the values it had when it was returned.
+
+    Example:
+        >>> import torch
+        >>> class Ema(torch.nn.Module):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.register_buffer("ema", torch.zeros(2))
+        ...     def forward(self, x):
+        ...         self.ema = self.ema * 0.5 + x
+        ...         return self.ema
+        >>> model = Ema()
+        >>> before = model.ema
+        >>> with keep_state([model]) as state:
+        ...     out = state.unshared(model(torch.ones(2)))
+        >>> model.ema is before, model.ema.tolist(), out.tolist()
+        (True, [0.0, 0.0], [1.0, 1.0])
     """
 
     def __init__(self, modules: Iterable[Any]):
         self.modules = [
             m for m in {id(m): m for m in modules}.values() if isinstance(m, torch.nn.Module)
         ]
+        # (tensor object, a copy of its values), each tensor once
         self.saved: list[tuple[torch.Tensor, torch.Tensor]] = []
+        # (module, its buffers by name, its non-persistent names, its plain tensor attributes)
+        self.held: list[tuple[torch.nn.Module, dict, set, dict]] = []
 
     def __enter__(self) -> keep_state:
-        seen: set[int] = set()
-        for module in self.modules:
-            for buffer in module.buffers():
-                if id(buffer) not in seen:
-                    seen.add(id(buffer))
-                    self.saved.append((buffer, buffer.detach().clone()))
+        tensors: set[int] = set()
+        modules: set[int] = set()
+        for top in self.modules:
+            for module in top.modules():
+                if id(module) in modules:
+                    continue
+                modules.add(id(module))
+                buffers = dict(module._buffers)
+                attributes = {
+                    name: value
+                    for name, value in vars(module).items()
+                    if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter)
+                }
+                self.held.append(
+                    (module, buffers, set(module._non_persistent_buffers_set), attributes)
+                )
+                for tensor in [*buffers.values(), *attributes.values()]:
+                    if tensor is not None and id(tensor) not in tensors:
+                        tensors.add(id(tensor))
+                        self.saved.append((tensor, tensor.detach().clone()))
         return self
+
+    def unshared(self, value: Any) -> Any:
+        """``value`` with every tensor that is, or shares memory with, the saved state replaced
+        by a copy of its current values (the rest is returned as it is: no copy)."""
+        saved = {id(tensor) for tensor, _ in self.saved}
+        storages = {_storage_of(tensor) for tensor, _ in self.saved} - {None}
+        if not saved:
+            return value
+
+        def own(tensor: torch.Tensor) -> torch.Tensor:
+            if id(tensor) in saved or _storage_of(tensor) in storages:
+                return tensor.detach().clone()
+            return tensor
+
+        return map_tensors(value, own)
 
     def __exit__(self, *exc) -> None:
         with torch.no_grad():
-            for buffer, saved in self.saved:
-                if buffer.shape == saved.shape:
-                    buffer.copy_(saved)
-                else:  # a module that resized its buffer in place (a cache): give it back whole
-                    buffer.data = saved
+            for tensor, saved in self.saved:
+                if tensor.device.type == "meta":
+                    continue  # no values to put back
+                if (tensor.shape, tensor.dtype, tensor.device) != (
+                    saved.shape,
+                    saved.dtype,
+                    saved.device,
+                ):
+                    # a module that resized its buffer in place (a cache): give it back whole
+                    tensor.data = saved
+                elif not _equal(tensor, saved):  # unchanged: leave its version alone
+                    tensor.copy_(saved)
+        for module, buffers, non_persistent, attributes in self.held:
+            now = module._buffers
+            if list(now) != list(buffers) or any(now[k] is not v for k, v in buffers.items()):
+                now.clear()
+                now.update(buffers)
+            if module._non_persistent_buffers_set != non_persistent:
+                module._non_persistent_buffers_set.clear()
+                module._non_persistent_buffers_set.update(non_persistent)
+            state = vars(module)
+            for name in [n for n, v in state.items() if isinstance(v, torch.Tensor)]:
+                if name not in attributes and not isinstance(state[name], torch.nn.Parameter):
+                    del state[name]  # a tensor attribute the run added (or put over a buffer)
+            state.update(attributes)
+
+
+def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    try:
+        return bool(torch.equal(a, b))
+    except (RuntimeError, NotImplementedError):  # a layout torch.equal does not take
+        return False
+
+
+def _storage_of(tensor: torch.Tensor) -> int | None:
+    """Where a tensor's memory starts (its storage's address), or None when it has none to
+    share (meta tensors, sparse layouts, tensors without storage)."""
+    try:
+        pointer = tensor.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
+    return pointer or None
+
+
+def map_tensors(value: Any, fn: Any) -> Any:
+    """``value`` with ``fn`` applied to every tensor in it: through pytree containers and the
+    fields of dataclass instances pytree does not know. What ``fn`` leaves as it is stays the
+    same object."""
+
+    def leaf(item: Any) -> Any:
+        if isinstance(item, torch.Tensor):
+            return fn(item)
+        if dataclasses.is_dataclass(item) and not isinstance(item, type):
+            changed = {}
+            for f in dataclasses.fields(item):
+                old = getattr(item, f.name, None)
+                new = map_tensors(old, fn)
+                if new is not old:
+                    changed[f.name] = new
+            if not changed:
+                return item
+            copied = copy.copy(item)
+            for name, new in changed.items():
+                object.__setattr__(copied, name, new)  # frozen dataclasses too
+            return copied
+        return item
+
+    return pytree.tree_map(leaf, value)
+
+
+class RandomState:
+    """torch's global random state (the CPU generator, and each device generator of an
+    accelerator in use), captured when made and put back by :meth:`restore`: two runs started
+    from one state draw the same random numbers (dropout masks), and the caller's own random
+    stream is left as it was.
+
+    Example:
+        >>> import torch
+        >>> start = RandomState()
+        >>> first = torch.rand(2)
+        >>> start.restore()
+        >>> torch.equal(torch.rand(2), first)
+        True
+    """
+
+    def __init__(self) -> None:
+        self.cpu = torch.random.get_rng_state()
+        self.device_module: Any = None
+        self.devices: list[torch.Tensor] = []
+        try:
+            accelerator = torch.accelerator.current_accelerator()
+        except (AttributeError, RuntimeError):  # a torch without torch.accelerator
+            accelerator = None
+        if accelerator is None:
+            return
+        module = torch.get_device_module(accelerator.type)
+        initialized = getattr(module, "is_initialized", None)
+        if initialized is not None and not initialized():
+            return  # never used: its generators have drawn nothing to put back
+        self.device_module = module
+        self.devices = [module.get_rng_state(i) for i in range(module.device_count())]
+
+    def restore(self) -> None:
+        torch.random.set_rng_state(self.cpu)
+        for index, state in enumerate(self.devices):
+            self.device_module.set_rng_state(state, index)

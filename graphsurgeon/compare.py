@@ -29,6 +29,7 @@ from torch.fx import GraphModule, Node
 from . import _meta
 from ._exec import (
     PrivateStateInterpreter,
+    RandomState,
     bind_inputs,
     clone_inputs,
     keep_state,
@@ -37,9 +38,9 @@ from ._exec import (
 )
 from .errors import CompareError, UnknownModuleError, did_you_mean
 from .fuse import fused_call
-from .partition import program_index
+from .partition import call_index, program_index
 from .swap import swap_info
-from .verify import LeafCheck, VerifyReport, compare_leaf, compare_outputs
+from .verify import LeafCheck, VerifyReport, compare_leaf, compare_outputs, in_order_of
 
 __all__ = ["CallComparison", "Comparison", "compare"]
 
@@ -47,7 +48,9 @@ __all__ = ["CallComparison", "Comparison", "compare"]
 class _Recorder(PrivateStateInterpreter):
     """Runs a GraphModule node by node, keeping copies of the values it is asked to watch.
 
-    ``calls``: call_module node names whose (args, kwargs) and output are captured.
+    ``calls``: call_module node names whose (args, kwargs) and output are captured, with
+    torch's random state just before the call (``call_random``), so the original nodes can run
+    from the state the replacement ran from.
     ``values``: node names whose values are captured. Nothing is registered on any module.
     """
 
@@ -57,6 +60,7 @@ class _Recorder(PrivateStateInterpreter):
         self.watch_values = set(values)
         self.call_inputs: dict[str, tuple[tuple, dict]] = {}
         self.call_outputs: dict[str, Any] = {}
+        self.call_random: dict[str, RandomState] = {}
         self.values: dict[str, Any] = {}
         self.failed_at: Node | None = None
 
@@ -66,6 +70,7 @@ class _Recorder(PrivateStateInterpreter):
             args, kwargs = self.fetch_args_kwargs_from_env(n)
             # copies: the replacement, or a later node, may write its inputs in place
             self.call_inputs[n.name] = clone_inputs((tuple(args), dict(kwargs)))
+            self.call_random[n.name] = RandomState()
             result = getattr(self, n.op)(n.target, args, kwargs)
             self.call_outputs[n.name] = clone_inputs(result)
         else:
@@ -125,6 +130,11 @@ class CallComparison:
         return max((leaf.max_rel for leaf in self.leaves), default=0.0)
 
     @property
+    def values_compared(self) -> bool:
+        """Whether any value of its outputs was compared (False on meta tensors)."""
+        return any(leaf.values_compared for leaf in self.leaves)
+
+    @property
     def problem(self) -> str:
         """What differs, for the first mismatching leaf ('' when the call matches)."""
         for leaf in self.leaves:
@@ -141,6 +151,10 @@ class Comparison:
     ``first_divergence`` is the first call whose outputs differ beyond tolerance (or None);
     ``outputs`` is a :class:`~graphsurgeon.VerifyReport` of the original program's outputs vs
     the swapped program's. Truthy when no call diverges and the outputs match.
+    ``random_ops`` says where the programs draw random numbers (``"node 'dropout' in module
+    'd'"``; empty when they do not): both programs, and each original call, run from the same
+    random state, yet a replacement that draws its random numbers otherwise sees another
+    stream, and the report says so when something differs.
     ``print(cmp)`` shows a report, ``cmp.table()`` only the table, ``cmp.rows`` a list of dicts
     (``pandas.DataFrame(cmp.rows)``), ``cmp["layers.1.attn"]`` one call.
     """
@@ -149,6 +163,7 @@ class Comparison:
     outputs: VerifyReport
     rtol: float
     atol: float
+    random_ops: tuple[str, ...] = ()
     _by_name: Mapping[str, CallComparison] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -195,6 +210,7 @@ class Comparison:
                 "max_rel": c.max_rel,
                 "input_drift": c.input_drift,
                 "ok": c.ok,
+                "values_compared": c.values_compared,
             }
             for c in self.calls
         ]
@@ -208,6 +224,7 @@ class Comparison:
                 "max_rel": max((leaf.max_rel for leaf in self.outputs.leaves), default=0.0),
                 "input_drift": math.nan,
                 "ok": self.outputs.ok,
+                "values_compared": self.outputs.values_compared,
             }
         )
         return rows
@@ -222,14 +239,15 @@ class Comparison:
                 verdict = "match" if row["ok"] else "DRIFT"
             else:
                 verdict = "ok" if row["ok"] else "DIVERGES"
+            measured = row["values_compared"]
             lines.append(
                 (
                     row["call"],
                     row["replacement"],
                     str(row["leaves"]),
-                    _number(row["max_abs"]),
-                    _number(row["max_rel"]),
-                    "" if outputs else _number(row["input_drift"]),
+                    _number(row["max_abs"]) if measured else "no values compared",
+                    _number(row["max_rel"]) if measured else "",
+                    "" if outputs or not measured else _number(row["input_drift"]),
                     verdict,
                 )
             )
@@ -271,13 +289,30 @@ class Comparison:
                     "but it was compared on exactly what it received)"
                 )
         elif not self.outputs.ok:
-            lines.append(
-                f"  no call diverges on its own, but the outputs drift by "
-                f"{_number(self.outputs.max_abs)}: small differences add up downstream"
-            )
+            lines.append("  " + self._drift_without_divergence())
+        if self.random_ops and not self.ok:
+            lines.append("  " + self._random_note())
         if self.outputs.structure_problem:
             lines.append(f"  outputs: {self.outputs.structure_problem}")
         return "\n".join(lines)
+
+    def _drift_without_divergence(self) -> str:
+        drift = _number(self.outputs.max_abs)
+        drift = f"no call diverges on its own, but the outputs drift by {drift}"
+        if self.random_ops:  # then a different random stream explains it as well as any
+            return drift
+        return f"{drift}: small differences add up downstream"
+
+    def _random_note(self) -> str:
+        where = self.random_ops[0]
+        more = len(self.random_ops) - 1
+        if more:
+            where += f", and {more} more"
+        return (
+            f"the model uses random ops ({where}): differences may come from a different "
+            "random stream (a replacement that draws random numbers in another order or "
+            "amount) rather than from what the calls compute"
+        )
 
     def __repr__(self) -> str:
         first = self.first_divergence
@@ -307,6 +342,8 @@ class Comparison:
             if self.outputs.ok
             else d.badge(f"outputs drift {_number(self.outputs.max_abs)}", "warn")
         )
+        if not self.outputs.ok and not self.outputs.values_compared:
+            outputs = d.badge("outputs differ (no values compared)", "warn")
         if not self.values_compared:
             outputs = d.badge("meta: shapes only, no values compared", "warn")
         head = (
@@ -322,9 +359,9 @@ class Comparison:
                 c.call_name,
                 c.replacement,
                 len(c.leaves),
-                d.number(c.max_abs),
-                d.number(c.max_rel),
-                _number(c.input_drift),
+                d.number(c.max_abs) if c.values_compared else "no values compared",
+                d.number(c.max_rel) if c.values_compared else "",
+                _number(c.input_drift) if c.values_compared else "",
                 c.problem,
             ]
             for c in ordered
@@ -338,11 +375,16 @@ class Comparison:
                 f"received; its inputs had already drifted by "
                 f"{_number(self[first].input_drift)}.</div>"
             )
-        elif first is None and not self.outputs.ok:
+        elif first is None and not self.outputs.ok and not self.random_ops:
             note = (
                 '<div class="gs-muted">no call diverges on its own, but small differences add '
                 "up downstream.</div>"
             )
+        elif first is None and not self.outputs.ok:
+            note = '<div class="gs-muted">no call diverges on its own.</div>'
+        if self.random_ops and not self.ok:
+            note += f'<div class="gs-muted">{d.escape(self._random_note())}.</div>'
+
         outputs_table = d.details("the program's outputs", self.outputs._repr_html_())
         return head + body + note + outputs_table
 
@@ -441,39 +483,101 @@ def compare(
         for name in _meta.graph_names(info.partitions[call].signature.inputs)
         if name in same
     }
-    reference = _Recorder(original, values=watched_inputs)
-    expected = _run(
-        reference,
-        "original program",
-        bind_inputs(original, clone_inputs(args), clone_inputs(kwargs)),
-    )
-    capture = _Recorder(swapped, calls=call_nodes.values())
-    actual = _run(
-        capture,
-        "swapped program",
-        bind_inputs(swapped, clone_inputs(args), clone_inputs(kwargs)),
-    )
-    calls = []
-    for name, node_name in call_nodes.items():
-        replacement = info.calls[name]
-        if node_name not in capture.call_inputs:
-            continue  # the call never ran (dead code): nothing to compare
-        calls.append(
-            _compare_call(
-                ep,
-                name,
-                info.partitions[name],
-                replacement,
-                capture.call_inputs[node_name],
-                capture.call_outputs[node_name],
-                {name: reference.values.get(node.name) for name, node in same.items()},
-                rtol,
-                atol,
-            )
+    # Both programs run from the same random state, and each original call from the state the
+    # swapped run had just before that call: a faithful replacement of a module that draws
+    # random numbers (dropout in training mode) compares exactly. The caller's random stream
+    # is left as it was.
+    start = RandomState()
+    try:
+        reference = _Recorder(original, values=watched_inputs)
+        expected = _run(
+            reference,
+            "original program",
+            bind_inputs(original, clone_inputs(args), clone_inputs(kwargs)),
         )
+        start.restore()
+        capture = _Recorder(swapped, calls=call_nodes.values())
+        actual = _run(
+            capture,
+            "swapped program",
+            bind_inputs(swapped, clone_inputs(args), clone_inputs(kwargs)),
+        )
+        original_values = {name: reference.values.get(node.name) for name, node in same.items()}
+        calls = []
+        for name, node_name in call_nodes.items():
+            replacement = info.calls[name]
+            if node_name not in capture.call_inputs:
+                continue  # the call never ran (dead code): nothing to compare
+            capture.call_random[node_name].restore()
+            calls.append(
+                _compare_call(
+                    ep,
+                    name,
+                    info.partitions[name],
+                    replacement,
+                    capture.call_inputs[node_name],
+                    capture.call_outputs[node_name],
+                    original_values,
+                    rtol,
+                    atol,
+                )
+            )
+    finally:
+        start.restore()
     return Comparison(
-        tuple(calls), compare_outputs(expected, actual, rtol=rtol, atol=atol), rtol, atol
+        tuple(calls),
+        compare_outputs(expected, actual, rtol=rtol, atol=atol),
+        rtol,
+        atol,
+        random_ops=_random_ops(ep, info.calls),
     )
+
+
+def _random_ops(ep: ExportedProgram, replacements: Mapping[str, Any]) -> tuple[str, ...]:
+    """Where the program and its replacements draw random numbers, as text: the program's
+    nodes whose op is seeded (``torch.Tag.nondeterministic_seeded``: dropout, bernoulli, rand,
+    ...) unless they are told not to (``train=False``), and the dropout modules of the
+    replacements that are in training mode."""
+    where = []
+    calls = call_index(ep)
+    for node in ep.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        if torch.Tag.nondeterministic_seeded not in node.target.tags or not _draws(node):
+            continue
+        call = calls.call_of(node.name) if node.name in calls.chains else ""
+        where.append(f"node {node.name!r} in module {call!r}" if call else f"node {node.name!r}")
+    for name, replacement in replacements.items():
+        if not isinstance(replacement, torch.nn.Module):
+            continue
+        for inner, module in replacement.named_modules():
+            dropout = isinstance(module, torch.nn.modules.dropout._DropoutNd)
+            if dropout and module.training and module.p > 0:
+                fqn = f"{name}.{inner}" if inner else name
+                where.append(f"{type(module).__name__} {fqn!r} of the replacement")
+    return tuple(where)
+
+
+def _draws(node: Node) -> bool:
+    """Whether a seeded op's call draws random numbers: not when its ``train`` argument is
+    False (dropout in eval mode) or its probability ``p`` is 0."""
+    schema = node.target._schema
+    for position, argument in enumerate(schema.arguments):
+        if argument.name not in ("train", "p"):
+            continue
+        if position < len(node.args):
+            value = node.args[position]
+        elif argument.name in node.kwargs:
+            value = node.kwargs[argument.name]
+        elif argument.has_default_value():
+            value = argument.default_value
+        else:
+            continue
+        if (argument.name == "train" and value is False) or (
+            argument.name == "p" and isinstance(value, (int, float)) and value == 0
+        ):
+            return False
+    return True
 
 
 def _compare_call(
@@ -495,15 +599,17 @@ def _compare_call(
     args, kwargs = inputs
     try:
         # the cut has buffers of its own: put them back after it ran, for the next question
-        with torch.no_grad(), keep_state([module]):
-            original_out = module(*clone_inputs(args), **clone_inputs(kwargs))
+        # (an output that is such a buffer keeps the values it was returned with)
+        with torch.no_grad(), keep_state([module]) as state:
+            original_out = state.unshared(module(*clone_inputs(args), **clone_inputs(kwargs)))
     except Exception as error:
         raise CompareError(
             f"running the original nodes of {name!r} on the captured inputs failed: "
             f"{type(error).__name__}: {error}"
         ) from error
     expected_leaves = _up_to(signature.out_spec, original_out)
-    flat_out = _up_to(signature.out_spec, output)
+    # a dict returned with its keys in another order holds the same outputs
+    flat_out = _up_to(signature.out_spec, in_order_of(original_out, output))
     paths = _meta.leaf_keystrs(signature.out_spec)
     leaves = []
     if flat_out is None or len(flat_out) != len(signature.outputs):

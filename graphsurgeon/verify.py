@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import cmath
+import collections
 import copy
+import dataclasses
 import math
 import numbers
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +17,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
-from ._exec import clone_inputs, keep_state, runnable_original
+from ._exec import RandomState, clone_inputs, keep_state, runnable_original
 from ._meta import describe_spec
 from .errors import GraphSurgeonError, VerifyError, a_type, did_you_mean
 from .swap import check_module
@@ -35,6 +37,8 @@ class LeafCheck:
         problem: what differs when not ok ("shape [2, 4] vs expected [2, 3]", "integers
             differ at 1 of 8 positions (largest difference 1)", ...); for a leaf that is ok, a
             note when there is one ("meta tensors: ... values not compared").
+        values_compared: False when no value was compared (meta tensors, another shape, dtype,
+            device or type): the report then says "no values compared", not an error of NaN.
     """
 
     path: str
@@ -42,6 +46,15 @@ class LeafCheck:
     max_abs: float = 0.0
     max_rel: float = 0.0
     problem: str = ""
+    values_compared: bool = True
+
+
+def _measured(leaf: LeafCheck) -> str:
+    """A leaf's errors as text: ``"max abs 0.5, max rel 0.25"``, or ``"no values compared"``
+    (never an error of NaN where nothing was measured)."""
+    if not leaf.values_compared:
+        return "no values compared"
+    return f"max abs {leaf.max_abs:.3g}, max rel {leaf.max_rel:.3g}"
 
 
 @dataclass(frozen=True)
@@ -73,6 +86,11 @@ class VerifyReport:
         """The largest absolute error; NaN when a leaf's error could not be measured."""
         return _largest([leaf.max_abs for leaf in self.leaves])
 
+    @property
+    def values_compared(self) -> bool:
+        """Whether any output value was compared (False on meta tensors, for instance)."""
+        return any(leaf.values_compared for leaf in self.leaves)
+
     def __str__(self) -> str:
         head = "match" if self.ok else "MISMATCH"
         lines = [
@@ -83,7 +101,7 @@ class VerifyReport:
         for leaf in self.leaves:
             mark = "ok " if leaf.ok else "BAD"
             where = leaf.path or "(output)"
-            detail = f"max abs {leaf.max_abs:.3g}, max rel {leaf.max_rel:.3g}"
+            detail = _measured(leaf)
             if leaf.problem:
                 detail += f"; {leaf.problem}"
             lines.append(f"  {mark} {where}: {detail}")
@@ -127,8 +145,8 @@ def leaf_table(leaves: tuple[LeafCheck, ...], limit: int = 12) -> str:
         [
             d.badge("ok", "ok") if leaf.ok else d.badge("differs", "bad"),
             leaf.path or "(output)",
-            d.number(leaf.max_abs),
-            d.number(leaf.max_rel),
+            d.number(leaf.max_abs) if leaf.values_compared else "no values compared",
+            d.number(leaf.max_rel) if leaf.values_compared else "",
             leaf.problem,
         ]
         for leaf in sorted(leaves, key=badness)
@@ -168,9 +186,10 @@ def _run(program: Any, which: str, args: tuple, kwargs: Mapping[str, Any]) -> An
     module = as_callable(program)
     try:
         # verify is a question: a model in training mode updates its statistics when it runs,
-        # so its buffers (and a program's) are put back afterwards
-        with torch.no_grad(), keep_state([module]):
-            return module(*clone_inputs(args), **clone_inputs(dict(kwargs)))
+        # so its buffers (and a program's) are put back afterwards; an output that is such a
+        # buffer (a cache the run writes and returns) keeps the values it was returned with
+        with torch.no_grad(), keep_state([module]) as state:
+            return state.unshared(module(*clone_inputs(args), **clone_inputs(dict(kwargs))))
     except Exception as error:
         raise VerifyError(
             f"verify: running the {which} ({type(program).__name__}) failed: "
@@ -206,6 +225,7 @@ def _type_mismatch(path: str, expected: Any, actual: Any) -> LeafCheck:
         math.nan,
         math.nan,
         f"{type(actual).__name__} vs expected {type(expected).__name__}",
+        values_compared=False,
     )
 
 
@@ -227,6 +247,7 @@ def _combine(path: str, checks: list[LeafCheck]) -> LeafCheck:
         _largest([c.max_abs for c in checks]),
         _largest([c.max_rel for c in checks]),
         problem,
+        values_compared=not checks or any(c.values_compared for c in checks),
     )
 
 
@@ -246,7 +267,7 @@ def _compare_tensors(
     if a.device != b.device:
         problems.append(f"device {b.device} vs expected {a.device}")
     if problems:
-        return LeafCheck(path, False, math.nan, math.nan, "; ".join(problems))
+        return LeafCheck(path, False, math.nan, math.nan, "; ".join(problems), False)
     if a.device.type == "meta":
         # meta tensors carry no values: say so instead of reporting an error of 0
         return LeafCheck(
@@ -255,6 +276,7 @@ def _compare_tensors(
             math.nan,
             math.nan,
             "meta tensors: shape and dtype agree, values not compared",
+            values_compared=False,
         )
     if a.layout != torch.strided:
         a, b = a.to_dense(), b.to_dense()  # sparse: the values they stand for
@@ -275,64 +297,161 @@ def _as_int64(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.int64)
 
 
+# Values are compared block by block, each block at most this many elements: each float64
+# temporary of a comparison is 2 MB, whatever the size of the outputs (benchmarks/verify.py),
+# and blocks this small are also faster than whole tensors (they stay in the CPU's caches).
+_BLOCK = 2**18
+
+
+def _blocks(shape: torch.Size, limit: int = _BLOCK) -> Iterator[tuple]:
+    """Indexes that cut a tensor of ``shape`` into blocks of at most ``limit`` elements, in
+    row-major order: the same cut for every tensor of that shape, whatever its strides, and
+    each block of a contiguous tensor is a view (no copy).
+
+    Example:
+        >>> list(_blocks(torch.Size([5, 2]), limit=4))
+        [(slice(0, 2, None),), (slice(2, 4, None),), (slice(4, 6, None),)]
+        >>> list(_blocks(torch.Size([2, 3]), limit=2))[:3]
+        [(0, slice(0, 2, None)), (0, slice(2, 4, None)), (1, slice(0, 2, None))]
+    """
+
+    def cut(dims: tuple[int, ...], prefix: tuple) -> Iterator[tuple]:
+        if math.prod(dims) <= limit:
+            yield prefix
+            return
+        row = math.prod(dims[1:])  # elements under one index of the first dimension
+        step = limit // row
+        if step:
+            for start in range(0, dims[0], step):
+                yield (*prefix, slice(start, start + step))
+        else:
+            for index in range(dims[0]):
+                yield from cut(dims[1:], (*prefix, index))
+
+    yield from cut(tuple(shape), ())
+
+
+def _pieces(a: torch.Tensor, b: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The same blocks of two tensors of one shape, each flattened."""
+    for index in _blocks(a.shape, _BLOCK):
+        yield a[index].reshape(-1), b[index].reshape(-1)
+
+
 def _compare_exact(path: str, a: torch.Tensor, b: torch.Tensor) -> LeafCheck:
     """Integers and bools: equal or not, no tolerance, never through floating point."""
-    x, y = _as_int64(a), _as_int64(b)
-    differ = x != y
-    count = int(differ.sum())
+    count, largest, max_rel = 0, 0, 0.0
+    for block_a, block_b in _pieces(a, b):
+        x, y = _as_int64(block_a), _as_int64(block_b)
+        differ = x != y
+        differing = int(differ.sum())
+        if differing == 0:
+            continue
+        count += differing
+        x, y = x[differ], y[differ]
+        gap = torch.maximum(x, y) - torch.minimum(x, y)
+        # A gap of 2**63 or more wraps around to a negative int64: add 2**64 back, in Python
+        # ints.
+        wrapped = gap < 0
+        largest = max(
+            largest, int(gap[wrapped].max()) + 2**64 if bool(wrapped.any()) else int(gap.max())
+        )
+        # The relative error is for the report only; the verdict above is exact.
+        true_gap = gap.to(torch.float64) + wrapped.to(torch.float64) * 2.0**64
+        # relative to the expected value; against an expected 0 (False) it is infinite, said so
+        relative = true_gap / block_a[differ].to(torch.float64).abs()
+        max_rel = max(max_rel, float(relative.max()))
     if count == 0:
         return LeafCheck(path, True)
-    x, y = x[differ], y[differ]
-    gap = torch.maximum(x, y) - torch.minimum(x, y)
-    # A gap of 2**63 or more wraps around to a negative int64: add 2**64 back, in Python ints.
-    wrapped = gap < 0
-    largest = int(gap[wrapped].max()) + 2**64 if bool(wrapped.any()) else int(gap.max())
-    # The relative error is for the report only; the verdict above is exact.
-    true_gap = gap.to(torch.float64) + wrapped.to(torch.float64) * 2.0**64
-    # relative to the expected value; against an expected 0 (False) it is infinite, said so
-    relative = true_gap / a[differ].to(torch.float64).abs()
     kind = "bools" if a.dtype == torch.bool else "integers"
     return LeafCheck(
         path,
         False,
         float(largest),
-        float(relative.max()),
+        max_rel,
         f"{kind} differ at {count} of {a.numel()} positions (largest difference {largest})",
     )
+
+
+@dataclass
+class _Tally:
+    """What the blocks of a floating-point comparison found so far."""
+
+    compared: int = 0  # values compared (NaN on both sides are not)
+    inf_apart: bool = False  # an infinity on one side only, or of another sign
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    beyond: int = 0  # values beyond the tolerance
+
+    def add(self, x: torch.Tensor, y: torch.Tensor, rtol: float, atol: float) -> None:
+        """Adds values without NaN, as float64 or complex128 (complex: by the modulus)."""
+        if x.numel() == 0:
+            return
+        self.compared += x.numel()
+        same_inf = (x == y) | ~(torch.isinf(x) | torch.isinf(y))
+        if not bool(same_inf.all()):
+            self.inf_apart = True
+        if self.inf_apart:
+            return  # the verdict is made: only a NaN elsewhere can change what is said
+        diff = (x - y).abs()
+        diff = torch.where(x == y, torch.zeros_like(diff), diff)  # inf == inf
+        self.max_abs = max(self.max_abs, float(diff.max()))
+        # relative to the expected value: infinite where it is 0 and the candidate is not
+        magnitude = x.abs()
+        rel = diff / magnitude
+        self.max_rel = max(
+            self.max_rel, float(torch.where(diff == 0, torch.zeros_like(rel), rel).max())
+        )
+        self.beyond += int((diff > atol + rtol * magnitude).sum())
 
 
 def _compare_close(
     path: str, a: torch.Tensor, b: torch.Tensor, rtol: float, atol: float
 ) -> LeafCheck:
-    """Floating point and complex: ``|a - b| <= atol + rtol * |a|``, NaN matching NaN."""
-    # Compare in double precision (complex in complex128, keeping the imaginary part).
+    """Floating point and complex: ``|a - b| <= atol + rtol * |a|``, NaN matching NaN.
+
+    Complex values compare by the modulus where neither side has a NaN; a NaN is matched
+    component by component (``nan+1j`` is not ``5+nanj``), and where both sides have the
+    same NaN component the other components compare as real numbers (``nan+1j`` is not
+    ``nan+2j``). The comparison runs block by block in double precision (complex128 for
+    complex), so it needs a few MB beyond the two tensors, whatever their size.
+    """
     wide = torch.complex128 if a.is_complex() else torch.float64
-    x, y = a.to(wide), b.to(wide)
-    nan_a, nan_b = torch.isnan(x), torch.isnan(y)
-    if not torch.equal(nan_a, nan_b):
-        return LeafCheck(path, False, math.nan, math.nan, "NaN in different places")
-    both = ~nan_a
-    x, y = x[both], y[both]
-    if x.numel() == 0:
+    tally = _Tally()
+    for block_a, block_b in _pieces(a, b):
+        x, y = block_a.to(wide), block_b.to(wide)
+        if x.is_complex():
+            # NaN compares per component: a complex NaN says nothing of its other component
+            x_parts, y_parts = torch.view_as_real(x), torch.view_as_real(y)
+            nan_x, nan_y = torch.isnan(x_parts), torch.isnan(y_parts)
+            if not torch.equal(nan_x, nan_y):
+                return LeafCheck(path, False, math.nan, math.nan, "NaN in different places")
+            partial = nan_x.any(-1)
+            if bool(partial.any()):
+                whole = ~partial
+                tally.add(x[whole], y[whole], rtol, atol)
+                kept = ~nan_x[partial]
+                tally.add(x_parts[partial][kept], y_parts[partial][kept], rtol, atol)
+            else:
+                tally.add(x, y, rtol, atol)
+            continue
+        nan_x, nan_y = torch.isnan(x), torch.isnan(y)
+        if not torch.equal(nan_x, nan_y):
+            return LeafCheck(path, False, math.nan, math.nan, "NaN in different places")
+        if bool(nan_x.any()):
+            x, y = x[~nan_x], y[~nan_x]
+        tally.add(x, y, rtol, atol)
+    if tally.compared == 0:
         return LeafCheck(path, True)
-    same_inf = (x == y) | ~(torch.isinf(x) | torch.isinf(y))
-    diff = (x - y).abs()
-    diff = torch.where(x == y, torch.zeros_like(diff), diff)  # inf == inf
-    if not bool(same_inf.all()):
+    if tally.inf_apart:
         return LeafCheck(path, False, math.inf, math.inf, "Inf in different places")
-    max_abs = float(diff.max())
-    # relative to the expected value: infinite where it is 0 and the candidate is not
-    rel = diff / x.abs()
-    max_rel = float(torch.where(diff == 0, torch.zeros_like(rel), rel).max())
-    beyond = int((diff > atol + rtol * x.abs()).sum())
-    if beyond == 0:
-        return LeafCheck(path, True, max_abs, max_rel)
+    if tally.beyond == 0:
+        return LeafCheck(path, True, tally.max_abs, tally.max_rel)
     return LeafCheck(
         path,
         False,
-        max_abs,
-        max_rel,
-        f"values differ beyond tolerance at {beyond} of {a.numel()} positions",
+        tally.max_abs,
+        tally.max_rel,
+        f"values differ beyond tolerance at {tally.beyond} of {a.numel()} positions",
     )
 
 
@@ -342,7 +461,12 @@ def _compare_nested(
     if not (a.is_nested and b.is_nested):
         kind = {True: "nested tensor", False: "tensor"}
         return LeafCheck(
-            path, False, math.nan, math.nan, f"{kind[b.is_nested]} vs expected {kind[a.is_nested]}"
+            path,
+            False,
+            math.nan,
+            math.nan,
+            f"{kind[b.is_nested]} vs expected {kind[a.is_nested]}",
+            values_compared=False,
         )
     parts_a, parts_b = a.unbind(), b.unbind()
     if len(parts_a) != len(parts_b):
@@ -352,6 +476,7 @@ def _compare_nested(
             math.nan,
             math.nan,
             f"nested tensor of {len(parts_b)} parts vs expected {len(parts_a)}",
+            values_compared=False,
         )
     return _combine(
         path,
@@ -377,9 +502,12 @@ def verify(
     GraphModule. Tensors must agree in layout, shape, dtype and device; floating-point and
     complex values then match when ``|a - b| <= atol + rtol * |a|`` (NaN matches NaN), while
     integers and bools must be equal, whatever the tolerances. :func:`compare_leaf` has the
-    rules for other leaves. Each program runs once, under ``no_grad``, on its own copy of the
-    inputs. A mismatch never raises: the report says what differs. If a program fails to run,
-    or a tolerance is not a finite number >= 0, :class:`VerifyError` says which.
+    rules for other leaves; dicts compare key by key, in any order. Each program runs once,
+    under ``no_grad``, on its own copy of the inputs, from the same random state (which is
+    left as it was); buffers a run writes or reassigns are put back after it, and an output
+    that is such a buffer is compared as it was returned. A mismatch never raises: the report
+    says what differs. If a program fails to run, or a tolerance is not a finite number >= 0,
+    :class:`VerifyError` says which.
     """
     rtol, atol = _check_tolerance("rtol", rtol), _check_tolerance("atol", atol)
     if not isinstance(args, tuple):
@@ -390,8 +518,15 @@ def verify(
             f"{a_type(kwargs)}; positional inputs go in args"
         )
     kwargs = dict(kwargs or {})
-    expected = _run(reference, "reference", args, kwargs)
-    actual = _run(candidate, "candidate", args, kwargs)
+    # Both run from the same random state (dropout in training mode draws the same masks), and
+    # the caller's random stream is left as it was.
+    start = RandomState()
+    try:
+        expected = _run(reference, "reference", args, kwargs)
+        start.restore()
+        actual = _run(candidate, "candidate", args, kwargs)
+    finally:
+        start.restore()
     return compare_outputs(expected, actual, rtol=rtol, atol=atol)
 
 
@@ -405,7 +540,9 @@ def compare_leaf(
     only when equal. Meta tensors compare by shape and dtype (the check says so). Sparse
     tensors compare by the values they stand for, quantized ones dequantized. numpy arrays
     follow the same rules; Python ints and bools compare exactly, floats and complex numbers
-    with the tolerances; lists, tuples and dicts part by part; anything else by ``==``.
+    with the tolerances (NaN per component, as for tensors); lists, tuples and dicts part by
+    part (dicts key by key, in any order); dataclass instances field by field (those with
+    ``compare=False`` left out); anything else by ``==``.
 
     Example:
         >>> import torch
@@ -424,6 +561,7 @@ def compare_leaf(
             math.nan,
             f"cannot compare {type(actual).__name__} with expected {type(expected).__name__} "
             f"({type(error).__name__}: {detail})",
+            values_compared=False,
         )
 
 
@@ -451,6 +589,10 @@ def _compare_values(path: str, expected: Any, actual: Any, rtol: float, atol: fl
         return _compare_numbers(path, expected, actual, rtol, atol)
     if not _is_leaf(expected) or not _is_leaf(actual):
         return _compare_parts(path, expected, actual, rtol, atol)
+    if _is_dataclass_instance(expected) or _is_dataclass_instance(actual):
+        if type(expected) is not type(actual):
+            return _type_mismatch(path, expected, actual)
+        return _compare_fields(path, expected, actual, rtol, atol)
     equal = expected == actual
     if not isinstance(equal, bool):
         raise TypeError(f"== returned a {type(equal).__name__}, not True or False")
@@ -462,6 +604,29 @@ def _compare_values(path: str, expected: Any, actual: Any, rtol: float, atol: fl
         math.nan,
         math.nan,
         f"{_short_repr(actual)} vs expected {_short_repr(expected)}",
+    )
+
+
+def _is_dataclass_instance(value: Any) -> bool:
+    return dataclasses.is_dataclass(value) and not isinstance(value, type)
+
+
+def _compare_fields(path: str, expected: Any, actual: Any, rtol: float, atol: float) -> LeafCheck:
+    """A dataclass instance pytree does not know: field by field (its ``==`` would compare
+    tensors with ``==`` and fail), leaving out the fields its ``==`` leaves out."""
+    return _combine(
+        path,
+        [
+            compare_leaf(
+                f"{path}.{f.name}",
+                getattr(expected, f.name, None),
+                getattr(actual, f.name, None),
+                rtol=rtol,
+                atol=atol,
+            )
+            for f in dataclasses.fields(expected)
+            if f.compare
+        ],
     )
 
 
@@ -477,6 +642,15 @@ def _compare_numbers(path: str, expected: Any, actual: Any, rtol: float, atol: f
             relative = math.inf
         return LeafCheck(path, False, _to_float(gap), relative, text)
     nan_expected, nan_actual = cmath.isnan(expected), cmath.isnan(actual)
+    if isinstance(expected, complex) and (nan_expected or nan_actual):
+        # as for tensors: a NaN matches a NaN in the same component, the rest compares
+        parts = [(expected.real, actual.real), (expected.imag, actual.imag)]
+        if any(math.isnan(e) != math.isnan(a) for e, a in parts):
+            return LeafCheck(path, False, math.nan, math.nan, text)
+        checks = [_compare_numbers(path, e, a, rtol, atol) for e, a in parts if not math.isnan(e)]
+        if all(check.ok for check in checks):
+            return LeafCheck(path, True, *_extremes(checks))
+        return LeafCheck(path, False, *_extremes(checks), f"{text} (beyond tolerance)")
     if nan_expected and nan_actual:
         return LeafCheck(path, True)  # as for tensors: NaN matches NaN
     if nan_expected or nan_actual:
@@ -491,6 +665,10 @@ def _compare_numbers(path: str, expected: Any, actual: Any, rtol: float, atol: f
     return LeafCheck(path, ok, gap, relative, "" if ok else f"{text} (beyond tolerance)")
 
 
+def _extremes(checks: list[LeafCheck]) -> tuple[float, float]:
+    return _largest([c.max_abs for c in checks]), _largest([c.max_rel for c in checks])
+
+
 def _to_float(value: int) -> float:
     try:
         return float(value)
@@ -502,8 +680,52 @@ def _is_leaf(value: Any) -> bool:
     return pytree.tree_structure(value).is_leaf()
 
 
+# dict types whose == ignores the order of the keys (an OrderedDict's does not)
+_UNORDERED = (dict, collections.defaultdict)
+
+
+def in_order_of(expected: Any, actual: Any) -> Any:
+    """``actual`` with the keys of each of its dicts in the order of ``expected``'s dict at the
+    same place, where both have the same keys: pytree's structures then agree when only the
+    order of keys differs. Everything else is left as it is (and is the same object).
+
+    Example:
+        >>> list(in_order_of({"a": 1, "b": 2}, {"b": 3, "a": 4}))
+        ['a', 'b']
+    """
+    if (
+        type(expected) in _UNORDERED
+        and type(actual) is type(expected)
+        and list(actual) != list(expected)
+        and actual.keys() == expected.keys()
+    ):
+        reordered = copy.copy(actual)  # a defaultdict keeps its default_factory
+        reordered.clear()
+        reordered.update((key, actual[key]) for key in expected)
+        actual = reordered
+    expected_children, expected_spec = _children(expected)
+    actual_children, actual_spec = _children(actual)
+    if (
+        expected_spec.is_leaf()
+        or actual_spec.is_leaf()
+        or len(expected_children) != len(actual_children)
+    ):
+        return actual
+    aligned = [in_order_of(e, a) for e, a in zip(expected_children, actual_children)]
+    if all(new is old for new, old in zip(aligned, actual_children)):
+        return actual
+    return pytree.tree_unflatten(aligned, actual_spec)
+
+
+def _children(value: Any) -> tuple[list[Any], pytree.TreeSpec]:
+    """One level of ``value``'s pytree: its children as leaves (a leaf: no children)."""
+    return pytree.tree_flatten(value, is_leaf=lambda node: node is not value)
+
+
 def _compare_parts(path: str, expected: Any, actual: Any, rtol: float, atol: float) -> LeafCheck:
-    """A leaf that is itself a list, tuple or dict (when called directly): part by part."""
+    """A leaf that is itself a list, tuple or dict (when called directly): part by part, dicts
+    key by key in any order."""
+    actual = in_order_of(expected, actual)
     expected_parts, expected_spec = pytree.tree_flatten_with_path(expected)
     actual_parts, actual_spec = pytree.tree_flatten_with_path(actual)
     if expected_spec != actual_spec:
@@ -513,6 +735,7 @@ def _compare_parts(path: str, expected: Any, actual: Any, rtol: float, atol: flo
             math.nan,
             math.nan,
             f"{describe_spec(actual_spec)} vs expected {describe_spec(expected_spec)}",
+            values_compared=False,
         )
     return _combine(
         path,
@@ -536,7 +759,7 @@ def _compare_numpy(
     if a.dtype != b.dtype:
         problems.append(f"dtype {b.dtype} vs expected {a.dtype}")
     if problems:
-        return LeafCheck(path, False, math.nan, math.nan, "; ".join(problems))
+        return LeafCheck(path, False, math.nan, math.nan, "; ".join(problems), False)
     if a.dtype.kind in "biufc":
         try:
             # a native, contiguous copy: torch takes neither other byte orders nor odd strides
@@ -567,6 +790,7 @@ def compare_outputs(
         True
     """
     rtol, atol = _check_tolerance("rtol", rtol), _check_tolerance("atol", atol)
+    actual = in_order_of(expected, actual)  # dicts compare key by key, in any order
     expected_leaves, expected_spec = pytree.tree_flatten_with_path(expected)
     actual_leaves, actual_spec = pytree.tree_flatten_with_path(actual)
     if expected_spec != actual_spec:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import html
 import math
 
 import pytest
@@ -315,3 +317,114 @@ def test_on_the_meta_device_compare_says_no_values_were_compared():
     x = torch.randn(2, 4)
     ep = gs.export(real, (x,))
     assert gs.compare(ep, gs.swap(ep, {"1": torch.nn.GELU()}), (x,)).values_compared
+
+
+# -- random ops -----------------------------------------------------------------------------
+
+
+class Dropping(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(8, 8)
+        self.d = nn.Dropout(0.5)
+        self.o = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.o(self.d(self.l(x)))
+
+
+class DrawsFirst(nn.Module):
+    """A faithful Linear that draws a random number it does not use: everything after it
+    sees another random stream."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.linear = linear
+
+    def forward(self, x):
+        torch.rand(3)
+        return self.linear(x)
+
+
+@pytest.fixture
+def dropping():
+    torch.manual_seed(0)
+    model = Dropping().train()
+    x = torch.randn(4, 8)
+    with torch.no_grad():  # precondition: two runs draw different masks
+        assert not torch.equal(model(x), model(x))
+    return model, x, gs.export(model, (x,))
+
+
+@pytest.mark.parametrize("name", ["o", "d"])
+def test_a_faithful_swap_in_a_train_mode_model_with_dropout_compares_exactly(dropping, name):
+    model, x, ep = dropping
+    replacement = nn.Dropout(0.5) if name == "d" else copy.deepcopy(model.o)
+    state = torch.random.get_rng_state()
+    comparison = compare(ep, gs.swap(ep, {name: replacement}), (x,))
+    assert comparison.ok and comparison[name].max_abs == 0.0 and comparison.outputs.max_abs == 0
+    assert torch.equal(torch.random.get_rng_state(), state)  # the caller's stream is untouched
+
+
+def test_with_random_ops_compare_names_them_and_does_not_blame_small_differences(dropping):
+    model, x, ep = dropping
+    comparison = compare(ep, gs.swap(ep, {"l": DrawsFirst(copy.deepcopy(model.l))}), (x,))
+    assert comparison.first_divergence is None and not comparison.outputs.ok
+    assert comparison.random_ops == ("node 'dropout' in module 'd'",)
+    for said in (str(comparison), html.unescape(comparison._repr_html_())):
+        assert "small differences add up" not in said
+        assert "the model uses random ops (node 'dropout' in module 'd')" in said
+        assert "different random stream" in said
+    # a model without random ops (dropout in eval mode) keeps the old explanation
+    eval_model = copy.deepcopy(model).eval()
+    eval_ep = gs.export(eval_model, (x,))
+    drifting = compare(eval_ep, gs.swap(eval_ep, {"l": nudged(eval_model.l, 1e-6)}), (x,))
+    assert drifting.random_ops == ()
+
+
+# -- state the calls write ----------------------------------------------------------------------
+
+
+class Cache(nn.Module):
+    def __init__(self, row: int = 0):
+        super().__init__()
+        self.row = row
+        self.register_buffer("k", torch.zeros(4, 8))
+
+    def forward(self, x):
+        self.k[self.row].copy_(x[0])
+        return self.k  # a static KV cache: the output is the buffer the call wrote
+
+
+class UsesCache(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+        self.cache = Cache()
+
+    def forward(self, x):
+        return self.cache(self.proj(x)) * 2
+
+
+def test_a_call_returning_the_buffer_it_writes_is_compared_as_it_returned_it():
+    torch.manual_seed(0)
+    x = torch.randn(4, 8)
+    ep = gs.export(UsesCache().eval(), (x,))
+    with torch.no_grad():  # precondition: the cache's output is not its initial zeros
+        assert Cache()(x).abs().sum() > 0
+    faithful = compare(ep, gs.swap(ep, {"cache": Cache()}), (x,))
+    assert faithful.ok and faithful["cache"].max_abs == 0.0
+    wrong = compare(ep, gs.swap(ep, {"cache": Cache(row=1)}), (x,))
+    assert wrong.first_divergence == "cache" and not wrong.outputs.ok
+
+
+def test_on_the_meta_device_the_table_prints_no_nan():
+    with torch.device("meta"):
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()
+        x = torch.zeros(2, 4)
+    ep = gs.export(model, (x,))
+    comparison = gs.compare(ep, gs.swap(ep, {"1": torch.nn.GELU()}), (x,))
+    assert not comparison.values_compared and not comparison["1"].values_compared
+    assert "nan" not in comparison.table() and "no values compared" in comparison.table()
+    html = comparison._repr_html_()
+    assert ">nan<" not in html and "no values compared" in html

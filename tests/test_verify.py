@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
+import sys
 
 import pytest
 import torch
@@ -482,3 +484,271 @@ def test_the_relative_error_against_an_expected_zero_is_infinite_not_a_huge_numb
         assert not leaf.ok and leaf.max_rel == math.inf and 0 < leaf.max_abs < math.inf
     (leaf,) = gs.verify(Returns(torch.tensor([2.0])), Returns(torch.tensor([2.5])), (x,)).leaves
     assert leaf.max_rel == pytest.approx(0.25)
+
+
+# --- verify never changes the model, and compares what was returned -------------------------
+
+
+class Ema(nn.Module):
+    """A forward that reassigns its buffer: ``self.ema`` is a new tensor after each call."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("ema", torch.zeros(3))
+
+    def forward(self, x):
+        self.ema = self.ema * 0.5 + x.mean(0)
+        return x + self.ema
+
+
+class Rebuilds(nn.Module):
+    """A forward that adds a buffer, deletes one and puts a plain tensor over a third."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("scale", torch.ones(3))
+        self.register_buffer("spare", torch.zeros(3), persistent=False)
+        self.inner = Ema()
+
+    def forward(self, x):
+        self.register_buffer("seen", x.sum())
+        del self.spare
+        self.spare = x * 2  # now a plain attribute, not a buffer
+        return self.inner(x) * self.scale
+
+
+def _buffers_as_they_are(model: nn.Module) -> dict[str, tuple[int, torch.Tensor]]:
+    return {name: (id(b), b.detach().clone()) for name, b in model.named_buffers()}
+
+
+@pytest.mark.parametrize("make", [Ema, Rebuilds], ids=["reassigned", "added-deleted-shadowed"])
+def test_verify_leaves_a_model_whose_forward_changes_its_buffers_exactly_as_it_was(make):
+    x = torch.randn(4, 3)
+    probe = make()
+    before = _buffers_as_they_are(probe)
+    with torch.no_grad():
+        probe(x)
+    assert _buffers_as_they_are(probe).keys() != before.keys() or any(
+        id_ != before[name][0] for name, (id_, _) in _buffers_as_they_are(probe).items()
+    )  # precondition: a plain run changes which tensors the model holds
+    model = make()
+    before = _buffers_as_they_are(model)
+    persistent = set(model.state_dict())
+    attributes = {k for k, v in vars(model).items() if isinstance(v, torch.Tensor)}
+    assert gs.verify(model, copy.deepcopy(model), (x,))
+    after = _buffers_as_they_are(model)
+    assert after.keys() == before.keys()
+    for name, (id_, value) in before.items():
+        assert after[name][0] == id_ and torch.equal(after[name][1], value), name
+    assert set(model.state_dict()) == persistent
+    assert {k for k, v in vars(model).items() if isinstance(v, torch.Tensor)} == attributes
+
+
+class Count(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("n", torch.zeros(()))
+
+    def forward(self, x):
+        self.n.add_(1)
+        return self.n  # the buffer itself: 1.0 when returned
+
+
+class Cache(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("k", torch.zeros(4, 8))
+
+    def forward(self, x):
+        self.k[0].copy_(x[0])
+        return self.k  # a static KV cache: the output is the buffer the call wrote
+
+
+class UsesCache(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+        self.cache = Cache()
+
+    def forward(self, x):
+        return self.cache(self.proj(x))
+
+
+class Louder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.l(x) * 100
+
+
+def test_an_output_that_is_a_buffer_the_run_writes_is_compared_as_it_was_returned():
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        assert Count()(x).item() == 1.0  # precondition: the counter returns 1.0, not 0.0
+    report = gs.verify(Count(), constant(torch.zeros(())), (x,))
+    assert not report and math.isclose(report.leaves[0].max_abs, 1.0)
+    assert gs.verify(Count(), Count(), (x,))
+    model = Count()
+    gs.verify(model, Count(), (x,))
+    assert model.n.item() == 0.0  # and the model's counter is put back
+
+
+def test_a_kv_cache_output_of_a_wrong_swap_is_a_mismatch_for_the_program_and_the_surgery():
+    torch.manual_seed(0)
+    x = torch.randn(4, 8)
+    ep = gs.export(UsesCache().eval(), (x,))
+    louder = Louder()
+    with torch.no_grad():  # precondition: the programs' outputs really differ
+        assert not torch.allclose(gs.swap(ep, {})(x), gs.swap(ep, {"proj": louder})(x))
+    gm = gs.swap(ep, {"proj": louder})
+    report = gs.verify(ep, gm, (x,))
+    assert not report and report.leaves[0].problem.startswith("values differ beyond tolerance")
+    assert not gs.Surgery(ep, args=(x,)).swap("proj", Louder()).verify()
+    assert gs.verify(ep, gs.swap(ep, {}), (x,))  # the program against itself still matches
+
+
+# --- complex NaN, random ops, dicts, dataclasses ------------------------------------------------
+
+
+NAN = float("nan")
+
+
+@pytest.mark.parametrize(
+    ("expected", "actual", "ok"),
+    [
+        (complex(NAN, 1), complex(5, NAN), False),  # NaN in another component
+        (complex(NAN, 1), complex(NAN, 2), False),  # same NaN, the other components differ
+        (complex(NAN, 1), complex(NAN, 1), True),
+        (complex(1, NAN), complex(1 + 1e-9, NAN), True),  # within tolerance
+        (complex(NAN, NAN), complex(NAN, NAN), True),
+        (complex(NAN, NAN), complex(NAN, 1), False),
+    ],
+)
+def test_complex_nan_compares_component_by_component(expected, actual, ok):
+    a, b = torch.tensor([expected, 2 + 2j]), torch.tensor([actual, 2 + 2j])
+    assert torch.isnan(a[0]) and torch.isnan(b[0])  # precondition: torch calls both NaN
+    assert bool(gs.verify(constant(a), constant(b), ZERO)) is ok
+    assert bool(gs.verify(constant(expected), constant(actual), ZERO)) is ok  # Python numbers
+
+
+def test_complex_values_without_nan_keep_the_modulus_rule():
+    a = torch.tensor([3 + 4j, 1 + 0j])
+    b = a + torch.tensor([3e-5j, 0])  # 3e-5 apart: beyond 1e-5 + 1e-5 * 1, within * |5|
+    assert gs.verify(constant(a), constant(b), ZERO, rtol=1e-5, atol=0)
+    assert not gs.verify(constant(a[1:]), constant(a[1:] + 3e-5j), ZERO, rtol=1e-5, atol=0)
+
+
+class Dropping(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(8, 8)
+        self.d = nn.Dropout(0.5)
+        self.o = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.o(self.d(self.l(x)))
+
+
+def test_a_faithful_swap_of_a_train_mode_model_with_dropout_matches():
+    torch.manual_seed(0)
+    x = torch.randn(4, 8)
+    model = Dropping().train()
+    ep = gs.export(model, (x,))
+    with torch.no_grad():  # precondition: two runs draw different masks
+        assert not torch.equal(model(x), model(x))
+    swapped = gs.swap(ep, {"o": copy.deepcopy(model.o)})
+    reference = gs.eager_reference(model, {"o": copy.deepcopy(model.o)})
+    state = torch.random.get_rng_state()
+    report = gs.verify(reference, swapped, (x,))
+    assert report and report.max_abs == 0.0
+    assert torch.equal(torch.random.get_rng_state(), state)  # the caller's stream is untouched
+    assert not gs.verify(reference, gs.swap(ep, {"o": Louder()}), (x,))
+
+
+def test_dict_outputs_compare_key_by_key_in_any_order():
+    x = torch.ones(2)
+    ab = Returns(lambda x: {"a": x + 1, "b": [x * 2, {"c": x, "d": 1}]})
+    ba = Returns(lambda x: {"b": [x * 2, {"d": 1, "c": x}], "a": x + 1})
+    report = gs.verify(ab, ba, (x,))
+    assert report and [leaf.path for leaf in report.leaves] == [
+        "['a']",
+        "['b'][0]",
+        "['b'][1]['c']",
+        "['b'][1]['d']",
+    ]
+    off = gs.verify(ab, Returns(lambda x: {"b": [x * 3, {"d": 1, "c": x}], "a": x + 1}), (x,))
+    assert not off and [leaf.path for leaf in off.mismatches] == ["['b'][0]"]
+    other_keys = gs.verify(ab, Returns(lambda x: {"a": x + 1, "z": x}), (x,))
+    assert not other_keys and other_keys.structure_problem
+    assert compare_leaf("", {"a": 1, "b": 2}, {"b": 2, "a": 1}).ok  # a dict leaf, directly
+
+
+@dataclasses.dataclass
+class Output:
+    logits: torch.Tensor
+    loss: float | None = None
+    cache: list = dataclasses.field(default_factory=list)
+    note: str = dataclasses.field(default="", compare=False)
+
+
+def test_unregistered_dataclass_outputs_compare_field_by_field():
+    x = torch.randn(2, 3)
+    with pytest.raises(RuntimeError):  # precondition: its own == cannot compare tensors
+        bool(Output(x * 2) == Output(x * 2))
+    make = Returns(lambda x: Output(x * 2, 0.5, [x], note="a"))
+    assert gs.verify(make, Returns(lambda x: Output(x * 2, 0.5, [x], note="b")), (x,))
+    off = gs.verify(make, Returns(lambda x: Output(x * 2 + 1, 0.5, [x])), (x,))
+    assert not off and off.leaves[0].problem.startswith(".logits: values differ")
+    loss = gs.verify(make, Returns(lambda x: Output(x * 2, 0.7, [x])), (x,))
+    assert not loss and ".loss" in loss.leaves[0].problem
+    other = gs.verify(make, Returns(lambda x: (x * 2,)), (x,))
+    assert not other
+
+
+def test_where_no_values_were_compared_the_report_says_so_and_prints_no_nan():
+    meta = constant(torch.empty(2, 3, device="meta"))
+    report = gs.verify(meta, meta, ZERO)
+    assert report and not report.values_compared
+    assert "no values compared" in str(report) and "max abs nan" not in str(report)
+    assert "no values compared" in report._repr_html_() and ">nan<" not in report._repr_html_()
+    shape = gs.verify(constant(torch.ones(2)), constant(torch.ones(3)), ZERO)
+    assert "no values compared" in str(shape) and "nan" not in str(shape)
+    nan_apart = gs.verify(constant(torch.tensor([NAN])), constant(torch.tensor([1.0])), ZERO)
+    assert nan_apart.values_compared and "NaN in different places" in str(nan_apart)
+
+
+# --- memory: compared block by block, with the results of one pass ------------------------------
+
+
+def _pair(draw_seed: int, dtype: torch.dtype, shape: tuple[int, ...]):
+    generator = torch.Generator().manual_seed(draw_seed)
+    if dtype.is_floating_point or dtype.is_complex:
+        a = torch.randn(shape, generator=generator, dtype=dtype)
+        b = a + 1e-5 * torch.randn(shape, generator=generator, dtype=dtype)
+        flat_a, flat_b = a.view(-1), b.view(-1)
+        special = torch.randint(0, a.numel(), (3,), generator=generator)
+        flat_a[special[0]] = flat_b[special[0]] = NAN
+        flat_a[special[1]] = flat_b[special[1]] = math.inf
+        flat_b[special[2]] += 1  # one value clearly beyond the tolerance
+        return a, b
+    a = torch.randint(-100, 100, shape, generator=generator).to(dtype)
+    b = a.clone()
+    b.view(-1)[torch.randint(0, a.numel(), (4,), generator=generator)] += 1
+    return a, b
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.complex64, torch.int32])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_comparing_in_small_blocks_gives_the_results_of_one_pass(monkeypatch, dtype, transposed):
+    verify_module = sys.modules["graphsurgeon.verify"]
+    for seed in range(5):
+        a, b = _pair(seed, dtype, (7, 13, 5))
+        if transposed:  # strided differently on each side: the blocks must still agree
+            a, b = a.transpose(0, 2), b.transpose(0, 2).contiguous()
+        whole = compare_leaf("", a, b)
+        monkeypatch.setattr(verify_module, "_BLOCK", 6)  # about 80 blocks, some mid-row
+        assert compare_leaf("", a, b) == whole
+        monkeypatch.undo()
+        assert not whole.ok  # precondition: something to find in some block
