@@ -1,22 +1,29 @@
 """The ``graphsurgeon`` command: ``demo``, ``modules``, ``render`` and ``report``.
 
 Exit codes: 0 success, 1 the command ran and found a problem (a mismatch), 2 bad usage, an
-unreadable program file or an output that cannot be written; errors are one line on standard
-error, without a traceback.
+unreadable program file, one that needs ``--trust-file`` (a .pt2 is code: see ``_TRUST_NOTE``)
+or an output that cannot be written; errors are one line on standard error, without a
+traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import inspect
+import io
 import logging
 import math
 import os
+import pickle
 import re
 import statistics
 import sys
 import time
+import warnings
+import zipfile
+import zlib
 from pathlib import Path
 
 from .errors import GraphSurgeonError
@@ -24,7 +31,244 @@ from .errors import GraphSurgeonError
 __all__ = ["main"]
 
 
-def _load_program(path_text: str):
+# -- reading a program file ---------------------------------------------------------------------
+
+# A .pt2 is code. torch.export.load unpickles what the file holds (its example inputs, weights
+# that are tensor subclasses, opaque constants) and retries a weights-only unpickling that fails
+# with a full one, which calls whatever the pickle names; it also loads the compiled AOTInductor
+# libraries a package may hold. Unless told to trust the file, the commands load it with every
+# unpickling restricted to tensors and plain values, and refuse what needs more.
+_TRUST_NOTE = """\
+A .pt2 file is code: torch.export.load unpickles what it holds, and a pickle can run any
+Python. graphsurgeon loads it weights-only (tensors and plain values) and refuses a file that
+needs more (pickled Python objects, compiled AOTInductor code) with exit status 2, unless
+given --trust-file: only for a file you trust as you would a program.
+"""
+
+_TRUST_HELP = (
+    "load the .pt2 as torch.export.load does, running any pickled Python or compiled code it "
+    "holds: only for a file you trust as you would a program"
+)
+
+_TRUST_HINT = "pass --trust-file only if you trust the file as you would a program"
+
+# What the folders of a .pt2 hold, for the messages (names as torch's archive reader gives them).
+_ARCHIVE_ROLES = {
+    "data/sample_inputs/": "its example inputs",
+    "data/weights/": "a weight",
+    "data/constants/": "a constant",
+}
+
+# The largest entry read to say what its pickle calls.
+_SCANNED_AT_MOST = 64 << 20
+
+
+class _PickleRefused(Exception):
+    """A plain pickle.load(s) reached while loading an untrusted file: refused before it ran."""
+
+
+@contextlib.contextmanager
+def _weights_only(refused: list):
+    """Every unpickling in the block is weights-only.
+
+    torch.load as with ``weights_only=True``: torch's own switch, which also overrides the
+    ``weights_only=False`` of the retry. A plain ``pickle.load(s)`` (torch unpickles opaque
+    constants with it) is refused before it reads a byte; ``refused`` gets the bytes.
+    """
+    names = ("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD")
+    saved_environment = {name: os.environ.get(name) for name in names}
+    saved_pickle = pickle.load, pickle.loads
+
+    def refuse(data, *args, **kwargs):
+        refused.append(data if isinstance(data, (bytes, bytearray)) else None)
+        raise _PickleRefused("a plain pickle")
+
+    os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
+    os.environ.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)  # both set is an error of torch's
+    pickle.load = pickle.loads = refuse
+    try:
+        yield
+    finally:
+        pickle.load, pickle.loads = saved_pickle
+        for name, value in saved_environment.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+class _Keep(logging.Handler):
+    """A log handler that keeps the records, to be read instead of printed."""
+
+    def __init__(self, records: list):
+        super().__init__(logging.DEBUG)
+        self.records = records
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@contextlib.contextmanager
+def _torch_logs_kept(records: list):
+    """torch logs what goes wrong while loading, whole tracebacks included, and then raises an
+    error that says "check the warnings above": the records are kept here instead of printed,
+    and the one-line error names the cause they hold (and its Python warnings likewise)."""
+    keep = _Keep(records)
+    loggers = [
+        logger
+        for name, logger in sorted(logging.root.manager.loggerDict.items())
+        if isinstance(logger, logging.Logger) and (name == "torch" or name.startswith("torch."))
+    ]
+    saved = [(logger, logger.handlers, logger.propagate) for logger in loggers]
+    for logger in loggers:
+        logger.handlers = [keep]
+        logger.propagate = False
+    try:
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            yield
+    finally:
+        for logger, handlers, propagate in saved:
+            logger.handlers, logger.propagate = handlers, propagate
+
+
+def _compiled_code(path: Path) -> str | None:
+    """The first entry of compiled AOTInductor code in the archive (torch.export.load loads
+    it as a shared library), or None."""
+    from torch.export.pt2_archive import PT2ArchiveReader
+    from torch.export.pt2_archive.constants import AOTINDUCTOR_DIR
+
+    try:
+        with PT2ArchiveReader(str(path)) as reader:
+            names = reader.get_file_names()
+    except Exception:  # not a .pt2 archive: torch's loader stops at the same place
+        return None
+    return next((name for name in sorted(names) if name.startswith(AOTINDUCTOR_DIR)), None)
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    """``error`` and the errors it was raised from or while handling, each once."""
+    chain: list[BaseException] = []
+    while error is not None and not any(error is seen for seen in chain):
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    return chain
+
+
+def _weights_only_refusal(error: BaseException) -> bool:
+    return isinstance(error, pickle.UnpicklingError) and str(error).startswith(
+        "Weights only load failed"
+    )
+
+
+def _entries(archive: zipfile.ZipFile) -> list[tuple[str, zipfile.ZipInfo]]:
+    """(the name torch reads it by, without the archive's top folder; the entry) of each entry."""
+    return [(info.filename.partition("/")[2] or info.filename, info) for info in archive.infolist()]
+
+
+def _in_words(name: str) -> str:
+    """An entry's name, and what it holds when its folder says (``data/weights/w``: a weight)."""
+    role = next((r for folder, r in _ARCHIVE_ROLES.items() if name.startswith(folder)), "")
+    return f"{name} ({role})" if role else name
+
+
+def _unsafe_globals(archive: zipfile.ZipFile) -> list[tuple[str, list[str]]]:
+    """(entry, what its pickle calls beyond weights-only unpickling) of each torch.save pickle
+    in the archive that calls anything more; read statically, nothing is unpickled."""
+    import torch
+
+    found = []
+    for name, info in _entries(archive):
+        if info.file_size > _SCANNED_AT_MOST:  # (for the message only: a bomb is not read)
+            continue
+        with archive.open(info) as entry:
+            if entry.read(4) != b"PK\x03\x04":  # what torch.save writes is a zip archive
+                continue
+        try:
+            calls = torch.serialization.get_unsafe_globals_in_checkpoint(
+                io.BytesIO(archive.read(info))
+            )
+        except Exception:  # not a torch.save archive after all
+            continue
+        if calls:
+            found.append((name, sorted(calls)))
+    return found
+
+
+def _holding(archive: zipfile.ZipFile, data) -> str | None:
+    """The entry that holds exactly ``data`` (by size and CRC-32), or None."""
+    if data is None:
+        return None
+    size_and_crc = (len(data), zlib.crc32(data))
+    return next(
+        (n for n, info in _entries(archive) if (info.file_size, info.CRC) == size_and_crc), None
+    )
+
+
+def _needs_trust(path: Path, causes: list[BaseException], refused: list) -> str | None:
+    """What in the file needs more than weights-only unpickling, in words, or None."""
+    refusal = next((c for c in causes if _weights_only_refusal(c)), None)
+    if not refused and refusal is None:
+        return None
+    try:
+        archive = zipfile.ZipFile(path)
+    except (OSError, zipfile.BadZipFile, ValueError):
+        archive = None
+    with archive or contextlib.nullcontext():
+        if refused:
+            entry = _holding(archive, refused[0]) if archive else None
+            where = _in_words(entry) if entry else "an entry"
+            return f"{where} is a pickled Python object, which torch unpickles without restriction"
+        unsafe = _unsafe_globals(archive) if archive else []
+    if unsafe:
+        name, calls = unsafe[0]
+        return f"{_in_words(name)} is a pickle that calls {', '.join(calls)}"
+    detail = next(
+        (
+            line.strip()
+            for line in str(refusal).splitlines()
+            if line.strip().startswith("WeightsUnpickler error:")
+        ),
+        "",
+    )
+    return "a pickle in it needs more than weights-only unpickling" + (
+        f" ({detail})" if detail else ""
+    )
+
+
+def _refuse_untrusted(path: Path, what: str) -> SystemExit:
+    return SystemExit(
+        _fail(f"{path}: {what}: unpickling it could run code from the file; {_TRUST_HINT}")
+    )
+
+
+def _load_failure(error: BaseException, logged: list[BaseException]) -> str:
+    """The cause of a failed load, in one short line of text."""
+    if "warnings above" in str(error):  # torch points at what it logged: name that instead
+        if not logged:
+            return "torch found no exported program in it"
+        error = logged[0]
+    return _shortened(_first_line(error))
+
+
+def _shortened(text: str, limit: int = 200) -> str:
+    """``text`` cut after its last sentence that ends within ``limit`` characters, or at the
+    limit (a hostile file's names and values are in torch's messages, at any length).
+
+    >>> _shortened("RuntimeError: the file is not found. This is an internal error. Or", 60)
+    'RuntimeError: the file is not found.'
+    >>> _shortened("x" * 300, 10)
+    'xxxxxxxxxx…'
+    """
+    if len(text) <= limit:
+        return text
+    end = text.rfind(". ", 0, limit)
+    return text[: end + 1] if end > limit // 2 else text[:limit] + "…"
+
+
+def _load_program(path_text: str, *, trust: bool = False):
+    """The ExportedProgram in the file ``path_text``; exit 2 with one line when it cannot be
+    read, or, unless ``trust``, when reading it could run code from it."""
     import torch
 
     path = Path(path_text)
@@ -42,20 +286,33 @@ def _load_program(path_text: str):
                 f"{path}: expected a .pt2 file saved with torch.export.save, got {path.suffix or 'no suffix'!r}"
             )
         )
-    # torch logs the whole traceback of a file it cannot read before raising; the one-line
-    # error below says it all, so its logger stays quiet while loading.
-    logger = logging.getLogger("torch.export")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
+    if not trust:
+        compiled = _compiled_code(path)
+        if compiled is not None:
+            raise SystemExit(
+                _fail(
+                    f"{path}: {compiled} is compiled AOTInductor code, which torch.export.load "
+                    f"loads as a shared library and so runs; {_TRUST_HINT}"
+                )
+            )
+    records: list = []
+    refused: list = []
+    restricted = contextlib.nullcontext() if trust else _weights_only(refused)
     try:
-        return torch.export.load(str(path))
+        with _torch_logs_kept(records), restricted:
+            program = torch.export.load(str(path))
     except Exception as error:
-        first = (str(error).strip().splitlines() or [""])[0]
+        logged = [r.exc_info[1] for r in records if r.exc_info and r.exc_info[1] is not None]
+        causes = [cause for e in (error, *logged) for cause in _chain(e)]
+        unsafe = None if trust else _needs_trust(path, causes, refused)
+        if unsafe is not None:
+            raise _refuse_untrusted(path, unsafe) from None
         raise SystemExit(
-            _fail(f"{path}: not a readable torch.export program ({type(error).__name__}: {first})")
+            _fail(f"{path}: not a readable torch.export program ({_load_failure(error, logged)})")
         ) from None
-    finally:
-        logger.setLevel(level)
+    if refused:  # torch went on without what it could not unpickle: the program is not whole
+        raise _refuse_untrusted(path, _needs_trust(path, [], refused))
+    return program
 
 
 def _fail(message: str) -> int:
@@ -98,13 +355,43 @@ def _silence_stdout() -> None:
 def _cmd_modules(options) -> int:
     import graphsurgeon as gs
 
-    ep = _load_program(options.program)
+    ep = _load_program(options.program, trust=options.trust_file)
     _out(gs.module_tree(ep).table())
     return 0
 
 
+def _check_output(output: str, suffixes, program: str) -> None:
+    """Exit 2 with one line unless a command that reads ``program`` may write ``output``: not
+    the program file itself (by any path to it: a link, another spelling), and named with one
+    of ``suffixes`` (checked without regard to case)."""
+    try:
+        same = Path(output).exists() and os.path.samefile(output, program)
+    except (OSError, ValueError):  # the program is missing or unreadable: its load says so
+        same = False
+    if same:
+        alias = "" if os.path.abspath(output) == os.path.abspath(program) else ", by another path"
+        raise SystemExit(
+            _fail(
+                f"{output}: is the program file {program} itself{alias}; writing it would "
+                "overwrite the program: choose another output file"
+            )
+        )
+    suffix = Path(output).suffix.lower()
+    if suffix not in suffixes:
+        known = ", ".join(sorted(suffixes))
+        raise SystemExit(
+            _fail(
+                f"{output}: unknown output format {suffix or '(no suffix)'!r}; use {known} "
+                "(or - for standard output)"
+            )
+        )
+
+
 # Output formats of ``render``, by file suffix: DOT text, or a layout by graphviz's dot.
 _RENDER_FORMATS = {".svg": "svg", ".png": "png", ".pdf": "pdf", ".dot": "dot", ".gv": "dot"}
+
+# What ``report -o`` writes: one HTML file.
+_REPORT_SUFFIXES = (".html",)
 
 
 def _parse_collapse(text: str):
@@ -122,16 +409,11 @@ def _cmd_render(options) -> int:
     from graphsurgeon import render
 
     output = options.output
-    format_ = "dot"
-    if output is not None and output != "-":
-        suffix = Path(output).suffix.lower()
-        format_ = _RENDER_FORMATS.get(suffix)
-        if format_ is None:
-            known = ", ".join(sorted(_RENDER_FORMATS))
-            return _fail(
-                f"{output}: unknown output format {suffix or '(no suffix)'!r}; use {known}"
-            )
-    ep = _load_program(options.program)
+    to_stdout = output is None or output == "-"
+    if not to_stdout:
+        _check_output(output, _RENDER_FORMATS, options.program)
+    format_ = "dot" if to_stdout else _RENDER_FORMATS[Path(output).suffix.lower()]
+    ep = _load_program(options.program, trust=options.trust_file)
     highlight = [n.strip() for value in options.highlight for n in value.split(",") if n.strip()]
     try:
         view = render.graph_view(
@@ -144,7 +426,7 @@ def _cmd_render(options) -> int:
         data = view.dot.encode() if format_ == "dot" else render._layout(view.dot, format_)
     except GraphSurgeonError as error:
         return _fail(str(error))
-    if output is None or output == "-":
+    if to_stdout:
         _out(data.decode(), end="")
         return 0
     try:
@@ -180,8 +462,9 @@ shapes): verify (the outputs) and compare (each replacement against the nodes it
 Without --swap the report shows the program alone: module tree, picture, export notes.
 
 Exit status: 0 written and every check matches, 1 written and a check found a mismatch (or a
-replacement failed to run), 2 bad usage, an unreadable program, a --swap that cannot be
-loaded or swapped, or a report that cannot be written.
+replacement failed to run), 2 bad usage, an unreadable program (or one that needs
+--trust-file, below), a --swap that cannot be loaded or swapped, or a report that cannot be
+written (or would overwrite the program, or is not .html).
 """
 
 
@@ -354,7 +637,9 @@ def _cmd_report(options) -> int:
     for spec, name in zip(options.swap, names):
         if names.count(name) > 1:
             return _fail(f"--swap {spec}: {name!r} is swapped twice; give one --swap per module")
-    program = _load_program(options.program)
+    if options.output != "-":
+        _check_output(options.output, _REPORT_SUFFIXES, options.program)
+    program = _load_program(options.program, trust=options.trust_file)
     surgery = gs.Surgery(program)
     sources: dict[str, str] = {}
     rebuilt: dict = {}
@@ -534,6 +819,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="graphsurgeon",
         description="Swap modules of torch.export programs for eager code, and check the result.",
+        epilog=_TRUST_NOTE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -553,14 +840,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     demo.set_defaults(run=_cmd_demo)
 
-    modules = commands.add_parser("modules", help="the module tree of a .pt2 program as a table")
+    modules = commands.add_parser(
+        "modules",
+        help="the module tree of a .pt2 program as a table",
+        description="Print the module tree of a program saved with torch.export.save: calls, "
+        "nodes, swappable or why not.",
+        epilog=_TRUST_NOTE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     modules.add_argument("program", help="a program saved with torch.export.save (.pt2)")
+    modules.add_argument("--trust-file", action="store_true", help=_TRUST_HELP)
     modules.set_defaults(run=_cmd_modules)
 
     render = commands.add_parser(
         "render",
         help="draw a .pt2 program with its module partitions (SVG, PNG, PDF or DOT)",
         description="Draw a program saved with torch.export.save, one cluster per module.",
+        epilog=_TRUST_NOTE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     render.add_argument("program", help="a program saved with torch.export.save (.pt2)")
     render.add_argument(
@@ -589,6 +886,7 @@ def main(argv: list[str] | None = None) -> int:
     render.add_argument(
         "--show-parameters", action="store_true", help="draw parameters as nodes of their own"
     )
+    render.add_argument("--trust-file", action="store_true", help=_TRUST_HELP)
     render.set_defaults(run=_cmd_render)
 
     report = commands.add_parser(
@@ -597,7 +895,7 @@ def main(argv: list[str] | None = None) -> int:
         description="Write one HTML file (it loads nothing from any network) of a program\n"
         "saved with torch.export.save: the module tree, the picture (before/after with --swap,\n"
         "zoomable), verify and compare of the swaps, and the export notes.",
-        epilog=_SWAP_HELP,
+        epilog=f"{_SWAP_HELP}\n{_TRUST_NOTE}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     report.add_argument("program", help="a program saved with torch.export.save (.pt2)")
@@ -614,7 +912,8 @@ def main(argv: list[str] | None = None) -> int:
         "--output",
         default="report.html",
         metavar="FILE",
-        help="the HTML file to write (default: report.html; - for standard output)",
+        help="the HTML file to write, never the program itself (default: report.html; - for "
+        "standard output)",
     )
     report.add_argument("--title", help="the page's title (default: the model type and file)")
     report.add_argument(
@@ -623,6 +922,7 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument(
         "--atol", type=_tolerance, default=1e-5, help="absolute tolerance of the checks (1e-5)"
     )
+    report.add_argument("--trust-file", action="store_true", help=_TRUST_HELP)
     report.set_defaults(run=_cmd_report)
 
     options = parser.parse_args(argv)

@@ -1,13 +1,19 @@
-"""The `graphsurgeon` command, run as `python -m graphsurgeon` in a subprocess: modules, render.
+"""The `graphsurgeon` command, run as `python -m graphsurgeon` in a subprocess: modules, render,
+and what every command that reads a .pt2 does with a file that is code.
 
 The report command has tests/test_report.py; the demo tests/test_demo.py."""
 
 from __future__ import annotations
 
+import io
+import json
+import logging
 import os
+import pickle
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+import zipfile
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -15,7 +21,7 @@ import torch
 from torch import nn
 
 import graphsurgeon as gs
-from graphsurgeon.cli import main
+from graphsurgeon.cli import _load_program, main
 from graphsurgeon.render import to_dot
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -43,11 +49,83 @@ class Model(nn.Module):
         return self.head(self.block(x))
 
 
+class RunsCode:
+    """Pickled, it is a call of eval that creates the file ``marker`` and gives back what
+    example inputs look like: a file that carries it loads as if nothing happened."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        touch = f"__import__('pathlib').Path({self.marker!r}).touch()"
+        inputs = "((__import__('torch').randn(1, 2),), {})"
+        return (eval, (f"({touch}, {inputs})[1]",))
+
+
+def rewritten(source, target, replace=None, add=()):
+    """A copy of the archive ``source`` with entries replaced (``{name ending: function of the
+    bytes}``) and added (``(name under the archive's folder, bytes)``), as anyone can make."""
+    replace = replace or {}
+    with zipfile.ZipFile(source) as original, zipfile.ZipFile(target, "w") as copy:
+        folder = original.namelist()[0].partition("/")[0]
+        for item in original.infolist():
+            data = original.read(item.filename)
+            for ending, change in replace.items():
+                if item.filename.endswith(ending):
+                    data = change(data)
+            copy.writestr(item, data)
+        for name, data in add:
+            copy.writestr(f"{folder}/{name}", data)
+    return target
+
+
+def torch_saved(value) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    return buffer.getvalue()
+
+
+def opaque_constant(config: bytes) -> bytes:
+    entry = {"path_name": "opaque_obj_0", "is_param": False, "use_pickle": True}
+    return json.dumps({"config": {"c": {**entry, "tensor_meta": None}}}).encode()
+
+
+def pickled_bias(config: bytes) -> bytes:
+    weights = json.loads(config)
+    weights["config"]["head.bias"].update(path_name="pickled", use_pickle=True, tensor_meta=None)
+    return json.dumps(weights).encode()
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     folder = tmp_path_factory.mktemp("cli")
     good = folder / "model.pt2"
     torch.export.save(gs.export(Model(), (torch.randn(1, 2),)), str(good))
+    ran = folder / "ran"  # what a file's code creates when it runs
+    code = torch_saved(RunsCode(ran))
+    evil = rewritten(good, folder / "evil.pt2", {"sample_inputs/model.pt": lambda _: code})
+    opaque = rewritten(
+        good,
+        folder / "opaque.pt2",
+        {"model_constants_config.json": opaque_constant},
+        [("data/constants/opaque_obj_0", pickle.dumps(RunsCode(ran)))],
+    )
+    weight = rewritten(
+        good,
+        folder / "weight.pt2",
+        {"model_weights_config.json": pickled_bias},
+        [("data/weights/pickled", code)],
+    )
+    compiled = rewritten(
+        good, folder / "compiled.pt2", add=[("data/aotinductor/model/model.so", b"\x7fELF")]
+    )
+    long_name = folder / "long-name.pt2"
+    with zipfile.ZipFile(long_name, "w") as archive:
+        archive.writestr("a" * 60_000, b"x")
+    empty = folder / "empty.pt2"
+    zipfile.ZipFile(empty, "w").close()
+    truncated = folder / "truncated.pt2"
+    truncated.write_bytes(good.read_bytes()[:-100])
     corrupt = folder / "corrupt.pt2"
     corrupt.write_bytes(b"not a zip archive at all")
     text = folder / "model.txt"
@@ -61,6 +139,14 @@ def files(tmp_path_factory):
         "missing": folder / "missing.pt2",
         "out": folder,
         "no_dot_path": empty_path,
+        "ran": ran,
+        "evil": evil,
+        "opaque": opaque,
+        "weight": weight,
+        "compiled": compiled,
+        "long_name": long_name,
+        "empty": empty,
+        "truncated": truncated,
     }
 
 
@@ -80,6 +166,10 @@ def runs(files):
         "render svg": ["render", files["good"], "-o", out / "a.svg", "--highlight", "block"],
         "render png": ["render", files["good"], "-o", out / "a.png", "--collapse", "1"],
         "render dot": ["render", files["good"], "-o", out / "a.dot", "--collapse", "block,head"],
+        # a file that is code, read by each command in a process of its own
+        "modules evil": ["modules", files["evil"]],
+        "render evil": ["render", files["evil"], "-o", out / "evil.svg"],
+        "report evil": ["report", files["evil"], "-o", out / "evil.html"],
     }
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
 
@@ -121,9 +211,9 @@ def test_unreadable_programs_exit_2_with_a_clear_message(runs, name, message):
     result = runs[name]
     assert result.returncode == 2
     assert result.stdout == ""
-    # the last line: torch logs a warning of its own first on a corrupt file (see below)
-    assert result.stderr.splitlines()[-1].startswith("graphsurgeon: error: ")
-    assert message in result.stderr.splitlines()[-1]
+    (line,) = result.stderr.splitlines()  # what torch logs while it fails is in the line
+    assert line.startswith("graphsurgeon: error: ")
+    assert message in line
 
 
 def test_a_corrupt_file_gives_one_line_without_a_traceback(runs):
@@ -275,3 +365,175 @@ def test_a_program_path_that_cannot_be_looked_at_exits_2_with_one_line(files, ca
     too_long = str(files["out"] / ("a" * 300 + ".pt2"))
     assert main(["modules", too_long]) == 2
     assert "cannot read (File name too long)" in one_error_line(capsys)
+
+
+# --- a .pt2 is code: nothing a command loads on its own runs what the file holds -------------
+
+
+def test_the_hostile_file_runs_its_code_when_torch_loads_it(files):
+    # precondition: the file is what it is meant to be, code that torch.export.load runs (its
+    # weights-only unpickling fails, and torch tries again with a full one)
+    files["ran"].unlink(missing_ok=True)
+    logging.disable(logging.WARNING)  # torch logs the fallback with a broken format string
+    try:
+        program = torch.export.load(str(files["evil"]))
+    finally:
+        logging.disable(logging.NOTSET)
+    assert files["ran"].exists() and program.example_inputs[0][0].shape == (1, 2)
+    files["ran"].unlink()
+
+
+@pytest.mark.parametrize("command", ["modules", "render", "report"])
+def test_every_command_refuses_a_file_whose_loading_runs_code(runs, files, command):
+    result = runs[f"{command} evil"]
+    assert result.returncode == 2, result.stderr
+    assert not files["ran"].exists(), "the file's code ran"
+    assert result.stdout == "" and "Traceback" not in result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"graphsurgeon: error: {files['evil']}: data/sample_inputs/model.pt ")
+    assert "(its example inputs) is a pickle that calls builtins.eval" in line
+    assert "could run code from the file; pass --trust-file only if you trust" in line
+    assert not (files["out"] / "evil.svg").exists() and not (files["out"] / "evil.html").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("opaque", "data/constants/opaque_obj_0 (a constant) is a pickled Python object"),
+        ("weight", "data/weights/pickled (a weight) is a pickle that calls builtins.eval"),
+        ("compiled", "data/aotinductor/model/model.so is compiled AOTInductor code"),
+    ],
+)
+def test_every_way_a_file_can_hold_code_is_refused(files, capsys, name, message):
+    # pickle.loads of an opaque constant, torch.load(weights_only=False) of a pickled weight, a
+    # shared library that torch loads: each one line, naming the entry, and the flag
+    files["ran"].unlink(missing_ok=True)
+    assert main(["modules", str(files[name])]) == 2
+    line = one_error_line(capsys)
+    assert message in line and "--trust-file" in line
+    assert not files["ran"].exists()
+
+
+def test_torchs_own_switch_to_unpickle_everything_does_not_override_the_refusal(
+    files, capsys, monkeypatch
+):
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    files["ran"].unlink(missing_ok=True)
+    assert main(["modules", str(files["evil"])]) == 2
+    assert "is a pickle that calls builtins.eval" in one_error_line(capsys)
+    assert not files["ran"].exists()
+    assert os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] == "1", "the user's setting is back"
+
+
+def test_a_refused_load_leaves_pickle_the_environment_and_torchs_loggers_as_they_were(files):
+    loads, environment = pickle.loads, dict(os.environ)
+    handlers = logging.getLogger("torch.export").handlers[:]
+    with pytest.raises(SystemExit):
+        _load_program(str(files["opaque"]))
+    assert pickle.loads is loads and dict(os.environ) == environment
+    assert logging.getLogger("torch.export").handlers == handlers
+
+
+def test_trust_file_loads_the_file_as_torch_does_and_runs_its_code(files, capsys):
+    files["ran"].unlink(missing_ok=True)
+    assert main(["modules", str(files["evil"]), "--trust-file"]) == 0
+    assert files["ran"].exists(), "trusted: torch.export.load ran it, as it does"
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[0].split()[0] == "module"
+    # torch's own logging of the fallback (a broken format string) prints nothing either
+    assert captured.err == ""
+    files["ran"].unlink()
+
+
+class Everything(nn.Module):
+    """What torch.export.save stores besides weights: buffers (one not persistent), a lifted
+    tensor constant, example inputs with keyword and non-tensor values, a dynamic size."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.bn = nn.BatchNorm1d(4)
+        self.register_buffer("scale", torch.full((4,), 2.0))
+        self.register_buffer("shift", torch.ones(4), persistent=False)
+        self.table = torch.arange(4.0)  # a plain tensor attribute: a constant of the program
+
+    def forward(self, x, *, mask=None, flip=False, steps=2):
+        y = self.bn(self.lin(x)) * self.scale + self.shift + self.table
+        if mask is not None:
+            y = y * mask
+        return (-y if flip else y) * steps, {"rows": x.shape[0]}
+
+
+def test_programs_as_torch_export_save_writes_them_load_without_the_flag(tmp_path, capsys):
+    batch = torch.export.Dim("batch", min=2)
+    x, kwargs = torch.randn(3, 4), {"mask": torch.ones(3, 4), "flip": True, "steps": 3}
+    shapes = {"x": {0: batch}, "mask": {0: batch}, "flip": None, "steps": None}
+    programs = {
+        "everything": torch.export.export(Everything().eval(), (x,), kwargs, dynamic_shapes=shapes),
+        "preserved": gs.export(Model(), (torch.randn(1, 2),)),
+    }
+    for name, program in programs.items():
+        path = tmp_path / f"{name}.pt2"
+        torch.export.save(program, str(path))
+        loaded, reference = _load_program(str(path)), torch.export.load(str(path))
+        assert loaded.constants.keys() == reference.constants.keys()
+        assert loaded.state_dict.keys() == reference.state_dict.keys()
+        assert str(loaded.example_inputs) == str(reference.example_inputs)
+        assert str(loaded.range_constraints) == str(reference.range_constraints)
+        assert str(loaded.graph) == str(reference.graph)
+        assert main(["modules", str(path)]) == 0
+        assert capsys.readouterr().err == ""
+    everything = _load_program(str(tmp_path / "everything.pt2"))
+    assert {"table", "shift"} <= everything.constants.keys(), "precondition: constants"
+    assert everything.example_inputs[1]["flip"] is True and everything.range_constraints
+
+
+@pytest.mark.parametrize("command", ["modules", "render", "report"])
+def test_every_help_says_a_pt2_is_code_and_what_trust_file_does(capsys, command):
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "A .pt2 file is code" in text and "refuses a file that needs more" in text
+    assert "--trust-file load the .pt2 as torch.export.load does, running any pickled" in text
+
+
+# --- hostile files that are no program: one line that stands alone -----------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "cause"),
+    [
+        ("empty", "archive does not contain any files"),
+        ("long_name", "file in archive is not in a subdirectory: aaaa"),
+    ],
+)
+def test_the_error_names_the_cause_torch_logged_not_warnings_it_never_showed(
+    files, capsys, name, cause
+):
+    # precondition: torch's own error points at warnings it logged, which the command keeps
+    # off the screen
+    with pytest.raises(RuntimeError, match="check the warnings above"):
+        torch.export.load(str(files[name]))
+    assert main(["modules", str(files[name])]) == 2
+    line = one_error_line(capsys)
+    assert "not a readable torch.export program" in line and cause in line
+    assert "above" not in line
+    assert len(line) < 400, "a name of 60,000 characters is cut"
+
+
+def test_a_truncated_archive_exits_2_with_one_line(files, capsys):
+    assert main(["render", str(files["truncated"])]) == 2
+    assert "truncated.pt2: not a readable torch.export program" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("path", ["{good}", "{out}/model-link.dot"])
+def test_render_never_writes_over_the_program(files, capsys, path):
+    link = files["out"] / "model-link.dot"
+    if not link.exists():
+        link.symlink_to(files["good"])
+    before = files["good"].read_bytes()
+    assert main(["render", str(files["good"]), "-o", path.format(**files)]) == 2
+    line = one_error_line(capsys)
+    assert f"is the program file {files['good']} itself" in line
+    assert "choose another output file" in line
+    assert files["good"].read_bytes() == before

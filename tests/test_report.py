@@ -7,7 +7,9 @@ Chromium from its file.
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import sys
 from html.parser import HTMLParser
 
@@ -306,6 +308,35 @@ def test_other_errors_exit_2_with_one_line(here, capsys):
         main(["report", "gpt.pt2", "--rtol", "-1"])
     assert exit_.value.code == 2
     assert "--rtol: '-1': use a finite number >= 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "output",
+    ["victim.pt2", "./victim.pt2", "../{folder}/victim.pt2", "link.html", "hard.html"],
+)
+def test_the_report_never_overwrites_its_program(here, capsys, output):
+    victim = here / "victim.pt2"
+    shutil.copyfile(here / "gpt.pt2", victim)
+    for name, make in (("link.html", os.symlink), ("hard.html", os.link)):
+        (here / name).unlink(missing_ok=True)
+        make(victim, here / name)
+    output = output.format(folder=here.name)
+    assert os.path.samefile(output, victim), "precondition: the output is the program"
+    before = victim.read_bytes()
+    assert main(["report", "victim.pt2", "-o", output]) == 2
+    line = error_line(capsys)
+    assert f"graphsurgeon: error: {output}: is the program file victim.pt2 itself" in line
+    assert ("by another path" in line) == output.endswith(".html"), "a link says so"
+    assert "writing it would overwrite the program: choose another output file" in line
+    assert victim.read_bytes() == before
+
+
+@pytest.mark.parametrize("output", ["report.txt", "report", "report.svg"])
+def test_the_report_is_written_only_to_an_html_file(here, capsys, output):
+    assert main(["report", "gpt.pt2", "-o", output]) == 2
+    suffix = os.path.splitext(output)[1] or "(no suffix)"
+    assert f"{output}: unknown output format {suffix!r}; use .html" in error_line(capsys)
+    assert not (here / output).exists()
 
 
 def test_help_says_how_a_swap_is_made(capsys):
