@@ -10,6 +10,7 @@ retried, and the reason is kept so that :func:`graphsurgeon.module_tree` can sho
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import re
 import time
@@ -310,8 +311,13 @@ def export(
     attempts = 0
     start = time.perf_counter()
 
+    calls = _CallRecord(model)
+
     def run(preserved: list[str]) -> ExportedProgram:
-        with _results_of_their_own(model, preserved, enabled=not strict):
+        with (
+            _results_of_their_own(model, preserved, enabled=not strict),
+            calls.watch(preserved, enabled=not strict),
+        ):
             return torch.export.export(
                 model,
                 args,
@@ -332,15 +338,17 @@ def export(
                 if culprits:
                     raise ExportError(
                         f"torch.export cannot preserve the call signature of {culprits[0]!r}: "
-                        f"{_short(error)}. Remove it from preserve, or use preserve='all' "
-                        "to drop such modules automatically."
+                        f"{calls.why(culprits[0], error)}. Remove it from preserve, or use "
+                        "preserve='all' to drop such modules automatically."
                     ) from error
                 if keep and tolerant:
                     # The message does not name a module: find out whether preserving is
                     # the problem at all before blaming any module.
                     keep, more = _bisect_failures(run, keep)
                     attempts += more["attempts"]
-                    dropped.update(more["dropped"])
+                    dropped.update(
+                        {fqn: calls.why(fqn, problem) for fqn, problem in more["dropped"].items()}
+                    )
                     if more["clean"] and more["dropped"]:
                         continue
                 raise ExportError(
@@ -348,7 +356,7 @@ def export(
                     f"{_advice(model, error)}"
                 ) from error
             for fqn in culprits:
-                dropped[fqn] = _short(error)
+                dropped[fqn] = calls.why(fqn, error)
                 keep.remove(fqn)
     notes = ExportNotes(
         dropped=dropped,
@@ -450,3 +458,121 @@ def _bisect_failures(run: Callable[[list[str]], ExportedProgram], keep: list[str
     search(keep)
     kept = [f for f in keep if f not in dropped]
     return kept, {"dropped": dropped, "attempts": attempts, "clean": True}
+
+
+class _CallRecord:
+    """How the preserved modules were called, and what they returned, while exporting: enough
+    to say in the user's words why torch.export could not keep a module's call signature
+    (torch's own message is an internal assertion: "Expected code to be unreachable, but got:
+    'mul'")."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+        self.problems: dict[str, str] = {}  # fqn -> the first thing torch cannot keep
+        self.forms: dict[str, list[str]] = {}  # fqn -> how it was called, one entry per form
+
+    @contextlib.contextmanager
+    def watch(self, preserved: list[str], enabled: bool = True):
+        handles = []
+        if enabled:  # strict export traces hooks too: nothing is recorded there
+            modules = dict(self.model.named_modules(remove_duplicate=False))
+            for fqn in preserved:
+                module = modules.get(fqn)
+                if module is None:
+                    continue
+                names = positional_parameters(module)
+                handles.append(
+                    module.register_forward_pre_hook(
+                        functools.partial(self._called, fqn, names), with_kwargs=True
+                    )
+                )
+                handles.append(
+                    module.register_forward_hook(
+                        functools.partial(self._returned, fqn), with_kwargs=True
+                    )
+                )
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    def _called(self, fqn, names, module, args, kwargs) -> None:
+        form = "(" + ", ".join([*names[: len(args)], *(f"{k}=…" for k in kwargs)]) + ")"
+        if len(args) > len(names):
+            form = f"({len(args)} positional" + (f", {', '.join(kwargs)}" if kwargs else "") + ")"
+        forms = self.forms.setdefault(fqn, [])
+        if form not in forms:
+            forms.append(form)
+        if fqn in self.problems:
+            return
+        flat, _ = pytree.tree_flatten_with_path((args, kwargs))
+        for path, leaf in flat:
+            where = _argument_text(path, names)
+            if isinstance(leaf, str):
+                self.problems[fqn] = (
+                    f"it is called with a string argument ({where}={_clip(repr(leaf))}), and a "
+                    "module's call signature can only hold tensors and numbers. Make the string "
+                    "a setting of the module (an __init__ argument kept on self), or swap the "
+                    "module that calls it"
+                )
+                return
+            if isinstance(leaf, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+                self.problems[fqn] = (
+                    f"it is called with a size that depends on a dynamic dimension ({where}), "
+                    "and a module's call signature cannot hold one. Pass the tensor and read "
+                    "its size inside the module, or swap the module that calls it"
+                )
+                return
+
+    def _returned(self, fqn, module, args, kwargs, output) -> None:
+        if fqn in self.problems:
+            return
+        flat, _ = pytree.tree_flatten_with_path(output)
+        for path, leaf in flat:
+            where = f"output{pytree.keystr(path)}" if path else "its output"
+            if isinstance(leaf, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+                self.problems[fqn] = (
+                    f"it returns a size that depends on a dynamic dimension ({where}, such as "
+                    "x.shape[0] with a dynamic batch), and a module's call signature cannot hold "
+                    "one. Return it as a tensor, or leave it out of what the module returns, "
+                    "or swap the module that calls it"
+                )
+                return
+            if leaf is not None and not isinstance(leaf, (torch.Tensor, int, float, bool, str)):
+                self.problems[fqn] = (
+                    f"it returns {a_type(leaf)} ({where}), and a module's call signature can "
+                    "only hold tensors, numbers, strings and None. Return tensors, or swap "
+                    "the module that calls it"
+                )
+                return
+
+    def why(self, fqn: str, error: BaseException) -> str:
+        """Why ``fqn``'s signature could not be kept, as a sentence: what was recorded about
+        its calls, else torch's own message."""
+        if fqn in self.problems:
+            return self.problems[fqn]
+        forms = self.forms.get(fqn, [])
+        if len(forms) > 1:
+            return (
+                f"it is called in {len(forms)} different ways ({' and '.join(forms[:3])}), and "
+                "torch.export keeps one call signature per module. Call it the same way every "
+                "time (the same arguments by position or by keyword), or swap the module that "
+                "calls it"
+            )
+        return f"torch.export could not keep its signature ({_short(error)})"
+
+
+def _argument_text(path: tuple, names: tuple[str, ...]) -> str:
+    """Where a leaf sits among a call's ``(args, kwargs)``: ``mode``, ``x``, ``cfg['a']``."""
+    if not path:
+        return "an argument"
+    head, rest = path[0], path[1:]
+    if getattr(head, "idx", None) == 0 and rest:  # args
+        position = getattr(rest[0], "idx", 0)
+        name = names[position] if position < len(names) else f"argument {position}"
+        return name + pytree.keystr(rest[1:])
+    if rest:  # kwargs
+        key = getattr(rest[0], "key", "")
+        return str(key) + pytree.keystr(rest[1:])
+    return pytree.keystr(path)

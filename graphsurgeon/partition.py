@@ -845,7 +845,7 @@ class ProgramIndex:
         if signature is None:
             dropped = self.notes.dropped.get(fqn) if self.notes else None
             if dropped:
-                return f"not preserved: torch.export could not keep its signature ({dropped})"
+                return f"not preserved: {dropped}"
             if self.notes is not None:  # made by gs.export, with a narrowed preserve= list
                 return (
                     f"not preserved: it was left out of preserve=; export with "
