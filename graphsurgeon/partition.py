@@ -860,11 +860,12 @@ class ProgramIndex:
         if not nodes:
             returned = [self.by_name[out] for out in outputs if out in self.by_name]
             if returned:
+                like = "" if returned[0].name in self.state_specs else " (like nn.Identity)"
                 return (
                     f"it has no nodes of its own: it returns {self._what(returned[0])} as it "
-                    "is (like nn.Identity, or Dropout in eval mode), so the program does not "
-                    "record where it is called. Export with gs.export(model, args), which "
-                    "records such calls, or swap the module that calls it"
+                    f"is{like}, so the program does not record where it is called. Export with "
+                    "gs.export(model, args), which records such calls, or swap the module that "
+                    "calls it"
                 )
             return (
                 "it has no nodes of its own: it computes nothing in the graph (its outputs are "
