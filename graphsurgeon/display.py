@@ -5,7 +5,9 @@ short ``text/plain`` (its ``repr``). The HTML carries its own scoped style (clas
 ``gs-``, colours that read on light and dark themes), folds long lists in ``<details>``, and
 loads nothing from anywhere. Every name and value that comes from a program (module names,
 node names, reasons) is escaped: a module named ``<img src=x onerror=alert(1)>`` shows as that
-text and runs nothing. Nothing here imports IPython: a notebook calls these methods itself.
+text and runs nothing; the module tree shows a name's control characters visibly (``a␀b``) and
+shortens a long one (:func:`graphsurgeon.picture.shown`). Nothing here imports IPython: a
+notebook calls these methods itself.
 
 Example:
     >>> from graphsurgeon.display import escape, table
@@ -20,6 +22,8 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+from .picture import TOOLTIP_NAME_LIMIT, id_text, shown
 
 __all__ = ["badge", "bundle", "details", "escape", "table"]
 
@@ -154,7 +158,7 @@ def module_tree_html(
         return info.calls == 0 and bool(info.children)
 
     def cells(fqn: str, info: Any, depth: int) -> str:
-        name = fqn.rsplit(".", 1)[-1] if fqn else "(root)"
+        name = shown(fqn.rsplit(".", 1)[-1]) if fqn else "(root)"
         reason = f'<span class="gs-muted">{escape(info.reason or "")}</span>'
         if info.swappable:
             verdict = badge("swappable", "ok")
@@ -170,14 +174,15 @@ def module_tree_html(
         else:
             verdict = f"{badge('no', 'bad')} {reason}"
         if selectable:  # many rows in a widget's state: the fqn is the data, no tooltips
-            data = f' data-gs-module="{escape(fqn)}"' if fqn else ""
+            # the fqn as ids carry it: an attribute keeps no NUL, and the parser rewrites "\r"
+            data = f' data-gs-module="{escape(id_text(fqn))}"' if fqn else ""
             head = f'<span class="gs-name" style="padding-left:{14 * depth}px"{data}>'
             kind = f"<span>{escape(info.type_name)}</span>"
         else:
             qualified = escape(getattr(info, "qualified_type", "") or "")
             head = (
                 f'<span class="gs-name" style="padding-left:{14 * depth}px" '
-                f'title="{escape(fqn or "(root)")}">'
+                f'title="{escape(shown(fqn, TOOLTIP_NAME_LIMIT) if fqn else "(root)")}">'
             )
             kind = f'<span title="{qualified}">{escape(info.type_name)}</span>'
         return (

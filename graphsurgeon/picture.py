@@ -1,4 +1,4 @@
-"""Picture: what a drawing of a program shows, as data, before it becomes DOT text.
+r"""Picture: what a drawing of a program shows, as data, before it becomes DOT text.
 
 :func:`graphsurgeon.to_dot` works in two steps, so that nothing about a picture has to be read
 back out of its text: the renderer decides everything (what is drawn, where, how it is marked)
@@ -6,6 +6,16 @@ and builds a frozen :class:`Picture`; :meth:`Picture.to_dot` lowers it to graphv
 nothing else. The same Picture is the map from an id in the SVG (``node:linear``,
 ``cluster:layers.0``, ``module:layers.1``, ``edge:x->linear``) to what it stands for (the fx
 node, the module call), so a click in the page is resolved from data, never by parsing ids.
+
+Names are user text: a module may be called ``"a\x00b"``, ``"line\nbreak"`` or 10,000 characters
+long. Two rules, decided here and used by the renderer, these lookups and the widget:
+
+* in ids (and DOT names), :func:`id_text` keeps an ordinary name as it is and writes ``%`` and the
+  characters an id cannot carry (NUL and other control characters, newlines, tabs, lone
+  surrogates) as ``%XX`` (UTF-8 bytes, as in a URL): ``module:a%00b``. :func:`name_of_id_text`
+  reverses it;
+* in labels and tooltips, :func:`shown` makes those characters visible (``␀``, ``␊``) and
+  shortens a long name in the middle with an ellipsis.
 
 Example:
     >>> import torch, graphsurgeon as gs
@@ -20,10 +30,19 @@ Example:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["Picture", "PictureCluster", "PictureEdge", "PictureNode"]
+__all__ = [
+    "Picture",
+    "PictureCluster",
+    "PictureEdge",
+    "PictureNode",
+    "id_text",
+    "name_of_id_text",
+    "shown",
+]
 
 # One statement's attributes, in order, values already DOT-quoted where they need it.
 Attributes = tuple[tuple[str, str], ...]
@@ -201,7 +220,7 @@ class Picture:
     def element_of_node(self, node: str, prefix: str = "") -> PictureNode | None:
         """Where fx node ``node`` is drawn: its own node, else the box it was collapsed into
         (None when it is not drawn: glue, a check, a node of another program)."""
-        own = f"{prefix}node:{node}"
+        own = f"{prefix}node:{id_text(node)}"
         if own in self.rows:
             return self[own]
         box = self._box_of.get(prefix + node)
@@ -248,8 +267,95 @@ _EDGE_STATEMENT, _EDGE_CLUSTER = 5, 6
 
 def quote(text: str) -> str:
     r"""A DOT string. Backslashes are doubled so that graphviz does not read ``\N``, ``\G``,
-    ``\l`` ... in user text as its own escapes; newlines become line breaks."""
+    ``\l`` ... in user text as its own escapes; newlines become line breaks. Characters dot or
+    SVG cannot carry (NUL ends dot's input; XML has no control characters) are shown as
+    :func:`shown` shows them: a name reaches here already made visible, this is the last guard
+    for any other text (a type's name, a dict key in an index path)."""
+    # str.isprintable() is the quick test that nearly every text passes; it is stricter than
+    # the pattern (False for U+2028, say), so the pattern decides when it fails
+    if (
+        not text.isprintable()
+        and not text.replace("\n", " ").isprintable()
+        and _NOT_IN_LABELS.search(text) is not None
+    ):
+        text = _NOT_IN_LABELS.sub(_visible_character, text)
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+# -- names in ids and in text ----------------------------------------------------------------
+
+# What an id cannot carry as it is: NUL (dot reads C strings), the other C0 and C1 control
+# characters (not XML; tab, newline and carriage return are rewritten by XML and HTML parsers in
+# attribute values), lone surrogates and U+FFFE/U+FFFF (not encodable, not XML); and "%", the
+# escape character itself, so that the escaping is reversible.
+_NOT_IN_IDS = re.compile("[\x00-\x1f\x7f-\x9f%\ud800-\udfff\ufffe\uffff]")
+# What a name shows visibly in text: the same, except "%".
+_NOT_IN_NAMES = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+# What any label or tooltip text cannot carry: the same, except the newline (a line break).
+_NOT_IN_LABELS = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+_ESCAPED = re.compile("(?:%[0-9A-F]{2})+")
+#: How many characters of a name a label shows, and a tooltip (the middle gives way to "…").
+LABEL_NAME_LIMIT, TOOLTIP_NAME_LIMIT = 60, 400
+
+
+def _percent(match: re.Match) -> str:
+    return "".join(f"%{byte:02X}" for byte in match.group().encode("utf-8", "surrogatepass"))
+
+
+def id_text(name: str) -> str:
+    r"""``name`` as it is written in element ids and DOT names: itself when it is an ordinary
+    name, else with ``%`` and each character an id cannot carry as ``%XX`` (its UTF-8 bytes).
+    Deterministic, and reversed by :func:`name_of_id_text`.
+
+    Example:
+        >>> id_text("layers.0.attn"), id_text("a\x00b"), id_text("line\nbreak"), id_text("50%")
+        ('layers.0.attn', 'a%00b', 'line%0Abreak', '50%25')
+        >>> name_of_id_text("a%00b")
+        'a\x00b'
+    """
+    if ("%" not in name and name.isprintable()) or _NOT_IN_IDS.search(name) is None:
+        return name
+    return _NOT_IN_IDS.sub(_percent, name)
+
+
+def name_of_id_text(text: str) -> str:
+    r"""The name that :func:`id_text` wrote as ``text`` (``"a%00b"`` -> ``"a\x00b"``)."""
+    if "%" not in text:
+        return text
+
+    def decode(match: re.Match) -> str:
+        try:
+            return bytes.fromhex(match.group().replace("%", "")).decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError:  # not written by id_text: left as it is
+            return match.group()
+
+    return _ESCAPED.sub(decode, text)
+
+
+def _visible_character(match: re.Match) -> str:
+    code = ord(match.group())
+    if code < 0x20:
+        return chr(0x2400 + code)  # the Control Pictures block: ␀, ␉, ␊, ␍, ␛ ...
+    if code == 0x7F:
+        return "\u2421"  # ␡
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def shown(name: str, limit: int = LABEL_NAME_LIMIT) -> str:
+    r"""``name`` as labels and panels show it: control characters and newlines visible (``␀``,
+    ``␊``, ``␉``; others as ``\x85``), and past ``limit`` characters shortened in the middle
+    with an ellipsis, so a 10,000-character name does not make a 10,000-pixel-wide box.
+
+    Example:
+        >>> shown("a\x00b\nc"), shown("x" * 100, 11)
+        ('a␀b␊c', 'xxxxx…xxxxx')
+    """
+    if not name.isprintable() and _NOT_IN_NAMES.search(name) is not None:
+        name = _NOT_IN_NAMES.sub(_visible_character, name)
+    if len(name) > limit:
+        head = (limit - 1) // 2 + (limit - 1) % 2
+        name = name[:head] + "…" + name[len(name) - (limit - 1 - head) :]
+    return name
 
 
 def attribute_text(pairs: Attributes) -> str:

@@ -19,8 +19,11 @@ Every node, cluster and edge carries a stable ``id`` that graphviz copies into t
 (a collapsed one), ``modules:<first>..<last>`` (a run of collapsed siblings) and
 ``edge:<tail>-><head>`` (tail and head are DOT node names: the fx node name, or the ``module:``
 id of a box; a repeated pair gets ``:2``, ``:3`` ...). The two pictures of a side-by-side diff
-prefix all of these with ``before/`` and ``after/``. Tooltips carry the fx node name, the full op
-and the source line from ``stack_trace``.
+prefix all of these with ``before/`` and ``after/``. A name that an id cannot carry as it is (NUL,
+a newline, a control character) is written as :func:`graphsurgeon.picture.id_text` writes it
+(``module:a%00b``); labels show such characters visibly (``a␀b``) and shorten long names in the
+middle (``…``). Tooltips carry the fx node name, the full op and the source line from
+``stack_trace``.
 
 Example:
     >>> import torch, graphsurgeon as gs
@@ -70,7 +73,8 @@ from .errors import (
     did_you_mean,
 )
 from .partition import Partition, call_index, program_index, split_call_name
-from .picture import Picture, attribute_text, quote
+from .picture import TOOLTIP_NAME_LIMIT, Picture, attribute_text, id_text, name_of_id_text, quote
+from .picture import shown as _shown
 from .swap import SwapInfo, swap, swap_info
 
 __all__ = ["GraphView", "RenderError", "graph_view", "to_dot", "to_svg"]
@@ -518,7 +522,7 @@ def _relative(target: str, chain: tuple[str, ...]) -> str:
 @functools.lru_cache(maxsize=8192)
 def _color(fqn: str, strong: bool = False) -> str:
     """A pale color derived from the module's name (sha1, so it is the same in every process)."""
-    digest = hashlib.sha1(fqn.encode()).digest()
+    digest = hashlib.sha1(fqn.encode("utf-8", "surrogatepass")).digest()  # any str is a name
     hue = int.from_bytes(digest[:4], "big") / 2**32
     lightness, saturation = (0.80, 0.85) if strong else (0.92, 0.60)
     red, green, blue = colorsys.hls_to_rgb(hue, lightness, saturation)
@@ -804,7 +808,7 @@ class _Writer:
                     members[name] = []
                 container = name
             if ref is None:
-                ref = self.prefix + vertex.name
+                ref = self.prefix + id_text(vertex.name)
                 members[container].append(("vertex", vertex.name))
             self.refs[vertex.name] = ref
         self.removed_boxes = {box for box, all_removed in box_status.items() if all_removed}
@@ -845,7 +849,7 @@ class _Writer:
         style, line, width = "filled", "#9ca3af", "0.8"
         if boundary:
             replacement = self.context.replacement(name)
-            title += f" → {type(replacement).__name__}"
+            title += f" → {_shown(type(replacement).__name__)}"
             classes += " swapped-boundary"
             style, line, width = "filled,dashed", _SWAP_LINE, "1.5"
         if name in self.style.fused:
@@ -855,9 +859,9 @@ class _Writer:
         if highlighted:
             classes += " highlighted"
             line, width = _HIGHLIGHT, "2.5"
-        cluster_id = f"{self.prefix}cluster:{name}"
+        cluster_id = f"{self.prefix}cluster:{id_text(name)}"
         # graphviz draws a subgraph as a cluster only when its name starts with "cluster"
-        subgraph = f"cluster:{self.prefix}{name}"
+        subgraph = f"cluster:{self.prefix}{id_text(name)}"
         attributes = [
             ("id", _quote(cluster_id)),
             ("class", _quote(classes)),
@@ -893,8 +897,10 @@ class _Writer:
         highlighted = (module is not None and module in self.style.highlighted) or (
             vertex.name in self.style.highlighted_vertices
         )
+        local = id_text(vertex.name)  # an fx name: itself
+        dot_name = self.prefix + local
         label, tooltip = self._text(vertex)
-        label = _lines(label, self._sharing(self.prefix + vertex.name))
+        label = _lines(label, self._sharing(dot_name))
         classes = [kind]
         attributes: list[tuple[str, str]] = []
         if module is not None:
@@ -914,14 +920,13 @@ class _Writer:
             classes.append("added")
             label = "+ " + label
             attributes += [("color", _quote(_ADDED)), ("penwidth", "2")]
-        node_id = f"{self.prefix}node:{vertex.name}"
+        node_id = f"{self.prefix}node:{local}"
         head = [
             ("id", _quote(node_id)),
             ("class", _quote(" ".join(classes))),
             ("label", _quote(label)),
             ("tooltip", _tooltip(tooltip)),
         ]
-        dot_name = self.prefix + vertex.name
         statement = f"{_quote(dot_name)} [{attribute_text(_merge(head + attributes))}];"
         calls = (module,) if module is not None else ()
         self.rows[node_id] = (  # PictureNode's fields
@@ -951,20 +956,21 @@ class _Writer:
             return "output", "output of the program"
         if kind in (_BUFFER, _CONSTANT, _PARAMETER):
             target = self.context.targets.get(vertex.name, vertex.name)
-            return _lines(target, value), _lines(f"{node.name}: {kind} {target}", value)
+            label = _lines(_shown(target), value)
+            return label, _lines(f"{node.name}: {kind} {_shown(target, TOOLTIP_NAME_LIMIT)}", value)
         short, full = _op_name(node)
         label = _lines(short, value)
         tooltip = _lines(f"{node.name} = {full}", value)
         folded = vertex.params + vertex.buffers
         if folded and not self.scene.show_parameters:
             targets = [self.context.targets.get(p, p) for p in folded]
-            names = [_relative(t, vertex.chain) for t in targets]
+            names = [_shown(_relative(t, vertex.chain)) for t in targets]
             label += "\n+ " + _shorten(", ".join(names), 40)
             for i, (name, target) in enumerate(zip(folded, targets)):
                 state = self.context.placeholders.get(name)
                 described = _value(state) if state is not None else ""
                 what = "parameter" if i < len(vertex.params) else "buffer"
-                tooltip += f"\n{what} {target} {described}".rstrip()
+                tooltip += f"\n{what} {_shown(target, TOOLTIP_NAME_LIMIT)} {described}".rstrip()
         return label, _lines(tooltip, _source(node))
 
     def _swapped_text(self, vertex: _Vertex) -> tuple[str, str]:
@@ -974,8 +980,9 @@ class _Writer:
         part = info.partitions.get(call) if info is not None else None
         kind = type(replacement)
         signature = _call_signature(part, replacement, self.context.program.ep) if part else ""
-        label = _lines(f"{call}: swapped", kind.__name__, signature)
-        tooltip = f"{vertex.name}: {call} runs {kind.__module__}.{kind.__qualname__}"
+        label = _lines(f"{_shown(call)}: swapped", _shown(kind.__name__), signature)
+        shown_call = _shown(call, TOOLTIP_NAME_LIMIT)
+        tooltip = f"{vertex.name}: {shown_call} runs {kind.__module__}.{kind.__qualname__}"
         if part is not None:
             tooltip += f"\nin place of {len(part.nodes)} nodes of {part.type_name}"
         return label, tooltip
@@ -990,7 +997,8 @@ class _Writer:
         numel = self.context.numel(set().union(*(c.params for c in calls)))
         counts = _plural(nodes, "node") + (f" · {_count(numel)} params" if numel else "")
         if len(members) > 1:
-            title = f"{members[0]} … {members[-1]}: {self._type_name(first)} × {len(members)}"
+            first_name, last_name = _shown(members[0]), _shown(members[-1])
+            title = f"{first_name} … {last_name}: {self._type_name(first)} × {len(members)}"
             tooltip = f"{len(members)} calls of {calls[0].type}, collapsed\n{counts}"
         else:
             title = self._module_title(first)
@@ -1039,16 +1047,16 @@ class _Writer:
     def _box_ref(self, first: str) -> str:
         members = self.runs.get(first)
         if members:
-            return f"{self.prefix}modules:{members[0]}..{members[-1]}"
-        return f"{self.prefix}module:{first}"
+            return f"{self.prefix}modules:{id_text(members[0])}..{id_text(members[-1])}"
+        return f"{self.prefix}module:{id_text(first)}"
 
     # -- module text -------------------------------------------------------------------
 
     def _type_name(self, name: str) -> str:
-        return self.calls[name].type.rsplit(".", 1)[-1] or "?"
+        return _shown(self.calls[name].type.rsplit(".", 1)[-1] or "?")
 
     def _module_title(self, name: str) -> str:
-        return f"{name}: {self._type_name(name)}"
+        return f"{_shown(name)}: {self._type_name(name)}"
 
     def _module_tooltip(self, name: str) -> str:
         # asked once per drawn node of a module: computed once per module call
@@ -1060,7 +1068,7 @@ class _Writer:
     def _describe_module(self, name: str) -> str:
         call = self.calls[name]
         numel = self.context.numel(call.params)
-        text = f"{name}: {call.type}\n{_plural(call.nodes, 'node')}"
+        text = f"{_shown(name, TOOLTIP_NAME_LIMIT)}: {call.type}\n{_plural(call.nodes, 'node')}"
         if numel:
             text += f", {numel:,} parameters"
         part = self.context.partitions().get(name)
@@ -1078,7 +1086,7 @@ class _Writer:
         its edges are left out, it says how many users it has, and each user names it.
         """
         status = self.style.status
-        plain = {self.prefix + name for name in self.vertices}
+        plain = {self.prefix + id_text(name) for name in self.vertices}
         edges: dict[tuple[str, str, str], list[str]] = {}
 
         aliases = self.scene.aliases
@@ -1121,12 +1129,15 @@ class _Writer:
         """The label line of a node or box that uses, or is, a value shared by many."""
         lines = []
         if ref in self.fanout:
-            name = self._local(ref).removeprefix("module:")
-            lines.append(f"{name} → {self.fanout[ref]} users")
+            lines.append(f"{self._name_of_ref(ref)} → {self.fanout[ref]} users")
         if ref in self.shared:
-            names = [self._local(tail).removeprefix("module:") for tail in self.shared[ref]]
+            names = [self._name_of_ref(tail) for tail in self.shared[ref]]
             lines.append("shared: " + _shorten(", ".join(names), 40))
         return "\n".join(lines)
+
+    def _name_of_ref(self, ref: str) -> str:
+        """What a label calls a DOT node: its fx node or module name, as labels show names."""
+        return _shown(name_of_id_text(self._local(ref).removeprefix("module:")))
 
     def _element_id(self, ref: str) -> str:
         """The element id of a DOT node name: ``before/linear`` -> ``before/node:linear``."""

@@ -261,6 +261,43 @@ def test_the_module_tree_folds_with_counts_and_reasons(gpt):
     assert tree["layers.0"].num_parameters == sum(p.numel() for p in model.layers[0].parameters())
 
 
+class OddlyNamed(nn.Module):
+    """Modules whose names hold a NUL, a newline and 10,000 characters."""
+
+    NAMES = ("a\x00b", "line\nbreak", "x" * 10_000)
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleDict({name: nn.Linear(2, 2) for name in self.NAMES})
+
+    def forward(self, x):
+        for block in self.blocks.values():
+            x = torch.relu(block(x))
+        return x
+
+
+def test_names_with_control_characters_or_thousands_of_characters_show_as_text():
+    from graphsurgeon.display import module_tree_html
+    from graphsurgeon.picture import id_text
+
+    ep = gs.export(OddlyNamed(), (torch.randn(1, 2),))
+    tree = gs.module_tree(ep)
+    assert set(OddlyNamed.NAMES) <= {fqn.removeprefix("blocks.") for fqn in tree}, "precondition"
+    page, _ = bundle_of(tree)
+    assert "a␀b" in page.all_text and "line␊break" in page.all_text
+    assert not any(c in page.all_text for c in "\x00\r"), "no control character in the text"
+    assert "x" * 30 + "…" + "x" * 29 in page.all_text, "a long name is shortened in the middle"
+    assert "x" * 100 not in page.all_text
+    titles = [a["title"] for t, a in page.tags if t == "span" and "title" in a]
+    assert any("…" in title and len(title) < 500 for title in titles)
+    selectable = Elements(module_tree_html(tree, selectable=True))
+    modules = {a["data-gs-module"] for t, a in selectable.tags if "data-gs-module" in a}
+    assert {id_text(f"blocks.{name}") for name in OddlyNamed.NAMES} <= modules, "as ids carry it"
+    if shutil.which("dot"):
+        drawing, _ = bundle_of(gs.draw(ep, collapse=None))
+        assert any("a␀b: Linear" in text for text in drawing.text)
+
+
 def test_a_module_a_partition_and_export_notes_show_themselves(gpt):
     _, _, ep, _ = gpt
     page, plain = bundle_of(gs.module_tree(ep)["layers.0"])

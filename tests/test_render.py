@@ -471,6 +471,91 @@ def test_labels_and_ids_are_escaped():
         assert 'we"ird\\N: Odd"Name<&>' in texts
 
 
+# Names an id cannot carry as they are (NUL ends dot's input, XML has no control characters,
+# parsers rewrite newlines in attributes), a name with the escape character, and a long one.
+ODD_NAMES = {
+    "nul": "a\x00b",
+    "newline": "line\nbreak",
+    "controls": "tab\there\rand\x1b[31m",
+    "percent": "50%",
+    "long": "x" * 10_000,
+}
+
+
+class TwoLinears(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(2, 2)
+        self.b = nn.Linear(2, 2)
+
+    def forward(self, x):
+        return self.b(self.a(x))
+
+
+class OddlyNamed(nn.Module):
+    """``x ──▶ <name> (a ──▶ b) ──▶ head ──▶ out``, with ``<name>`` any string."""
+
+    def __init__(self, name: str):
+        super().__init__()
+        self.name = name
+        self.add_module(name, TwoLinears())
+        self.head = nn.Linear(2, 2)
+
+    def forward(self, x):
+        return self.head(getattr(self, self.name)(x))
+
+
+def test_ids_keep_ordinary_names_and_escape_the_rest_reversibly():
+    from graphsurgeon.picture import id_text, name_of_id_text
+
+    for name in ("layers.0.attn", "shared@1", 'we"ird\\N', "<img src=x>", "a b", "ünï"):
+        assert id_text(name) == name, "ordinary names are ids as they are"
+    assert id_text("a\x00b") == "a%00b" and id_text("line\nbreak") == "line%0Abreak"
+    assert id_text("50%") == "50%25", "the escape character itself, so ids stay distinct"
+    for name in [*ODD_NAMES.values(), "a%00b", "\ud800", "%", "%2", "é\x85"]:
+        text = id_text(name)
+        assert name_of_id_text(text) == name
+        assert not re.search("[\x00-\x1f\x7f-\x9f\ud800-\udfff]", text), repr(text)
+    assert id_text("a%00b") != id_text("a\x00b")
+
+
+@pytest.mark.parametrize("kind", list(ODD_NAMES))
+def test_any_module_name_draws_with_ids_that_resolve_back_to_it(kind):
+    name = ODD_NAMES[kind]
+    ep = exported(OddlyNamed(name), torch.randn(1, 2))
+    assert name in gs.partition(ep), "precondition: torch keeps the name as it is"
+    from graphsurgeon.picture import id_text
+
+    for collapse, prefix in ((None, "cluster:"), (1, "module:")):
+        view = graph_view(ep, collapse=collapse)
+        element = view.picture[prefix + id_text(name)]
+        assert name in (getattr(element, "call", None), *getattr(element, "calls", ()))
+        assert "\x00" not in view.dot, "dot reads C strings: a NUL would end its input"
+        assert to_dot(ep, collapse=collapse) == view.dot, "deterministic"
+        labels = [element.label for element in view.picture.nodes + view.picture.clusters]
+        assert max(len(line) for label in labels for line in label.splitlines()) < 100
+        if shutil.which("dot"):
+            root = ET.fromstring(to_svg(ep, collapse=collapse))  # well-formed XML
+            ids = {g.get("id") for g in root.iter(f"{SVG}g")} - {None}
+            ids = {i for i in ids if not i.startswith("a_")}  # dot's own tooltip anchors
+            assert prefix + id_text(name) in ids and ids <= set(view.picture) | {"graph0"}
+            width = float(root.get("width").removesuffix("pt"))
+            assert width < 1000, f"a {len(name):,}-character name made a {width}pt-wide picture"
+    if shutil.which("dot"):
+        assert "<svg" in gs.draw(ep)._repr_mimebundle_()["text/html"]
+
+
+def test_labels_show_control_characters_and_shorten_long_names():
+    dot = to_dot(exported(OddlyNamed("a\x00b\nc"), torch.randn(1, 2)), collapse=None)
+    assert 'label="a␀b␊c: TwoLinears"' in dot, "visible, and the newline is not a line break"
+    assert 'id="cluster:a%00b%0Ac"' in dot and 'tooltip="a␀b␊c: ' in dot
+    long = to_dot(exported(OddlyNamed("x" * 10_000), torch.randn(1, 2)), collapse=1)
+    label = re.search(r'"module:x+" \[[^\]]*label="([^"]*)"', long).group(1)
+    assert label.startswith("x" * 30 + "…" + "x" * 29 + ": TwoLinears"), label[:80]
+    tooltip = re.search(r'"module:x+" \[[^\]]*tooltip="([^"]*)"', long).group(1)
+    assert "…" in tooltip and len(tooltip) < 600
+
+
 def test_tooltips_show_where_the_node_comes_from():
     # x ──▶ relu ──▶ out, written in this file
     class Relu(nn.Module):

@@ -7,9 +7,12 @@ read back from the traits. Every swap is checked against the eager reference.
 
 from __future__ import annotations
 
+import copy
+import json
 import re
 import shutil
 import xml.etree.ElementTree as ET
+from html import escape as html_escape
 
 import pytest
 import torch
@@ -19,6 +22,7 @@ from torch import nn
 
 import graphsurgeon as gs
 from graphsurgeon.examples import FusedAttention, GeluTanhMLP
+from graphsurgeon.picture import id_text
 from graphsurgeon.widget import SurgeryModel
 
 pytestmark = pytest.mark.skipif(shutil.which("dot") is None, reason="needs graphviz's dot")
@@ -42,6 +46,16 @@ def page_event(widget, **content):
 def page_sets(widget, **state):
     """A trait set in the page (model.set + save_changes)."""
     widget._handle_msg({"content": {"data": {"method": "update", "state": state}}, "buffers": []})
+
+
+def sent(widget, trait):
+    """The values of ``trait`` the kernel sent the page, in order."""
+    values = []
+    for _args, kwargs in widget.comm.messages:
+        data = kwargs.get("data") or {}
+        if data.get("method") == "update" and trait in data.get("state", {}):
+            values.append(data["state"][trait])
+    return values
 
 
 def svg_ids(svg: str) -> set[str]:
@@ -290,11 +304,139 @@ def test_replacements_that_cannot_be_made_say_why(gpt):
     page_event(widget, event="expression", value="41 + 1")
     assert "not an nn.Module" in widget.error["message"]
     before = widget.svg
-    page_event(widget, event="choose", value="identity")
     widget.select("layers")
+    page_event(widget, event="choose", value="identity")
     page_event(widget, event="button", name="swap")
     assert widget.error["type"] in ("NotSwappableError", "NotPreservedError", "SwapError")
     assert widget.surgery.replacements == {} and widget.svg == before, "nothing changed"
+
+
+def test_a_replacement_belongs_to_the_selection_it_was_chosen_for(gpt):
+    widget, model, tokens = gpt
+    first, second = model.layers[0].mlp, model.layers[1].mlp
+    assert not torch.equal(first.up.weight, second.up.weight), "precondition: blocks differ"
+    page_event(widget, event="select", value="layers.0.mlp")
+    page_event(widget, event="choose", value="ns:tanh_mlp")  # made from block 0's weights
+    assert "Replacement: <b>tanh_mlp</b>" in widget.preview
+    page_event(widget, event="button", name="swap")
+    assert torch.equal(widget.surgery.replacements["layers.0.mlp"].up.weight, first.up.weight)
+    page_event(widget, event="select", value="layers.1.mlp")
+    page_event(widget, event="button", name="swap")
+    assert list(widget.surgery.replacements) == ["layers.0.mlp"], "block 0's module not reused"
+    assert "pick a replacement first" in widget.error["message"]
+    # nothing is chosen for the new selection: picker, preview and Swap button say so
+    assert (widget.choice, widget.choice_key, widget.can_swap) == ("", "", False)
+    assert "Replacement:" not in widget.preview
+    page_event(widget, event="choose", value="copy")
+    page_event(widget, event="button", name="swap")
+    assert widget.error == {}
+    swapped = widget.surgery.replacements
+    assert torch.equal(swapped["layers.1.mlp"].up.weight, second.up.weight)
+    assert torch.equal(swapped["layers.0.mlp"].up.weight, first.up.weight)
+    # the program computes what eager does with the replacements meant, built here
+    reference = copy.deepcopy(model)
+    reference.layers[0].mlp = GeluTanhMLP(first)
+    torch.testing.assert_close(widget.surgery.module(tokens), reference(tokens))
+    calls = {c.call_name: c.ok for c in widget.compare().calls}
+    assert calls["layers.1.mlp"], "a copy of the original computes what the original does"
+    page_event(widget, event="choose", value="")  # the picker's first line: nothing chosen
+    assert (widget.choice_key, widget.can_swap) == ("", False)
+
+
+def test_a_module_swapped_from_code_is_not_reused_for_another_module(gpt):
+    widget, model, _tokens = gpt
+    widget.select("layers.0.mlp").swap(copy.deepcopy(model.layers[0].mlp))
+    with pytest.raises(gs.errors.WidgetError, match=r"chosen for 'layers\.0\.mlp', not for"):
+        widget.swap(name="layers.1.mlp")
+    page_event(widget, event="select", value="layers.1.mlp")
+    page_event(widget, event="button", name="swap")
+    assert list(widget.surgery.replacements) == ["layers.0.mlp"], "block 0's module not reused"
+    assert "pick a replacement first" in widget.error["message"]
+    widget.select("layers.0.mlp").swap(copy.deepcopy(model.layers[0].mlp))
+    assert (widget.choice_key, widget.choice) == ("module", "MLP"), "the picker shows it"
+    widget.expand("layers.0.attn")
+    page_event(widget, event="select", value="layers.0.attn")
+    page_event(widget, event="choose", value="identity")
+    page_event(widget, event="click", id="node:view")  # a node of the selected module
+    assert (widget.selected, widget.choice_key, widget.can_swap) == (
+        "layers.0.attn",
+        "identity",
+        True,
+    )
+    widget.select(None)
+    assert (widget.choice_key, widget.can_swap) == ("", False)
+    with pytest.raises(gs.errors.WidgetError, match="select a module first"):
+        widget.choose("identity")
+
+
+def test_a_refused_selection_snaps_back_and_the_next_swap_uses_the_real_one(gpt):
+    widget, _model, _tokens = gpt
+    page_sets(widget, selected="layers.0.mlp")
+    page_event(widget, event="choose", value="copy")
+    widget.comm.messages.clear()
+    page_sets(widget, selected="layers.0.atn")  # a typo, as a page could send it
+    assert "'layers.0.atn'" in widget.error["message"], "the error is shown"
+    assert widget.selected == "layers.0.mlp", "the trait snaps back to the real selection"
+    assert sent(widget, "selected")[-1:] == ["layers.0.mlp"], "and so does the page"
+    assert widget.choice_key == "copy", "the selection did not change, nor its replacement"
+    page_event(widget, event="button", name="swap")
+    assert list(widget.surgery.replacements) == ["layers.0.mlp"] and widget.error == {}
+    widget.selected = "layers.9"  # from code
+    assert widget.selected == "layers.0.mlp" and "'layers.9'" in widget.error["message"]
+
+
+class TwoLinears(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(2, 2)
+        self.b = nn.Linear(2, 2)
+
+    def forward(self, x):
+        return self.b(self.a(x))
+
+
+class OddlyNamed(nn.Module):
+    """``x ──▶ <name> (a ──▶ b) ──▶ head ──▶ out``, with ``<name>`` any string."""
+
+    def __init__(self, name: str):
+        super().__init__()
+        self.name = name
+        self.add_module(name, TwoLinears())
+        self.head = nn.Linear(2, 2)
+
+    def forward(self, x):
+        return self.head(getattr(self, self.name)(x))
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["a\x00b", "line\nbreak", "cr\rtab\t", "x" * 10_000],
+    ids=["nul", "newline", "cr", "long"],
+)
+def test_any_module_name_draws_clicks_selects_and_swaps(name):
+    x = torch.randn(1, 2)
+    widget = gs.SurgeryWidget(gs.Surgery.from_model(OddlyNamed(name), (x,)))
+    widget.expand_all()
+    cluster = f"cluster:{id_text(name)}"
+    assert cluster in svg_ids(widget.svg), "the SVG is XML and carries the id"
+    assert int(re.search(r'width="(\d+)"', widget.svg)[1]) < 1_500, "a long name is shortened"
+    page_event(widget, event="click", id=cluster)
+    assert widget.selected == name and widget.error == {}
+    assert widget.marks["selected"] == [cluster] and widget.marks["module"] == id_text(name)
+    # the tree carries the name as ids do; what its row sends back selects the module
+    assert f'data-gs-module="{html_escape(id_text(name))}.a"' in widget.tree
+    page_event(widget, event="select", value=f"{id_text(name)}.a")
+    assert widget.selected == f"{name}.a" and widget.error == {}
+    page_event(widget, event="select", value=id_text(name))
+    assert widget.selected == name
+    panels = widget.tree + widget.details + widget.preview
+    assert not re.search("[\x00\r\t]", panels), "control characters are shown visibly"
+    assert len(widget.details) < 5_000
+    page_event(widget, event="choose", value="copy")
+    page_event(widget, event="button", name="swap")
+    assert widget.error == {} and list(widget.surgery.replacements) == [name]
+    assert widget.verify().ok
+    json.dumps(widget.get_state())  # everything travels to the page
 
 
 def test_swap_without_a_choice_or_a_selection_says_what_to_do(gpt):
@@ -546,3 +688,17 @@ def test_a_surgery_changed_in_code_is_shown_at_the_next_action(gpt):
     widget.surgery.undo()
     widget.refresh()
     assert not widget.can_diff and widget.stepper is None
+
+
+def test_the_compare_panel_on_meta_says_no_values_were_compared():
+    from graphsurgeon.examples import LlamaLike
+
+    with torch.device("meta"):
+        model = LlamaLike(n_layers=1, hidden=16, heads=2, kv_heads=1, inner=32, vocab=50).eval()
+    tokens = torch.zeros(1, 4, dtype=torch.long, device="meta")
+    w = gs.SurgeryWidget(gs.Surgery.from_model(model, (tokens,)), namespace={})
+    w.select("layers.0.mlp")
+    w.swap(copy.deepcopy(model.layers[0].mlp))
+    w.compare()
+    panel = w.compare_html
+    assert "no values compared" in panel and "nan" not in panel

@@ -43,7 +43,7 @@ from ..compare import Comparison
 from ..drawing import _inline, draw
 from ..errors import GraphSurgeonError, WidgetError, did_you_mean
 from ..partition import Partition, call_index, partition, program_index
-from ..picture import Picture
+from ..picture import Picture, id_text, shown
 from ..render import GraphView, _call_signature, _layout, graph_view
 from ..step import Stepper, StepResult, summary_table
 from ..surgery import Surgery
@@ -61,6 +61,14 @@ _C_CALL, _C_TOOLTIP, _C_CLUSTER, _C_MEMBERS = 1, 4, 5, 6
 _KEPT_PICTURES = 12
 # The steps one "step" button may run to reach a node the picture shows (glue is not drawn).
 _STEP_LIMIT = 10_000
+# How many characters of a name the panels show (the middle of a longer one gives way to "…").
+_PANEL_NAME_LIMIT = 120
+
+
+def _name(name: str) -> str:
+    """A module or call name as the panels show it: HTML text, control characters visible,
+    a long name shortened (the ids and ``data-gs-*`` attributes carry it whole)."""
+    return d.escape(shown(name, _PANEL_NAME_LIMIT))
 
 
 @dataclass(frozen=True)
@@ -168,8 +176,12 @@ class SurgeryModel:
         self.selected: str | None = None  # a call or module name
         self.selected_node: str | None = None  # an fx node, when a node was picked
         self._selected_elements: list[str] = []
-        self.replacement: Any = None  # the module the next swap uses
-        self.replacement_label = ""
+        # The replacement the next swap uses belongs to the selection it was chosen for:
+        # selecting another module clears it, so a second Swap never reuses the first's.
+        self.replacement: Any = None  # the module (or _COPY), or None: nothing chosen
+        self.replacement_label = ""  # what the picker and the preview call it
+        self.replacement_key = ""  # its picker key ("copy", "ns:fast"), "expression", "module"
+        self.replacement_for: str | None = None  # the selection it was chosen for
         self.stepper: Stepper | None = None
         self._stepper_module: Any = None
         self.last_step: StepResult | None = None
@@ -434,11 +446,11 @@ class SurgeryModel:
 
     def select(self, name: str | None) -> None:
         """Select a module or call (``"layers.1"``, ``"shared@1"``), an fx node, or nothing
-        (None). A module inside a collapsed box stays in its box; :meth:`search` opens it."""
+        (None). A module inside a collapsed box stays in its box; :meth:`search` opens it.
+        Selecting another module clears the replacement chosen for the previous one. A name
+        the program does not have raises, and the selection stays what it was."""
         if name is None or name == "":
-            self.selected = self.selected_node = None
-            self._selected_elements = []
-            self._publish_selection()
+            self._selection_is(None, None, [])
             return
         if not isinstance(name, str):
             raise WidgetError(f"select: expected a module or node name, got {name!r}")
@@ -487,16 +499,19 @@ class SurgeryModel:
         return {n.name: None for n in graph.nodes}
 
     def _select_call(self, name: str, elements: list[str] | None) -> None:
-        self.selected, self.selected_node = name, None
-        self._selected_elements = elements or []
-        self._publish_selection()
-        self._publish_candidates()
+        self._selection_is(name, None, elements or [])
 
     def _select_node(self, node: str, element: str | None) -> None:
         chain = self._chain_of_node(node)
-        self.selected = chain[-1] if chain else None
-        self.selected_node = node
-        self._selected_elements = [element] if element else []
+        self._selection_is(chain[-1] if chain else None, node, [element] if element else [])
+
+    def _selection_is(self, name: str | None, node: str | None, elements: list[str]) -> None:
+        """The one place the selection changes: a replacement chosen for another module is
+        dropped, then the selection, the picker and the preview are published together."""
+        self.selected, self.selected_node = name, node
+        self._selected_elements = elements
+        if self.replacement_for != name:
+            self._choose(None, "", "")
         self._publish_selection()
         self._publish_candidates()
 
@@ -512,7 +527,9 @@ class SurgeryModel:
             ids = ids or scene.elements(self.selected) or self._box_holding(self.selected)
         else:
             ids = []
-        self._set(marks={"selected": ids, **scene.flow(ids)})
+        # "module": the tree row to mark, as its data-gs-module attribute carries the name
+        module = id_text(split_call_name(self.selected)[0]) if self.selected is not None else ""
+        self._set(marks={"selected": ids, **scene.flow(ids), "module": module})
 
     def _box_holding(self, name: str) -> list[str]:
         """The box a collapsed call is drawn in (a parent's box, or a run of boxes)."""
@@ -542,7 +559,7 @@ class SurgeryModel:
             chain = self._chain_of_node(node)
             rows = [
                 ["node", f"<code>{d.escape(node)}</code>"],
-                ["module", d.escape(" › ".join(chain) or "(top level)")],
+                ["module", " › ".join(_name(c) for c in chain) or "(top level)"],
                 ["drawn", f'<span class="gs-pre">{d.escape(tooltip)}</span>'],
             ]
             return _fields_table(rows)
@@ -553,10 +570,12 @@ class SurgeryModel:
         name = self.selected
         fqn, _ = split_call_name(name)
         info = self._tree.get(fqn) if fqn in self._tree else None
-        rows = [["module", f"<code>{d.escape(name)}</code>"]]
+        rows = [["module", f"<code>{_name(name)}</code>"]]
         if info is not None:
             rows.append(["type", d.escape(info.qualified_type or info.type_name)])
-            rows.append(["calls", d.escape(", ".join(info.call_names) or "none (a container)")])
+            calls = ", ".join(_name(c) for c in info.call_names[:20])
+            more = f", … {len(info.call_names) - 20:,} more" if len(info.call_names) > 20 else ""
+            rows.append(["calls", (calls + more) or "none (a container)"])
             rows.append(["nodes", f"{info.num_nodes:,}"])
             rows.append(["parameters", f"{info.num_parameters:,}"])
             verdict = (
@@ -637,33 +656,57 @@ class SurgeryModel:
         return found
 
     def _publish_candidates(self) -> None:
+        # the picker (choice_key), the preview and the Swap button (can_swap) are published
+        # from the same state, together: they cannot disagree
         self._set(
             candidates=[{"key": c.key, "label": c.label} for c in self.candidates()],
             choice=self.replacement_label,
+            choice_key=self.replacement_key,
+            can_swap=self.selected is not None and self.replacement is not None,
             preview=self._preview_html(),
         )
 
-    def choose(self, key: str) -> None:
-        """Pick the replacement the next :meth:`swap` uses: ``"copy"`` (a deep copy of the
-        original module), ``"identity"``, or ``"ns:<name>"`` from the namespace."""
+    def _choose(self, replacement: Any, label: str, key: str) -> None:
+        self.replacement, self.replacement_label, self.replacement_key = replacement, label, key
+        self.replacement_for = self.selected if replacement is not None else None
+
+    def _for_selection(self, verb: str) -> str:
+        if self.selected is None:
+            raise WidgetError(
+                f"{verb}: select a module first (click it, or w.select(name)); a replacement "
+                "is chosen for the module it replaces"
+            )
+        return self.selected
+
+    def choose(self, key: str | None) -> None:
+        """Pick the replacement the next :meth:`swap` of the selection uses: ``"copy"`` (a
+        deep copy of the original module), ``"identity"``, or ``"ns:<name>"`` from the
+        namespace; ``""`` (the picker's first line) or None chooses nothing. It belongs to
+        the selection: selecting another module clears it."""
+        if key is None or key == "":
+            self._choose(None, "", "")
+            self._publish_candidates()
+            return
+        self._for_selection("choose")
         if key == "copy":
-            self.replacement, self.replacement_label = _COPY, "a copy of the original"
+            self._choose(_COPY, "a copy of the original", key)
         elif key == "identity":
-            self.replacement, self.replacement_label = torch.nn.Identity(), "identity"
-        elif key.startswith("ns:"):
+            self._choose(torch.nn.Identity(), "identity", key)
+        elif isinstance(key, str) and key.startswith("ns:"):
             name = key[3:]
             namespace = dict(self._namespace())
             if name not in namespace:
                 raise WidgetError(f"the namespace has no {name!r} (any more): pick again")
-            self.replacement = _module_from(namespace[name], name)
-            self.replacement_label = name
+            self._choose(_module_from(namespace[name], name), name, key)
         else:
             raise WidgetError(f"choose: unknown replacement {key!r}")
         self._publish_candidates()
 
     def choose_expression(self, text: str) -> None:
         """Evaluate ``text`` (``MyAttn(dim=64)``) in the user's namespace: the module (or
-        class, then built with no arguments) is the replacement the next swap uses."""
+        class, then built with no arguments) is the replacement the next swap of the
+        selection uses."""
+        self._for_selection("expression")
         text = (text or "").strip()
         if not text:
             raise WidgetError("expression: type one, such as MyAttn(dim=64)")
@@ -674,20 +717,26 @@ class SurgeryModel:
             raise WidgetError(
                 f"the expression {text!r} failed: {type(error).__name__}: {error}"
             ) from error
-        self.replacement = _module_from(value, text)
-        self.replacement_label = text
+        self._choose(_module_from(value, text), text, "expression")
         self._publish_candidates()
 
     def use(self, module: torch.nn.Module, label: str | None = None) -> None:
-        """Make ``module`` the replacement the next swap uses."""
-        self.replacement = _module_from(module, label or type(module).__name__)
-        self.replacement_label = label or type(module).__name__
+        """Make ``module`` the replacement the next swap of the selection uses."""
+        self._for_selection("use")
+        label = label or type(module).__name__
+        self._choose(_module_from(module, label), label, "module")
         self._publish_candidates()
 
     def _resolved_replacement(self, name: str) -> torch.nn.Module:
         if self.replacement is None:
             raise WidgetError(
                 f"swap {name!r}: pick a replacement first (the picker, or w.swap(module))"
+            )
+        if self.replacement_for != name:  # chosen for the selection; swapping another name
+            raise WidgetError(
+                f"swap {name!r}: the replacement {self.replacement_label!r} was chosen for "
+                f"{self.replacement_for!r}, not for {name!r}; select {name!r} and pick one "
+                f"for it, or pass it: w.swap(module, name={name!r})"
             )
         if self.replacement is _COPY:
             return self._original(name)
@@ -711,11 +760,11 @@ class SurgeryModel:
             return '<span class="gs-muted">Select a module to swap.</span>'
         calls = self._calls_of(name)
         if not calls:
-            return f'<span class="gs-muted">{d.escape(name)} has no calls of its own: pick one of its submodules.</span>'
+            return f'<span class="gs-muted">{_name(name)} has no calls of its own: pick one of its submodules.</span>'
         info = self._tree.get(split_call_name(name)[0])
         removed = sum(self._partitions[c].num_nodes for c in calls)
         text = [
-            f"Swapping <code>{d.escape(name)}</code> removes {removed:,} fx nodes "
+            f"Swapping <code>{_name(name)}</code> removes {removed:,} fx nodes "
             f"({len(calls)} call{'s' if len(calls) != 1 else ''})"
         ]
         if info is not None:
@@ -742,13 +791,16 @@ class SurgeryModel:
 
     def swap(self, module: torch.nn.Module | None = None, name: str | None = None) -> None:
         """Swap the selected module (or ``name``) for ``module``, or for the replacement
-        chosen in the picker; the before/after picture is shown."""
+        chosen in the picker for it; the before/after picture is shown."""
         name = self._target(name, "swap")
         if module is not None:
-            self.use(module)
-        replacement = self._resolved_replacement(name)
+            replacement = _module_from(module, type(module).__name__)
+        else:
+            replacement = self._resolved_replacement(name)
         self._busy(f"swapping {name}…")
         self.surgery.swap(name, replacement)
+        if module is not None and name == self.selected:  # the picker shows what it swapped in
+            self._choose(replacement, type(replacement).__name__, "module")
         self._after_change(show="merged")
 
     def fuse(self, name: str | None = None) -> None:
@@ -793,7 +845,7 @@ class SurgeryModel:
                 [
                     mark,
                     d.escape(step.action),
-                    f"<code>{d.escape(step.name)}</code>",
+                    f"<code>{_name(step.name)}</code>",
                     d.escape(step.replacement_type),
                 ]
             )
@@ -1024,7 +1076,8 @@ class SurgeryModel:
     def _publish_stepper(self) -> None:
         stepper = self.stepper
         breakpoints = [
-            f"{'before' if k == 'node' else 'entering'} {n}" for k, n in self._breakpoints
+            f"{'before' if k == 'node' else 'entering'} {shown(n, _PANEL_NAME_LIMIT)}"
+            for k, n in self._breakpoints
         ]
         if self.break_on_nan:
             breakpoints.append("a NaN or an Inf")
@@ -1038,7 +1091,8 @@ class SurgeryModel:
                 parts.append(f"{d.badge('finished', 'ok')} all {stepper.total:,} nodes ran")
             else:
                 node = stepper.current
-                where = " › ".join(stepper.stack) or "(top level)"
+                where = " › ".join(shown(c, _PANEL_NAME_LIMIT) for c in stepper.stack)
+                where = where or "(top level)"
                 parts.append(
                     f"next: <code>{d.escape(node.name)}</code> "
                     f'<span class="gs-muted">{d.escape(_op_of(node))} in {d.escape(where)} · '
@@ -1151,6 +1205,14 @@ def _error_fields(error: BaseException) -> dict[str, str]:
     }
 
 
+def _errors_cells(values_compared: bool, max_abs: float, max_rel: float) -> str:
+    """The max abs and max rel cells of a compare row; on meta, where no values were compared,
+    say so instead of printing nan."""
+    if not values_compared:
+        return '<td class="gs-num gs-muted" colspan="2">no values compared</td>'
+    return f'<td class="gs-num">{d.number(max_abs)}</td><td class="gs-num">{d.number(max_rel)}</td>'
+
+
 def _comparison_html(comparison: Comparison | None) -> str:
     if comparison is None:
         return '<span class="gs-muted">Not compared in this state.</span>'
@@ -1158,28 +1220,33 @@ def _comparison_html(comparison: Comparison | None) -> str:
     head = (
         d.badge("every swapped call matches", "ok")
         if comparison.ok
-        else d.badge(f"first divergence: {first}" if first else "outputs differ", "bad")
+        else d.badge(
+            f"first divergence: {shown(first, _PANEL_NAME_LIMIT)}" if first else "outputs differ",
+            "bad",
+        )
     )
     rows = []
     for call in comparison.calls:
         mark = d.badge("ok", "ok") if call.ok else d.badge("differs", "bad")
         rows.append(
-            f'<tr data-gs-call="{d.escape(call.call_name)}" class="gs-row'
+            f'<tr data-gs-call="{d.escape(id_text(call.call_name))}" class="gs-row'
             f'{" gs-first" if call.call_name == first else ""}">'
-            f"<td>{mark}</td><td><code>{d.escape(call.call_name)}</code></td>"
+            f"<td>{mark}</td><td><code>{_name(call.call_name)}</code></td>"
             f"<td>{d.escape(call.replacement)}</td>"
-            f'<td class="gs-num">{d.number(call.max_abs)}</td>'
-            f'<td class="gs-num">{d.number(call.max_rel)}</td>'
-            f'<td class="gs-num">{d.number(call.input_drift)}</td>'
+            + _errors_cells(call.values_compared, call.max_abs, call.max_rel)
+            + f'<td class="gs-num">{d.number(call.input_drift) if call.values_compared else ""}</td>'
             f"<td>{d.escape(call.problem)}</td></tr>"
         )
     outputs = comparison.outputs
     mark = d.badge("ok", "ok") if outputs.ok else d.badge("differs", "bad")
     rows.append(
         f"<tr><td>{mark}</td><td>(outputs)</td><td></td>"
-        f'<td class="gs-num">{d.number(outputs.max_abs)}</td>'
-        f'<td class="gs-num">{d.number(max((leaf.max_rel for leaf in outputs.leaves), default=0.0))}</td>'
-        "<td></td><td></td></tr>"
+        + _errors_cells(
+            outputs.values_compared,
+            outputs.max_abs,
+            max((leaf.max_rel for leaf in outputs.leaves), default=0.0),
+        )
+        + "<td></td><td></td></tr>"
     )
     header = "".join(
         f"<th>{h}</th>"

@@ -3,6 +3,11 @@
 The class holds traits only: after every action it copies the model's fields into them, and it
 routes the page's events (``{"event": "click", "id": ...}``) to the model's methods. An error
 from a click shows in the widget (``w.error``); the same action called from code raises too.
+
+Names travel to the page as data: ``selected`` holds the name itself; element ids and the
+``data-gs-module`` / ``data-gs-call`` attributes of the panels hold it as ids do
+(:func:`graphsurgeon.picture.id_text`: ``a%00b`` for a module named ``"a\\x00b"``), and what the
+page sends back from them is read the same way.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from torch.export import ExportedProgram
 
 from .. import display
 from ..errors import WidgetError, a_type
+from ..picture import name_of_id_text
 from ..surgery import Surgery
 from ._model import SurgeryModel
 
@@ -93,7 +99,9 @@ class SurgeryWidget(anywidget.AnyWidget):
     tree = t.Unicode("").tag(sync=True)
     swapped = t.List().tag(sync=True)
     candidates = t.List().tag(sync=True)
-    choice = t.Unicode("").tag(sync=True)
+    choice = t.Unicode("").tag(sync=True)  # the chosen replacement's label
+    choice_key = t.Unicode("").tag(sync=True)  # its picker key; "" when nothing is chosen
+    can_swap = t.Bool(False).tag(sync=True)  # a selection and a replacement chosen for it
     preview = t.Unicode("").tag(sync=True)
     history = t.Unicode("").tag(sync=True)
     can_undo = t.Bool(False).tag(sync=True)
@@ -157,9 +165,18 @@ class SurgeryWidget(anywidget.AnyWidget):
         self.busy = text  # sent at once: the page shows it while the work runs
 
     def _selected_from_page(self, change: dict) -> None:
+        """``selected`` set by the page (or ``w.selected = name``): select it. A name the
+        program does not have shows the error, and the trait, in the kernel and in the page,
+        snaps back to the selection the next action uses."""
         if self._syncing:
             return
         self.model.run(lambda: self.model.select(change["new"]), catch=True)
+        if self.selected != self.model.selected:
+            self._syncing = True
+            try:
+                self.selected = self.model.selected
+            finally:
+                self._syncing = False
 
     # -- page -> model --------------------------------------------------------------------
 
@@ -183,7 +200,8 @@ class SurgeryWidget(anywidget.AnyWidget):
         handlers = {
             "click": lambda: m.click(content["id"]),
             "toggle": lambda: m.toggle(content["id"]),
-            "select": lambda: m.select(value),
+            # the tree and the compare table send a name as ids carry it
+            "select": lambda: m.select(name_of_id_text(value) if isinstance(value, str) else value),
             "search": lambda: m.search(value),
             "view": lambda: m.set_view(value),
             "choose": lambda: m.choose(value),
@@ -292,8 +310,9 @@ class SurgeryWidget(anywidget.AnyWidget):
         self.model.run(lambda: self.model.set_view(view))
         return self
 
-    def choose(self, key: str) -> SurgeryWidget:
-        """Pick a replacement as the picker does: ``"copy"``, ``"identity"``, ``"ns:<name>"``."""
+    def choose(self, key: str | None) -> SurgeryWidget:
+        """Pick a replacement for the selection as the picker does: ``"copy"``, ``"identity"``,
+        ``"ns:<name>"``; ``""`` or None: none. Selecting another module clears it."""
         self.model.run(lambda: self.model.choose(key))
         return self
 

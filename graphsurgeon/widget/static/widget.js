@@ -212,10 +212,10 @@ function render({ model, el }) {
     add(marks.edges, "gs-flow");
     add([model.get("current")], "gs-current");
     for (const row of tree.querySelectorAll(".gs-row-selected")) row.classList.remove("gs-row-selected");
-    const selected = model.get("selected");
-    if (selected) {
-      const fqn = selected.split("@")[0];
-      const name = tree.querySelector(`[data-gs-module="${CSS.escape(fqn)}"]`);
+    // the kernel names the row as its data-gs-module carries the module (escaped as ids are)
+    const module = marks.module;
+    if (module) {
+      const name = tree.querySelector(`[data-gs-module="${CSS.escape(module)}"]`);
       if (name) {
         const row = name.parentElement;
         row.classList.add("gs-row-selected");
@@ -249,10 +249,23 @@ function render({ model, el }) {
       if (text && hit) for (let p = row.parentElement; p && p !== tree; p = p.parentElement) if (p.tagName === "DETAILS") { p.open = true; p.classList.remove("gs-filtered"); }
     }
   }
+  // the picker shows the kernel's choice for the selection, and nothing once it is cleared
+  // (another module selected): picker, preview and Swap button read the same state
   function showCandidates() {
     const options = model.get("candidates") || [];
-    picker.replaceChildren(h("option", { value: "", text: "choose a replacement…" }),
-      ...options.map((c) => h("option", { value: c.key, text: c.label })));
+    const key = model.get("choice_key") || "";
+    const items = options.map((c) => h("option", { value: c.key, text: c.label }));
+    if (key && !options.some((c) => c.key === key)) {
+      // an expression, or a module given in code: shown as chosen, not offered again
+      items.push(h("option", { value: key, text: model.get("choice"), "data-gs-chosen": "" }));
+    }
+    picker.replaceChildren(h("option", { value: "", text: "choose a replacement…" }), ...items);
+    picker.value = key;
+  }
+  function showChoice() {
+    showCandidates();
+    const key = model.get("choice_key") || "";
+    expression.value = key === "expression" ? model.get("choice") : "";
   }
   function showError() {
     const e = model.get("error") || {};
@@ -274,7 +287,9 @@ function render({ model, el }) {
     set("undo", model.get("can_undo"));
     set("redo", model.get("can_redo"));
     const hasSelection = !!model.get("selected") || !!model.get("selected_node");
-    for (const name of ["swap", "fuse", "expand", "collapse", "run_to", "break"]) set(name, hasSelection);
+    for (const name of ["fuse", "expand", "collapse", "run_to", "break"]) set(name, hasSelection);
+    set("swap", model.get("can_swap"));
+    picker.disabled = expression.disabled = !model.get("selected");
     copyName.disabled = !hasSelection;
   }
   const html = (node, trait) => () => { node.innerHTML = model.get(trait); };
@@ -283,10 +298,11 @@ function render({ model, el }) {
     ["details", html(details, "details")], ["preview", html(preview, "preview")],
     ["history", html(history, "history")], ["verify_html", html(verify, "verify_html")],
     ["compare_html", html(compareOut, "compare_html")], ["stepper_html", html(stepper, "stepper_html")],
-    ["candidates", showCandidates], ["error", showError],
+    ["candidates", showCandidates], ["choice_key", showChoice], ["choice", showChoice],
+    ["error", showError],
   ];
   for (const [trait, show] of bindings) { model.on(`change:${trait}`, show); show(); }
-  for (const trait of ["view", "can_diff", "caption", "busy", "break_on_nan", "can_undo", "can_redo", "selected", "selected_node"]) model.on(`change:${trait}`, showState);
+  for (const trait of ["view", "can_diff", "caption", "busy", "break_on_nan", "can_undo", "can_redo", "can_swap", "selected", "selected_node"]) model.on(`change:${trait}`, showState);
   showState();
   model.on("change:scroll", () => reveal(find((model.get("marks").selected || [])[0]), false));
   model.on("change:scroll_current", () => reveal(find(model.get("current")), false));
@@ -323,7 +339,14 @@ function render({ model, el }) {
     if (event.key === "Enter" && search.value.trim()) send({ event: "search", value: search.value });
   });
   views.addEventListener("change", () => send({ event: "view", value: views.value }));
-  picker.addEventListener("change", () => { if (picker.value) send({ event: "choose", value: picker.value }); });
+  picker.addEventListener("change", () => {
+    const option = picker.selectedOptions[0];
+    // the first option clears the choice; the chosen expression is not chosen again
+    if (!(option && option.hasAttribute("data-gs-chosen"))) send({ event: "choose", value: picker.value });
+    // until the kernel answers, the picker shows what it has chosen (a refused choice, such
+    // as a class that needs arguments, leaves it as it was)
+    picker.value = model.get("choice_key") || "";
+  });
   expression.addEventListener("keydown", (event) => {
     if (event.key === "Enter") send({ event: "expression", value: expression.value });
   });
