@@ -45,7 +45,6 @@ __all__ = [
     "describe_dynamic",
     "program_dynamic_shapes",
     "rebuild_hierarchy",
-    "COUNT_SIDE_EFFECTS",
 ]
 
 
@@ -110,12 +109,6 @@ def carry_module_types(
 # arguments of its preserved signature, reading its own parameters and buffers, and
 # recomputing the dynamic sizes it needs from its own arguments.
 
-# dynamo's warning about side effects when the only ones are those call counts
-COUNT_SIDE_EFFECTS = (
-    r"While compiling, we found certain side effects happened in the model\.forward\. "
-    r"Here are the list of potential sources you can double check: "
-    r"\[(\"[^\"]*\['forward'\]\.__closure__\[0\]\.cell_contents\"(, )?)+\]\Z"
-)
 _STATE_KINDS = frozenset({"PARAMETER", "BUFFER", "CONSTANT_TENSOR", "CUSTOM_OBJ"})
 _MUTATION_KINDS = frozenset({"BUFFER_MUTATION", "PARAMETER_MUTATION", "USER_INPUT_MUTATION"})
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)

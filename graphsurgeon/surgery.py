@@ -2,13 +2,22 @@
 
 A Surgery never changes the program it starts from. Its current state is the set of swaps and
 fused calls made so far; ``module`` is the program with those (built by the one pass behind
-:func:`graphsurgeon.swap` and :func:`graphsurgeon.fuse`, once per state). Every operation either
-succeeds or leaves the Surgery exactly as it was.
+:func:`graphsurgeon.swap` and :func:`graphsurgeon.fuse`). Every operation either succeeds or
+leaves the Surgery exactly as it was.
+
+Memory stays bounded in long sessions: each state is kept as its request (``{name:
+replacement}``, a few objects), and only the last :attr:`Surgery.keep_built` states used keep
+their built GraphModule (several MB each on a large program). A state that is needed again
+after that, by undo, redo or reset, is built again from its request: the same node names, the
+same outputs, and its buffers as that state left them.
 """
 
 from __future__ import annotations
 
-import warnings
+import linecache
+import os
+import weakref
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +27,6 @@ from torch.export import ExportedProgram
 from torch.fx import GraphModule
 
 from ._hierarchy import (
-    COUNT_SIDE_EFFECTS,
     carry_module_types,
     describe_dynamic,
     program_dynamic_shapes,
@@ -28,10 +36,11 @@ from ._meta import (
     split_call_name,
 )
 from .compare import Comparison, compare
-from .errors import ExportError, SurgeryError, VerifyError, a_type
+from .errors import ConflictError, ExportError, SurgeryError, VerifyError, a_type
 from .export import export
-from .partition import ModuleTree, module_tree
-from .swap import FUSE, Diff, rewrite, swap_info
+from .partition import ModuleTree, call_name, module_tree, program_index
+from .step import quiet_export
+from .swap import FUSE, Diff, rewrite, safe_path, swap_info
 from .verify import VerifyReport, eager_reference, verify
 
 __all__ = ["Diff", "HistoryEntry", "Surgery"]
@@ -64,7 +73,14 @@ class Surgery:
         '1'
         >>> bool(s.verify())
         True
+
+    Only the last :attr:`keep_built` states used keep their built :attr:`module`; an older
+    one is built again when it is needed (see the module docstring).
     """
+
+    #: How many states keep their built GraphModule (the current one and the last ones used,
+    #: so undo/redo between neighbours is instant); None keeps every state built.
+    keep_built: int | None = 3
 
     def __init__(
         self,
@@ -92,7 +108,11 @@ class Surgery:
         self._states: list[dict[str, Any]] = [{}]
         self._steps: list[HistoryEntry] = []
         self._position = 0
-        self._modules: dict[int, GraphModule] = {}
+        # state -> its built module, least recently used first (at most keep_built of them)
+        self._built: OrderedDict[int, GraphModule] = OrderedDict()
+        # state -> the buffers its module had changed (BatchNorm statistics, caches) when it
+        # was dropped from _built: a rebuilt module starts from them, not from the program's
+        self._changed_buffers: dict[int, dict[str, torch.Tensor]] = {}
         self._verified: dict[int, VerifyReport] = {}  # state -> its last verify report
 
     @classmethod
@@ -132,12 +152,37 @@ class Surgery:
 
     @property
     def module(self) -> GraphModule:
-        """The current program as a runnable GraphModule (built once per state)."""
-        module = self._modules.get(self._position)
+        """The current program as a runnable GraphModule.
+
+        The same object each time while the state stays among the last :attr:`keep_built`
+        used; after that, built again from the state's request (same node names and outputs,
+        the buffers as the state left them).
+        """
+        position = self._position
+        module = self._built.get(position)
         if module is None:
-            module = rewrite(self.program, self._states[self._position])
-            self._modules[self._position] = module
+            module = rewrite(self.program, self._states[position])
+            changed = self._changed_buffers.pop(position, {})
+            for name, value in changed.items():
+                _put_buffer(module, name, value)
+            self._keep(position, module)
+        else:
+            self._built.move_to_end(position)
         return module
+
+    def _keep(self, position: int, module: GraphModule) -> None:
+        """Keep ``module`` as the built state ``position``, dropping the least recently used
+        built states beyond :attr:`keep_built` (their changed buffers are kept)."""
+        if position not in self._built:
+            _forget_source_with(module)
+        self._built[position] = module
+        self._built.move_to_end(position)
+        limit = self.keep_built
+        while limit is not None and len(self._built) > max(1, limit):
+            old_position, old = self._built.popitem(last=False)
+            changed = _changed_buffers(self.program, old, self._states[old_position])
+            if changed:
+                self._changed_buffers[old_position] = changed
 
     @property
     def tree(self) -> ModuleTree:
@@ -149,8 +194,26 @@ class Surgery:
     def swap(self, name: str, replacement: torch.nn.Module) -> Surgery:
         """Swap ``name`` (every call of a module, or ``"name@k"`` one call) for ``replacement``.
 
-        Swapping a name again replaces the earlier replacement (or its fusing). Errors are those
-        of :func:`graphsurgeon.swap`; after an error the Surgery is unchanged.
+        Swapping a name again replaces the earlier replacement (or its fusing). So does a later
+        request that covers every call an earlier one named: ``s.swap("blk@1", a)`` then
+        ``s.swap("blk", b)`` leaves ``{"blk": b}``, every call of ``blk`` running ``b`` (undo
+        brings ``a`` back). Requests that overlap otherwise are refused, saying which step holds
+        what and what to do: one call of a module swapped as a whole (``"blk"`` then
+        ``"blk@1"``), a module inside a fused or swapped one, a module around a swapped or fused
+        one. Other errors are those of :func:`graphsurgeon.swap`; after an error the Surgery is
+        unchanged.
+
+        Example:
+            >>> import torch, graphsurgeon as gs
+            >>> class Twice(torch.nn.Module):
+            ...     def __init__(self):
+            ...         super().__init__()
+            ...         self.blk = torch.nn.Linear(2, 2)
+            ...     def forward(self, x):
+            ...         return self.blk(self.blk(x))
+            >>> s = gs.Surgery.from_model(Twice(), (torch.randn(1, 2),))
+            >>> list(s.swap("blk@1", torch.nn.Tanh()).swap("blk", torch.nn.ReLU()).replacements)
+            ['blk']
         """
         if replacement is FUSE:
             return self.fuse(name)
@@ -166,21 +229,135 @@ class Surgery:
     def _change(self, name: str, value: Any, entry: HistoryEntry) -> Surgery:
         state = dict(self._states[self._position])
         state.pop(name, None)
+        for earlier in self._overlapping(state, name, value):
+            del state[earlier]  # covered by the new request: it replaces them
         state[name] = value
         verb = "fuse" if value is FUSE else "swap"
         module = rewrite(self.program, state, verb=verb)  # raises before anything changes
-        del self._states[self._position + 1 :]
-        del self._steps[self._position :]
-        self._modules = {k: v for k, v in self._modules.items() if k <= self._position}
-        self._verified = {k: v for k, v in self._verified.items() if k <= self._position}
+        position = self._position
+        del self._states[position + 1 :]
+        del self._steps[position:]
+        for later in [k for k in self._built if k > position]:
+            del self._built[later]
+        self._changed_buffers = {k: v for k, v in self._changed_buffers.items() if k <= position}
+        self._verified = {k: v for k, v in self._verified.items() if k <= position}
         self._states.append(state)
         self._steps.append(entry)
         self._position += 1
-        self._modules[self._position] = module
+        self._keep(self._position, module)
         return self
 
+    def _overlapping(self, state: Mapping[str, Any], name: str, value: Any) -> list[str]:
+        """The requests of ``state`` that the new request ``name`` covers entirely (calls of
+        the same module: it replaces them). Any other overlap raises a ConflictError in the
+        Surgery's words: which step made the request in the way, and what to do. Names that do
+        not resolve are left to the rewrite pass, which says what is wrong with them."""
+        if not isinstance(name, str):
+            return []  # the rewrite pass says what a name must be
+        index = program_index(self.program)
+        calls = _calls(index, name)
+        if calls is None:
+            return []
+        made = {step.name: i for i, step in enumerate(self.history, start=1)}
+        fqn = split_call_name(name)[0]
+        nodes = {n for c in calls for n in index.call_nodes.get(c, ())}
+        covered = []
+        for other, other_value in state.items():
+            other_calls = _calls(index, other)
+            if other_calls is None:
+                continue
+            other_fqn = split_call_name(other)[0]
+            if fqn == other_fqn:
+                if set(other_calls) <= set(calls):
+                    covered.append(other)
+                elif set(other_calls) & set(calls):
+                    raise ConflictError(
+                        self._one_call_of_a_whole(name, value, other, other_value, made)
+                    )
+                continue
+            if any(n in nodes for c in other_calls for n in index.call_nodes.get(c, ())):
+                raise ConflictError(
+                    self._nested(name, value, fqn, other, other_value, other_fqn, made)
+                )
+        return covered
+
+    def _step_text(self, other: str, made: Mapping[str, int]) -> tuple[str, str]:
+        """``("step 2", "undo step 2 (s.undo() 3 times)")``: the step that made the request
+        ``other``, and how to go back over it from here."""
+        step = made.get(other, 0)
+        back = self._position - step + 1
+        how = "s.undo()" if back == 1 else f"s.undo() {back} times"
+        return f"step {step}", f"undo step {step} ({how})"
+
+    def _one_call_of_a_whole(
+        self, name: str, value: Any, other: str, other_value: Any, made: Mapping[str, int]
+    ) -> str:
+        """The message for one call of a module requested while the whole module is."""
+        fqn, _ = split_call_name(name)
+        step, undo = self._step_text(other, made)
+        calls = [f"{fqn}@{i}" for i in range(len(_calls(program_index(self.program), fqn)))]
+        verb = "fuse" if value is FUSE else "swap"
+        return (
+            f"cannot {verb} {name!r} alone: {other!r} is {_what(other_value)} as a whole in "
+            f"{step}, which covers every call of {fqn!r} ({', '.join(map(repr, calls))}). "
+            f"To give {name!r} a request of its own, {undo} and request each call on its own "
+            f"({' and '.join(map(repr, calls))}); or {verb} {fqn!r} again to change what every "
+            "call runs."
+        )
+
+    def _nested(
+        self,
+        name: str,
+        value: Any,
+        fqn: str,
+        other: str,
+        other_value: Any,
+        other_fqn: str,
+        made: Mapping[str, int],
+    ) -> str:
+        """The message for a request whose nodes overlap an earlier request of another
+        module: inside it, around it, or sharing nodes with it."""
+        step, undo = self._step_text(other, made)
+        verb = "fuse" if value is FUSE else "swap"
+        was = f"{_what(other_value)} in {step}"
+        if fqn.startswith(other_fqn + "."):  # the new request is inside the earlier one
+            if other_value is FUSE:
+                return (
+                    f"cannot {verb} {name!r}: it is inside {other!r}, which is fused ({step}): "
+                    "a fused call runs the program's own nodes as one module, so nothing "
+                    f"inside it can be {'fused' if value is FUSE else 'swapped'} on its own. "
+                    f"To {verb} {name!r}, undo the fuse of {other!r} first: {undo}."
+                )
+            return (
+                f"cannot {verb} {name!r}: it is inside {other!r}, which is {was}, so the "
+                f"program no longer runs it. Put what {name!r} should run inside the replacement "
+                f"for {other!r} and swap {other!r} again, or {undo} and {verb} {name!r} alone."
+            )
+        if other_fqn.startswith(fqn + "."):  # the new request is around the earlier one
+            if value is FUSE and other_value is FUSE:
+                return (
+                    f"cannot fuse {name!r}: {other!r} inside it is fused already ({step}), and "
+                    f"one fused call cannot hold another. To fuse {name!r} (which then holds "
+                    f"{other!r} too), {undo} first."
+                )
+            if value is FUSE:
+                return (
+                    f"cannot fuse {name!r}: {other!r} inside it is {was}, and a fused call "
+                    f"runs the program's own nodes. To fuse {name!r}, {undo} first."
+                )
+            return (
+                f"cannot swap {name!r}: {other!r} inside it is {was}, and the replacement for "
+                f"{name!r} would run instead of it. Put what {other!r} should run inside the "
+                f"replacement for {name!r}, then {undo} and swap {name!r}."
+            )
+        return (
+            f"cannot {verb} {name!r}: it shares nodes with {other!r}, {was}. Request only one "
+            f"of them: {undo} first, or {verb} another module."
+        )
+
     def undo(self) -> Surgery:
-        """Go back one step."""
+        """Go back one step (its module is built again if it was dropped: see
+        :attr:`keep_built`)."""
         if self._position == 0:
             raise SurgeryError("nothing to undo: no swap has been made (or all are undone)")
         self._position -= 1
@@ -289,9 +466,15 @@ class Surgery:
                 program's own dynamic sizes are kept, with their ranges. Pass
                 ``dynamic_shapes=None`` for a program with static sizes.
 
+        torch.export's own warnings, logs and printed tracebacks are kept out of the output
+        while it runs; a failure is the one message of the error raised.
+
         Raises:
-            SurgeryError: no inputs to export with, or a swap of a single call (``"name@1"``).
-            ExportError: torch.export failed on the rebuilt hierarchy (the cause chained).
+            SurgeryError: no inputs to export with, a swap of a single call (``"name@1"``), or
+                a TorchScript replacement (``torch.jit.script(module)``), which torch.export
+                cannot trace: swap the eager module instead.
+            ExportError: torch.export failed on the rebuilt hierarchy (the cause chained);
+                the message names the replacement it failed in, when it can tell.
 
         Example:
             >>> import torch, graphsurgeon as gs
@@ -312,18 +495,24 @@ class Surgery:
                 "program with torch.export.export(s.module, args) (its module signatures are "
                 "then not preserved, so it cannot be swapped again)."
             )
+        scripted = _script_module_in(replacements)
+        if scripted is not None:
+            name, path = scripted
+            raise SurgeryError(_script_message(name, path, replacements[name]))
         hierarchy, inlined = rebuild_hierarchy(self.program, replacements)
         kept = "dynamic_shapes" not in export_options
         if kept:
             export_options["dynamic_shapes"] = program_dynamic_shapes(self.program)
         try:
-            with warnings.catch_warnings():
-                # strict export reports the call counts of modules called several times,
-                # which the rebuilt modules keep (and which are back at 0 after every run)
-                warnings.filterwarnings("ignore", message=COUNT_SIDE_EFFECTS)
+            # torch.export logs warnings (also about the call counts the rebuilt modules keep)
+            # and prints whole tracebacks of what fails: the error below says it in one message
+            with quiet_export():
                 program = export(hierarchy, args, kwargs, **export_options)
         except ExportError as error:
             text = str(error).replace(f" on {type(hierarchy).__name__}:", ":", 1).rstrip(".")
+            where = _failing_replacement(error, replacements)
+            if where is not None:
+                text = text.replace("torch.export failed:", f"torch.export failed in {where}:", 1)
             hint = ""
             if kept and export_options["dynamic_shapes"] is not None:
                 hint = (
@@ -382,3 +571,152 @@ class Surgery:
         if fused:
             text += f", {len(fused)} fused ({', '.join(fused)})"
         return text + f", {self._position} step{'s' if self._position != 1 else ''}>"
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def _forget_source_with(module: GraphModule) -> None:
+    """When ``module`` is collected, drop its generated code from torch.fx's cache of sources.
+
+    torch.fx keeps the source of every GraphModule it ever compiled (for tracebacks), never
+    freed: ~0.4 MB for a 4,000-node program, so a long session that builds a state again and
+    again would still grow. Only the module's own forward is dropped (not the replacements',
+    which belong to the user), and only once nothing can run it any more.
+    """
+    loader = getattr(torch.fx.graph_module, "_loader", None)
+    sources = getattr(loader, "eval_cache", None)
+    key = getattr(getattr(type(module).forward, "__code__", None), "co_filename", None)
+    if isinstance(sources, dict) and key in sources:
+        weakref.finalize(module, _forget_source, sources, key)
+
+
+def _forget_source(sources: dict, key: str) -> None:
+    sources.pop(key, None)
+    linecache.cache.pop(key, None)
+
+
+def _calls(index: Any, name: str) -> list[str] | None:
+    """The calls request ``name`` covers (``"blk"``: all of them, ``"blk@1"``: one), or None
+    when it names none (the rewrite pass says why)."""
+    fqn, k = split_call_name(name)
+    calls = index.calls_of.get(fqn) if fqn else None
+    if not calls:
+        return None
+    if k is None:
+        return list(calls)
+    wanted = call_name(fqn, k)
+    return [wanted] if wanted in calls else None
+
+
+def _what(value: Any) -> str:
+    """``"fused"``, or ``"swapped for a Linear"``."""
+    return "fused" if value is FUSE else f"swapped for a {type(value).__name__}"
+
+
+def _program_buffers(program: ExportedProgram) -> dict[str, torch.Tensor]:
+    """The program's buffers, by the attribute path a rewritten module holds its copy at."""
+    buffers = {}
+    for spec in program.graph_signature.input_specs:
+        if spec.kind.name == "BUFFER":
+            source = program.constants if spec.persistent is False else program.state_dict
+            buffers[safe_path(spec.target)] = source[spec.target]
+    return buffers
+
+
+def _changed_buffers(
+    program: ExportedProgram, module: GraphModule, state: Mapping[str, Any]
+) -> dict[str, torch.Tensor]:
+    """The buffers of ``module`` (the rewrite of ``program`` with ``state``) whose values are
+    no longer the program's: running it wrote them (BatchNorm statistics in training mode, a
+    cache). A buffer that cannot be matched to one of the program's is counted as changed. The
+    replacements' own buffers are not the module's: they stay with the replacements."""
+    original = _program_buffers(program)
+    theirs = {id(b) for r in state.values() if r is not FUSE for b in r.buffers()}
+    changed: dict[str, torch.Tensor] = {}
+    for name, value in module.named_buffers():
+        if id(value) in theirs:
+            continue
+        before = original.get(name)
+        same = (
+            before is not None
+            and before.shape == value.shape
+            and before.dtype == value.dtype
+            and torch.equal(before, value)
+        )
+        if not same:
+            changed[name] = value
+    return changed
+
+
+def _put_buffer(module: GraphModule, name: str, value: torch.Tensor) -> None:
+    """Give ``module``'s buffer ``name`` the value ``value`` (in place, so that every part of
+    the module that shares that buffer sees it)."""
+    try:
+        current = module.get_buffer(name)
+    except AttributeError:
+        return  # a module built from the same request has the same buffers; never here
+    if current.shape == value.shape and current.dtype == value.dtype:
+        with torch.no_grad():
+            current.copy_(value)
+    else:  # forward gave it another shape: the module holds that tensor now
+        owner, _, leaf = name.rpartition(".")
+        module.get_submodule(owner).register_buffer(leaf, value)
+
+
+def _script_module_in(replacements: Mapping[str, torch.nn.Module]) -> tuple[str, str] | None:
+    """The first replacement holding a TorchScript module: (call name, path of that module)."""
+    for name, replacement in replacements.items():
+        for sub, module in replacement.named_modules(remove_duplicate=False):
+            if isinstance(module, torch.jit.ScriptModule):
+                return name, f"{name}.{sub}" if sub else name
+    return None
+
+
+def _script_message(name: str, path: str, replacement: torch.nn.Module) -> str:
+    """Why a TorchScript replacement cannot be exported again, and what to do."""
+    scripted = replacement.get_submodule(path[len(name) + 1 :]) if path != name else replacement
+    origin = getattr(scripted, "original_name", "") or type(scripted).__name__
+    where = (
+        f"{name!r} is swapped for a TorchScript module (scripted {origin})"
+        if path == name
+        else f"the replacement for {name!r} ({type(replacement).__name__}) holds a TorchScript "
+        f"module at {path!r} (scripted {origin})"
+    )
+    return (
+        f"cannot export again: {where}, and torch.export cannot trace TorchScript. Swap "
+        f"{name!r} for the eager module it was made from (before torch.jit.script or "
+        "torch.jit.trace) and export again; s.module runs the TorchScript module as it is."
+    )
+
+
+def _failing_replacement(
+    error: BaseException, replacements: Mapping[str, torch.nn.Module]
+) -> str | None:
+    """Where a failed export failed inside a replacement: ``"the replacement for 'b' (DataDep,
+    at model.py:12)"``, from the innermost frame of the error's tracebacks that runs a
+    replacement (or one of its submodules); None when none does (strict export traces the
+    replacement's code without running its frames)."""
+    owners = {}
+    for name, replacement in replacements.items():
+        for _, module in replacement.named_modules(remove_duplicate=False):
+            owners.setdefault(id(module), (name, replacement))
+    found = None
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        traceback = error.__traceback__
+        while traceback is not None:
+            frame = traceback.tb_frame
+            owner = owners.get(id(frame.f_locals.get("self")))
+            if owner is not None:
+                found = (owner, frame.f_code.co_filename, traceback.tb_lineno)
+            traceback = traceback.tb_next
+        error = error.__cause__ or error.__context__
+    if found is None:
+        return None
+    (name, replacement), filename, line = found
+    return (
+        f"the replacement for {name!r} ({type(replacement).__name__}, at "
+        f"{os.path.basename(filename)}:{line})"
+    )

@@ -615,6 +615,50 @@ def test_a_replacement_that_does_not_export_is_stepped_over_saying_why(chain):
     torch.testing.assert_close(stepper.output, swapped(x))
 
 
+def test_a_replacement_that_does_not_export_writes_nothing_to_stderr(chain, capfd):
+    import logging
+    import warnings
+
+    _, x, ep = chain
+    swapped = gs.swap(ep, {"act": DataDependent()})
+    stepper = Stepper(swapped, x)
+    stepper.run_to("act")
+    levels = {n: logging.getLogger(n).level for n in ("torch", "torch.export", "torch._dynamo")}
+    filters = list(warnings.filters)
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)  # torch's loggers do not propagate to the root
+    handler.emit = records.append
+    shapes = logging.getLogger("torch.fx.experimental.symbolic_shapes")
+    shapes.addHandler(handler)
+    capfd.readouterr()
+    try:
+        result = stepper.step_into()
+    finally:
+        shapes.removeHandler(handler)
+    # torch printed the partial graph of the failed export and logged a warning about it
+    assert capfd.readouterr().err == "" and records == []
+    assert "stepped over 'act'" in result.note and "GuardOnDataDependentSymNode" in result.note
+    assert {n: logging.getLogger(n).level for n in levels} == levels
+    assert warnings.filters == filters
+    stepper.continue_()
+    torch.testing.assert_close(stepper.output, swapped(x))
+
+
+def test_a_torchscript_replacement_is_stepped_over_saying_so(chain):
+    _, x, ep = chain
+    swapped = gs.swap(ep, {"act": torch.jit.script(nn.GELU())})
+    stepper = Stepper(swapped, x)
+    stepper.run_to("act")
+    result = stepper.step_into()
+    assert stepper.frames == ()
+    # was "its replacement RecursiveScriptModule does not export ... (ExportError: ...
+    # ValueError: Exporting a ScriptModule is not supported. Maybe try ... TS2EPConverter"
+    assert "is a TorchScript module (scripted GELU)" in result.note
+    assert "swap the eager module" in result.note
+    stepper.continue_()
+    torch.testing.assert_close(stepper.output, swapped(x))
+
+
 def test_step_into_a_plain_node_is_a_step_and_reset_leaves_the_call(gpt):
     _, tokens, _, swapped = gpt
     stepper = Stepper(swapped, tokens)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+
 import pytest
 import torch
 from conftest import eager_reference
@@ -485,3 +488,215 @@ def test_compare_judges_each_replacement_against_what_it_replaced():
     assert s.compare(rtol=1e-2, atol=1e-2).ok
     with pytest.raises(gs.GraphSurgeonError, match="no inputs"):
         gs.Surgery(s.program).compare()
+
+
+# -- long sessions: only a few built states are kept --------------------------------------------
+
+
+def node_names(gm: torch.fx.GraphModule) -> list[str]:
+    return [n.name for n in gm.graph.nodes]
+
+
+def test_a_long_session_keeps_only_a_few_built_states_and_builds_the_others_again(surgery):
+    import gc
+    import weakref
+
+    x = surgery.args[0]
+    activations = [nn.Tanh(), nn.GELU(), nn.Sigmoid(), nn.SiLU(), nn.ELU(), nn.Softsign()]
+    built, names, outputs = [], [], []
+    for activation in activations:
+        module = surgery.swap("act", activation).module
+        built.append(weakref.ref(module))
+        names.append(node_names(module))
+        outputs.append(module(x))
+        del module
+    gc.collect()
+    alive = [i for i, ref in enumerate(built) if ref() is not None]
+    assert len({id(ref()) for ref in built if ref() is not None}) == len(alive)
+    # the bound: the last keep_built states used, not one module per step
+    assert alive == [3, 4, 5], f"the Surgery kept the modules of states {alive}"
+    surgery.undo().undo().undo().undo()  # back to the state of step 2, dropped since
+    assert surgery.history[-1].replacement_type == "GELU"
+    again = surgery.module
+    assert again is surgery.module, "the same object while it is kept"
+    assert node_names(again) == names[1]
+    torch.testing.assert_close(again(x), outputs[1])
+    reference = eager_reference(surgery.model, {"act": nn.GELU()})
+    torch.testing.assert_close(again(x), reference(x))
+    surgery.redo().redo().redo().redo()
+    torch.testing.assert_close(surgery.module(x), outputs[5])
+    assert node_names(surgery.module) == names[5]
+
+
+def test_a_state_built_again_keeps_the_buffers_its_runs_changed():
+    import copy
+    import gc
+    import weakref
+
+    model, x = WithNorm().train(), torch.randn(8, 6)
+    s = gs.Surgery.from_model(model, (x,))
+    s.keep_built = 3
+    s.swap("lin", nn.Linear(6, 6))
+    first = s.module
+    first(x)
+    first(x)  # updates its own copy of the BatchNorm statistics, as eager does
+    kept = copy.deepcopy(first)
+    mean = first.get_buffer("bn.running_mean").clone()
+    assert not torch.equal(mean, s.program.state_dict["bn.running_mean"]), "precondition"
+    dropped = weakref.ref(first)
+    del first
+    for _ in range(3):
+        s.swap("block.0", nn.Linear(6, 6))
+    gc.collect()
+    assert dropped() is None, "the state's module was dropped"
+    for _ in range(3):
+        s.undo()
+    again = s.module
+    torch.testing.assert_close(again.get_buffer("bn.running_mean"), mean)
+    torch.testing.assert_close(again(x), kept(x))
+    torch.testing.assert_close(
+        again.get_buffer("block.1.running_var"), kept.get_buffer("block.1.running_var")
+    )
+
+
+# -- requests that overlap earlier ones ----------------------------------------------------------
+
+
+class Loop(nn.Module):
+    #   x -> blk -> blk   (one module, two calls: blk, blk@1)
+    def __init__(self):
+        super().__init__()
+        self.blk = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.blk(self.blk(x))
+
+
+def test_a_whole_module_swap_replaces_earlier_swaps_of_its_calls():
+    model, x = Loop(), torch.randn(2, 4)
+    first, whole = nn.Linear(4, 4), nn.Linear(4, 4)
+    s = gs.Surgery.from_model(model, (x,)).swap("blk@1", first)
+    assert s.replacements == {"blk@1": first}
+    # raised "ConflictError: call 'blk@1' is requested twice; request it once."
+    s.swap("blk", whole)
+    assert s.replacements == {"blk": whole} and len(s.history) == 2
+    with torch.no_grad():
+        expected = eager_reference(model, {"blk": whole})(x)
+        assert not torch.allclose(expected, model(x)), "precondition: a new swap"
+        torch.testing.assert_close(s.module(x), expected)
+    assert s.verify()
+    assert s.undo().replacements == {"blk@1": first}
+    s.reset().redo().swap("blk@0", nn.Tanh())  # one call each: nothing is covered
+    assert list(s.replacements) == ["blk@1", "blk@0"]
+
+
+def test_one_call_of_a_module_swapped_as_a_whole_is_refused_in_the_users_words():
+    s = gs.Surgery.from_model(Loop(), (torch.randn(2, 4),)).swap("blk", nn.Linear(4, 4))
+    module, history = s.module, s.history
+    with pytest.raises(gs.errors.ConflictError) as caught:
+        s.swap("blk@1", nn.Linear(4, 4))
+    message = str(caught.value)
+    assert "requested twice" not in message
+    assert "'blk' is swapped for a Linear as a whole in step 1" in message
+    assert "undo step 1 (s.undo())" in message and "'blk@0' and 'blk@1'" in message
+    assert s.module is module and s.history == history
+
+
+def test_a_swap_inside_a_fused_module_says_it_is_fused_and_what_to_do(tiny_gpt):
+    from graphsurgeon.examples import FusedAttention
+
+    model, _, ep = tiny_gpt
+    attention = FusedAttention(model.layers[0].attn)
+    with pytest.raises(
+        gs.errors.ConflictError, match=r"Swap only 'layers\.0'"
+    ):  # the engine's text
+        gs.swap(ep, {"layers.0": copy_of(model.layers[0]), "layers.0.attn": attention})
+    s = gs.Surgery(ep).fuse("layers.0").fuse("layers.1")
+    with pytest.raises(gs.errors.ConflictError) as caught:
+        s.swap("layers.0.attn", attention)
+    message = str(caught.value)
+    assert "Swap only" not in message, "it speaks of swapping the fused parent"
+    assert "inside 'layers.0', which is fused (step 1)" in message
+    assert "undo the fuse of 'layers.0'" in message and "s.undo() 2 times" in message
+    assert s.fused == ("layers.0", "layers.1")
+    # the other way round: a fuse around a swapped module
+    s = gs.Surgery(ep).swap("layers.0.attn", attention)
+    with pytest.raises(
+        gs.errors.ConflictError, match=r"'layers\.0\.attn' inside it is swapped for a "
+    ):
+        s.fuse("layers.0")
+    with pytest.raises(gs.errors.ConflictError, match=r"would run instead of it.*undo step 1"):
+        s.swap("layers.0", copy_of(model.layers[0]))
+
+
+def copy_of(module: nn.Module) -> nn.Module:
+    import copy
+
+    return copy.deepcopy(module)
+
+
+# -- re-export: TorchScript, torch's output -----------------------------------------------------
+
+
+def test_export_with_a_torchscript_replacement_says_what_to_do(surgery):
+    x = surgery.args[0]
+    scripted = torch.jit.script(nn.GELU())
+    surgery.swap("act", scripted)
+    torch.testing.assert_close(surgery.module(x), surgery.model.b(nn.GELU()(surgery.model.a(x))))
+    # raised "ExportError: ... RuntimeError: register_forward_pre_hook is not supported on
+    # ScriptModules"
+    with pytest.raises(gs.errors.SurgeryError, match=r"'act' is swapped for a TorchScript"):
+        surgery.export()
+    surgery.undo().swap("act", nn.Sequential(nn.Tanh(), torch.jit.script(nn.GELU())))
+    with pytest.raises(gs.errors.SurgeryError, match=r"holds a TorchScript module at 'act\.1'"):
+        surgery.export()
+    surgery.undo().swap("act", nn.GELU())
+    assert gs.module_tree(surgery.export())["act"].type_name == "GELU"
+
+
+@contextlib.contextmanager
+def logged(name: str):
+    """The warnings and errors a logger and its children emit while the block runs (seen by a
+    handler of its own on each: torch's loggers do not propagate)."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append
+    loggers = [logging.getLogger(name)] + [
+        logger
+        for key, logger in logging.root.manager.loggerDict.items()
+        if key.startswith(name + ".") and isinstance(logger, logging.Logger)
+    ]
+    for logger in loggers:
+        logger.addHandler(handler)
+    try:
+        yield records
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
+
+
+class DataDependent(nn.Module):
+    """A replacement torch.export cannot trace: its branch depends on a value."""
+
+    def forward(self, x):
+        return x * 2 if x.sum() > 0 else x - 1
+
+
+def test_a_failed_export_writes_nothing_to_stderr_and_names_the_replacement(surgery, capfd):
+    import warnings
+
+    x = surgery.args[0]
+    surgery.swap("act", DataDependent())
+    torch.testing.assert_close(
+        surgery.module(x), eager_reference(surgery.model, {"act": DataDependent()})(x)
+    )
+    levels = {n: logging.getLogger(n).level for n in ("torch", "torch.export", "torch._dynamo")}
+    filters = list(warnings.filters)
+    capfd.readouterr()
+    with logged("torch") as records, pytest.raises(gs.errors.ExportError) as caught:
+        surgery.export()
+    # torch printed the partial graph and logged a warning of its own, dozens of lines
+    assert capfd.readouterr().err == "" and records == []
+    assert "in the replacement for 'act' (DataDependent, at test_surgery.py:" in str(caught.value)
+    assert {n: logging.getLogger(n).level for n in levels} == levels
+    assert warnings.filters == filters
