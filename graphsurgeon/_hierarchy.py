@@ -38,7 +38,7 @@ from ._meta import (
 )
 from .errors import ReplacementError, SurgeryError
 from .export import export_notes, positional_parameters, qualified_type, record_notes
-from .partition import in_place_alias, program_index
+from .partition import program_index, returned_object
 
 __all__ = [
     "carry_module_types",
@@ -449,8 +449,10 @@ class _Region:
             child = plan.child_call(old, self.call)
             if child is not None and child in self.emitted:
                 # a node of a submodule's call that is not one of its outputs
-                alias = in_place_alias(old)
-                if alias is not None:  # written in place: the object the call was given
+                alias = returned_object(old)
+                if alias is not None:
+                    # at run time a tensor from before the call (written in place, or
+                    # converted to the dtype it has): the object the call was given
                     return self.value(alias)
                 target = plan.mutations.get(old.name)
                 if target is not None:  # the same in a functional graph

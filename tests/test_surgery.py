@@ -700,3 +700,40 @@ def test_a_failed_export_writes_nothing_to_stderr_and_names_the_replacement(surg
     assert "in the replacement for 'act' (DataDependent, at test_surgery.py:" in str(caught.value)
     assert {n: logging.getLogger(n).level for n in levels} == levels
     assert warnings.filters == filters
+
+
+class CastNorm(nn.Module):
+    # as Llama's RMSNorm: its first .to(float32) of a float32 input is the input itself
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(8) + 0.5)
+
+    def forward(self, h):
+        h = h.to(torch.float32)
+        return self.weight * h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+
+class NormResidual(nn.Module):
+    #   x -> norm -> mlp;  x + mlp(...)   (the residual reads the norm's `to` node)
+    def __init__(self):
+        super().__init__()
+        self.norm = CastNorm()
+        self.mlp = nn.Linear(8, 8)
+        self.act = nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        h = x + self.mlp(self.norm(x))
+        return self.act(h) + h
+
+
+@pytest.mark.parametrize("name", ["mlp", "norm", "act"])
+def test_a_program_whose_modules_return_their_input_exports_again_as_eager(name):
+    torch.manual_seed(0)
+    model, x = NormResidual().eval(), torch.randn(2, 8)
+    replacement = {"mlp": nn.Linear(8, 8), "norm": CastNorm(), "act": nn.GELU()}[name]
+    s = gs.Surgery.from_model(model, (x,)).swap(name, replacement)
+    again = s.export()
+    reference = eager_reference(model, {name: replacement})
+    assert not torch.allclose(reference(x), model(x))  # precondition: the swap shows
+    assert gs.verify(reference, again, (x,))
+    assert all(info.swappable for fqn, info in gs.module_tree(again).items() if fqn)
