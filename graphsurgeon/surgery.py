@@ -14,9 +14,7 @@ same outputs, and its buffers as that state left them.
 
 from __future__ import annotations
 
-import linecache
 import os
-import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -173,8 +171,6 @@ class Surgery:
     def _keep(self, position: int, module: GraphModule) -> None:
         """Keep ``module`` as the built state ``position``, dropping the least recently used
         built states beyond :attr:`keep_built` (their changed buffers are kept)."""
-        if position not in self._built:
-            _forget_source_with(module)
         self._built[position] = module
         self._built.move_to_end(position)
         limit = self.keep_built
@@ -574,26 +570,6 @@ class Surgery:
 
 
 # -- helpers ------------------------------------------------------------------------------------
-
-
-def _forget_source_with(module: GraphModule) -> None:
-    """When ``module`` is collected, drop its generated code from torch.fx's cache of sources.
-
-    torch.fx keeps the source of every GraphModule it ever compiled (for tracebacks), never
-    freed: ~0.4 MB for a 4,000-node program, so a long session that builds a state again and
-    again would still grow. Only the module's own forward is dropped (not the replacements',
-    which belong to the user), and only once nothing can run it any more.
-    """
-    loader = getattr(torch.fx.graph_module, "_loader", None)
-    sources = getattr(loader, "eval_cache", None)
-    key = getattr(getattr(type(module).forward, "__code__", None), "co_filename", None)
-    if isinstance(sources, dict) and key in sources:
-        weakref.finalize(module, _forget_source, sources, key)
-
-
-def _forget_source(sources: dict, key: str) -> None:
-    sources.pop(key, None)
-    linecache.cache.pop(key, None)
 
 
 def _calls(index: Any, name: str) -> list[str] | None:

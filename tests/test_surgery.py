@@ -638,6 +638,7 @@ def copy_of(module: nn.Module) -> nn.Module:
 # -- re-export: TorchScript, torch's output -----------------------------------------------------
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated")
 def test_export_with_a_torchscript_replacement_says_what_to_do(surgery):
     x = surgery.args[0]
     scripted = torch.jit.script(nn.GELU())
