@@ -12,10 +12,16 @@ that makes it, not to the calls downstream that merely inherit it: the first cal
 whose outputs differ beyond tolerance is ``first_divergence``. Each row also says how far the
 call's inputs had already drifted from the original program (``input_drift``), and the report
 ends with the drift at the program's outputs.
+
+``cmp.locate()`` then goes inside the first diverging call and names the line of the
+replacement where it starts to compute something else (:mod:`graphsurgeon.locate`). compare
+does that on its own when the call is small (its report then shows the line), and otherwise
+says to call it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -38,9 +44,17 @@ from ._exec import (
 )
 from .errors import CompareError, UnknownModuleError, did_you_mean
 from .fuse import fused_call
+from .locate import CallRecord, Location, locate_call, not_located
 from .partition import call_index, program_index
 from .swap import swap_info
-from .verify import LeafCheck, VerifyReport, compare_leaf, compare_outputs, in_order_of
+from .verify import (
+    LeafCheck,
+    VerifyReport,
+    compare_leaf,
+    compare_outputs,
+    in_order_of,
+    tolerance_text,
+)
 
 __all__ = ["CallComparison", "Comparison", "compare"]
 
@@ -112,6 +126,9 @@ class CallComparison:
             in the swapped program and in the original program (0.0 when upstream matches
             exactly; NaN when shapes differ).
         ok: whether every output leaf matches within tolerance.
+        tolerance_ratio: the worst error relative to the tolerance over its leaves (see
+            :attr:`LeafCheck.tolerance_ratio <graphsurgeon.types.LeafCheck>`): below 1 it
+            matches.
     """
 
     call_name: str
@@ -130,17 +147,26 @@ class CallComparison:
         return max((leaf.max_rel for leaf in self.leaves), default=0.0)
 
     @property
+    def tolerance_ratio(self) -> float:
+        return max(
+            (leaf.tolerance_ratio for leaf in self.leaves if leaf.values_compared), default=0.0
+        )
+
+    @property
     def values_compared(self) -> bool:
         """Whether any value of its outputs was compared (False on meta tensors)."""
         return any(leaf.values_compared for leaf in self.leaves)
 
     @property
     def problem(self) -> str:
-        """What differs, for the first mismatching leaf ('' when the call matches)."""
+        """What differs, and where along each axis, for the first mismatching leaf ('' when
+        the call matches): ``"(output): values differ beyond tolerance at 704 of 768
+        positions; dim 1: 0–10 differ, 11 matches"``."""
         for leaf in self.leaves:
             if not leaf.ok:
                 where = leaf.path or "(output)"
-                return f"{where}: {leaf.problem}" if leaf.problem else where
+                detail = "; ".join(part for part in (leaf.problem, leaf.by_axis) if part)
+                return f"{where}: {detail}" if detail else where
         return ""
 
 
@@ -156,7 +182,10 @@ class Comparison:
     random state, yet a replacement that draws its random numbers otherwise sees another
     stream, and the report says so when something differs.
     ``print(cmp)`` shows a report, ``cmp.table()`` only the table, ``cmp.rows`` a list of dicts
-    (``pandas.DataFrame(cmp.rows)``), ``cmp["layers.1.attn"]`` one call.
+    (``pandas.DataFrame(cmp.rows)``), ``cmp["layers.1.attn"]`` one call. ``cmp.locate()`` goes
+    inside the first diverging call and names the line of its replacement where it starts to
+    differ; ``cmp.location`` is that answer when it is already known (compare finds it on its
+    own for a small call), else None.
     """
 
     calls: tuple[CallComparison, ...]
@@ -164,6 +193,8 @@ class Comparison:
     rtol: float
     atol: float
     random_ops: tuple[str, ...] = ()
+    # what locate() needs of the first diverging call (its inputs as received, ...)
+    _record: CallRecord | None = field(default=None, repr=False, compare=False)
     _by_name: Mapping[str, CallComparison] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -197,6 +228,63 @@ class Comparison:
     def __len__(self) -> int:
         return len(self.calls)
 
+    def locate(self) -> Location:
+        """Inside the first diverging call, the first op of the replacement whose value matches
+        no value the original call computes while its inputs do: ``.call``, ``.op``,
+        ``.source`` (``"file.py:LINE"`` in the replacement's code) and ``.line`` (its text).
+
+        The replacement is exported on the very inputs the call received in the swapped run
+        and run node by node beside the original call's own nodes (:mod:`graphsurgeon.locate`
+        says how values are matched). When nothing can be found the answer is falsy and its
+        ``.reason`` says why: no call diverges, the replacement cannot be traced (and why), the
+        programs ran on the meta device, or every op's value matches (the difference is in
+        what the replacement returns where). Computed once; ``cmp.location`` then has it.
+
+        Example:
+            >>> import torch, graphsurgeon as gs
+            >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+            >>> x = torch.randn(2, 4)
+            >>> ep = gs.export(model, (x,))
+            >>> located = gs.compare(ep, gs.swap(ep, {"1": torch.nn.Sigmoid()}), (x,)).locate()
+            >>> located.call, located.op
+            ('1', 'aten.sigmoid.default(f32[2, 4])')
+        """
+        first = self.first_divergence
+        if first is None:
+            if not self.values_compared:
+                return not_located(
+                    "",
+                    "the programs ran on the meta device: no values were compared, so no call "
+                    "diverges and there is no op to find; run compare on real tensors",
+                )
+            return not_located("", "no call diverges: there is nothing to locate")
+        if self._record is None:
+            return not_located(
+                first,
+                "this Comparison keeps no inputs of the call (it was not made by compare); run "
+                "gs.compare again",
+                self[first].replacement,
+            )
+        return locate_call(self._record)
+
+    @property
+    def location(self) -> Location | None:
+        """The answer of :meth:`locate` when it is already known, else None (nothing is
+        computed here)."""
+        if self._record is None:
+            return None
+        return self._record.cache.get("location")
+
+    def _location_text(self) -> str:
+        """One line on where the first diverging call goes wrong, or how to find out."""
+        first = self.first_divergence
+        found = self.location
+        if found is None:
+            return f"cmp.locate() names the line of the replacement of {first!r} where it starts to differ"
+        if found.found:
+            return f"located: {found.where}: first differs here, inputs agree"
+        return f"not located: {found.reason}"
+
     @property
     def rows(self) -> list[dict[str, Any]]:
         """One dict per call, then one for the program outputs (``call`` is ``"(outputs)"``)."""
@@ -208,6 +296,7 @@ class Comparison:
                 "leaves": len(c.leaves),
                 "max_abs": c.max_abs,
                 "max_rel": c.max_rel,
+                "tolerance_ratio": c.tolerance_ratio,
                 "input_drift": c.input_drift,
                 "ok": c.ok,
                 "values_compared": c.values_compared,
@@ -222,6 +311,10 @@ class Comparison:
                 "leaves": len(self.outputs.leaves),
                 "max_abs": self.outputs.max_abs,
                 "max_rel": max((leaf.max_rel for leaf in self.outputs.leaves), default=0.0),
+                "tolerance_ratio": max(
+                    (leaf.tolerance_ratio for leaf in self.outputs.leaves if leaf.values_compared),
+                    default=0.0,
+                ),
                 "input_drift": math.nan,
                 "ok": self.outputs.ok,
                 "values_compared": self.outputs.values_compared,
@@ -231,7 +324,16 @@ class Comparison:
 
     def table(self) -> str:
         """The rows as an aligned text table."""
-        header = ("call", "replacement", "leaves", "max abs", "max rel", "input drift", "verdict")
+        header = (
+            "call",
+            "replacement",
+            "leaves",
+            "max abs",
+            "max rel",
+            "of tolerance",
+            "input drift",
+            "verdict",
+        )
         lines = [header]
         for row in self.rows:
             outputs = row["call"] == "(outputs)"
@@ -247,6 +349,7 @@ class Comparison:
                     str(row["leaves"]),
                     _number(row["max_abs"]) if measured else "no values compared",
                     _number(row["max_rel"]) if measured else "",
+                    tolerance_text(row["tolerance_ratio"]) if measured else "",
                     "" if outputs or not measured else _number(row["input_drift"]),
                     verdict,
                 )
@@ -255,7 +358,7 @@ class Comparison:
         text = []
         for line in lines:
             cells = [
-                cell.rjust(width) if 2 <= i <= 5 else cell.ljust(width)
+                cell.rjust(width) if 2 <= i <= 6 else cell.ljust(width)
                 for i, (cell, width) in enumerate(zip(line, widths))
             ]
             text.append("  ".join(cells).rstrip())
@@ -288,6 +391,7 @@ class Comparison:
                     f"  (its inputs had already drifted by {_number(call.input_drift)}, "
                     "but it was compared on exactly what it received)"
                 )
+            lines.append(f"  {self._location_text()}")
         elif not self.outputs.ok:
             lines.append("  " + self._drift_without_divergence())
         if self.random_ops and not self.ok:
@@ -361,16 +465,29 @@ class Comparison:
                 len(c.leaves),
                 d.number(c.max_abs) if c.values_compared else "no values compared",
                 d.number(c.max_rel) if c.values_compared else "",
+                tolerance_text(c.tolerance_ratio) if c.values_compared else "",
                 _number(c.input_drift) if c.values_compared else "",
                 c.problem,
             ]
             for c in ordered
         ]
-        headers = ["", "call", "replacement", "leaves", "max abs", "max rel", "input drift", ""]
-        body = d.table(headers, rows, numeric=(3, 4, 5, 6), raw=(0,))
+        headers = [
+            "",
+            "call",
+            "replacement",
+            "leaves",
+            "max abs",
+            "max rel",
+            "of tolerance",
+            "input drift",
+            "",
+        ]
+        body = d.table(headers, rows, numeric=(3, 4, 5, 6, 7), raw=(0,))
         note = ""
+        if first is not None:
+            note += self._location_html()
         if first is not None and self[first].input_drift and self[first].input_drift > 0:
-            note = (
+            note += (
                 f'<div class="gs-muted">{d.escape(first)} was compared on exactly what it '
                 f"received; its inputs had already drifted by "
                 f"{_number(self[first].input_drift)}.</div>"
@@ -387,6 +504,24 @@ class Comparison:
 
         outputs_table = d.details("the program's outputs", self.outputs._repr_html_())
         return head + body + note + outputs_table
+
+    def _location_html(self) -> str:
+        from . import display as d
+
+        found = self.location
+        if found is None:
+            return (
+                f'<div class="gs-muted"><code>cmp.locate()</code> names the line of the '
+                f"replacement of {d.escape(self.first_divergence)} where it starts to "
+                "differ.</div>"
+            )
+        if not found.found:
+            return f"<div>{d.badge('not located', 'warn')} {d.escape(found.reason)}</div>"
+        return (
+            f"<div>{d.badge('located', 'bad')} <code>{d.escape(found.source or found.op)}</code>"
+            f" <code>{d.escape(found.line)}</code>: first differs here, inputs agree "
+            f'<span class="gs-muted">({d.escape(found.op)})</span></div>'
+        )
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
         from . import display
@@ -427,6 +562,7 @@ def compare(
     *,
     rtol: float = 1e-5,
     atol: float = 1e-5,
+    locate: bool | None = None,
 ) -> Comparison:
     """Compare every swapped call of ``swapped`` with the original partition it replaced.
 
@@ -436,6 +572,11 @@ def compare(
         args, kwargs: inputs for the model, as for ``gs.verify``.
         rtol, atol: a leaf matches when ``|a - b| <= atol + rtol * |a|`` everywhere (NaN
             matches NaN), ``a`` being the original's value.
+        locate: whether to find the line where the first diverging call's replacement starts
+            to differ now (``cmp.locate()``, shown in the report): True, False, or None (the
+            default) for "when the call is small" (at most 400 nodes and 16 MiB of inputs:
+            exporting and running it costs a fraction of the comparison). Otherwise the report
+            says to call ``cmp.locate()``.
 
     Both programs run once, under ``no_grad``, each on its own copy of the inputs. For each
     swapped call, the original partition runs on a copy of the inputs the replacement received
@@ -504,33 +645,73 @@ def compare(
         )
         original_values = {name: reference.values.get(node.name) for name, node in same.items()}
         calls = []
+        record = None
         for name, node_name in call_nodes.items():
             replacement = info.calls[name]
             if node_name not in capture.call_inputs:
                 continue  # the call never ran (dead code): nothing to compare
             capture.call_random[node_name].restore()
-            calls.append(
-                _compare_call(
+            compared = _compare_call(
+                ep,
+                name,
+                info.partitions[name],
+                replacement,
+                capture.call_inputs[node_name],
+                capture.call_outputs[node_name],
+                original_values,
+                rtol,
+                atol,
+            )
+            calls.append(compared)
+            if record is None and not compared.ok:
+                # what cmp.locate() needs, kept for the first diverging call only
+                record = CallRecord(
                     ep,
                     name,
-                    info.partitions[name],
                     replacement,
+                    info.partitions[name].signature,
                     capture.call_inputs[node_name],
                     capture.call_outputs[node_name],
-                    original_values,
+                    capture.call_random[node_name],
+                    compared.leaves,
                     rtol,
                     atol,
                 )
-            )
     finally:
         start.restore()
-    return Comparison(
+    comparison = Comparison(
         tuple(calls),
         compare_outputs(expected, actual, rtol=rtol, atol=atol),
         rtol,
         atol,
         random_ops=_random_ops(ep, info.calls),
+        _record=record,
     )
+    if record is not None and (locate or (locate is None and _small(record, info))):
+        try:
+            comparison.locate()
+        except Exception as error:  # compare's answer stands; say why the line is missing
+            if locate:
+                raise
+            record.cache["location"] = not_located(
+                record.call,
+                f"locating failed: {type(error).__name__}: {error}",
+                type(record.replacement).__name__,
+            )
+    return comparison
+
+
+# What compare locates on its own: a call this small exports and runs in a fraction of the
+# time the comparison itself takes (benchmarks/locate.py).
+_SMALL_NODES = 400
+_SMALL_BYTES = 16 * 2**20
+
+
+def _small(record: CallRecord, info: Any) -> bool:
+    if info.partitions[record.call].num_nodes > _SMALL_NODES:
+        return False
+    tensors = [t for t in pytree.tree_leaves(record.inputs) if isinstance(t, torch.Tensor)]
+    return sum(t.numel() * t.element_size() for t in tensors) <= _SMALL_BYTES
 
 
 def _random_ops(ep: ExportedProgram, replacements: Mapping[str, Any]) -> tuple[str, ...]:
@@ -639,7 +820,7 @@ def _compare_call(
             if node is not None and not node.users:
                 # an output nothing in the program reads: a difference there cannot matter
                 problem = "unused by the program" + ("" if leaf.ok else f"; {leaf.problem}")
-                leaf = LeafCheck(path, True, leaf.max_abs, leaf.max_rel, problem)
+                leaf = dataclasses.replace(leaf, ok=True, problem=problem, by_axis="", differing=())
             leaves.append(leaf)
     return CallComparison(
         call_name=name,

@@ -39,6 +39,19 @@ class LeafCheck:
             note when there is one ("meta tensors: ... values not compared").
         values_compared: False when no value was compared (meta tensors, another shape, dtype,
             device or type): the report then says "no values compared", not an error of NaN.
+        tolerance_ratio: the worst error relative to what the tolerances allow there,
+            ``max |a - b| / (atol + rtol * |a|)`` (``a`` the expected value): below 1 the leaf
+            matches, 0.41 is 41% of the allowance, 37 is 37 times it. It explains an "ok" beside
+            a max rel far above ``rtol`` (that relative error sits where ``atol`` covers it).
+            Infinite where no tolerance applies (integers that differ, NaN or Inf apart); 0
+            when no value was compared.
+        by_axis: for a tensor that differs, where, axis by axis: the index ranges along each
+            dimension at which some value differs and those at which all match, e.g.
+            ``"dim 1: 0–10 differ, 11 matches"`` (a causal mask forgotten: only the last token,
+            which sees every token anyway, is right). Dimensions along which every index
+            differs somewhere are left out; ``""`` when the leaf matches.
+        differing: the same as data: for each dimension, the index ranges (``range`` objects,
+            merged) at which some value differs; ``()`` when the leaf matches.
     """
 
     path: str
@@ -47,14 +60,45 @@ class LeafCheck:
     max_rel: float = 0.0
     problem: str = ""
     values_compared: bool = True
+    tolerance_ratio: float = 0.0
+    by_axis: str = ""
+    differing: tuple[tuple[range, ...], ...] = ()
 
 
 def _measured(leaf: LeafCheck) -> str:
-    """A leaf's errors as text: ``"max abs 0.5, max rel 0.25"``, or ``"no values compared"``
-    (never an error of NaN where nothing was measured)."""
+    """A leaf's errors as text: ``"max abs 0.5, max rel 0.25, 37x of tolerance"``, or ``"no
+    values compared"`` (never an error of NaN where nothing was measured)."""
     if not leaf.values_compared:
         return "no values compared"
-    return f"max abs {leaf.max_abs:.3g}, max rel {leaf.max_rel:.3g}"
+    return (
+        f"max abs {leaf.max_abs:.3g}, max rel {leaf.max_rel:.3g}, "
+        f"{tolerance_text(leaf.tolerance_ratio)} of tolerance"
+    )
+
+
+def tolerance_text(ratio: float) -> str:
+    """A :attr:`LeafCheck.tolerance_ratio` as text: ``0.41x``, ``37x``, ``1,234x``, ``inf``.
+
+    Example:
+        >>> [tolerance_text(r) for r in (0.0, 0.00478, 0.41, 37.2, 1234.0, math.inf)]
+        ['0x', '0.0048x', '0.41x', '37x', '1,234x', 'inf']
+    """
+    if math.isnan(ratio):
+        return ""
+    if math.isinf(ratio):
+        return "inf"
+    if ratio == 0:
+        return "0x"
+    if ratio >= 1e6:
+        return f"{ratio:.1e}x"
+    if ratio >= 100:
+        return f"{ratio:,.0f}x"
+    return f"{ratio:.2g}x"
+
+
+def _details(leaf: LeafCheck) -> str:
+    """What a leaf's problem is and where it differs, as one text."""
+    return "; ".join(part for part in (leaf.problem, leaf.by_axis) if part)
 
 
 @dataclass(frozen=True)
@@ -102,8 +146,8 @@ class VerifyReport:
             mark = "ok " if leaf.ok else "BAD"
             where = leaf.path or "(output)"
             detail = _measured(leaf)
-            if leaf.problem:
-                detail += f"; {leaf.problem}"
+            if _details(leaf):
+                detail += f"; {_details(leaf)}"
             lines.append(f"  {mark} {where}: {detail}")
         return "\n".join(lines)
 
@@ -147,15 +191,16 @@ def leaf_table(leaves: tuple[LeafCheck, ...], limit: int = 12) -> str:
             leaf.path or "(output)",
             d.number(leaf.max_abs) if leaf.values_compared else "no values compared",
             d.number(leaf.max_rel) if leaf.values_compared else "",
-            leaf.problem,
+            tolerance_text(leaf.tolerance_ratio) if leaf.values_compared else "",
+            _details(leaf),
         ]
         for leaf in sorted(leaves, key=badness)
     ]
-    headers = ["", "leaf", "max abs", "max rel", ""]
-    shown = d.table(headers, rows[:limit], numeric=(2, 3), raw=(0,))
+    headers = ["", "leaf", "max abs", "max rel", "of tolerance", ""]
+    shown = d.table(headers, rows[:limit], numeric=(2, 3, 4), raw=(0,))
     if len(rows) <= limit:
         return shown
-    rest = d.table(headers, rows[limit:], numeric=(2, 3), raw=(0,))
+    rest = d.table(headers, rows[limit:], numeric=(2, 3, 4), raw=(0,))
     return shown + d.details(f"{len(rows) - limit} more leaves", rest)
 
 
@@ -241,6 +286,7 @@ def _combine(path: str, checks: list[LeafCheck]) -> LeafCheck:
     bad = [c for c in checks if not c.ok]
     notes = [f"{c.path or '(part)'}: {c.problem}" for c in (bad or checks) if c.problem]
     problem = "; ".join(notes[:3]) + (f"; and {len(notes) - 3} more" if len(notes) > 3 else "")
+    where = [f"{c.path or '(part)'}: {c.by_axis}" for c in bad if c.by_axis]
     return LeafCheck(
         path,
         not bad,
@@ -248,6 +294,8 @@ def _combine(path: str, checks: list[LeafCheck]) -> LeafCheck:
         _largest([c.max_rel for c in checks]),
         problem,
         values_compared=not checks or any(c.values_compared for c in checks),
+        tolerance_ratio=max((c.tolerance_ratio for c in checks if c.values_compared), default=0.0),
+        by_axis=_capped("; ".join(where)),
     )
 
 
@@ -369,6 +417,8 @@ def _compare_exact(path: str, a: torch.Tensor, b: torch.Tensor) -> LeafCheck:
         float(largest),
         max_rel,
         f"{kind} differ at {count} of {a.numel()} positions (largest difference {largest})",
+        tolerance_ratio=math.inf,  # no tolerance applies to integers
+        **_pattern(a, b, lambda x, y: _as_int64(x) != _as_int64(y)),
     )
 
 
@@ -381,6 +431,7 @@ class _Tally:
     max_abs: float = 0.0
     max_rel: float = 0.0
     beyond: int = 0  # values beyond the tolerance
+    ratio: float = 0.0  # the largest error relative to its tolerance
 
     def add(self, x: torch.Tensor, y: torch.Tensor, rtol: float, atol: float) -> None:
         """Adds values without NaN, as float64 or complex128 (complex: by the modulus)."""
@@ -401,7 +452,13 @@ class _Tally:
         self.max_rel = max(
             self.max_rel, float(torch.where(diff == 0, torch.zeros_like(rel), rel).max())
         )
-        self.beyond += int((diff > atol + rtol * magnitude).sum())
+        del rel
+        allowed = magnitude.mul_(rtol).add_(atol)  # magnitude is not needed any more
+        self.beyond += int((diff > allowed).sum())
+        ratio = diff.div_(allowed)  # nor is diff
+        if atol == 0:  # 0 / 0 where the expected value is 0 and the candidate too: no error
+            ratio = torch.nan_to_num(ratio, nan=0.0, posinf=math.inf)
+        self.ratio = max(self.ratio, float(ratio.max()))
 
 
 def _compare_close(
@@ -417,6 +474,7 @@ def _compare_close(
     """
     wide = torch.complex128 if a.is_complex() else torch.float64
     tally = _Tally()
+    nan_apart = False
     for block_a, block_b in _pieces(a, b):
         x, y = block_a.to(wide), block_b.to(wide)
         if x.is_complex():
@@ -424,7 +482,8 @@ def _compare_close(
             x_parts, y_parts = torch.view_as_real(x), torch.view_as_real(y)
             nan_x, nan_y = torch.isnan(x_parts), torch.isnan(y_parts)
             if not torch.equal(nan_x, nan_y):
-                return LeafCheck(path, False, math.nan, math.nan, "NaN in different places")
+                nan_apart = True
+                break
             partial = nan_x.any(-1)
             if bool(partial.any()):
                 whole = ~partial
@@ -436,23 +495,140 @@ def _compare_close(
             continue
         nan_x, nan_y = torch.isnan(x), torch.isnan(y)
         if not torch.equal(nan_x, nan_y):
-            return LeafCheck(path, False, math.nan, math.nan, "NaN in different places")
+            nan_apart = True
+            break
         if bool(nan_x.any()):
             x, y = x[~nan_x], y[~nan_x]
         tally.add(x, y, rtol, atol)
+    if nan_apart or tally.inf_apart:
+        # the second pass (where they differ) only runs for a leaf that does not match
+        where = _pattern(a, b, _beyond_tolerance(wide, rtol, atol))
+        if nan_apart:
+            return LeafCheck(
+                path, False, math.nan, math.nan, "NaN in different places", True, math.inf, **where
+            )
+        return LeafCheck(
+            path, False, math.inf, math.inf, "Inf in different places", True, math.inf, **where
+        )
     if tally.compared == 0:
         return LeafCheck(path, True)
-    if tally.inf_apart:
-        return LeafCheck(path, False, math.inf, math.inf, "Inf in different places")
     if tally.beyond == 0:
-        return LeafCheck(path, True, tally.max_abs, tally.max_rel)
+        return LeafCheck(path, True, tally.max_abs, tally.max_rel, tolerance_ratio=tally.ratio)
     return LeafCheck(
         path,
         False,
         tally.max_abs,
         tally.max_rel,
         f"values differ beyond tolerance at {tally.beyond} of {a.numel()} positions",
+        tolerance_ratio=tally.ratio,
+        **_pattern(a, b, _beyond_tolerance(wide, rtol, atol)),
     )
+
+
+def _beyond_tolerance(wide: torch.dtype, rtol: float, atol: float):
+    """Where two blocks differ beyond tolerance, as :func:`_compare_close` judges it (NaN
+    matching NaN), computed in ``wide`` precision."""
+
+    def beyond(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x, y = x.to(wide), y.to(wide)
+        return ~torch.isclose(y, x, rtol=rtol, atol=atol, equal_nan=True)
+
+    return beyond
+
+
+# -- where two tensors differ, axis by axis -----------------------------------------------------
+
+# How many index ranges each side of one dimension lists, and how long the whole text may be.
+_RANGES_SHOWN = 4
+_AXIS_TEXT_LIMIT = 240
+
+
+def _pattern(a: torch.Tensor, b: torch.Tensor, differs) -> dict[str, Any]:
+    """``by_axis`` and ``differing`` of a :class:`LeafCheck` for two tensors of one shape.
+
+    ``differs(block_a, block_b)`` says, element by element, where two blocks differ. It runs
+    block by block (the blocks of :func:`_blocks`), so it needs a few MB beyond the tensors
+    whatever their size, and keeps one flag per index of each dimension.
+    """
+    shape = tuple(a.shape)
+    if not shape:
+        return {}
+    flags = [torch.zeros(size, dtype=torch.bool) for size in shape]
+    for index in _blocks(a.shape, _BLOCK):
+        bad = differs(a[index], b[index])
+        if not bool(bad.any()):
+            continue
+        # the block's dimensions are the tensor's after those its index fixed to one position
+        fixed = len(index) - 1 if index and isinstance(index[-1], slice) else len(index)
+        for dim in range(len(shape)):
+            if dim < fixed:
+                flags[dim][index[dim]] = True
+                continue
+            inner = dim - fixed
+            others = tuple(d for d in range(bad.dim()) if d != inner)
+            along = bad.any(dim=others) if others else bad
+            start = index[dim].start if dim == fixed and dim < len(index) else 0
+            flags[dim][start : start + along.numel()] |= along
+    differing = tuple(_ranges(f) for f in flags)
+    return {"differing": differing, "by_axis": _axis_text(differing, shape)}
+
+
+def _ranges(flags: torch.Tensor) -> tuple[range, ...]:
+    """The runs of True in a flag vector, as ranges: ``[T, T, F, T]`` -> ``(range(0, 2),
+    range(3, 4))``."""
+    positions = flags.nonzero().flatten().tolist()
+    runs: list[range] = []
+    for position in positions:
+        if runs and runs[-1].stop == position:
+            runs[-1] = range(runs[-1].start, position + 1)
+        else:
+            runs.append(range(position, position + 1))
+    return tuple(runs)
+
+
+def _complement(ranges: tuple[range, ...], size: int) -> tuple[range, ...]:
+    gaps, start = [], 0
+    for r in ranges:
+        if r.start > start:
+            gaps.append(range(start, r.start))
+        start = r.stop
+    if start < size:
+        gaps.append(range(start, size))
+    return tuple(gaps)
+
+
+def _spans_text(ranges: tuple[range, ...]) -> str:
+    texts = [str(r.start) if len(r) == 1 else f"{r.start}–{r.stop - 1}" for r in ranges]
+    if len(texts) > _RANGES_SHOWN:
+        texts = [*texts[:_RANGES_SHOWN], f"… ({len(texts) - _RANGES_SHOWN} more)"]
+    return ", ".join(texts)
+
+
+def _axis_text(differing: tuple[tuple[range, ...], ...], shape: tuple[int, ...]) -> str:
+    """``"dim 1: 0–10 differ, 11 matches"``: each dimension along which some index is free
+    of differences, its differing and matching index ranges.
+
+    Example:
+        >>> _axis_text(((range(0, 1),), (range(0, 11),), (range(0, 64),)), (1, 12, 64))
+        'dim 1: 0–10 differ, 11 matches'
+        >>> _axis_text(((range(0, 2),), (range(0, 3),)), (2, 3))
+        'spread over every index of every dimension'
+    """
+    parts = []
+    for dim, (ranges, size) in enumerate(zip(differing, shape)):
+        if size <= 1 or sum(len(r) for r in ranges) == size:
+            continue  # every index differs somewhere: nothing to tell apart along it
+        matching = _complement(ranges, size)
+        differ = "differs" if sum(len(r) for r in ranges) == 1 else "differ"
+        match = "matches" if sum(len(r) for r in matching) == 1 else "match"
+        parts.append(f"dim {dim}: {_spans_text(ranges)} {differ}, {_spans_text(matching)} {match}")
+    if not parts:
+        return "spread over every index of every dimension" if any(s > 1 for s in shape) else ""
+    return _capped("; ".join(parts))
+
+
+def _capped(text: str) -> str:
+    return text if len(text) <= _AXIS_TEXT_LIMIT else text[: _AXIS_TEXT_LIMIT - 1] + "…"
 
 
 def _compare_nested(
@@ -506,8 +682,10 @@ def verify(
     under ``no_grad``, on its own copy of the inputs, from the same random state (which is
     left as it was); buffers a run writes or reassigns are put back after it, and an output
     that is such a buffer is compared as it was returned. A mismatch never raises: the report
-    says what differs. If a program fails to run, or a tolerance is not a finite number >= 0,
-    :class:`VerifyError` says which.
+    says what differs, how far beyond the tolerance (``37x of tolerance``; an "ok" says how
+    close to it: ``0.41x``) and where, axis by axis (``dim 1: 0–10 differ, 11 matches``;
+    :class:`LeafCheck` has both as data). If a program fails to run, or a tolerance is not a
+    finite number >= 0, :class:`VerifyError` says which.
     """
     rtol, atol = _check_tolerance("rtol", rtol), _check_tolerance("atol", atol)
     if not isinstance(args, tuple):
@@ -640,7 +818,7 @@ def _compare_numbers(path: str, expected: Any, actual: Any, rtol: float, atol: f
             relative = gap / abs(expected) if expected else math.inf
         except OverflowError:  # too large for a float: the verdict above stays exact
             relative = math.inf
-        return LeafCheck(path, False, _to_float(gap), relative, text)
+        return LeafCheck(path, False, _to_float(gap), relative, text, tolerance_ratio=math.inf)
     nan_expected, nan_actual = cmath.isnan(expected), cmath.isnan(actual)
     if isinstance(expected, complex) and (nan_expected or nan_actual):
         # as for tensors: a NaN matches a NaN in the same component, the rest compares
@@ -648,21 +826,29 @@ def _compare_numbers(path: str, expected: Any, actual: Any, rtol: float, atol: f
         if any(math.isnan(e) != math.isnan(a) for e, a in parts):
             return LeafCheck(path, False, math.nan, math.nan, text)
         checks = [_compare_numbers(path, e, a, rtol, atol) for e, a in parts if not math.isnan(e)]
+        ratio = max((check.tolerance_ratio for check in checks), default=0.0)
         if all(check.ok for check in checks):
-            return LeafCheck(path, True, *_extremes(checks))
-        return LeafCheck(path, False, *_extremes(checks), f"{text} (beyond tolerance)")
+            return LeafCheck(path, True, *_extremes(checks), tolerance_ratio=ratio)
+        return LeafCheck(
+            path, False, *_extremes(checks), f"{text} (beyond tolerance)", tolerance_ratio=ratio
+        )
     if nan_expected and nan_actual:
         return LeafCheck(path, True)  # as for tensors: NaN matches NaN
     if nan_expected or nan_actual:
-        return LeafCheck(path, False, math.nan, math.nan, text)
+        return LeafCheck(path, False, math.nan, math.nan, text, tolerance_ratio=math.inf)
     if expected == actual:
         return LeafCheck(path, True)  # also inf == inf
     if cmath.isinf(expected) or cmath.isinf(actual):
-        return LeafCheck(path, False, math.inf, math.inf, text)  # no tolerance reaches infinity
+        # no tolerance reaches infinity
+        return LeafCheck(path, False, math.inf, math.inf, text, tolerance_ratio=math.inf)
     gap = abs(actual - expected)
     relative = gap / max(abs(expected), sys.float_info.min)
-    ok = gap <= atol + rtol * abs(expected)
-    return LeafCheck(path, ok, gap, relative, "" if ok else f"{text} (beyond tolerance)")
+    allowed = atol + rtol * abs(expected)
+    ok = gap <= allowed
+    ratio = gap / allowed if allowed > 0 else math.inf
+    return LeafCheck(
+        path, ok, gap, relative, "" if ok else f"{text} (beyond tolerance)", tolerance_ratio=ratio
+    )
 
 
 def _extremes(checks: list[LeafCheck]) -> tuple[float, float]:
@@ -772,10 +958,23 @@ def _compare_numpy(
             return _compare_tensors(path, x, y, rtol, atol)
         if a.dtype.kind in "fc":
             ok = bool(numpy.isclose(b, a, rtol=rtol, atol=atol, equal_nan=True).all())
-            return LeafCheck(path, ok, math.nan, math.nan, "" if ok else "values differ")
+            return LeafCheck(
+                path,
+                ok,
+                math.nan,
+                math.nan,
+                "" if ok else "values differ",
+                values_compared=True,
+                tolerance_ratio=0.0 if ok else math.inf,  # not measured: only the verdict
+            )
     ok = bool(numpy.array_equal(a, b))
     return LeafCheck(
-        path, ok, 0.0 if ok else math.nan, 0.0 if ok else math.nan, "" if ok else "values differ"
+        path,
+        ok,
+        0.0 if ok else math.nan,
+        0.0 if ok else math.nan,
+        "" if ok else "values differ",
+        tolerance_ratio=0.0 if ok else math.inf,
     )
 
 

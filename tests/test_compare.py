@@ -4,20 +4,25 @@ from __future__ import annotations
 
 import copy
 import html
+import inspect
 import math
+import re
+import sys
+from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from models import Chain, Shared
+from models import Chain, Scale, Shared
 from torch import nn
 
 import graphsurgeon as gs
 from graphsurgeon._exec import runnable_original
 from graphsurgeon.compare import Comparison, compare
 from graphsurgeon.errors import CompareError, UnknownModuleError
-from graphsurgeon.examples import MLP, FusedAttention, TinyGPT
+from graphsurgeon.examples import MLP, Attention, FusedAttention, TinyGPT
 from graphsurgeon.fuse import fused_call
 
 # -- tiny models --------------------------------------------------------------------------
@@ -428,3 +433,585 @@ def test_on_the_meta_device_the_table_prints_no_nan():
     assert "nan" not in comparison.table() and "no values compared" in comparison.table()
     html = comparison._repr_html_()
     assert ">nan<" not in html and "no values compared" in html
+
+
+# -- locate: inside the diverging call, the line of the replacement --------------------------------
+#
+# Replacements with one bug planted on demand (``bug=""``: none). Each planted line carries the
+# comment ``# planted: <bug>``; the tests read the expected line number from the class's own
+# source, so ``locate().source`` must name exactly that line.
+
+
+def planted_line(cls: type, bug: str) -> str:
+    """``"test_compare.py:LINE"`` of the line of ``cls`` marked ``# planted: <bug>``."""
+    lines, first = inspect.getsourcelines(cls)
+    (offset,) = [i for i, line in enumerate(lines) if line.rstrip().endswith(f"# planted: {bug}")]
+    return f"{Path(__file__).name}:{first + offset}"
+
+
+class SdpaAttention(nn.Module):
+    """The decoder's Attention through scaled_dot_product_attention, with q/k/v/o of its own."""
+
+    def __init__(self, original: Attention, bug: str = "", o_weight: torch.Tensor | None = None):
+        super().__init__()
+        self.heads, self.bug = original.heads, bug
+        self.q, self.k, self.v, self.o = (copy.deepcopy(original.get_submodule(n)) for n in "qkvo")
+        if o_weight is not None:
+            with torch.no_grad():
+                self.o.weight.copy_(o_weight)
+
+    def forward(self, x):
+        batch, tokens, hidden = x.shape
+
+        def heads(t):
+            return t.view(batch, tokens, self.heads, hidden // self.heads).transpose(1, 2)
+
+        q, k, v = heads(self.q(x)), heads(self.k(x)), heads(self.v(x))
+        attend = F.scaled_dot_product_attention
+        if self.bug == "no causal mask":
+            out = attend(q, k, v)  # planted: no causal mask
+        elif self.bug == "wrong scale":
+            out = attend(q, k, v, is_causal=True, scale=1.0)  # planted: wrong scale
+        else:
+            out = attend(q, k, v, is_causal=True)
+        return self.o(out.transpose(1, 2).reshape(batch, tokens, hidden))  # planted: wrong weight
+
+
+class WrittenOutAttention(nn.Module):
+    """The decoder's Attention written out step by step, from one fused qkv projection."""
+
+    def __init__(self, original: Attention, bug: str = ""):
+        super().__init__()
+        self.heads, self.bug = original.heads, bug
+        fused = FusedAttention(original)
+        self.qkv, self.o = fused.qkv, fused.o
+
+    def forward(self, x):
+        batch, tokens, hidden = x.shape
+        size = hidden // self.heads
+        qkv = self.qkv(x).view(batch, tokens, 3, self.heads, size).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        scores = q @ k.transpose(-2, -1)
+        if self.bug == "wrong scale":
+            scores = scores / size  # planted: wrong scale
+        else:
+            scores = scores / math.sqrt(size)
+        if self.bug == "wrong mask":
+            mask = torch.ones(tokens, tokens, dtype=torch.bool).triu(0)  # planted: wrong mask
+        else:
+            mask = torch.ones(tokens, tokens, dtype=torch.bool).triu(1)
+        weights = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+        return self.o((weights @ v).transpose(1, 2).reshape(batch, tokens, hidden))
+
+
+class StepMLP(nn.Module):
+    """The decoder's MLP, one step a line."""
+
+    def __init__(self, original: MLP, bug: str = ""):
+        super().__init__()
+        self.up, self.down, self.bug = copy.deepcopy(original.up), copy.deepcopy(original.down), bug
+
+    def forward(self, x):
+        hidden = self.up(x)
+        if self.bug == "wrong activation":
+            hidden = torch.relu(hidden)  # planted: wrong activation
+        else:
+            hidden = F.gelu(hidden)
+        return self.down(hidden)
+
+
+class StepLayerNorm(nn.Module):
+    """LayerNorm written out, as a replacement for ``nn.LayerNorm`` (one fused op)."""
+
+    def __init__(self, original: nn.LayerNorm, bug: str = ""):
+        super().__init__()
+        self.weight = nn.Parameter(original.weight.detach().clone())
+        self.bias = nn.Parameter(original.bias.detach().clone())
+        self.eps, self.bug = original.eps, bug
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        centered = x - mean
+        variance = centered.pow(2).mean(-1, keepdim=True)
+        if self.bug == "misplaced epsilon":
+            scale = 1 / (variance.sqrt() + self.eps)  # planted: misplaced epsilon
+        else:
+            scale = torch.rsqrt(variance + self.eps)
+        return centered * scale * self.weight + self.bias
+
+
+#   x ──▶ inp (Linear) ──▶ norm (LayerNorm, eps 0.01) ──▶ out (Linear) ──▶ y
+class Normed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(8, 8)
+        self.norm = nn.LayerNorm(8, eps=1e-2)  # large enough for a misplaced eps to show
+        self.out = nn.Linear(8, 8)
+        with torch.no_grad():
+            self.norm.weight.uniform_(0.5, 1.5)
+            self.norm.bias.uniform_(-0.5, 0.5)
+
+    def forward(self, x):
+        return self.out(self.norm(self.inp(x)))
+
+
+@pytest.fixture(scope="module")
+def normed():
+    torch.manual_seed(0)
+    model = Normed().eval()
+    x = torch.randn(4, 8)
+    return model, x, gs.export(model, (x,))
+
+
+def locate_planted(model, args, ep, name, make, bug, kwargs=None):
+    """compare and locate a replacement with ``bug`` planted, after checking that the same
+    replacement without it matches (so the bug is what makes it differ)."""
+    faithful = gs.swap(ep, {name: make("")})
+    assert compare(ep, faithful, args, kwargs).first_divergence is None, "precondition"
+    replacement = make(bug)
+    swapped = gs.swap(ep, {name: replacement})
+    # the surgery is right (the eager model carrying the same module agrees): the divergence
+    # is the replacement's own
+    reference = gs.eager_reference(model, {name: replacement})
+    assert gs.verify(reference, swapped, args, kwargs, rtol=1e-4, atol=1e-5)
+    comparison = compare(ep, swapped, args, kwargs, locate=False)
+    assert comparison.first_divergence == name
+    return comparison, comparison.locate()
+
+
+GPT_BUGS = [
+    ("layers.1.attn", SdpaAttention, "no causal mask"),
+    ("layers.1.attn", SdpaAttention, "wrong scale"),
+    ("layers.1.attn", WrittenOutAttention, "wrong scale"),
+    ("layers.1.attn", WrittenOutAttention, "wrong mask"),
+    ("layers.1.mlp", StepMLP, "wrong activation"),
+]
+
+
+@pytest.mark.parametrize(("name", "cls", "bug"), GPT_BUGS, ids=lambda v: getattr(v, "__name__", v))
+def test_locate_names_the_line_of_a_planted_bug(gpt, name, cls, bug):
+    model, tokens, ep = gpt
+    original = model.get_submodule(name)
+    _, found = locate_planted(model, (tokens,), ep, name, lambda b: cls(original, b), bug)
+    assert found and found.call == name and found.replacement == cls.__name__
+    assert found.source == planted_line(cls, bug)
+    assert found.line.endswith(f"# planted: {bug}") and found.line in str(found)
+    assert found.file == __file__ and "first differs here, inputs agree" in str(found)
+    assert found.op.startswith("aten.") and found.node
+
+
+def test_locate_shows_the_arguments_that_make_the_difference(gpt):
+    model, tokens, ep = gpt
+    attention = model.layers[1].attn
+    _, no_mask = locate_planted(
+        model,
+        (tokens,),
+        ep,
+        "layers.1.attn",
+        lambda b: SdpaAttention(attention, b),
+        "no causal mask",
+    )
+    assert no_mask.op.startswith("aten.scaled_dot_product_attention.default(f32[1, 4, 16, 16]")
+    assert "attn_mask=None" in no_mask.op and "is_causal=False" in no_mask.op
+    # its inputs agree: each is the original's value, named with the line computing it
+    assert len(no_mask.inputs) == 3
+    assert all("= the original's 'transpose_" in i and "examples.py:" in i for i in no_mask.inputs)
+    _, scale = locate_planted(
+        model, (tokens,), ep, "layers.1.attn", lambda b: SdpaAttention(attention, b), "wrong scale"
+    )
+    assert "scale=1.0" in scale.op and "is_causal=True" in scale.op
+
+
+@pytest.mark.parametrize("which", ["transposed", "another layer's"])
+def test_a_wrong_weight_is_located_where_it_is_used(gpt, which):
+    model, tokens, ep = gpt
+    attention = model.layers[1].attn
+    weight = attention.o.weight.T if which == "transposed" else model.layers[0].attn.o.weight
+
+    def make(bug):
+        return SdpaAttention(attention, o_weight=weight if bug else None)
+
+    _, found = locate_planted(model, (tokens,), ep, "layers.1.attn", make, "wrong weight")
+    assert found.source == planted_line(SdpaAttention, "wrong weight")
+    assert found.op.startswith("aten.linear.default")
+    (weight_input,) = [i for i in found.inputs if i.startswith("o.weight:")]
+    if which == "transposed":  # the original transposes its weight inside linear: that step
+        assert re.search(
+            r"a step of the original's 'linear_\d+' \(aten\.(t|transpose|permute)", weight_input
+        )
+    else:
+        assert weight_input.endswith("matches no value")
+
+
+def test_a_misplaced_epsilon_is_found_in_a_norm_written_out_against_a_fused_one(normed):
+    model, x, ep = normed
+    # the original is one op: its steps (mean, variance, rsqrt...) come from its decomposition
+    assert [n.target for n in fused_call(ep, "norm").graph.nodes if n.op == "call_function"] == [
+        torch.ops.aten.layer_norm.default
+    ]
+    make = lambda bug: StepLayerNorm(model.norm, bug)  # noqa: E731
+    _, found = locate_planted(model, (x,), ep, "norm", make, "misplaced epsilon")
+    assert found.source == planted_line(StepLayerNorm, "misplaced epsilon")
+    assert found.op.startswith("aten.sqrt.default")
+    assert "a step of the original's 'layer_norm'" in found.inputs[0]
+
+
+# -- locate on a Hugging Face Llama attention ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def llama():
+    transformers = pytest.importorskip("transformers")
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        attn_implementation="sdpa",
+    )
+    model = transformers.LlamaForCausalLM(config).eval()
+    ids = torch.randint(0, 128, (2, 12))
+    mask = torch.ones(2, 12, dtype=torch.long)
+    mask[1, 9:] = 0  # the second sequence is padded
+    kwargs = {"attention_mask": mask, "use_cache": False}
+    return model, (ids,), kwargs, gs.export(model, (ids,), kwargs)
+
+
+def rotate_half(x):
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
+
+
+class LlamaSdpa(nn.Module):
+    """Llama's attention as a user writes it: the same projections and rotary embedding,
+    ``scaled_dot_product_attention`` with grouped key/value heads."""
+
+    def __init__(self, attention, bug: str = "", o_proj: nn.Linear | None = None):
+        super().__init__()
+        config = attention.config
+        self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.head_dim, self.bug = attention.head_dim, bug
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            setattr(self, name, copy.deepcopy(attention.get_submodule(name)))
+        if o_proj is not None:
+            self.o_proj = copy.deepcopy(o_proj)
+
+    def forward(
+        self, hidden_states, attention_mask, position_ids, cache, use_cache, position_embeddings
+    ):
+        batch, tokens, _ = hidden_states.shape
+        q = self.q_proj(hidden_states).view(batch, tokens, self.heads, -1).transpose(1, 2)
+        k = self.k_proj(hidden_states).view(batch, tokens, self.kv_heads, -1).transpose(1, 2)
+        v = self.v_proj(hidden_states).view(batch, tokens, self.kv_heads, -1).transpose(1, 2)
+        cos, sin = (t.unsqueeze(1) for t in position_embeddings)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        attend, mask = F.scaled_dot_product_attention, attention_mask
+        if self.bug == "no mask":
+            out = attend(q, k, v, enable_gqa=True)  # planted: no mask
+        elif self.bug == "wrong scale":
+            out = attend(q, k, v, mask, scale=1.0, enable_gqa=True)  # planted: wrong scale
+        else:
+            out = attend(q, k, v, mask, enable_gqa=True)
+        out = out.transpose(1, 2).reshape(batch, tokens, -1)
+        return self.o_proj(out), None  # planted: wrong weight
+
+
+@pytest.mark.parametrize("bug", ["no mask", "wrong scale", "wrong weight"])
+def test_locate_in_a_hugging_face_llama_attention(llama, bug):
+    model, args, kwargs, ep = llama
+    name = "model.layers.1.self_attn"
+    attention = model.get_submodule(name)
+    other = model.get_submodule("model.layers.0.self_attn").o_proj
+
+    def make(planted):
+        if planted == "wrong weight":
+            return LlamaSdpa(attention, o_proj=other)
+        return LlamaSdpa(attention, planted)
+
+    _, found = locate_planted(model, args, ep, name, make, bug, kwargs)
+    assert found.source == planted_line(LlamaSdpa, bug)
+    assert any("modeling_llama.py:" in i for i in found.inputs), "the original's values, by line"
+
+
+def interleaved(weight: torch.Tensor, heads: int) -> torch.Tensor:
+    """Each head's rows from (first half | second half) to pairs (0, D/2), (1, D/2 + 1), ..."""
+    rows, columns = weight.shape
+    return (
+        weight.reshape(heads, 2, rows // heads // 2, columns).transpose(1, 2).reshape(rows, columns)
+    )
+
+
+class InterleavedLlama(nn.Module):
+    """Llama's attention with one fused qkv weight whose query and key rows are in the
+    interleaved order of rotary embeddings that rotate adjacent pairs: every query and key
+    value is laid out otherwise than in the original, until the attention scores."""
+
+    def __init__(self, attention, forget_keys: bool = False):
+        super().__init__()
+        config = attention.config
+        self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.head_dim = attention.head_dim
+        keys = (
+            attention.k_proj.weight
+            if forget_keys
+            else interleaved(attention.k_proj.weight, self.kv_heads)
+        )
+        weight = torch.cat(
+            [interleaved(attention.q_proj.weight, self.heads), keys, attention.v_proj.weight]
+        )
+        self.sizes = [self.heads * self.head_dim, *[self.kv_heads * self.head_dim] * 2]
+        self.qkv = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+        self.o_proj = copy.deepcopy(attention.o_proj)
+        with torch.no_grad():
+            self.qkv.weight.copy_(weight)
+
+    def rope(self, x, cos, sin):
+        cos = cos[..., : self.head_dim // 2].unsqueeze(1)
+        sin = sin[..., : self.head_dim // 2].unsqueeze(1)
+        even, odd = x.unflatten(-1, (-1, 2)).unbind(-1)  # planted: keys not interleaved
+        return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
+
+    def forward(
+        self, hidden_states, attention_mask, position_ids, cache, use_cache, position_embeddings
+    ):
+        batch, tokens, _ = hidden_states.shape
+        q, k, v = self.qkv(hidden_states).split(self.sizes, dim=-1)
+        q = q.view(batch, tokens, self.heads, -1).transpose(1, 2)
+        k = k.view(batch, tokens, self.kv_heads, -1).transpose(1, 2)
+        v = v.view(batch, tokens, self.kv_heads, -1).transpose(1, 2)
+        cos, sin = position_embeddings
+        q, k = self.rope(q, cos, sin), self.rope(k, cos, sin)
+        out = F.scaled_dot_product_attention(q, k, v, attention_mask, enable_gqa=True)
+        return self.o_proj(out.transpose(1, 2).reshape(batch, tokens, -1)), None
+
+
+def test_values_laid_out_otherwise_are_matched_and_the_step_that_goes_wrong_is_found(llama):
+    model, args, kwargs, ep = llama
+    name = "model.layers.1.self_attn"
+    attention = model.get_submodule(name)
+    # keys whose rows were left in the original order, rotated as if interleaved: the rotary
+    # step of the keys is the first whose inputs agree and whose output matches nothing
+    make = lambda bug: InterleavedLlama(attention, forget_keys=bool(bug))  # noqa: E731
+    _, found = locate_planted(model, args, ep, name, make, "keys not interleaved", kwargs)
+    assert found.source == planted_line(InterleavedLlama, "keys not interleaved")
+    assert found.stack[-2:] == (
+        f"{found.stack[-2].split(' ')[0]} in forward",
+        f"{found.source} in rope",
+    ), "the helper's line, called from forward"
+    (keys,) = found.inputs
+    assert "= the original's" in keys and "key_states" in keys, (
+        "the keys agree, as Llama lays them out"
+    )
+
+
+# -- when locate cannot answer, it says why --------------------------------------------------------
+
+
+def test_locate_says_why_when_nothing_diverges_or_on_meta(gpt):
+    model, tokens, ep = gpt
+    same = compare(ep, gs.swap(ep, fused(model)), (tokens,))
+    assert same.first_divergence is None, "precondition"
+    nothing = same.locate()
+    assert not nothing and nothing.reason == "no call diverges: there is nothing to locate"
+    assert str(nothing) == nothing.reason and nothing.call == ""
+    with torch.device("meta"):
+        meta_model = Normed()
+        x = torch.zeros(4, 8)
+    meta_ep = gs.export(meta_model, (x,))
+    on_meta = compare(
+        meta_ep,
+        gs.swap(meta_ep, {"norm": StepLayerNorm(meta_model.norm, "misplaced epsilon")}),
+        (x,),
+    )
+    assert not on_meta.values_compared, "precondition"
+    assert "meta device" in on_meta.locate().reason
+
+
+class Untraceable(nn.Module):
+    """A norm whose forward branches on a value: torch.export cannot trace it."""
+
+    def __init__(self, norm):
+        super().__init__()
+        self.norm = copy.deepcopy(norm)
+
+    def forward(self, x):
+        if x.sum() > 0:
+            return self.norm(x) + 1
+        return self.norm(x) - 1
+
+
+class SwappedOutputs(nn.Module):
+    def forward(self, x):
+        return x + 1, {"b": x * 2}
+
+
+def test_locate_says_why_when_the_replacement_cannot_be_traced_or_every_value_matches(normed):
+    model, x, ep = normed
+    untraceable = compare(ep, gs.swap(ep, {"norm": Untraceable(model.norm)}), (x,))
+    assert untraceable.first_divergence == "norm", "precondition"
+    found = untraceable.locate()
+    assert not found and "cannot be traced on the call's inputs" in found.reason
+    assert "data-dependent" in found.reason.lower() and "Untraceable" in found.reason
+    assert f"not located: {found.reason}" in str(untraceable)
+    # every op computes one of the original's values; they are returned in each other's place
+    two = TwoOutputs()
+    y = torch.randn(2, 3)
+    two_ep = gs.export(two, (y,))
+    swapped = compare(two_ep, gs.swap(two_ep, {"split": SwappedOutputs()}), (y,))
+    assert swapped.first_divergence == "split", "precondition"
+    arranged = swapped.locate()
+    assert not arranged and "which values it returns, or how they are arranged" in arranged.reason
+
+
+class Counting(nn.Module):
+    """Multiplies by how often it was called: its trace does not compute what it returned."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return x * self.calls
+
+
+def test_locate_refuses_to_blame_a_trace_that_does_not_reproduce_the_run():
+    model = nn.Sequential(nn.Linear(3, 3), Scale(3.0))
+    x = torch.randn(2, 3)
+    ep = gs.export(model, (x,))
+    comparison = compare(ep, gs.swap(ep, {"1": Counting()}), (x,), locate=False)
+    assert comparison.first_divergence == "1", "precondition"
+    assert "does not compute what it returned in the run" in comparison.locate().reason
+
+
+# -- locate in compare's report, cached, and leaving everything as it was -----------------------
+
+
+def test_compare_shows_the_located_line_for_a_small_call_and_a_hint_otherwise(gpt, monkeypatch):
+    model, tokens, ep = gpt
+    swapped = gs.swap(ep, {"layers.1.attn": SdpaAttention(model.layers[1].attn, "no causal mask")})
+    shown = compare(ep, swapped, (tokens,))
+    assert shown.location is not None and shown.location.found, "located on its own: small"
+    expected = planted_line(SdpaAttention, "no causal mask")
+    assert f"located: {expected} out = attend(q, k, v)  # planted" in str(shown)
+    assert expected in html.unescape(shown._repr_html_())
+    assert shown.locate() is shown.location, "computed once"
+    hinted = compare(ep, swapped, (tokens,), locate=False)
+    assert hinted.location is None
+    assert "cmp.locate() names the line of the replacement of 'layers.1.attn'" in str(hinted)
+    assert "cmp.locate()" in hinted._repr_html_()
+    assert hinted.locate() == shown.location and hinted.location is not None
+    bundle = shown.location._repr_mimebundle_()
+    assert bundle["text/plain"] == str(shown.location) and expected in bundle["text/html"]
+    # a call larger than compare locates on its own: the hint, until asked
+    monkeypatch.setattr(sys.modules["graphsurgeon.compare"], "_SMALL_NODES", 10)
+    large = compare(ep, swapped, (tokens,))
+    assert large.location is None and "cmp.locate()" in str(large)
+    assert compare(ep, swapped, (tokens,), locate=True).location == shown.location
+
+
+def test_locate_leaves_the_program_the_replacement_and_the_random_stream_as_they_were(gpt):
+    model, tokens, ep = gpt
+    replacement = SdpaAttention(model.layers[1].attn, "wrong scale")
+    swapped = gs.swap(ep, {"layers.1.attn": replacement})
+    comparison = compare(ep, swapped, (tokens,), locate=False)
+    graph_before, weights = str(ep.graph), copy.deepcopy(replacement.state_dict())
+    state = torch.random.get_rng_state()
+    assert comparison.locate()
+    assert str(ep.graph) == graph_before and torch.equal(torch.random.get_rng_state(), state)
+    assert all(torch.equal(v, weights[k]) for k, v in replacement.state_dict().items())
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in replacement.modules())
+    assert torch.equal(swapped(tokens), swapped(tokens))
+
+
+# -- the shape of a mismatch and the error relative to the tolerance, in compare -----------------
+
+
+def test_a_forgotten_causal_mask_shows_as_only_the_last_token_matching(gpt):
+    model, tokens, ep = gpt
+    swapped = gs.swap(ep, {"layers.1.attn": SdpaAttention(model.layers[1].attn, "no causal mask")})
+    comparison = compare(ep, swapped, (tokens,), locate=False)
+    call = comparison["layers.1.attn"]
+    (leaf,) = call.leaves
+    # the last token sees every token with or without the mask: only it matches
+    assert leaf.differing[1] == (range(0, 15),) and leaf.by_axis == "dim 1: 0–14 differ, 15 matches"
+    assert "dim 1: 0–14 differ, 15 matches" in call.problem and call.problem in str(comparison)
+    assert (
+        call.tolerance_ratio > 1 and comparison.rows[0]["tolerance_ratio"] == call.tolerance_ratio
+    )
+    header = comparison.table().splitlines()[0]
+    assert "of tolerance" in header
+    assert "of tolerance" in comparison._repr_html_()
+
+
+def test_an_ok_row_with_a_large_relative_error_explains_itself_by_the_tolerance(gpt):
+    model, tokens, ep = gpt
+    comparison = compare(ep, gs.swap(ep, fused(model)), (tokens,))
+    call = comparison["layers.0.attn"]
+    # precondition: the relative error is above rtol (at a value near 0, where atol covers it)
+    assert call.ok and call.max_rel > comparison.rtol
+    assert 0 < call.tolerance_ratio < 1
+    row = comparison.table().splitlines()[1]
+    assert f"{call.tolerance_ratio:.2g}x" in row
+
+
+# -- locate on a Hugging Face GPT-2 attention: a mask of the replacement's own making ---------------
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    transformers = pytest.importorskip("transformers")
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        n_layer=2,
+        n_embd=32,
+        n_head=2,
+        vocab_size=100,
+        n_positions=32,
+        bos_token_id=0,
+        eos_token_id=0,
+        attn_implementation="eager",
+    )
+    model = transformers.GPT2LMHeadModel(config).eval()
+    ids = torch.randint(0, 100, (1, 8))
+    kwargs = {"use_cache": False}
+    return model, (ids,), kwargs, gs.export(model, (ids,), kwargs)
+
+
+class Gpt2Attention(nn.Module):
+    """GPT-2's attention with a boolean causal mask of its own (GPT-2 adds a float mask it is
+    given): a value the original never has, which must not be blamed."""
+
+    def __init__(self, original, bug: str = ""):
+        super().__init__()
+        self.c_attn, self.c_proj = copy.deepcopy(original.c_attn), copy.deepcopy(original.c_proj)
+        self.heads, self.bug = original.num_heads, bug
+
+    def forward(self, hidden_states, *args, **kwargs):
+        batch, tokens, hidden = hidden_states.shape
+        # made first, from nothing the call passes: the first value that matches nothing
+        future = torch.ones(tokens, tokens, dtype=torch.bool).tril().logical_not()
+        q, k, v = self.c_attn(hidden_states).split(hidden, dim=2)
+        q, k, v = (t.view(batch, tokens, self.heads, -1).transpose(1, 2) for t in (q, k, v))
+        scores = q @ k.transpose(-1, -2)
+        if self.bug == "wrong scale":
+            scores = scores / v.size(-1)  # planted: wrong scale
+        else:
+            scores = scores / math.sqrt(v.size(-1))
+        weights = scores.masked_fill(future, torch.finfo(scores.dtype).min).softmax(-1)
+        return self.c_proj((weights @ v).transpose(1, 2).reshape(batch, tokens, hidden)), weights
+
+
+def test_locate_in_a_gpt2_attention_passes_over_a_mask_the_original_never_makes(gpt2):
+    model, args, kwargs, ep = gpt2
+    name = "transformer.h.1.attn"
+    make = lambda bug: Gpt2Attention(model.get_submodule(name), bug)  # noqa: E731
+    _, found = locate_planted(model, args, ep, name, make, "wrong scale", kwargs)
+    assert found.source == planted_line(Gpt2Attention, "wrong scale")
+    assert found.op.startswith("aten.div.Tensor") and "other=16" in found.op

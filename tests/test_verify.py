@@ -752,3 +752,126 @@ def test_comparing_in_small_blocks_gives_the_results_of_one_pass(monkeypatch, dt
         assert compare_leaf("", a, b) == whole
         monkeypatch.undo()
         assert not whole.ok  # precondition: something to find in some block
+
+
+# --- the worst error relative to the tolerance ----------------------------------------------------
+
+
+def test_an_ok_beside_a_large_max_rel_explains_itself_by_the_tolerance():
+    # a value near 0 carries a large relative error that atol covers: allclose says ok
+    expected = torch.tensor([1e-3, 0.5, 2.0])
+    actual = expected + torch.tensor([5.23e-6, 1e-6, -4e-6])
+    report = gs.verify(constant(expected), constant(actual), ZERO)
+    (leaf,) = report.leaves
+    assert report and leaf.max_rel > 100 * report.rtol, "precondition: max rel far above rtol"
+    by_hand = (
+        (actual.double() - expected.double()).abs() / (1e-5 + 1e-5 * expected.double().abs())
+    ).max()
+    assert math.isclose(leaf.tolerance_ratio, float(by_hand), rel_tol=1e-9)
+    assert 0.4 < leaf.tolerance_ratio < 0.6
+    assert f"{leaf.tolerance_ratio:.2g}x of tolerance" in str(report)
+    html = report._repr_html_()
+    assert "of tolerance" in html and f"{leaf.tolerance_ratio:.2g}x" in html
+    bad = gs.verify(constant(expected), constant(expected + 1e-3), ZERO)
+    assert not bad and bad.leaves[0].tolerance_ratio > 1
+    assert "x of tolerance" in str(bad)
+
+
+def test_the_tolerance_ratio_is_never_nan():
+    zeros = torch.zeros(3)
+    exact = compare_leaf("", zeros, zeros.clone(), rtol=1e-5, atol=0)
+    assert exact.ok and exact.tolerance_ratio == 0.0, "0 / 0 is no error"
+    off = compare_leaf("", zeros, zeros + 1e-9, rtol=1e-5, atol=0)
+    assert not off.ok and off.tolerance_ratio == math.inf, "no tolerance at an expected 0"
+    ints = compare_leaf("", torch.tensor([1, 2]), torch.tensor([1, 3]))
+    assert (
+        not ints.ok
+        and ints.tolerance_ratio == math.inf
+        and "inf of tolerance"
+        in str(gs.verify(constant(torch.tensor([1, 2])), constant(torch.tensor([1, 3])), ZERO))
+    )
+    assert compare_leaf("", torch.tensor([1, 2]), torch.tensor([1, 2])).tolerance_ratio == 0.0
+    number = compare_leaf("", 2.0, 2.00001)
+    assert number.ok and math.isclose(number.tolerance_ratio, 1e-5 / (1e-5 + 2e-5), rel_tol=1e-6)
+    nan_apart = compare_leaf("", torch.tensor([NAN, 1.0]), torch.tensor([1.0, 1.0]))
+    assert nan_apart.tolerance_ratio == math.inf
+    meta = gs.verify(
+        constant(torch.empty(2, device="meta")), constant(torch.empty(2, device="meta")), ZERO
+    )
+    assert meta.leaves[0].tolerance_ratio == 0.0 and "of tolerance" not in str(meta)
+
+
+# --- the shape of a mismatch ----------------------------------------------------------------------
+
+
+def test_a_mismatch_is_broken_down_by_axis():
+    a = torch.randn(1, 12, 64)
+    b = a.clone()
+    b[:, :11] += 0.1  # what a forgotten causal mask does: every token but the last is off
+    report = gs.verify(constant(a), constant(b), ZERO)
+    (leaf,) = report.leaves
+    assert leaf.differing == ((range(0, 1),), (range(0, 11),), (range(0, 64),))
+    assert leaf.by_axis == "dim 1: 0–10 differ, 11 matches"
+    assert (
+        "values differ beyond tolerance at 704 of 768 positions; dim 1: 0–10 differ, 11 matches"
+        in str(report)
+    )
+    assert "dim 1: 0–10 differ, 11 matches" in report._repr_html_()
+    columns = b.clone()
+    columns[:] = a
+    columns[..., 5] += 1
+    columns[..., 40:43] += 1
+    assert compare_leaf("", a, columns).by_axis == "dim 2: 5, 40–42 differ, 0–4, 6–39, 43–63 match"
+    everywhere = compare_leaf("", a, a + 1)
+    assert everywhere.by_axis == "spread over every index of every dimension"
+    assert compare_leaf("", a, a.clone()).by_axis == "" and compare_leaf("", a, a).differing == ()
+
+
+def test_many_ranges_are_merged_and_the_text_is_capped():
+    a = torch.zeros(2, 1000)
+    b = a.clone()
+    b[:, ::2] = 1  # every other column: 500 ranges
+    leaf = compare_leaf("", a, b)
+    assert len(leaf.differing[1]) == 500 and all(len(r) == 1 for r in leaf.differing[1])
+    assert leaf.by_axis.startswith(
+        "dim 1: 0, 2, 4, 6, … (496 more) differ, 1, 3, 5, 7, … (496 more) match"
+    )
+    assert len(leaf.by_axis) <= 240
+    ints = compare_leaf("", torch.arange(6).view(2, 3), torch.tensor([[0, 1, 2], [3, 9, 5]]))
+    assert ints.by_axis == "dim 0: 1 differs, 0 matches; dim 1: 1 differs, 0, 2 match"
+    nan_apart = compare_leaf(
+        "", torch.tensor([[1.0, 2.0], [3.0, 4.0]]), torch.tensor([[1.0, NAN], [3.0, 4.0]])
+    )
+    assert nan_apart.by_axis == "dim 0: 0 differs, 1 matches; dim 1: 1 differs, 0 matches"
+    parts = compare_leaf(
+        "", [torch.ones(3), torch.ones(3)], [torch.ones(3), torch.tensor([1.0, 2.0, 1.0])]
+    )
+    assert parts.by_axis == "[1]: dim 0: 1 differs, 0, 2 match"
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+    shape=st.lists(st.integers(1, 5), min_size=1, max_size=4),
+    block=st.sampled_from([1, 2, 3, 7, 64]),
+    seed=st.integers(0, 2**16),
+)
+def test_the_breakdown_by_axis_is_the_same_whatever_the_blocks(shape, block, seed):
+    generator = torch.Generator().manual_seed(seed)
+    a = torch.randn(shape, generator=generator)
+    differs = torch.rand(shape, generator=generator) < 0.2
+    b = torch.where(differs, a + 1, a)
+    verify_module = sys.modules["graphsurgeon.verify"]
+    original = verify_module._BLOCK
+    verify_module._BLOCK = block  # blocks cut mid-row, by rows, or the whole tensor
+    try:
+        leaf = compare_leaf("", a, b)
+    finally:
+        verify_module._BLOCK = original
+    if not bool(differs.any()):
+        assert leaf.ok and leaf.differing == ()
+        return
+    for dim, ranges in enumerate(leaf.differing):
+        others = tuple(d for d in range(len(shape)) if d != dim)
+        along = differs.any(dim=others) if others else differs
+        flagged = [i for r in ranges for i in r]
+        assert flagged == along.nonzero().flatten().tolist()
