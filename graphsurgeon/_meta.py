@@ -10,7 +10,7 @@ Decided here once, read by every stage:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -136,9 +136,217 @@ def dtype_text(dtype: torch.dtype) -> str:
     return _DTYPES.get(dtype) or str(dtype).removeprefix("torch.")
 
 
-def tensor_text(shape: Any, dtype: torch.dtype) -> str:
-    """``f32[1, 16, 64]``."""
-    return f"{dtype_text(dtype)}[{', '.join(str(d) for d in shape)}]"
+def size_text(size: Any, names: Mapping[str, str] | None = None) -> str:
+    """One size: ``16``, or a dynamic one by the user's ``Dim`` name where ``names`` (torch's
+    symbol -> the Dim's name, as :func:`graphsurgeon.export` records them) has it: ``batch``,
+    ``2*batch``; else by torch's symbol (``s77``)."""
+    if not names or not isinstance(size, (torch.SymInt, torch.SymFloat)):
+        return str(size)
+    expression = getattr(getattr(size, "node", None), "expr", None)
+    if expression is None:
+        return str(size)
+    symbols = {s: names[str(s)] for s in getattr(expression, "free_symbols", ()) if str(s) in names}
+    if not symbols:
+        return str(size)
+    import sympy  # torch's own dependency; only when a dynamic size is named
+
+    return str(expression.xreplace({s: sympy.Symbol(n) for s, n in symbols.items()}))
+
+
+def tensor_text(shape: Any, dtype: torch.dtype, names: Mapping[str, str] | None = None) -> str:
+    """``f32[1, 16, 64]``; dynamic sizes by their ``Dim`` names where ``names`` has them."""
+    return f"{dtype_text(dtype)}[{', '.join(size_text(d, names) for d in shape)}]"
+
+
+def number_text(value: float | None) -> str:
+    """``1.19e-07``, ``0.504``: an error or a tolerance in few characters; '' for None.
+
+    Example:
+        >>> number_text(0.000000119), number_text(0.50412), number_text(None)
+        ('1.19e-07', '0.504', '')
+    """
+    if value is None:
+        return ""
+    return f"{value:.3g}"
+
+
+def count_text(value: int | None) -> str:
+    """``137.2K``, ``7.0B``: a count of parameters or nodes in few characters ('' for none).
+
+    Example:
+        >>> count_text(137_200), count_text(7_000_000_000), count_text(12)
+        ('137.2K', '7.0B', '12')
+    """
+    if not value:
+        return ""
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if value >= size:
+            return f"{value / size:.1f}{unit}"
+    return str(value)
+
+
+def shorten(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, the cut marked ``…``."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def value_text(value: Any, names: Mapping[str, str] | None = None, depth: int = 0) -> str:
+    """A value as a picture or a table shows it: ``f32[1, 16, 64]``, ``(f32[2], f32[2])``,
+    ``2.5``; '' for None. Short: a container shows its first three items.
+
+    Example:
+        >>> import torch
+        >>> value_text((torch.zeros(2), torch.zeros(2, dtype=torch.int64), 3, 4))
+        '(f32[2], i64[2], 3, … 4 items)'
+    """
+    if isinstance(value, torch.Tensor):
+        if value.is_nested:
+            return f"nested {dtype_text(value.dtype)}[{value.size(0)} parts]"
+        return tensor_text(value.shape, value.dtype, names)
+    if isinstance(value, (tuple, list)):
+        if depth > 1:
+            return "(…)"
+        parts = [value_text(v, names, depth + 1) for v in value[:3]]
+        if len(value) > 3:
+            parts.append(f"… {len(value)} items")
+        open_, close = ("(", ")") if isinstance(value, tuple) else ("[", "]")
+        return open_ + ", ".join(parts) + close
+    if value is None:
+        return ""
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return shorten(size_text(value, names), 40)
+    if isinstance(value, (bool, int, float, str)):
+        return shorten(str(value), 40)
+    return type(value).__name__
+
+
+def node_value_text(node: Any, names: Mapping[str, str] | None = None) -> str:
+    """What an fx node computes, as :func:`value_text` writes it (from its ``val``), or ''."""
+    meta = getattr(node, "meta", {})
+    if "val" in meta:
+        return value_text(meta["val"], names)
+    tensor = meta.get("tensor_meta")
+    if tensor is not None and hasattr(tensor, "shape"):
+        return tensor_text(tensor.shape, tensor.dtype, names)
+    return ""
+
+
+# -- ops and their arguments -----------------------------------------------------------------
+
+
+def op_text(node: Any, form: str = "short") -> str:
+    """What an fx node calls. ``form="short"``: ``aten.linear``, ``getitem``, ``layers.0``;
+    ``"full"``: ``aten.linear.default``, ``operator.getitem``, ``call_module layers.0``. The
+    one name every view (picture, widget, stepper, compare) gives an op.
+
+    Example:
+        >>> import torch, operator
+        >>> graph = torch.fx.Graph()
+        >>> x = graph.placeholder("x")
+        >>> node = graph.call_function(torch.ops.aten.linear.default, (x, x))
+        >>> op_text(node), op_text(node, "full")
+        ('aten.linear', 'aten.linear.default')
+        >>> op_text(graph.call_function(operator.getitem, (x, 0)), "full")
+        'operator.getitem'
+    """
+    target = node.target
+    op = node.op
+    if op in ("placeholder", "output"):
+        return op if form == "full" else str(node.name)
+    if op in ("call_module", "get_attr", "call_method"):
+        return f"{op} {target}" if form == "full" else str(target)
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target) if form == "full" else f"{target.namespace}.{target._opname}"
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return target.name()
+    name = getattr(target, "__name__", None) or type(target).__name__
+    if form != "full":
+        return name
+    module = getattr(target, "__module__", None) or ""
+    module = {"_operator": "operator", "builtins": ""}.get(module, module)
+    qualified = getattr(target, "__qualname__", name)
+    return f"{module}.{qualified}" if module else qualified
+
+
+def _is_tensor_value(value: Any) -> bool:
+    meta = getattr(value, "meta", None)
+    return isinstance(meta, dict) and isinstance(meta.get("val"), torch.Tensor)
+
+
+def _argument_value_text(value: Any, form: str) -> str:
+    if hasattr(value, "op") and hasattr(value, "meta"):  # an fx node
+        if form == "full" or not isinstance(value.meta.get("val"), (int, float, bool)):
+            return str(value.name)
+        return repr(value.meta["val"])
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(_argument_value_text(v, form) for v in value)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' * (len(value) == 1)})"
+    if isinstance(value, torch.dtype):
+        return str(value)
+    if isinstance(value, torch.device):
+        return repr(str(value))
+    if isinstance(value, float):
+        return repr(value) if form == "full" else f"{value:.6g}"
+    text = repr(value)
+    return text if form == "full" else shorten(text, 40)
+
+
+def op_arguments(node: Any, form: str = "short") -> list[tuple[str | None, str]]:
+    """The arguments an op node is called with, as ``(name or None, text)``.
+
+    ``form="short"``: what the picture's edges do not show: constants (``scale=0.125``,
+    ``is_causal=True``, a divisor, transpose dims) and optional tensors given by name
+    (``attn_mask=expand_2``); arguments left at their default are left out. ``"full"``: every
+    argument, tensors by their node names. Aten ops name their arguments by their schema.
+    """
+    args, kwargs = getattr(node, "args", ()), getattr(node, "kwargs", {})
+    target = getattr(node, "target", None)
+    found: list[tuple[str | None, str]] = []
+    schema = getattr(target, "_schema", None) if isinstance(target, torch._ops.OpOverload) else None
+    if schema is None:
+        for value in args:
+            if form == "full" or not _is_tensor_value(value):
+                found.append((None, _argument_value_text(value, form)))
+        for key, value in kwargs.items():
+            found.append((str(key), _argument_value_text(value, form)))
+        return found
+    for position, argument in enumerate(schema.arguments):
+        if argument.name in kwargs:
+            value = kwargs[argument.name]
+        elif not argument.kwarg_only and position < len(args):
+            value = args[position]
+        else:
+            continue
+        if form != "full":
+            if _is_tensor_value(value) and not argument.has_default_value():
+                continue  # a tensor the op cannot go without: an edge of the picture
+            if argument.has_default_value():
+                try:
+                    if value == argument.default_value and type(value) is type(
+                        argument.default_value
+                    ):
+                        continue
+                except Exception:  # an == that does not answer True or False
+                    pass
+        found.append((argument.name, _argument_value_text(value, form)))
+    return found
+
+
+def arguments_text(node: Any, form: str = "short") -> str:
+    """:func:`op_arguments` written out: ``dim0=1, dim1=2``, ``8.0``; '' when there are none."""
+    return ", ".join(
+        f"{name}={text}" if name is not None else text for name, text in op_arguments(node, form)
+    )
+
+
+def node_call_text(node: Any, form: str = "short") -> str:
+    """An op node's call in one line: ``aten.transpose(dim0=1, dim1=2)`` (short: the arguments
+    edges do not show; just ``aten.mul`` when there are none) or
+    ``aten.transpose.int(self=view, dim0=1, dim1=2)`` (full)."""
+    arguments = arguments_text(node, form)
+    if not arguments and form != "full":
+        return op_text(node, form)
+    return f"{op_text(node, form)}({arguments})"
 
 
 def describe_value(value: Any) -> str:
@@ -185,3 +393,56 @@ def ambiguous_name_message(name: str, owner: str) -> str:
         f"{split_call_name(name)[0]!r}. Register the module under another name "
         f"(e.g. {name.replace('@', '_')!r}) and export again."
     )
+
+
+# -- how a module is called --------------------------------------------------------------------
+
+
+def module_call_text(
+    in_spec: pytree.TreeSpec,
+    out_spec: pytree.TreeSpec,
+    inputs: list[str],
+    outputs: list[str],
+    parameters: list[str],
+    *,
+    wrap: int | None = None,
+) -> str:
+    """How a program calls a module, which is what a replacement's ``forward`` must accept and
+    return: ``(x: f32[1, 16, 64], scale=2.5) → f32[1, 16, 64]``.
+
+    ``in_spec`` / ``out_spec`` are the call signature's structures, ``inputs`` / ``outputs`` the
+    text of each of their leaves, ``parameters`` the names of the positional arguments (the
+    module's forward's, or ``arg0``...). Past ``wrap`` characters, one argument a line.
+
+    Example:
+        >>> import torch.utils._pytree as pytree
+        >>> spec = pytree.tree_structure(((0,), {"scale": 0}))
+        >>> module_call_text(spec, pytree.tree_structure(0), ["f32[2]", "2.5"], ["f32[2]"], ["x"])
+        '(x: f32[2], scale=2.5) → f32[2]'
+    """
+    parts = []
+    for key, child, offset in split_arguments(in_spec):
+        text = format_structure(child, inputs[offset : offset + child.num_leaves])
+        if isinstance(key, int):
+            label = parameters[key] if key < len(parameters) else f"arg{key}"
+            parts.append(f"{label}: {text}")
+        else:
+            parts.append(f"{key}={text}")
+    result = format_structure(out_spec, outputs)
+    text = f"({', '.join(parts)}) → {result}"
+    if wrap is not None and len(text) > wrap:
+        text = "(\n  " + ",\n  ".join(parts) + f"\n) → {result}"
+    return text
+
+
+def signature_leaf_text(argument: Any, node: Any, names: Mapping[str, str] | None = None) -> str:
+    """One leaf of a call signature: a constant as its value (``2.5``, ``None``), a graph value
+    as what its ``node`` computes (``f32[batch, 16]``), ``?`` when export dropped it."""
+    if is_constant(argument):
+        return shorten(repr(getattr(argument, "value", None)), 24)
+    if node is None:
+        return "?"
+    value = node.meta.get("val")
+    if isinstance(value, torch.Tensor):
+        return tensor_text(value.shape, value.dtype, names)
+    return node_value_text(node, names) or (type(value).__name__ if value is not None else "?")

@@ -6,8 +6,10 @@ wrong and says what to do. Catch :class:`GraphSurgeonError` for all of them::
     GraphSurgeonError
     ├── ExportError              torch.export could not export the model (the cause is chained)
     ├── NotAProgramError         an object where a program was expected (also a TypeError)
+    ├── UnknownNameError         a module, call or node name the program does not have (KeyError)
+    │   ├── UnknownModuleError   ... a module or call name (also a PartitionError)
+    │   └── UnknownNodeError     ... a node name (also a StepError)
     ├── PartitionError           the program's module structure cannot be read as asked
-    │   └── UnknownModuleError   a module or call name the program does not have (a KeyError)
     ├── SwapError                a swap or fuse request that cannot be carried out
     │   ├── NotPreservedError    the module's call signature was not preserved at export
     │   ├── NotSwappableError    its nodes cannot be replaced as one unit (the reason says why)
@@ -22,8 +24,7 @@ wrong and says what to do. Catch :class:`GraphSurgeonError` for all of them::
     ├── SurgeryError             an operation a Surgery cannot do in its state (nothing to undo)
     ├── RenderError              a drawing request that cannot be carried out
     ├── StepError                a stepper request that cannot be carried out
-    │   ├── NodeError            a node raised while the stepper ran it
-    │   └── UnknownNodeError     a node the graph does not have (also a KeyError)
+    │   └── NodeError            a node raised while the stepper ran it
     ├── WidgetError              a widget action that cannot be done (nothing selected, ...)
     └── MissingDependencyError   an optional package or program (graphviz's dot) is missing
 
@@ -64,6 +65,7 @@ __all__ = [
     "SurgeryError",
     "SwapError",
     "UnknownModuleError",
+    "UnknownNameError",
     "UnknownNodeError",
     "VerifyError",
     "WidgetError",
@@ -88,8 +90,11 @@ class PartitionError(GraphSurgeonError):
     """The program's module structure cannot be read as asked."""
 
 
-class UnknownModuleError(PartitionError, KeyError):
-    """A module or call name that the program does not have.
+class UnknownNameError(GraphSurgeonError, KeyError):
+    """A module, call or node name the program does not have: every entry point (swap, fuse,
+    the pictures, the stepper, the widget) raises one for an unknown name, with the closest
+    names ("did you mean"). :class:`UnknownModuleError` and :class:`UnknownNodeError` say which
+    kind of name was looked for.
 
     It is a KeyError too, so ``gs.module_tree(ep).get(name)`` and ``except KeyError`` behave
     as for a dict.
@@ -97,6 +102,10 @@ class UnknownModuleError(PartitionError, KeyError):
 
     def __str__(self) -> str:  # KeyError would show the message in quotes
         return str(self.args[0]) if self.args else ""
+
+
+class UnknownModuleError(UnknownNameError, PartitionError):
+    """A module or call name that the program does not have (``"blk@0"`` is ``"blk"``)."""
 
 
 class SwapError(GraphSurgeonError):
@@ -159,14 +168,11 @@ class StepError(GraphSurgeonError):
     """A stepper request that cannot be carried out (the message says what to do)."""
 
 
-class UnknownNodeError(StepError, KeyError):
+class UnknownNodeError(UnknownNameError, StepError):
     """A node name the stepped graph does not have, or whose value is not available.
 
     It is a KeyError too, so ``st.env.get(name)`` and ``name in st.env`` behave as for a dict.
     """
-
-    def __str__(self) -> str:  # KeyError would show the message in quotes
-        return str(self.args[0]) if self.args else ""
 
 
 class NodeError(StepError):
@@ -193,6 +199,20 @@ class WidgetError(GraphSurgeonError):
 
 class MissingDependencyError(GraphSurgeonError):
     """An optional dependency (a package or a binary such as graphviz's ``dot``) is missing."""
+
+
+def unknown_name(
+    name: object, choices: Iterable[str], *, kind: str = "module", where: str = "the program"
+) -> str:
+    """The one message for a name that is not there: ``the program has no module 'layers.7'.
+    Did you mean 'layers.1'?``, plus where the names are listed."""
+    listed = {
+        "module": " gs.module_tree(ep) lists every module.",
+        "node": "",
+        "module or node": " gs.module_tree(ep) lists every module.",
+    }.get(kind, "")
+    text = str(name) if isinstance(name, str) else repr(name)
+    return f"{where} has no {kind} {text!r}.{did_you_mean(text, choices)}{listed}"
 
 
 def did_you_mean(name: str, choices: Iterable[str]) -> str:

@@ -10,8 +10,10 @@ retried, and the reason is kept so that :func:`graphsurgeon.module_tree` can sho
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import inspect
+import json
 import re
 import time
 import weakref
@@ -45,6 +47,11 @@ class ExportNotes:
         attempts: how many torch.export calls it took.
         training: fqn -> whether that module was in training mode at export (the mode the
             program's nodes keep: a swapped program cannot change it).
+        dims: torch's symbol of each dynamic size -> the name of the ``Dim`` it was exported
+            with (``{"s77": "batch"}``), so messages and pictures say ``f32[batch, 16]``.
+
+    The notes travel with the program: they are kept in ``ep.graph_module.meta["custom"]``,
+    which ``torch.export.save`` writes and ``torch.export.load`` reads back.
     """
 
     dropped: Mapping[str, str] = field(default_factory=dict)
@@ -54,6 +61,25 @@ class ExportNotes:
     seconds: float = 0.0
     attempts: int = 1
     training: Mapping[str, bool] = field(default_factory=dict)
+    dims: Mapping[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        """The notes as JSON text (what the program carries)."""
+        fields = dataclasses.asdict(self)
+        return json.dumps({"version": 1, **fields}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> ExportNotes | None:
+        """Notes read back from :meth:`to_json`'s text; None for anything else."""
+        try:
+            data = json.loads(text)
+            if not isinstance(data, dict) or data.pop("version", None) != 1:
+                return None
+            data["parameters"] = {k: tuple(v) for k, v in data.get("parameters", {}).items()}
+            data["requested"] = tuple(data.get("requested", ()))
+            return cls(**data)
+        except (TypeError, ValueError, AttributeError):
+            return None
 
     def __repr__(self) -> str:
         kept = len(self.requested) - len(self.dropped)
@@ -83,14 +109,35 @@ class ExportNotes:
 _NOTES: weakref.WeakKeyDictionary[ExportedProgram, ExportNotes] = weakref.WeakKeyDictionary()
 
 
+# Where a program carries its notes: ep.graph_module.meta["custom"][_NOTES_KEY], which
+# torch.export.save serializes (as JSON) and torch.export.load restores.
+_NOTES_KEY = "graphsurgeon.export_notes"
+
+
 def export_notes(ep: ExportedProgram) -> ExportNotes | None:
-    """The notes :func:`export` kept for ``ep``, or None when ``ep`` was made elsewhere."""
-    return _NOTES.get(ep)
+    """The notes :func:`export` kept for ``ep`` (also when it was saved and loaded again), or
+    None when ``ep`` was made elsewhere."""
+    notes = _NOTES.get(ep)
+    if notes is None:
+        meta = getattr(getattr(ep, "graph_module", None), "meta", None)
+        custom = meta.get("custom") if isinstance(meta, dict) else None
+        text = custom.get(_NOTES_KEY) if isinstance(custom, dict) else None
+        if isinstance(text, str):
+            notes = ExportNotes.from_json(text)
+            if notes is not None:
+                _NOTES[ep] = notes
+    return notes
 
 
 def record_notes(ep: ExportedProgram, notes: ExportNotes) -> None:
-    """Keep ``notes`` for ``ep`` (a program re-exported by graphsurgeon)."""
+    """Keep ``notes`` for ``ep`` (made or exported again by graphsurgeon), in this process and
+    in the program itself (it carries them through ``torch.export.save`` and ``load``)."""
     _NOTES[ep] = notes
+    meta = ep.graph_module.meta
+    custom = meta.get("custom")
+    if not isinstance(custom, dict):
+        custom = meta["custom"] = {}
+    custom[_NOTES_KEY] = notes.to_json()
 
 
 def positional_parameters(module: torch.nn.Module) -> tuple[str, ...]:
@@ -368,9 +415,58 @@ def export(
         seconds=time.perf_counter() - start,
         attempts=attempts,
         training={n: m.training for n, m in model.named_modules(remove_duplicate=False)},
+        dims=_dim_names(ep, model, args, kwargs, dynamic_shapes),
     )
-    _NOTES[ep] = notes
+    record_notes(ep, notes)
     return ep
+
+
+def _dim_names(
+    ep: ExportedProgram, model: torch.nn.Module, args: tuple, kwargs: Any, dynamic_shapes: Any
+) -> dict[str, str]:
+    """torch's symbol -> the user's ``Dim`` name, for each dynamic size named by a ``Dim``
+    (best effort: {} where the dynamic shapes cannot be lined up with the program's inputs)."""
+    if dynamic_shapes is None:
+        return {}
+    from torch.export.dynamic_shapes import _combine_args, _tree_map_with_path
+
+    specs: dict[int, Any] = {}
+
+    def record(path: Any, value: Any, spec: Any) -> None:
+        if isinstance(value, torch.Tensor) and spec is not None:
+            specs[id(value)] = spec
+
+    try:
+        combined = _combine_args(model, args, kwargs)
+        if isinstance(dynamic_shapes, (tuple, list)):
+            combined = type(dynamic_shapes)(combined.values())
+        _tree_map_with_path(record, combined, dynamic_shapes)
+        leaves, spec = pytree.tree_flatten((args, dict(kwargs or {})))
+    except Exception:  # a structure torch itself reports when it exports: nothing to name
+        return {}
+    inputs = [
+        node
+        for node, input_spec in zip(
+            (n for n in ep.graph.nodes if n.op == "placeholder"), ep.graph_signature.input_specs
+        )
+        if input_spec.kind.name == "USER_INPUT"
+    ]
+    if ep.call_spec.in_spec is not None and spec != ep.call_spec.in_spec:
+        return {}
+    names: dict[str, str] = {}
+    for leaf, node in zip(leaves, inputs):
+        shape_spec, value = specs.get(id(leaf)), node.meta.get("val")
+        if shape_spec is None or not isinstance(value, torch.Tensor):
+            continue
+        items = shape_spec.items() if isinstance(shape_spec, Mapping) else enumerate(shape_spec)
+        for dim, wanted in items:
+            name = getattr(wanted, "__name__", None)
+            if not isinstance(name, str) or hasattr(wanted, "root") or not 0 <= dim < value.dim():
+                continue  # Dim.AUTO, a derived Dim (2 * batch: named by its root's name)
+            expression = getattr(getattr(value.shape[dim], "node", None), "expr", None)
+            if expression is not None and getattr(expression, "is_Symbol", False):
+                names.setdefault(str(expression), name)
+    return names
 
 
 @contextlib.contextmanager

@@ -26,7 +26,14 @@ from torch.fx import Node
 
 from . import _meta
 from ._meta import CALL_SUFFIX, ambiguous_name_message, split_call_name
-from .errors import NotAProgramError, PartitionError, UnknownModuleError, a_type, did_you_mean
+from ._program import not_a_program
+from .errors import (
+    PartitionError,
+    UnknownModuleError,
+    a_type,
+    did_you_mean,
+    unknown_name,
+)
 from .export import export_notes
 
 __all__ = ["ModuleInfo", "ModuleTree", "Partition", "module_tree", "partition", "split_call_name"]
@@ -151,6 +158,24 @@ class ModuleInfo:
         return d.bundle(body, repr(self), include, exclude)
 
 
+@dataclass(frozen=True)
+class Resolved:
+    """What a module or call name stands for (:meth:`ProgramIndex.resolve`).
+
+    Attributes:
+        name: the name as every view writes it: ``"blk"``, ``"blk@1"`` (``"blk@0"`` is ``"blk"``).
+        fqn: the module's fqn.
+        calls: the calls it covers, in call order: every call of a module (none for a container
+            never called), or the one call named.
+        one_call: whether one call was named (``"blk@k"``).
+    """
+
+    name: str
+    fqn: str
+    calls: tuple[str, ...]
+    one_call: bool
+
+
 class ModuleTree(Mapping[str, ModuleInfo]):
     """Every module of an exported program, by fqn (the root is ``""``), in model order.
 
@@ -169,9 +194,7 @@ class ModuleTree(Mapping[str, ModuleInfo]):
         try:
             return self._infos[fqn]
         except KeyError:
-            raise UnknownModuleError(
-                f"the program has no module {fqn!r}.{did_you_mean(fqn, self._infos)}"
-            ) from None
+            raise UnknownModuleError(unknown_name(fqn, [f for f in self._infos if f])) from None
 
     def __contains__(self, fqn: object) -> bool:
         return fqn in self._infos  # (Mapping's would call __getitem__, which raises)
@@ -684,6 +707,8 @@ class ProgramIndex:
         self.by_name: dict[str, Node] = {n.name: n for n in self.nodes}
         notes = export_notes(ep)
         self.notes = notes
+        # torch's symbol of a dynamic size -> the user's Dim name, for every text of sizes
+        self.dims: Mapping[str, str] = dict(notes.dims) if notes is not None else {}
         calls = call_index(ep)
         if calls.ambiguous:
             raise PartitionError(ambiguous_name_message(calls.ambiguous[0], "the program"))
@@ -738,43 +763,86 @@ class ProgramIndex:
         self._mutation_outputs = self._find_mutation_outputs(ep)
         self._in_subgraphs: dict[str, str] | None = None
 
+    def known_names(self) -> list[str]:
+        """Every module fqn and every repeated call (``blk@1``): the names :meth:`resolve`
+        takes, in model order (for "did you mean")."""
+        repeated = [name for names in self.calls_of.values() for name in names if "@" in name]
+        return [fqn for fqn in self.fqns if fqn] + repeated
+
+    def resolve(self, name: object) -> Resolved:
+        """What a module or call name stands for: the one reading every entry point uses.
+
+        ``"blk"`` is every call of module ``blk`` (none for a container such as nn.ModuleList),
+        ``"blk@1"`` its second call, ``"blk@0"`` its first (named ``"blk"``); ``""`` is the
+        root. Anything else raises :class:`~graphsurgeon.errors.UnknownModuleError` with the
+        closest names.
+
+        Example:
+            >>> import torch, graphsurgeon as gs
+            >>> from graphsurgeon.partition import program_index
+            >>> class Twice(torch.nn.Module):
+            ...     def __init__(self):
+            ...         super().__init__()
+            ...         self.blk = torch.nn.Linear(2, 2)
+            ...     def forward(self, x):
+            ...         return self.blk(self.blk(x))
+            >>> index = program_index(gs.export(Twice(), (torch.randn(1, 2),)))
+            >>> index.resolve("blk").calls, index.resolve("blk@0").calls, index.resolve("blk@1").name
+            (('blk', 'blk@1'), ('blk',), 'blk@1')
+        """
+        if not isinstance(name, str):
+            raise UnknownModuleError(
+                f"expected a module name such as 'blocks.0' (or 'blocks.0@1' for one call of "
+                f"a module called more than once), got {a_type(name)}"
+            )
+        fqn, k = split_call_name(name)
+        if fqn not in self.fqns:
+            raise UnknownModuleError(unknown_name(name, self.known_names()))
+        calls = tuple(self.calls_of.get(fqn, ()))
+        if k is None:
+            return Resolved(fqn, fqn, calls, False)
+        wanted = call_name(fqn, k)
+        if wanted not in calls:
+            times = f"called {len(calls)} time{'s' if len(calls) != 1 else ''} ({', '.join(calls)})"
+            raise UnknownModuleError(
+                f"module {fqn!r} was {times if calls else 'never called'}; there is no call "
+                f"{name!r}.{did_you_mean(name, calls)}"
+            )
+        return Resolved(wanted, fqn, (wanted,), True)
+
     def parameter_names(self, fqn: str, count: int) -> list[str]:
         """The names of the first ``count`` positional parameters of module ``fqn``'s forward,
         as recorded at export (``arg0``, ``arg1``... where unknown)."""
         known = list(self.notes.parameters.get(fqn, ())) if self.notes is not None else []
         return (known + [f"arg{i}" for i in range(len(known), count)])[:count]
 
-    def call_text(self, name: str, parameters: list[str] | None = None) -> str:
-        """How the program calls ``name``: ``(x: f32[1, 16], scale=2.5) → f32[1, 16]``.
+    def call_text(
+        self, name: str, parameters: list[str] | None = None, *, wrap: int | None = None
+    ) -> str:
+        """How the program calls ``name``: ``(x: f32[batch, 16], scale=2.5) → f32[batch, 16]``
+        (dynamic sizes by the ``Dim`` names export recorded).
 
-        ``parameters`` names the positional arguments (default: the original forward's)."""
+        ``parameters`` names the positional arguments (default: the original forward's); past
+        ``wrap`` characters, one argument a line."""
         signature = self.signatures.get(name)
         if signature is None:
             return "(?)"
+        dims = self.dims
 
-        def describe(argument) -> str:
-            if _meta.is_constant(argument):
-                text = repr(getattr(argument, "value", None))
-                return text if len(text) <= 24 else text[:23] + "…"
-            node = self.by_name.get(argument.name)
-            value = node.meta.get("val") if node is not None else None
-            if isinstance(value, torch.Tensor):
-                return _meta.tensor_text(value.shape, value.dtype)
-            return type(value).__name__ if value is not None else "?"
+        def leaf(argument: Any) -> str:
+            node = None if _meta.is_constant(argument) else self.by_name.get(argument.name)
+            return _meta.signature_leaf_text(argument, node, dims)
 
-        leaves = [describe(a) for a in signature.inputs]
         args_spec, _ = signature.in_spec.children()
         names = parameters or self.parameter_names(split_call_name(name)[0], args_spec.num_children)
-        parts = []
-        for key, child, offset in _meta.split_arguments(signature.in_spec):
-            text = _meta.format_structure(child, leaves[offset : offset + child.num_leaves])
-            if isinstance(key, int):
-                label = names[key] if key < len(names) else f"arg{key}"
-                parts.append(f"{label}: {text}")
-            else:
-                parts.append(f"{key}={text}")
-        outputs = [describe(a) for a in signature.outputs]
-        return f"({', '.join(parts)}) → {_meta.format_structure(signature.out_spec, outputs)}"
+        return _meta.module_call_text(
+            signature.in_spec,
+            signature.out_spec,
+            [leaf(a) for a in signature.inputs],
+            [leaf(a) for a in signature.outputs],
+            list(names),
+            wrap=wrap,
+        )
 
     def why_no_calls(self, fqn: str) -> str:
         """Why module ``fqn`` has no call in the graph (a container, unused, or hidden in a
@@ -1073,28 +1141,6 @@ def program_index(ep: ExportedProgram) -> ProgramIndex:
         index = ProgramIndex(ep)
         _INDEX[ep] = index
     return index
-
-
-def not_a_program(value: object) -> NotAProgramError:
-    """The error for an object given where an ExportedProgram is expected: what it is, and what
-    to pass instead."""
-    got = f"expected a torch.export.ExportedProgram, got {a_type(value)}"
-    meta = getattr(value, "meta", None)
-    if isinstance(meta, dict) and _meta.INFO in meta:
-        return NotAProgramError(
-            f"{got}, a program made by gs.swap or gs.fuse. Pass the ExportedProgram it was made "
-            "from (gs.swap_info(gm).program) with every replacement in one mapping, or make the "
-            "changes step by step with gs.Surgery(ep)"
-        )
-    if type(value).__name__ == "Surgery" and isinstance(
-        getattr(value, "program", None), ExportedProgram
-    ):
-        return NotAProgramError(f"{got}; its program is s.program (its current state: s.module)")
-    if isinstance(value, torch.nn.Module):
-        return NotAProgramError(
-            f"{got}, a model: export it first, ep = gs.export(model, args), and pass ep"
-        )
-    return NotAProgramError(f"{got}; make one with gs.export(model, args)")
 
 
 def partition(ep: ExportedProgram) -> dict[str, Partition]:

@@ -65,12 +65,12 @@ from torch.export import ExportedProgram
 from torch.fx import Graph, GraphModule, Node
 
 from . import _meta
+from ._program import as_program
 from .errors import (
     GraphSurgeonError,
     MissingDependencyError,
     RenderError,
     UnknownModuleError,
-    did_you_mean,
 )
 from .partition import Partition, call_index, program_index, split_call_name
 from .picture import TOOLTIP_NAME_LIMIT, Picture, attribute_text, id_text, name_of_id_text, quote
@@ -151,33 +151,14 @@ class _Program:
 
 
 def _program(program: Any) -> _Program:
-    if isinstance(program, ExportedProgram):
-        return _Program(program, None, None)
-    if isinstance(program, GraphModule):
-        info = swap_info(program)
-        if info is None:
-            raise RenderError(
-                "cannot draw this GraphModule: it was not made by gs.swap. Draw the "
-                "ExportedProgram it came from instead (to_dot(ep))."
-            )
-        if info.fused:
-            return _with_fused(program, info)
-        return _Program(info.program, program, info)
-    # A Surgery: its current module when something is swapped, else its program.
-    original = getattr(program, "program", None)
-    replacements = getattr(program, "replacements", None)
-    nothing_swapped = isinstance(replacements, Mapping) and not replacements
-    if isinstance(original, ExportedProgram) and nothing_swapped:
-        return _Program(original, None, None)
-    module = getattr(program, "module", None)
-    if isinstance(module, GraphModule) and swap_info(module) is not None:
-        return _program(module)
-    if isinstance(original, ExportedProgram):
-        return _Program(original, None, None)
-    raise RenderError(
-        f"cannot draw a {type(program).__name__}: expected an ExportedProgram "
-        "(gs.export(model, args)), a gs.swap result or a Surgery"
-    )
+    """What to draw, for anything :func:`graphsurgeon._program.as_program` reads as a program."""
+    source = as_program(program)
+    if source.module is None:
+        return _Program(source.ep, None, None)
+    info = source.info
+    if info.fused:
+        return _with_fused(source.module, info)
+    return _Program(source.ep, source.module, info)
 
 
 # A fused program drawn as the program with only its swaps (see _with_fused), per program.
@@ -1294,12 +1275,12 @@ def _names(value: Any, argument: str) -> list[str]:
 def _resolve(names: list[str], scene: _Scene, program: _Program, argument: str) -> list[str]:
     """Module or call names -> the calls of the picture they stand for, in model order.
 
-    A module stands for each of its calls; a module without calls of its own (a container
-    such as nn.ModuleList) for the outermost calls of its submodules.
+    Names are read as every entry point reads them (:meth:`ProgramIndex.resolve`: ``"blk@0"``
+    is ``"blk"``). A module stands for each of its calls; a module without calls of its own (a
+    container such as nn.ModuleList) for the outermost calls of its submodules.
     """
     calls = scene.calls
     index = program_index(program.ep)
-    known = set(index.fqns) | set(index.call_nodes) | {c.fqn for c in calls.values()} | set(calls)
     by_fqn: dict[str, list[str]] = {}
     for call in calls.values():
         by_fqn.setdefault(call.fqn, []).append(call.name)
@@ -1309,25 +1290,22 @@ def _resolve(names: list[str], scene: _Scene, program: _Program, argument: str) 
             raise RenderError(
                 f"{argument}: the root module '' is the whole picture; name a submodule"
             )
-        if name not in known:
-            choices = sorted(known - {""})
-            raise UnknownModuleError(
-                f"{argument}: the program has no module {name!r}.{did_you_mean(name, choices)} "
-                "gs.module_tree(ep) lists every module."
-            )
-        fqn, call_index = split_call_name(name)
+        try:
+            resolved = index.resolve(name)
+        except UnknownModuleError as error:
+            raise UnknownModuleError(f"{argument}: {error}") from None
+        if resolved.one_call:
+            wanted.add(resolved.name)
+            continue
+        fqn = resolved.fqn
         if fqn in by_fqn:
             # a module with calls of its own stands for them (its submodules' calls are
             # inside them): no need to look through every call of the picture
-            wanted.update([name] if call_index is not None else by_fqn[fqn])
+            wanted.update(by_fqn[fqn])
             continue
         for call in calls.values():
-            if call.name == name or (call_index is None and call.fqn == fqn):
+            if call.fqn.startswith(fqn + ".") and _outermost(call, fqn, calls):
                 wanted.add(call.name)
-            elif call.fqn.startswith(fqn + ".") and call_index is None:
-                outer = _outermost(call, fqn, calls)
-                if outer:
-                    wanted.add(call.name)
     return [name for name in calls if name in wanted]
 
 
@@ -1517,6 +1495,7 @@ def _swaps_named(names: list[str], info: SwapInfo | None) -> list[str]:
     """The swapped calls that ``names`` point at (by call name, fqn, or a parent's fqn)."""
     if info is None:
         return []
+    names = [fqn if k == 0 else name for name in names for fqn, k in [split_call_name(name)]]
     chosen = []
     for call in info.call_nodes:
         fqn = split_call_name(call)[0]

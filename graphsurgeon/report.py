@@ -434,8 +434,8 @@ def _notes_html(ep: ExportedProgram) -> str:
     else:
         body = (
             '<div class="gs-muted">No notes from gs.export: the program was exported by another '
-            "process or tool (a .pt2 file does not carry them). What the program itself records "
-            "follows.</div>"
+            "tool (a program gs.export made carries its notes, also in a .pt2). What the program "
+            "itself records follows.</div>"
         )
     preserved = [entry.fqn for entry in ep.module_call_graph if entry.fqn]
     tree = module_tree(ep)

@@ -31,13 +31,20 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensor
-from torch.export import ExportedProgram
 from torch.fx import GraphModule, Node
 
 from . import _meta
 from ._exec import PrivateStateInterpreter, bind_inputs, clone_inputs, runnable_original
 from ._meta import describe_value
-from .errors import NodeError, StepError, UnknownModuleError, UnknownNodeError, did_you_mean
+from ._program import as_program
+from .errors import (
+    NodeError,
+    StepError,
+    UnknownModuleError,
+    UnknownNameError,
+    UnknownNodeError,
+    unknown_name,
+)
 from .partition import call_index, program_index, split_call_name
 from .swap import swap_info
 
@@ -505,8 +512,11 @@ class _Layout:
             fqn, _ = split_call_name(call)
             self.fqn_calls.setdefault(fqn, []).append(call)
         self.program_fqns: set[str] = set()
+        # the program's index, where names are read as every entry point reads them
+        self.index = None
         if info is not None:
-            self.program_fqns = set(program_index(info.program).fqns)
+            self.index = program_index(info.program)
+            self.program_fqns = set(self.index.fqns)
         # the position after which each node's value is no longer needed
         last = list(range(len(nodes)))
         for i, node in enumerate(nodes):
@@ -567,22 +577,12 @@ class _EnvView(Mapping):
 
 
 def _resolve_program(program: Any) -> GraphModule:
-    if isinstance(program, ExportedProgram):
-        return runnable_original(program)
-    if isinstance(program, GraphModule):
-        return program
-    module = getattr(program, "module", None)
-    if isinstance(module, GraphModule):
-        return module
-    if isinstance(program, torch.nn.Module):
-        raise StepError(
-            f"cannot step an eager {type(program).__name__}: it has no graph. Export it first: "
-            "gs.Stepper(gs.export(model, args), *args)"
-        )
-    raise StepError(
-        f"cannot step a {type(program).__name__}: pass an ExportedProgram, a GraphModule "
-        "(e.g. from gs.swap) or an object with a .module GraphModule"
-    )
+    """The GraphModule to step: a swap or fuse result, a Surgery's current module, the
+    runnable original of an ExportedProgram; any other GraphModule as it is."""
+    if isinstance(program, GraphModule) and swap_info(program) is None:
+        return program  # a GraphModule made elsewhere: its own graph, stepped as it is
+    source = as_program(program)
+    return source.module if source.module is not None else runnable_original(source.ep)
 
 
 # torch.export and the tracers under it log warnings and whole tracebacks through these (and
@@ -1028,8 +1028,8 @@ class Stepper:
             if target in layout.program_fqns or inside_swap:
                 self._calls_named(target)  # raises, saying why this module has no nodes here
             choices = list(layout.by_name) + list(layout.fqn_calls)
-            raise UnknownNodeError(
-                f"the graph has no node or module {target!r}.{did_you_mean(target, choices)}"
+            raise UnknownNameError(
+                unknown_name(target, choices, kind="node or module", where="the graph")
             )
         return self._advance(self._node_position(target), "target")
 
@@ -1221,7 +1221,7 @@ class Stepper:
         node = self._layout.by_name.get(name) if isinstance(name, str) else None
         if node is None:
             raise UnknownNodeError(
-                f"the graph has no node {name!r}.{did_you_mean(str(name), self._layout.by_name)}"
+                unknown_name(name, self._layout.by_name, kind="node", where="the graph")
             )
         return node
 
@@ -1239,19 +1239,35 @@ class Stepper:
         if name in layout.members or name in layout.fqn_calls:
             return True
         fqn, index = split_call_name(name)
-        return index == 0 and fqn in layout.members
+        if index == 0 and fqn in layout.members:
+            return True
+        if layout.index is not None and fqn in layout.index.fqns:
+            try:
+                return any(c in layout.members for c in layout.index.resolve(name).calls)
+            except UnknownModuleError:
+                return False
+        return False
 
     def _calls_named(self, module: str) -> list[str]:
+        """The calls of this graph a module or call name stands for (``"blk@0"`` is ``"blk"``,
+        read by the program's index as every entry point reads it)."""
         layout = self._layout
         if not isinstance(module, str):
             raise StepError(f"expected a module name such as 'layers.0', got {module!r}")
-        if module in layout.fqn_calls:  # an fqn: every call of it
-            return list(layout.fqn_calls[module])
-        if module in layout.members:  # one call, "fqn@k"
-            return [module]
-        fqn, index = split_call_name(module)
-        if index == 0 and fqn in layout.members:
-            return [fqn]
+        if layout.index is not None:
+            resolved = layout.index.resolve(module)  # an unknown name: UnknownModuleError
+            calls = [call for call in resolved.calls if call in layout.members]
+            if calls:
+                return calls
+            module = resolved.name
+        else:  # a GraphModule made elsewhere: the calls its graph records
+            fqn, index = split_call_name(module)
+            if index == 0:
+                module = fqn
+            if module in layout.fqn_calls:  # an fqn: every call of it
+                return list(layout.fqn_calls[module])
+            if module in layout.members:  # one call, "fqn@k"
+                return [module]
         for call, kind in layout.swapped.items():
             outer, _ = split_call_name(call)
             if module.startswith(outer + "."):
@@ -1266,9 +1282,7 @@ class Stepper:
                 "container such as nn.ModuleList: use one of its children)"
             )
         choices = list(layout.fqn_calls) + [c for c in layout.members if "@" in c]
-        raise UnknownModuleError(
-            f"the graph has no module {module!r}.{did_you_mean(module, choices)}"
-        )
+        raise UnknownModuleError(unknown_name(module, choices, where="the graph"))
 
     def _module_position(self, module: str) -> int:
         starts = sorted(self._layout.span(call)[0] for call in self._calls_named(module))

@@ -278,44 +278,29 @@ def _plan(index: ProgramIndex, modules: Mapping[str, Any], verb: str = "swap") -
             f"{verb}: expected a mapping {{module name: replacement}}, got {type(modules).__name__}"
         )
     parts = index.partitions()
-    known_names = list(index.fqns) + [n for n in parts if "@" in n]
     requests: list[_Request] = []
     for name, replacement in modules.items():
         if not isinstance(name, str):
             raise SwapError(f"{verb}: module names are strings such as 'blocks.0', got {name!r}")
         if replacement is not FUSE:
             check_module(name, replacement)
-        fqn, index_ = split_call_name(name)
+        resolved = index.resolve(name)
+        fqn = resolved.fqn
         if fqn == "":
             raise SwapError(
                 f"{verb}: the root module cannot be {verb}ped; call the replacement model directly"
                 if verb == "swap"
                 else "fuse: the root module is the whole program; name a submodule"
             )
-        if fqn not in index.fqns:
-            raise UnknownModuleError(
-                f"the program has no module {name!r}.{did_you_mean(name, known_names)} "
-                "gs.module_tree(ep) lists every module."
-            )
-        calls = index.calls_of.get(fqn, [])
-        if not calls:
+        if not resolved.calls:
             raise NotSwappableError(
                 f"cannot {verb} {fqn!r}: {index.why_no_calls(fqn)}. Its submodules may be "
                 f"{verb}pable: gs.module_tree(ep) lists them."
                 if verb == "swap"
                 else f"cannot fuse {fqn!r}: {index.why_no_calls(fqn)}."
             )
-        if index_ is None:
-            chosen, install = calls, fqn
-        else:
-            wanted = call_name(fqn, index_)
-            if wanted not in calls:
-                raise UnknownModuleError(
-                    f"module {fqn!r} was called {len(calls)} time(s) ({', '.join(calls)}); "
-                    f"there is no call {name!r}."
-                )
-            # the first call may be named explicitly as "fqn@0"
-            chosen, install = [wanted], name
+        # one call is installed under its own name ("blk@1", also "blk@0" as given)
+        chosen, install = resolved.calls, (name if resolved.one_call else fqn)
         for cname in chosen:
             part = parts[cname]
             if not part.preserved:

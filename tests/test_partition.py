@@ -10,6 +10,7 @@ from conftest import check_swap
 from torch import nn
 
 import graphsurgeon as gs
+from graphsurgeon.partition import program_index
 
 
 class Block(nn.Module):
@@ -400,3 +401,48 @@ def test_a_partition_says_how_the_program_calls_the_module(tiny_gpt):
     unpreserved = gs.partition(torch.export.export(Model(), (torch.randn(2, 4),)))
     assert unpreserved and not any(p.preserved for p in unpreserved.values())
     assert all(p.call_text == "" for p in unpreserved.values())
+
+
+class CalledTwice(nn.Module):
+    #   x -> blk -> blk -> head
+    def __init__(self):
+        super().__init__()
+        self.blk = nn.Linear(4, 4)
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.head(self.blk(self.blk(x)))
+
+
+def test_every_entry_point_reads_a_name_the_same_way():
+    model, x = CalledTwice().eval(), torch.randn(2, 4)
+    s = gs.Surgery.from_model(model, (x,))
+    ep = s.program
+    index = program_index(ep)
+    assert index.resolve("blk@0").name == "blk" and index.resolve("blk").calls == ("blk", "blk@1")
+    # "blk@0" is the first call everywhere: swap, the picture, the stepper, the widget
+    first = gs.swap(ep, {"blk@0": nn.Identity()})
+    assert torch.allclose(first(x), model.head(model.blk(x)))
+    assert "blk" in gs.render.graph_view(ep, highlight="blk@0").highlighted
+    stepper = gs.Stepper(ep, x)
+    stepper.run_to("blk@0")
+    assert stepper.current.name == "linear"
+    widget = gs.SurgeryWidget(s, namespace={})
+    widget.select("blk@0")
+    assert widget.selected == "blk"
+    # an unknown name: one error class from every entry point, each saying what is close
+    calls = {
+        "swap": lambda name: gs.swap(ep, {name: nn.Identity()}),
+        "fuse": lambda name: gs.fuse(ep, [name]),
+        "to_dot": lambda name: gs.to_dot(ep, highlight=name),
+        "stepper": lambda name: gs.Stepper(ep, x).run_to(name),
+        "widget": lambda name: widget.select(name),
+        "tree": lambda name: gs.module_tree(ep)[name],
+    }
+    for entry, call in calls.items():
+        with pytest.raises(gs.errors.UnknownNameError, match=r"Did you mean 'blk'") as caught:
+            call("blkk")
+        assert isinstance(caught.value, KeyError), entry
+    for call in list(calls.values())[:3]:
+        with pytest.raises(gs.errors.UnknownModuleError, match=r"there is no call 'blk@2'"):
+            call("blk@2")

@@ -626,9 +626,10 @@ def test_bad_requests_say_what_is_wrong(outer, kwargs, error, message):
 
 
 def test_things_that_are_not_programs_are_refused(outer, swapped):
-    with pytest.raises(RenderError, match=r"not made by gs\.swap"):
+    # the one refusal of every entry point that takes a program (was a RenderError)
+    with pytest.raises(gs.errors.NotAProgramError, match=r"gs\.swap or gs\.fuse did not make"):
         to_dot(outer.module())
-    with pytest.raises(RenderError, match="cannot draw a str"):
+    with pytest.raises(gs.errors.NotAProgramError, match="got a str"):
         to_dot("program.pt2")
     with pytest.raises(RenderError, match="expected None, True, 'merged' or 'split'"):
         to_dot(swapped, diff="both")

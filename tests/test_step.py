@@ -353,7 +353,8 @@ def test_inputs_the_program_refuses_stop_at_its_input_check(chain):
 
 def test_user_errors_name_the_object_and_what_to_do(chain):
     model, x, ep = chain
-    with pytest.raises(StepError, match=r"Export it first"):
+    # the one refusal of every entry point that takes a program (was a StepError)
+    with pytest.raises(gs.errors.NotAProgramError, match=r"a model: export it first"):
         Stepper(model, x)
     with pytest.raises(StepError, match=r"takes"):
         Stepper(ep, x, x)
@@ -644,6 +645,7 @@ def test_a_replacement_that_does_not_export_writes_nothing_to_stderr(chain, capf
     torch.testing.assert_close(stepper.output, swapped(x))
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated")
 def test_a_torchscript_replacement_is_stepped_over_saying_so(chain):
     _, x, ep = chain
     swapped = gs.swap(ep, {"act": torch.jit.script(nn.GELU())})

@@ -167,9 +167,10 @@ def test_selecting_from_the_tree_or_the_trait_is_the_same_as_a_click(gpt):
 def test_an_unknown_name_is_an_error_message_in_the_widget_and_raised_from_code(gpt):
     widget, _, _ = gpt
     page_event(widget, event="select", value="layers.7")
-    assert widget.error["type"] == "WidgetError" and "layers.7" in widget.error["message"]
+    # the one error every entry point raises for an unknown name (gs.swap, to_dot, the stepper)
+    assert widget.error["type"] == "UnknownNameError" and "layers.7" in widget.error["message"]
     assert "Traceback" in widget.error["details"]
-    with pytest.raises(gs.errors.WidgetError, match=r"Did you mean 'layers\.1\.attn'"):
+    with pytest.raises(gs.errors.UnknownNameError, match=r"Did you mean 'layers\.1\.attn'"):
         widget.select("layers.1.atn")
     widget.select("layers.1")
     assert widget.error == {}, "the next action that works clears the message"

@@ -41,7 +41,14 @@ from .. import display as d
 from .._meta import split_call_name
 from ..compare import Comparison
 from ..drawing import _inline, draw
-from ..errors import GraphSurgeonError, WidgetError, did_you_mean
+from ..errors import (
+    GraphSurgeonError,
+    UnknownModuleError,
+    UnknownNameError,
+    WidgetError,
+    did_you_mean,
+    unknown_name,
+)
 from ..partition import Partition, call_index, partition, program_index
 from ..picture import Picture, id_text, shown
 from ..render import GraphView, _call_signature, _layout, graph_view
@@ -321,10 +328,12 @@ class SurgeryModel:
         self._render()
 
     def _calls_of(self, name: str) -> list[str]:
-        fqn, index = split_call_name(name)
-        if index is not None:
-            return [name] if name in self._partitions else []
-        return [c for c, p in self._partitions.items() if p.fqn == fqn]
+        """The calls a module or call name stands for, read as every entry point reads it
+        (``"blk@0"`` is ``"blk"``); [] for a name the program does not have."""
+        try:
+            return list(program_index(self.surgery.program).resolve(name).calls)
+        except UnknownModuleError:
+            return []
 
     def _opened(self) -> set[str]:
         if self._open is None:  # take over what the renderer chose
@@ -408,13 +417,13 @@ class SurgeryModel:
             self.expand(element_or_name)
 
     def _calls_or_raise(self, name: str) -> list[str]:
-        calls = self._calls_of(name)
-        if not calls:
+        resolved = program_index(self.surgery.program).resolve(name)  # unknown: raises
+        if not resolved.calls:
             raise WidgetError(
-                f"the program has no module call {name!r}."
-                f"{did_you_mean(name, self._partitions)} The module tree lists them."
+                f"module {resolved.fqn!r} is never called (a container such as nn.ModuleList): "
+                "open or collapse its children"
             )
-        return calls
+        return list(resolved.calls)
 
     def _chain_of_node(self, node: str) -> tuple[str, ...]:
         program = self._drawn_program()
@@ -455,14 +464,14 @@ class SurgeryModel:
         if not isinstance(name, str):
             raise WidgetError(f"select: expected a module or node name, got {name!r}")
         if name in self._tree or self._calls_of(name):
+            if name not in self._tree:  # a call: as every view names it ("blk@0" is "blk")
+                name = program_index(self.surgery.program).resolve(name).name
             self._select_call(name, None)
         elif name in self._node_names():
             self._select_node(name, None)
         else:
             choices = dict.fromkeys([*self._tree.keys(), *self._partitions])
-            raise WidgetError(
-                f"select: the program has no module or node {name!r}.{did_you_mean(name, choices)}"
-            )
+            raise UnknownNameError(unknown_name(name, choices, kind="module or node"))
 
     def search(self, text: str) -> None:
         """Find a module or node by name (exactly, else the first whose name contains the
