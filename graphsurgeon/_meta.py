@@ -10,7 +10,7 @@ Decided here once, read by every stage:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Container, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -268,9 +268,16 @@ def op_text(node: Any, form: str = "short") -> str:
     return f"{module}.{qualified}" if module else qualified
 
 
-def _is_tensor_value(value: Any) -> bool:
+_SCALARS = (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def _is_edge(value: Any) -> bool:
+    """Whether an argument is what a picture draws as an edge: a node that is not a number
+    (a tensor, or a value glue passes on), or a list of them."""
+    if isinstance(value, (list, tuple)):
+        return bool(value) and all(_is_edge(v) for v in value)
     meta = getattr(value, "meta", None)
-    return isinstance(meta, dict) and isinstance(meta.get("val"), torch.Tensor)
+    return isinstance(meta, dict) and not isinstance(meta.get("val"), _SCALARS)
 
 
 def _argument_value_text(value: Any, form: str) -> str:
@@ -291,13 +298,18 @@ def _argument_value_text(value: Any, form: str) -> str:
     return text if form == "full" else shorten(text, 40)
 
 
-def op_arguments(node: Any, form: str = "short") -> list[tuple[str | None, str]]:
+def op_arguments(
+    node: Any, form: str = "short", state: Container[str] = ()
+) -> list[tuple[str | None, str]]:
     """The arguments an op node is called with, as ``(name or None, text)``.
 
-    ``form="short"``: what the picture's edges do not show: constants (``scale=0.125``,
-    ``is_causal=True``, a divisor, transpose dims) and optional tensors given by name
-    (``attn_mask=expand_2``); arguments left at their default are left out. ``"full"``: every
-    argument, tensors by their node names. Aten ops name their arguments by their schema.
+    ``form="short"``: what the picture's edges do not show, as the graph holds it: constants
+    (``scale=0.125``, ``is_causal=True``, a divisor, transpose dims) and optional tensors given
+    by name (``attn_mask=expand_2``). ``"full"``: every argument of the op's schema, those left
+    at their default included (``is_causal=False``, ``attn_mask=None``), tensors by their node
+    names. Aten ops name their arguments by their schema; other functions by position.
+    ``state``: the names of the nodes that are parameters and buffers, left out of the short
+    form (a picture folds them into the node: ``+ weight, bias``).
     """
     args, kwargs = getattr(node, "args", ()), getattr(node, "kwargs", {})
     target = getattr(node, "target", None)
@@ -305,7 +317,7 @@ def op_arguments(node: Any, form: str = "short") -> list[tuple[str | None, str]]
     schema = getattr(target, "_schema", None) if isinstance(target, torch._ops.OpOverload) else None
     if schema is None:
         for value in args:
-            if form == "full" or not _is_tensor_value(value):
+            if form == "full" or not _is_edge(value):
                 found.append((None, _argument_value_text(value, form)))
         for key, value in kwargs.items():
             found.append((str(key), _argument_value_text(value, form)))
@@ -315,38 +327,38 @@ def op_arguments(node: Any, form: str = "short") -> list[tuple[str | None, str]]
             value = kwargs[argument.name]
         elif not argument.kwarg_only and position < len(args):
             value = args[position]
+        elif form == "full" and argument.has_default_value():
+            value = argument.default_value
         else:
             continue
-        if form != "full":
-            if _is_tensor_value(value) and not argument.has_default_value():
-                continue  # a tensor the op cannot go without: an edge of the picture
-            if argument.has_default_value():
-                try:
-                    if value == argument.default_value and type(value) is type(
-                        argument.default_value
-                    ):
-                        continue
-                except Exception:  # an == that does not answer True or False
-                    pass
+        if (
+            form != "full"
+            and _is_edge(value)
+            and (not argument.has_default_value() or getattr(value, "name", None) in state)
+        ):
+            continue  # a tensor the op cannot go without, or a weight: drawn already
         found.append((argument.name, _argument_value_text(value, form)))
     return found
 
 
-def arguments_text(node: Any, form: str = "short") -> str:
+def arguments_text(node: Any, form: str = "short", state: Container[str] = ()) -> str:
     """:func:`op_arguments` written out: ``dim0=1, dim1=2``, ``8.0``; '' when there are none."""
     return ", ".join(
-        f"{name}={text}" if name is not None else text for name, text in op_arguments(node, form)
+        f"{name}={text}" if name is not None else text
+        for name, text in op_arguments(node, form, state)
     )
 
 
-def node_call_text(node: Any, form: str = "short") -> str:
-    """An op node's call in one line: ``aten.transpose(dim0=1, dim1=2)`` (short: the arguments
-    edges do not show; just ``aten.mul`` when there are none) or
-    ``aten.transpose.int(self=view, dim0=1, dim1=2)`` (full)."""
-    arguments = arguments_text(node, form)
-    if not arguments and form != "full":
+def node_call_text(node: Any, form: str = "short", state: Container[str] = ()) -> str:
+    """What an op node runs, in one line: its op (``form`` as :func:`op_text`) and the arguments
+    a picture's edges do not show (:func:`op_arguments`' short form): ``aten.transpose(dim0=1,
+    dim1=2)``, ``aten.div.Tensor(other=8.0)``; just ``aten.mul.Tensor`` when there are none.
+    ``state``: the parameters and buffers among its inputs, left out."""
+    if getattr(node, "op", None) != "call_function":
         return op_text(node, form)
-    return f"{op_text(node, form)}({arguments})"
+    arguments = arguments_text(node, "short", state)
+    name = op_text(node, form)
+    return f"{name}({arguments})" if arguments else name
 
 
 def describe_value(value: Any) -> str:

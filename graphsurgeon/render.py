@@ -60,7 +60,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.fx import Graph, GraphModule, Node
 
@@ -368,50 +367,9 @@ def _state(ep: ExportedProgram) -> dict[str, tuple[str, str]]:
 
 # -- labels ------------------------------------------------------------------------------
 
-_DTYPES = {
-    torch.float32: "f32",
-    torch.float64: "f64",
-    torch.float16: "f16",
-    torch.bfloat16: "bf16",
-    torch.int64: "i64",
-    torch.int32: "i32",
-    torch.int16: "i16",
-    torch.int8: "i8",
-    torch.uint8: "u8",
-    torch.bool: "b8",
-    torch.complex64: "c64",
-    torch.complex128: "c128",
-}
-
-
-def _describe(value: Any, depth: int = 0) -> str:
-    """``f32[1, 16, 64]`` for a tensor, ``(f32[2], f32[2])`` for a tuple of them..."""
-    if isinstance(value, torch.Tensor):
-        dtype = _DTYPES.get(value.dtype) or str(value.dtype).removeprefix("torch.")
-        return f"{dtype}[{', '.join(str(d) for d in value.shape)}]"
-    if isinstance(value, (tuple, list)):
-        if depth > 1:
-            return "(…)"
-        parts = [_describe(v, depth + 1) for v in value[:3]]
-        if len(value) > 3:
-            parts.append(f"… {len(value)} items")
-        open_, close = ("(", ")") if isinstance(value, tuple) else ("[", "]")
-        return open_ + ", ".join(parts) + close
-    if value is None:
-        return ""
-    if isinstance(value, (bool, int, float, str, torch.SymInt, torch.SymFloat, torch.SymBool)):
-        return _shorten(str(value), 40)
-    return type(value).__name__
-
-
-def _value(node: Node) -> str:
-    if "val" in node.meta:
-        return _describe(node.meta["val"])
-    meta = node.meta.get("tensor_meta")
-    if meta is not None and hasattr(meta, "shape"):
-        dtype = _DTYPES.get(meta.dtype) or str(meta.dtype).removeprefix("torch.")
-        return f"{dtype}[{', '.join(str(d) for d in meta.shape)}]"
-    return ""
+def _value(node: Node, dims: Mapping[str, str] | None = None) -> str:
+    """What a node computes, as every view writes it (``f32[batch, 16]``)."""
+    return _meta.node_value_text(node, dims)
 
 
 def _numel(node: Node) -> int:
@@ -422,29 +380,6 @@ def _numel(node: Node) -> int:
         return math.prod(int(d) for d in value.shape)
     except (TypeError, ValueError):  # a symbolic size
         return 0
-
-
-def _count(number: int) -> str:
-    for limit, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if number >= limit:
-            return f"{number / limit:.1f}{suffix}"
-    return str(number)
-
-
-def _op_name(node: Node) -> tuple[str, str]:
-    """(short name for the label, full name for the tooltip) of what a node calls."""
-    target = node.target
-    if isinstance(target, torch._ops.OpOverload):
-        return f"{target.namespace}.{target._opname}", str(target)
-    if isinstance(target, torch._ops.HigherOrderOperator):
-        return target.name(), target.name()
-    if isinstance(target, str):
-        return target, f"{node.op} {target}"
-    name = getattr(target, "__name__", None) or type(target).__name__
-    module = getattr(target, "__module__", None) or ""
-    module = {"_operator": "operator", "builtins": ""}.get(module, module)
-    qualified = getattr(target, "__qualname__", name)
-    return name, f"{module}.{qualified}" if module else qualified
 
 
 # A frame of a stack trace; the code line is missing for code without a file (<stdin>, eval).
@@ -474,7 +409,7 @@ def _source_of_trace(trace: str) -> str:
     if not frames:
         return ""
     where, function, code = frames[-1]
-    text = f"{where} in {function}" + (f"\n  {_shorten(code, 80)}" if code else "")
+    text = f"{where} in {function}" + (f"\n  {_meta.shorten(code, 80)}" if code else "")
     callers = [f for f, _, _ in frames[-4:-1]]
     if callers:
         text += "\ncalled from " + ", ".join(reversed(callers))
@@ -483,10 +418,6 @@ def _source_of_trace(trace: str) -> str:
 
 def _plural(count: int, word: str) -> str:
     return f"{count:,} {word}" + ("" if count == 1 else "s")
-
-
-def _shorten(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _relative(target: str, chain: tuple[str, ...]) -> str:
@@ -698,6 +629,10 @@ class _Context:
             self.nodes.update((n.name, n) for n in program.swapped.graph.nodes)
         self._partitions: Mapping[str, Partition] | None = None
         self._numel: dict[str, int] = {}
+        try:  # dynamic sizes by the user's Dim names, where export recorded them
+            self.dims: Mapping[str, str] = program_index(program.ep).dims
+        except GraphSurgeonError:
+            self.dims = {}
 
     def numel(self, parameters: Iterable[str]) -> int:
         """Elements in the named parameters (every module's tooltip counts its own)."""
@@ -930,7 +865,7 @@ class _Writer:
         node, kind = self.nodes[vertex.name], vertex.kind
         if kind == _SWAPPED:
             return self._swapped_text(vertex)
-        value = _value(node)
+        value = _value(node, self.context.dims)
         if kind == _INPUT:
             return _lines(node.name, value), _lines(f"{node.name}: input of the program", value)
         if kind == _OUTPUT:
@@ -939,17 +874,18 @@ class _Writer:
             target = self.context.targets.get(vertex.name, vertex.name)
             label = _lines(_shown(target), value)
             return label, _lines(f"{node.name}: {kind} {_shown(target, TOOLTIP_NAME_LIMIT)}", value)
-        short, full = _op_name(node)
-        label = _lines(short, value)
-        tooltip = _lines(f"{node.name} = {full}", value)
+        label = _lines(_meta.op_text(node), value)
+        # the op, and the arguments the picture's edges cannot show (scale, dims, a mask)
+        arguments = _meta.arguments_text(node, state=self.context.targets)
+        tooltip = _lines(f"{node.name} = {_meta.op_text(node, 'full')}", arguments, value)
         folded = vertex.params + vertex.buffers
         if folded and not self.scene.show_parameters:
             targets = [self.context.targets.get(p, p) for p in folded]
             names = [_shown(_relative(t, vertex.chain)) for t in targets]
-            label += "\n+ " + _shorten(", ".join(names), 40)
+            label += "\n+ " + _meta.shorten(", ".join(names), 40)
             for i, (name, target) in enumerate(zip(folded, targets)):
                 state = self.context.placeholders.get(name)
-                described = _value(state) if state is not None else ""
+                described = _value(state, self.context.dims) if state is not None else ""
                 what = "parameter" if i < len(vertex.params) else "buffer"
                 tooltip += f"\n{what} {_shown(target, TOOLTIP_NAME_LIMIT)} {described}".rstrip()
         return label, _lines(tooltip, _source(node))
@@ -976,7 +912,7 @@ class _Writer:
         highlighted = any(m in self.style.highlighted for m in members)
         nodes = sum(c.nodes for c in calls)
         numel = self.context.numel(set().union(*(c.params for c in calls)))
-        counts = _plural(nodes, "node") + (f" · {_count(numel)} params" if numel else "")
+        counts = _plural(nodes, "node") + (f" · {_meta.count_text(numel)} params" if numel else "")
         if len(members) > 1:
             first_name, last_name = _shown(members[0]), _shown(members[-1])
             title = f"{first_name} … {last_name}: {self._type_name(first)} × {len(members)}"
@@ -1113,7 +1049,7 @@ class _Writer:
             lines.append(f"{self._name_of_ref(ref)} → {self.fanout[ref]} users")
         if ref in self.shared:
             names = [self._name_of_ref(tail) for tail in self.shared[ref]]
-            lines.append("shared: " + _shorten(", ".join(names), 40))
+            lines.append("shared: " + _meta.shorten(", ".join(names), 40))
         return "\n".join(lines)
 
     def _name_of_ref(self, ref: str) -> str:
@@ -1195,34 +1131,13 @@ def _lines(*parts: str) -> str:
 
 
 def _call_signature(part: Partition, replacement: Any, ep: ExportedProgram) -> str:
-    """``(x: f32[1, 16, 64]) → f32[1, 16, 64]``: the call as the program makes it."""
-    signature = part.signature
-    if signature is None:
+    """``(x: f32[1, 16, 64]) → f32[1, 16, 64]``: the call as the program makes it, its
+    positional arguments named as the replacement's forward names them."""
+    if part.signature is None:
         return ""
-    index = program_index(ep)
-
-    def describe(argument: Any) -> str:
-        if _meta.is_constant(argument):
-            return _shorten(repr(getattr(argument, "value", None)), 24)
-        node = index.by_name.get(getattr(argument, "name", ""))
-        return _value(node) if node is not None else "?"
-
-    leaves = [describe(a) for a in signature.inputs]
-    args_spec, kwargs_spec = signature.in_spec.children()
-    names = _parameter_names(replacement, args_spec.num_children)
-    parts, offset = [], 0
-    for name, child in zip(names, args_spec.children()):
-        parts.append(f"{name}: {_structure(child, leaves[offset : offset + child.num_leaves])}")
-        offset += child.num_leaves
-    for key, child in zip(kwargs_spec.context, kwargs_spec.children()):
-        parts.append(f"{key}={_structure(child, leaves[offset : offset + child.num_leaves])}")
-        offset += child.num_leaves
-    outputs = [describe(a) for a in signature.outputs]
-    result = _structure(signature.out_spec, outputs)
-    text = f"({', '.join(parts)}) → {result}"
-    if len(text) > 48:
-        text = "(\n  " + ",\n  ".join(parts) + f"\n) → {result}"
-    return text
+    args_spec, _ = part.signature.in_spec.children()
+    names = _parameter_names(replacement, args_spec.num_children) if replacement else None
+    return program_index(ep).call_text(part.call_name, names, wrap=48)
 
 
 def _parameter_names(module: Any, count: int) -> list[str]:
@@ -1237,22 +1152,6 @@ def _parameter_names(module: Any, count: int) -> list[str]:
         elif parameter.kind == parameter.VAR_POSITIONAL:
             names += [f"{parameter.name}[{i}]" for i in range(count - len(names))]
     return (names + [f"arg{i}" for i in range(len(names), count)])[:count]
-
-
-def _structure(spec: pytree.TreeSpec, leaves: list[str]) -> str:
-    if spec.is_leaf():
-        return leaves[0] if leaves else "?"
-    if spec.type is type(None):
-        return "None"
-    parts, offset = [], 0
-    for child in spec.children():
-        parts.append(_structure(child, leaves[offset : offset + child.num_leaves]))
-        offset += child.num_leaves
-    if spec.type is dict:
-        return "{" + ", ".join(f"{k!r}: {p}" for k, p in zip(spec.context, parts)) + "}"
-    if spec.type is list:
-        return "[" + ", ".join(parts) + "]"
-    return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
 
 
 # -- arguments -------------------------------------------------------------------------------

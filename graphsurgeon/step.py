@@ -471,16 +471,11 @@ class StepResult:
 
 
 def _op_text(node: Node) -> str:
-    if node.op == "call_function":
-        target = node.target
-        if isinstance(target, torch._ops.OpOverload):
-            return str(target)
-        module = getattr(target, "__module__", None) or ""
-        name = getattr(target, "__qualname__", None) or getattr(target, "__name__", str(target))
-        return f"{module}.{name}" if module and module != "_operator" else name
-    if node.op in ("call_module", "get_attr", "call_method"):
-        return f"{node.op} {node.target}"
-    return node.op
+    """What a node runs, as every view writes it: ``aten.div.Tensor(other=8.0)``."""
+    if node.op in ("placeholder", "output"):
+        return node.op
+    weights = {n.name for n in node.all_input_nodes if n.op in ("get_attr", "placeholder")}
+    return _meta.node_call_text(node, "full", weights)
 
 
 class _Layout:

@@ -436,6 +436,22 @@ class Surgery:
         args, kwargs = self._inputs(args, kwargs, verb="compare")
         return compare(self.program, self.module, args, kwargs, rtol=rtol, atol=atol)
 
+    def bisect(
+        self,
+        args: tuple[Any, ...] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        rtol: float = 1e-5,
+        atol: float = 1e-5,
+    ) -> Any:
+        """The smallest set of this Surgery's swaps that explains its mismatch against the
+        original program: a :class:`~graphsurgeon.bisect.Bisection` with ``.culprits`` (in
+        graph order), ``.runs`` and the log of runs (:func:`graphsurgeon.bisect.bisect` says
+        how, and what it guarantees). The Surgery is not changed."""
+        from .bisect import bisect
+
+        return bisect(self, args, kwargs, rtol=rtol, atol=atol)
+
     def export(
         self,
         args: tuple[Any, ...] | None = None,

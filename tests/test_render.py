@@ -274,8 +274,8 @@ def test_repeated_calls_a_folded_buffer_constants_and_getitem_glue(shared):
   "x" [id="node:x", class="input", label="x\\nf32[3, 4]", tooltip="x: input of the program\\nf32[3, 4]", style=filled, fillcolor="#e5e7eb"];
   "linear" [id="node:linear", class="op module", label="lin: Linear\\naten.linear\\nf32[3, 4]\\n+ weight, bias", tooltip="lin: torch.nn.modules.linear.Linear\\n1 node, 20 parameters\\nswappable\\n\\nlinear = aten.linear.default\\nf32[3, 4]\\nparameter lin.weight f32[4, 4]\\nparameter lin.bias f32[4]", fillcolor="#eedef7"];
   "linear_1" [id="node:linear_1", class="op module", label="lin@1: Linear\\naten.linear\\nf32[3, 4]\\n+ weight, bias", tooltip="lin@1: torch.nn.modules.linear.Linear\\n1 node, 20 parameters\\nswappable\\n\\nlinear_1 = aten.linear.default\\nf32[3, 4]\\nparameter lin.weight f32[4, 4]\\nparameter lin.bias f32[4]", fillcolor="#eedef7"];
-  "split" [id="node:split", class="op", label="aten.split\\n[f32[3, 2], f32[3, 2]]", tooltip="split = aten.split.Tensor\\n[f32[3, 2], f32[3, 2]]"];
-  "cat" [id="node:cat", class="op", label="aten.cat\\nf32[3, 4]", tooltip="cat = aten.cat.default\\nf32[3, 4]"];
+  "split" [id="node:split", class="op", label="aten.split\\n[f32[3, 2], f32[3, 2]]", tooltip="split = aten.split.Tensor\\nsplit_size=2, dim=1\\n[f32[3, 2], f32[3, 2]]"];
+  "cat" [id="node:cat", class="op", label="aten.cat\\nf32[3, 4]", tooltip="cat = aten.cat.default\\ndim=1\\nf32[3, 4]"];
   "mul" [id="node:mul", class="op", label="aten.mul\\nf32[3, 4]\\n+ scale", tooltip="mul = aten.mul.Tensor\\nf32[3, 4]\\nbuffer scale f32[4]"];
   "lift_fresh_copy" [id="node:lift_fresh_copy", class="op", label="aten.lift_fresh_copy\\nf32[4]", tooltip="lift_fresh_copy = aten.lift_fresh_copy.default\\nf32[4]"];
   "detach_" [id="node:detach_", class="op", label="aten.detach_\\nf32[4]", tooltip="detach_ = aten.detach_.default\\nf32[4]"];

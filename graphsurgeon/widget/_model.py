@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from .. import _meta
 from .. import display as d
 from .._meta import split_call_name
 from ..compare import Comparison
@@ -600,23 +601,14 @@ class SurgeryModel:
             rows.append(["fused", "yes: its nodes run as one call"])
         calls = self._calls_of(name)
         if calls:
-            signature = _call_signature(
-                self._partitions[calls[0]], self._eager_module(fqn), self.surgery.program
-            )
+            # the module's own argument names, as export recorded them
+            signature = program_index(self.surgery.program).call_text(calls[0], wrap=48)
             if signature:
                 rows.append(["called as", f'<span class="gs-pre">{d.escape(signature)}</span>'])
             source = self._source_of(calls[0])
             if source:
                 rows.append(["source", f'<span class="gs-pre">{d.escape(source)}</span>'])
         return _fields_table(rows)
-
-    def _eager_module(self, fqn: str) -> torch.nn.Module | None:
-        """The model's own module at ``fqn`` (for its argument names), when the model is known."""
-        model = self.surgery.model
-        try:
-            return model.get_submodule(fqn) if model is not None else None
-        except AttributeError:
-            return None
 
     def _source_of(self, call: str) -> str:
         from ..render import _source
@@ -1197,10 +1189,11 @@ def _is_program_module(value: torch.nn.Module) -> bool:
 
 
 def _op_of(node: Any) -> str:
-    target = node.target
-    if node.op == "call_function":
-        return getattr(target, "__name__", str(target))
-    return f"{node.op} {target}"
+    """What a node runs, as the stepper and the picture's tooltips write it."""
+    if node.op in ("placeholder", "output"):
+        return node.op
+    weights = {n.name for n in node.all_input_nodes if n.op in ("get_attr", "placeholder")}
+    return _meta.node_call_text(node, "full", weights)
 
 
 def _error_fields(error: BaseException) -> dict[str, str]:
