@@ -13,9 +13,12 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import io
 import json
+import logging
 import re
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -672,3 +675,49 @@ def _argument_text(path: tuple, names: tuple[str, ...]) -> str:
         key = getattr(rest[0], "key", "")
         return str(key) + pytree.keystr(rest[1:])
     return pytree.keystr(path)
+
+
+# torch.export and the tracers under it log warnings and whole tracebacks through these (and
+# their children, which inherit the level of "torch"). Each is quieted only while it is at its
+# default level or above: one the user turned on for debugging (TORCH_LOGS) is left as it is.
+_QUIET_LOGGERS = (
+    "torch",
+    "torch.export",
+    "torch._export",
+    "torch._dynamo",
+    "torch.fx.experimental.symbolic_shapes",
+)
+
+
+@contextlib.contextmanager
+def quiet_export() -> Iterator[None]:
+    """Keep an export graphsurgeon makes on its own (a replacement exported for
+    ``Stepper.step_into`` or ``Comparison.locate``, ``Surgery.export()``) from writing to the
+    notebook: torch's
+    loggers are silenced, Python warnings ignored and what torch prints to ``sys.stderr`` (the
+    partial graph of a failed export) dropped. Whatever fails is raised as usual, for the caller
+    to report as one message; the logger levels, the warning filters and ``sys.stderr`` are
+    restored afterwards.
+    """
+    existing = logging.root.manager.loggerDict
+    names = [
+        n for n, lg in existing.items() if n.startswith("torch.") and isinstance(lg, logging.Logger)
+    ]
+    quieted = []
+    for name in dict.fromkeys((*_QUIET_LOGGERS, *sorted(names))):
+        logger = logging.getLogger(name)
+        if logger.level == logging.NOTSET and name != "torch":
+            continue  # inherits its level: quiet with "torch", or as loud as the user set it
+        if logger.level == logging.NOTSET or logger.level >= logging.WARNING:
+            quieted.append((logger, logger.level))
+    try:
+        for logger, _ in quieted:
+            logger.setLevel(logging.CRITICAL + 1)
+        # torch prints the partial graph of a failed export straight to sys.stderr, past its
+        # loggers
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for logger, level in quieted:
+            logger.setLevel(level)

@@ -61,15 +61,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import io
 import linecache
-import logging
 import math
 import os
 import re
 import sysconfig
 import traceback
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,7 +87,7 @@ from ._exec import (
     runnable_original,
 )
 from .errors import GraphSurgeonError
-from .export import export
+from .export import export, quiet_export
 from .fuse import fused_call
 from .verify import LeafCheck, compare_outputs
 
@@ -259,7 +256,7 @@ def _locate(record: CallRecord) -> Location:
         return not_located(call, f"the replacement is {kind}, not an nn.Module to trace", kind)
     args, kwargs = record.inputs
     try:
-        with _quietly(), _whole_stacks(), keep_state([record.replacement]):
+        with quiet_export(), _whole_stacks(), keep_state([record.replacement]):
             traced = export(
                 record.replacement, *clone_inputs((tuple(args), dict(kwargs))), preserve="none"
             )
@@ -875,38 +872,3 @@ def _whole_stacks() -> Iterator[None]:
         yield
     finally:
         tracer._filter_traceback_frames = original
-
-
-# -- quiet -------------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _quietly() -> Iterator[None]:
-    """Keep the export locate makes on its own from writing to the notebook: torch's loggers
-    at their default levels silenced, Python warnings ignored, what torch prints to stderr
-    (the partial graph of a failed export) dropped; all put back afterwards. A logger the
-    user turned up for debugging (a level below WARNING) is left as it is."""
-    names = [
-        "torch",
-        *sorted(
-            name
-            for name, logger in logging.root.manager.loggerDict.items()
-            if name.startswith("torch.") and isinstance(logger, logging.Logger)
-        ),
-    ]
-    quieted = []
-    for name in names:
-        logger = logging.getLogger(name)
-        if logger.level == logging.NOTSET and name != "torch":
-            continue  # it inherits "torch"'s level
-        if logger.level == logging.NOTSET or logger.level >= logging.WARNING:
-            quieted.append((logger, logger.level))
-    try:
-        for logger, _ in quieted:
-            logger.setLevel(logging.CRITICAL + 1)
-        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for logger, level in quieted:
-            logger.setLevel(level)

@@ -19,11 +19,7 @@ breakpoint position, found by bisection, with nothing allocated per node.
 from __future__ import annotations
 
 import bisect
-import contextlib
-import io
-import logging
 import math
-import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -45,6 +41,7 @@ from .errors import (
     UnknownNodeError,
     unknown_name,
 )
+from .export import quiet_export
 from .partition import call_index, program_index, split_call_name
 from .swap import swap_info
 
@@ -578,51 +575,6 @@ def _resolve_program(program: Any) -> GraphModule:
         return program  # a GraphModule made elsewhere: its own graph, stepped as it is
     source = as_program(program)
     return source.module if source.module is not None else runnable_original(source.ep)
-
-
-# torch.export and the tracers under it log warnings and whole tracebacks through these (and
-# their children, which inherit the level of "torch"). Each is quieted only while it is at its
-# default level or above: one the user turned on for debugging (TORCH_LOGS) is left as it is.
-_QUIET_LOGGERS = (
-    "torch",
-    "torch.export",
-    "torch._export",
-    "torch._dynamo",
-    "torch.fx.experimental.symbolic_shapes",
-)
-
-
-@contextlib.contextmanager
-def quiet_export() -> Iterator[None]:
-    """Keep an export graphsurgeon makes on its own (a replacement exported for
-    :meth:`Stepper.step_into`, ``Surgery.export()``) from writing to the notebook: torch's
-    loggers are silenced, Python warnings ignored and what torch prints to ``sys.stderr`` (the
-    partial graph of a failed export) dropped. Whatever fails is raised as usual, for the caller
-    to report as one message; the logger levels, the warning filters and ``sys.stderr`` are
-    restored afterwards.
-    """
-    existing = logging.root.manager.loggerDict
-    names = [
-        n for n, lg in existing.items() if n.startswith("torch.") and isinstance(lg, logging.Logger)
-    ]
-    quieted = []
-    for name in dict.fromkeys((*_QUIET_LOGGERS, *sorted(names))):
-        logger = logging.getLogger(name)
-        if logger.level == logging.NOTSET and name != "torch":
-            continue  # inherits its level: quiet with "torch", or as loud as the user set it
-        if logger.level == logging.NOTSET or logger.level >= logging.WARNING:
-            quieted.append((logger, logger.level))
-    try:
-        for logger, _ in quieted:
-            logger.setLevel(logging.CRITICAL + 1)
-        # torch prints the partial graph of a failed export straight to sys.stderr, past its
-        # loggers
-        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for logger, level in quieted:
-            logger.setLevel(level)
 
 
 @dataclass(frozen=True)

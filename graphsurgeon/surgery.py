@@ -35,9 +35,8 @@ from ._meta import (
 )
 from .compare import Comparison, compare
 from .errors import ConflictError, ExportError, SurgeryError, VerifyError, a_type
-from .export import export
+from .export import export, quiet_export
 from .partition import ModuleTree, call_name, module_tree, program_index
-from .step import quiet_export
 from .swap import FUSE, Diff, rewrite, safe_path, swap_info
 from .verify import VerifyReport, eager_reference, verify
 
