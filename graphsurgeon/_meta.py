@@ -26,6 +26,12 @@ FUSED = "graphsurgeon_fused"
 CHECK = "graphsurgeon_check"
 # node.meta[GUARD]: on the node that checks the program's inputs.
 GUARD = "graphsurgeon_guard"
+# node.meta[GLUE]: on every node the rewrite adds around a call that computes nothing: "through"
+# (it passes a value on: a getitem taking a structure apart, a check of what a replacement
+# returned, a flatten), "build" (it builds a structure from leaves), "constant" (a Python object
+# the generated code reads: a spec, a guard, what a call must return). Views draw a "through"
+# node as the edge it stands for, and hide the rest.
+GLUE = "graphsurgeon_glue"
 
 # torch's metadata hook puts this entry in the stack of nodes a pass created without one.
 EMPTY_STACK_KEY = "_empty_nn_module_stack_from_metadata_hook"

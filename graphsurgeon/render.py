@@ -121,10 +121,6 @@ class GraphView:
 
 # -- what to draw: the program -----------------------------------------------------------
 
-_RUNTIME = "graphsurgeon._runtime"
-# Functions of the swapped program that pass a value through (checked, or flattened to leaves).
-_PASS_THROUGH = frozenset({"check_tensor", "check_structure", "flatten_output", "flatten_input"})
-
 # Vertex kinds. _THROUGH and _HIDDEN nodes are never drawn; _PARAMETER ones only when asked.
 _OP, _INPUT, _OUTPUT, _PARAMETER, _BUFFER, _CONSTANT, _SWAPPED, _GLUE, _CHECK = (
     "op", "input", "output", "parameter", "buffer", "constant", "swapped", "glue", "check",
@@ -290,6 +286,11 @@ def _kind(node: Node, state: Mapping[str, tuple[str, str]], root: Any) -> str:
         return state[node.name][0] if node.name in state else _INPUT
     if op == "output":
         return _OUTPUT
+    glue = node.meta.get(_meta.GLUE)
+    if glue is not None:  # what the rewrite added around a call (see _meta.GLUE)
+        if glue == "through" and node.args and isinstance(node.args[0], Node):
+            return _THROUGH
+        return _GLUE if glue == "build" else _HIDDEN
     if op == "get_attr":
         if node.name in state:
             return state[node.name][0]
@@ -303,13 +304,8 @@ def _kind(node: Node, state: Mapping[str, tuple[str, str]], root: Any) -> str:
         if _meta.GUARD in node.meta:
             return _HIDDEN  # the program's input checks: no value, nothing to draw
         target = node.target
-        first_is_node = bool(node.args) and isinstance(node.args[0], Node)
-        if target is operator.getitem and first_is_node:
-            return _THROUGH
-        if getattr(target, "__module__", None) == _RUNTIME:
-            if target.__name__ in _PASS_THROUGH and first_is_node:
-                return _THROUGH
-            return _GLUE
+        if target is operator.getitem and bool(node.args) and isinstance(node.args[0], Node):
+            return _THROUGH  # a program's own getitem (the parts of a split): its edge
         if getattr(target, "__module__", "").startswith("torch.utils._pytree"):
             return _GLUE
         if isinstance(target, torch._ops.OpOverload) and _is_check(target):

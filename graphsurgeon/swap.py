@@ -543,13 +543,15 @@ class _GraphWriter:
         if name is None:
             name = self.fresh(f"{parent.name}_{key}")
         node = self.graph.create_node("call_function", operator.getitem, (parent, key), name=name)
-        if meta:
-            node.meta = dict(meta)
+        node.meta = {**(meta or {}), _meta.GLUE: "through"}
         return node
 
     def emit_call(self, function, args, suffix: str) -> Node:
+        """A call that passes its first argument on (flattens it, checks it): glue."""
         name = self.fresh(f"{args[0].name}_{suffix}" if isinstance(args[0], Node) else suffix)
-        return self.graph.create_node("call_function", function, tuple(args), name=name)
+        node = self.graph.create_node("call_function", function, tuple(args), name=name)
+        node.meta[_meta.GLUE] = "through"
+        return node
 
     def constant_node(self, value: Any, base: str) -> Node:
         """A ``get_attr`` of a Python object the generated code needs (a spec, a guard)."""
@@ -559,7 +561,9 @@ class _GraphWriter:
             self._constants[key] = (target, value)
             self.attrs[target] = value
         target, _ = self._constants[key]
-        return self.graph.create_node("get_attr", target, name=self.fresh(target))
+        node = self.graph.create_node("get_attr", target, name=self.fresh(target))
+        node.meta[_meta.GLUE] = "constant"
+        return node
 
     def spec_node(self, spec: pytree.TreeSpec) -> Node:
         return self.constant_node(spec, "spec")
@@ -614,12 +618,14 @@ class _GraphWriter:
                 return dict(zip(spec.context, children))
             return None
         leaves = [self.materialize(v) for v in values]
-        return self.graph.create_node(
+        node = self.graph.create_node(
             "call_function",
             _runtime.unflatten,
             (leaves, self.spec_node(spec)),
             name=self.fresh(f"unflatten_{getattr(kind, '__name__', 'tree')}"),
         )
+        node.meta[_meta.GLUE] = "build"
+        return node
 
     def module(self, class_name: str) -> GraphModule:
         self.graph.set_codegen(FastCodeGen())
@@ -947,6 +953,7 @@ class _Builder(_GraphWriter):
         checked.meta = {
             "nn_module_stack": dict(call.meta["nn_module_stack"]),
             _meta.CHECK: request.call_name,
+            _meta.GLUE: "through",
         }
         return checked
 
