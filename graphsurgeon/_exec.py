@@ -27,7 +27,7 @@ from torch.fx import GraphModule, Node
 from ._meta import describe_spec
 from .errors import GraphSurgeonError
 from .partition import program_index
-from .swap import rewrite, swap_info
+from .rewrite import rewrite, swap_info
 
 __all__ = [
     "PrivateStateInterpreter",

@@ -39,6 +39,7 @@ from ._meta import (
 from .errors import ReplacementError, SurgeryError
 from .export import export_notes, positional_parameters, qualified_type, record_notes
 from .partition import program_index, returned_object
+from .rewrite._pytree import build_structure
 
 __all__ = [
     "carry_module_types",
@@ -569,20 +570,12 @@ class _Region:
         """The structure ``spec`` over ``values``."""
         if spec.is_leaf():
             return values[0]
-        kind = spec.type
-        if kind not in (tuple, list, dict, type(None)):
-            return self.graph.call_function(_unflatten, (list(values), self._extra("spec", spec)))
-        children, offset = [], 0
-        for child in spec.children():
-            children.append(self._build(child, values[offset : offset + child.num_leaves]))
-            offset += child.num_leaves
-        if kind is tuple:
-            return tuple(children)
-        if kind is list:
-            return children
-        if kind is dict:
-            return dict(zip(spec.context, children))
-        return None
+        return build_structure(
+            spec,
+            values,
+            self._build,
+            lambda s, v: self.graph.call_function(_unflatten, (list(v), self._extra("spec", s))),
+        )
 
     # -- the edges of the graph -----------------------------------------------------------
 

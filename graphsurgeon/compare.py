@@ -46,7 +46,7 @@ from .errors import CompareError, UnknownModuleError, did_you_mean
 from .fuse import fused_call
 from .locate import CallRecord, Location, locate_call, not_located
 from .partition import call_index, program_index
-from .swap import swap_info
+from .rewrite import swap_info
 from .verify import (
     LeafCheck,
     VerifyReport,

@@ -19,7 +19,7 @@ from torch.fx import GraphModule
 
 from .errors import SwapError
 from .partition import program_index
-from .swap import FUSE, cut_call, rewrite
+from .rewrite import FUSE, cut_call, rewrite
 
 __all__ = ["fuse", "fused_call"]
 

@@ -43,7 +43,7 @@ from .errors import (
 )
 from .export import quiet_export
 from .partition import call_index, program_index, split_call_name
-from .swap import swap_info
+from .rewrite import swap_info
 
 __all__ = [
     "Breakpoint",

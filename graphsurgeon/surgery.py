@@ -37,7 +37,7 @@ from .compare import Comparison, compare
 from .errors import ConflictError, ExportError, SurgeryError, VerifyError, a_type
 from .export import export, quiet_export
 from .partition import ModuleTree, call_name, module_tree, program_index
-from .swap import FUSE, Diff, rewrite, safe_path, swap_info
+from .rewrite import FUSE, Diff, rewrite, safe_path, swap_info
 from .verify import VerifyReport, eager_reference, verify
 
 __all__ = ["Diff", "HistoryEntry", "Surgery"]

@@ -20,7 +20,7 @@ from torch.export import ExportedProgram
 from ._exec import RandomState, clone_inputs, keep_state, runnable_original
 from ._meta import describe_spec
 from .errors import GraphSurgeonError, VerifyError, a_type, did_you_mean
-from .swap import check_module
+from .rewrite import check_module
 
 __all__ = ["LeafCheck", "VerifyReport", "as_callable", "verify"]
 

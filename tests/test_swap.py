@@ -1041,7 +1041,7 @@ def test_the_interpreted_forward_has_the_model_signature():
 
 
 def test_generated_code_uses_bindings_only_where_they_take_the_schema_arguments():
-    from graphsurgeon._codegen import fast_function
+    from graphsurgeon.rewrite._codegen import fast_function
 
     aten = torch.ops.aten
     assert fast_function(aten.linear.default) is torch._C._nn.linear

@@ -1041,7 +1041,7 @@ class SurgeryModel:
         return element.id if element is not None else ""
 
     def _call_node(self, call: str) -> str | None:
-        from ..swap import swap_info
+        from ..rewrite import swap_info
 
         info = swap_info(self.surgery.module)
         if info is not None and call in info.call_nodes:

@@ -13,8 +13,8 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from ._meta import describe_spec, describe_value, format_structure, leaf_keystrs, tensor_text
-from .errors import GuardError, InputStructureError, ReplacementError
+from .._meta import describe_spec, describe_value, format_structure, leaf_keystrs, tensor_text
+from ..errors import GuardError, InputStructureError, ReplacementError
 
 __all__ = [
     "ExpectedConstant",

@@ -29,8 +29,8 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from ._meta import describe_spec, format_structure, leaf_keystrs, tensor_text
-from .errors import GuardError, InputStructureError, SwapError
+from .._meta import describe_spec, format_structure, leaf_keystrs, tensor_text
+from ..errors import GuardError, InputStructureError, SwapError
 
 __all__ = ["InputGuard", "tracer_sources"]
 

@@ -1,0 +1,150 @@
+"""The one rewrite pass behind swap() and fuse(): module calls of an exported program replaced, in one pass.
+
+How it works. The exported graph is copied node by node, in its own order, into a new graph
+that is already "unlifted" (parameters and buffers become attributes, user inputs become the
+model's own arguments). When the copy reaches the first node of a call that is being swapped,
+it emits one ``call_module`` of the replacement, with the arguments rebuilt from the preserved
+call signature (constants passed as their values), skips the call's own nodes, and binds each of
+the call's output nodes, by name, to the matching leaf of the replacement's output. Nodes that
+used those outputs now use the replacement's. Nothing is legalized or reordered, no node is
+copied twice, the graph is compiled once.
+
+The same pass fuses (:func:`graphsurgeon.fuse`): a fused call is replaced by a GraphModule cut
+from the call's own nodes (:func:`cut_call`), so it computes bit for bit what the program did.
+
+Pytree glue is only emitted where a value is really taken apart: a leaf is a ``getitem`` chain
+made on first use, and a structure that is exactly another call's output (or an argument of the
+model) is passed through whole instead of being flattened and rebuilt.
+
+What the result refuses: the program's first node checks the inputs as ``ep.module()`` does
+(structure, static and dynamic sizes, constant inputs: :mod:`graphsurgeon._guards`), and what
+each replacement returns is checked at its call (structure, dtype, static sizes).
+"""
+
+from __future__ import annotations
+
+import gc
+import inspect
+import linecache
+import types
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch.export import ExportedProgram
+from torch.fx import GraphModule
+
+from .. import _meta
+from ..partition import call_name, program_index, split_call_name
+from ._builder import _Builder
+from ._cut import cut_call
+from ._plan import FUSE, _plan, check_module
+from ._writer import _exported_mode, safe_path
+from .info import _COMPUTATION, Diff, SwapInfo, swap_info
+
+__all__ = [
+    "FUSE",
+    "Diff",
+    "SwapInfo",
+    "check_module",
+    "cut_call",
+    "rewrite",
+    "safe_path",
+    "swap_info",
+]
+
+
+# -- the verbs ----------------------------------------------------------------------------------
+
+
+def _forget_source_with(module: GraphModule) -> None:
+    """When ``module`` is collected, drop its generated code from torch.fx's cache of sources.
+
+    torch.fx keeps the source of every GraphModule it ever compiled (for tracebacks), never
+    freed: ~0.4 MB for a 4,000-node program, so a session that swaps again and again (a Surgery
+    rebuilding its states) would grow without bound. Only the program's own forward is dropped
+    (not the replacements', which belong to the user), and only once nothing can run it."""
+    loader = getattr(torch.fx.graph_module, "_loader", None)
+    sources = getattr(loader, "eval_cache", None)
+    key = getattr(getattr(type(module).forward, "__code__", None), "co_filename", None)
+    if isinstance(sources, dict) and key in sources:
+        weakref.finalize(module, _forget_source, sources, key)
+
+
+def _forget_source(sources: dict, key: str) -> None:
+    sources.pop(key, None)
+    linecache.cache.pop(key, None)
+
+
+def _interpreted_forward(gm: GraphModule):
+    # Parameters are named as the model's arguments (placeholder targets), not as the
+    # placeholder nodes, which fx renames when they shadow a builtin ("input" -> "input_1").
+    names = [n.target for n in gm.graph.nodes if n.op == "placeholder"]
+    parameter = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    arguments = inspect.Signature([inspect.Parameter(n, parameter) for n in names])
+
+    def forward(self, *args, **kwargs):
+        bound = arguments.bind(*args, **kwargs)
+        return torch.fx.Interpreter(self).run(*bound.args)
+
+    forward.__signature__ = inspect.Signature(
+        [inspect.Parameter("self", parameter), *arguments.parameters.values()]
+    )
+    return types.MethodType(forward, gm)
+
+
+def rewrite(
+    ep: ExportedProgram,
+    modules: Mapping[str, Any],
+    *,
+    interpret: bool = False,
+    verb: str = "swap",
+    weak: bool = False,
+) -> GraphModule:
+    """The one pass behind :func:`swap` and :func:`graphsurgeon.fuse`: ``modules`` maps names to
+    replacements, or to :data:`FUSE` for calls to fuse. ``weak``: the result refers to ``ep``
+    without keeping it alive (for a cache of ``ep``'s own)."""
+    index = program_index(ep)
+    requests = _plan(index, modules, verb)
+    was_enabled = gc.isenabled()
+    # The pass allocates many small objects and no cycles that matter; the cyclic collector
+    # would otherwise run dozens of times over the whole heap while it does.
+    gc.disable()
+    try:
+        builder = _Builder(index, requests)
+        gm = builder.build()
+    finally:
+        if was_enabled:
+            gc.enable()
+    calls = {r.call_name: r.module for r in requests}
+    given = {}
+    for name, module in modules.items():
+        given[name] = module
+        if module is FUSE:
+            fqn, k = split_call_name(name)
+            given[name] = calls[call_name(fqn, k or 0)] if k is not None else calls.get(name)
+    gm.meta[_meta.INFO] = SwapInfo(
+        _program=weakref.ref(ep) if weak else ep,
+        requests=given,
+        calls=calls,
+        fused=tuple(r.call_name for r in requests if r.fused),
+        installed_at={r.call_name: safe_path(r.install_path) for r in requests},
+        call_nodes={r.call_name: r.call_node.name for r in requests},
+        partitions={r.call_name: r.partition for r in requests},
+        node_map=builder.node_map,
+        copies=builder.copies,
+        result_nodes=tuple(
+            n.name
+            for n in gm.graph.nodes
+            if n.op in _COMPUTATION and _meta.GUARD not in n.meta  # input checks change nothing
+        ),
+    )
+    _forget_source_with(gm)
+    mode = _exported_mode(index)
+    gm._exported_mode = mode
+    if mode.training is not None:
+        gm.training = mode.training  # the root's own flag only: replacements keep theirs
+    if interpret:
+        gm.forward = _interpreted_forward(gm)
+    return gm

@@ -1,0 +1,482 @@
+"""The one pass: the exported graph copied node by node into an unlifted graph, each requested
+call replaced by one ``call_module`` (see :mod:`graphsurgeon.rewrite`)."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from torch.fx import GraphModule, Node
+from torch.fx.node import map_arg
+
+from .. import _meta
+from ..errors import (
+    SwapError,
+)
+from ..partition import (
+    ProgramIndex,
+    returned_object,
+)
+from . import _runtime
+from ._cut import cut_call
+from ._guards import InputGuard
+from ._plan import _Request, _type_name
+from ._writer import (
+    _SYMBOLIC,
+    _Attr,
+    _flat_name,
+    _get_path,
+    _GraphWriter,
+    _Leaf,
+    _Removed,
+    _Source,
+    mutation_targets,
+    safe_path,
+)
+
+
+class _Builder(_GraphWriter):
+    def __init__(self, index: ProgramIndex, requests: list[_Request]):
+        super().__init__(set(index.by_name))
+        self.index = index
+        self.ep = index.ep
+        self.requests = requests
+        self.env: dict[Node, Any] = {}
+        self.non_persistent: set[str] = set()
+        self.owner: dict[Node, _Request] = {n: r for r in requests for n in r.nodes}
+        self.swapped_paths = sorted({r.install_path for r in requests})
+        self.copied_from: dict[Node, Node] = {}
+        # functional graphs: mutated value's node name -> the placeholder it writes
+        self.mutation_targets: dict[str, Node] = mutation_targets(index)
+
+    def value(self, old: Any) -> Any:
+        """The new-graph value of a value of the old graph (an old node, or a constant)."""
+        if isinstance(old, Node):
+            try:
+                old = self.env[old]
+            except KeyError:
+                raise SwapError(
+                    f"internal: node {old.name!r} is used before it is defined in the swapped graph"
+                ) from None
+        return self.materialize(old)
+
+    def attribute_target(self, target: str) -> str:
+        # A parameter still used outside a swapped module (tied weights) must not resolve into
+        # the replacement now installed at that path: keep it under a name of its own.
+        for path in self.swapped_paths:
+            if target == path or target.startswith(path + "."):
+                return "_retained_" + _flat_name(target)
+        return safe_path(target)
+
+    # -- the pass -------------------------------------------------------------------------
+
+    def build(self) -> GraphModule:
+        ep = self.ep
+        specs = ep.graph_signature.input_specs
+        placeholders = [n for n in self.index.nodes if n.op == "placeholder"]
+        if len(specs) != len(placeholders):
+            raise SwapError("internal: the program's graph signature does not match its graph")
+        user_leaves: list[Node] = []
+        for node, spec in zip(placeholders, specs):
+            kind = spec.kind.name
+            if kind == "USER_INPUT":
+                user_leaves.append(node)
+            elif kind in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR", "CUSTOM_OBJ"):
+                self.env[node] = _Attr(spec.target, node.name, self._state(spec), dict(node.meta))
+            else:
+                raise SwapError(
+                    f"programs with {kind} inputs (input {node.name!r}) are not supported; "
+                    "export without effect tokens"
+                )
+        self._inputs(user_leaves)
+        for node in self.index.nodes:
+            if node.op == "placeholder":
+                continue
+            if node.op == "output":
+                self._outputs(node)
+                continue
+            request = self.owner.get(node)
+            if request is not None:
+                if not request.emitted:
+                    self._emit_call(request)
+                self._bind_swapped_node(node, request)
+                continue
+            self._copy(node)
+        self._remove_dead_code()
+        self.node_map = self._node_map()
+        alive = set(self.graph.nodes)
+        self.copies = {new.name: old.name for new, old in self.copied_from.items() if new in alive}
+        gm = self.module("SwappedProgram")
+        for target in self.non_persistent:
+            owner_path, _, leaf = target.rpartition(".")
+            owner = gm.get_submodule(owner_path) if owner_path else gm
+            owner._non_persistent_buffers_set.add(leaf)
+        return gm
+
+    def _state(self, spec) -> Any:
+        ep, target = self.ep, spec.target
+        if spec.kind.name == "PARAMETER":
+            return ep.state_dict[target]
+        if spec.kind.name == "BUFFER":
+            if spec.persistent is False:
+                self.non_persistent.add(self.attribute_target(target))
+                value = ep.constants[target]
+            else:
+                value = ep.state_dict[target]
+            # Buffers are written by forward (BatchNorm statistics): run on our own copy, so
+            # running the swapped program never changes the ExportedProgram it came from.
+            return value.clone()
+        return ep.constants[target]
+
+    def _inputs(self, user_leaves: list[Node]) -> None:
+        ep = self.ep
+        in_spec = ep.call_spec.in_spec
+        root = next((e.signature for e in ep.module_call_graph if e.fqn == ""), None)
+        if in_spec is None:
+            for node in user_leaves:
+                self.env[node] = self.graph.placeholder(node.name)
+            return
+        args_spec, kwargs_spec = in_spec.children()
+        names = list(root.forward_arg_names) if root and root.forward_arg_names else []
+        arguments: list[tuple[str, pytree.TreeSpec]] = []
+        for i, spec in enumerate(args_spec.children()):
+            arguments.append((names[i] if i < len(names) else f"arg_{i}", spec))
+        for key, spec in zip(kwargs_spec.context, kwargs_spec.children()):
+            arguments.append((str(key), spec))
+        if sum(s.num_leaves for _, s in arguments) != len(user_leaves):
+            raise SwapError("internal: the program's input structure does not match its inputs")
+        offset = 0
+        # what the guard checks; it finds each leaf in torch's own guards (ep._guards_code) by
+        # every name torch's tracers give it (L['x'], L['d']['a'], L['flat_args'][3]), from the
+        # argument names and structures described here (_guards.tracer_sources)
+        described: list[tuple[str, Any, list[tuple[str, Any]]]] = []
+        placeholders: list[Node] = []
+        for argument, spec in arguments:
+            leaves = user_leaves[offset : offset + spec.num_leaves]
+            offset += spec.num_leaves
+            node = self.graph.placeholder(argument)
+            self.used_names.add(node.name)
+            placeholders.append(node)
+            checked = []
+            for leaf, keys in zip(leaves, _meta.leaf_keystrs(spec)):
+                checked.append((f"{argument}{keys}", leaf.meta.get("val")))
+            described.append((argument, spec, checked))
+            if spec.is_leaf():
+                node.meta = dict(leaves[0].meta)
+                self.env[leaves[0]] = node
+                continue
+            source = _Source(
+                self, node, spec, (_runtime.flatten_input, (self.spec_node(spec), argument))
+            )
+            for i, leaf in enumerate(leaves):
+                self.env[leaf] = _Leaf(source, i, name=leaf.name, meta=dict(leaf.meta))
+        if placeholders:
+            guard = InputGuard(
+                described, dict(ep.range_constraints), getattr(ep, "_guards_code", ())
+            )
+            args = (self.constant_node(guard, "input_guard"), *placeholders)
+            node = self.graph.create_node(
+                "call_function", _runtime.check_inputs, args, name=self.fresh("check_inputs")
+            )
+            node.meta = {_meta.GUARD: True}
+
+    def _copy(self, node: Node) -> None:
+        if node.op == "get_attr":
+            # a subgraph of a higher-order op (torch.cond branches) or a constant module
+            self.attrs.setdefault(
+                safe_path(node.target), _get_path(self.ep.graph_module, node.target)
+            )
+        args = map_arg(node.args, self.value)
+        kwargs = map_arg(node.kwargs, self.value)
+        target = safe_path(node.target) if node.op == "get_attr" else node.target
+        new = self.graph.create_node(
+            node.op, target, args, kwargs, name=node.name, type_expr=node.type
+        )
+        new.meta = dict(node.meta)
+        self.env[node] = new
+        self.copied_from[new] = node
+
+    def _call_arguments(self, request: _Request) -> tuple[tuple, dict]:
+        signature = request.partition.signature
+        flat: list[Any] = []
+        for argument in signature.inputs:
+            if _meta.is_constant(argument):
+                flat.append(getattr(argument, "value", None))
+                continue
+            node = self.index.by_name.get(argument.name)
+            if node is None or node not in self.env:
+                # The value was optimized away because nothing used it: the original module
+                # ignored this argument. Pass None, as the graph has nothing better.
+                flat.append(None)
+                continue
+            flat.append(self.env[node])
+        args, kwargs = [], {}
+        for key, child, offset in _meta.split_arguments(signature.in_spec):
+            value = self.rebuild(child, flat[offset : offset + child.num_leaves])
+            if isinstance(key, int):
+                args.append(value)
+            else:
+                kwargs[key] = value
+        return tuple(args), kwargs
+
+    def _emit_call(self, request: _Request) -> None:
+        signature = request.partition.signature
+        args, kwargs = self._call_arguments(request)
+        if request.fused:
+            request.module = cut_call(
+                self.index,
+                request.call_name,
+                state=self._state_value,
+                mutations=self.mutation_targets,
+            )
+        else:
+            request.module = request.replacement
+        base = request.call_name.replace("@", "_call")
+        install = safe_path(request.install_path)
+        call = self.graph.create_node(
+            "call_module",
+            install,
+            args,
+            kwargs,
+            name=self.fresh(f"{'fused' if request.fused else 'swapped'}_{base}"),
+        )
+        call.meta = {
+            "nn_module_stack": _outer_stack(request.nodes[0], request.fqn),
+            _meta.FUSED if request.fused else _meta.SWAPPED: request.call_name,
+        }
+        self.attrs[install] = request.module
+        request.call_node = call
+        request.emitted = True
+        out_spec = signature.out_spec
+        caller_stack = dict(list(call.meta["nn_module_stack"].items())[:-1])
+        if request.fused:
+            checked = call  # its own nodes, cut from the program: nothing to check
+        else:
+            checked = self._emit_output_check(request, call)
+        # the outputs are taken apart in the caller: the call's stack without its own entry
+        source = _Source(
+            self,
+            checked,
+            out_spec,
+            (
+                _runtime.flatten_output,
+                (self.spec_node(out_spec), request.call_name, _type_name(request.module)),
+            ),
+            stack=caller_stack,
+        )
+        members = set(request.nodes)
+        for i, argument in enumerate(signature.outputs):
+            if _meta.is_constant(argument):
+                continue
+            old = self.index.by_name.get(argument.name)
+            if old is None or old not in members:
+                # an output nobody used (export removed its node), or an input returned
+                # unchanged that nothing after the call reads (partition checked): no binding
+                continue
+            if argument.name not in request.outputs:
+                request.outputs[argument.name] = _Leaf(source, i, meta=_output_meta(old))
+
+    def _emit_output_check(self, request: _Request, call: Node) -> Node:
+        signature = request.partition.signature
+        out_spec = signature.out_spec
+        type_name = _type_name(request.replacement)
+        sizes, arguments = self._dynamic_sizes(request)
+        expected = [self._expected(argument, sizes) for argument in signature.outputs]
+        used = sorted({i for e in expected if e is not None for _, i, _ in e.links})
+        if used != list(range(len(used))):  # pass only the arguments some size is read off
+            renumber = {old: new for new, old in enumerate(used)}
+            for e in expected:
+                if e is not None:
+                    e.links = tuple((d, renumber[i], j) for d, i, j in e.links)
+        arguments = tuple(arguments[i] for i in used)
+        tensor_out = (
+            out_spec.is_leaf()
+            and len(signature.outputs) == 1
+            and type(signature.outputs[0]).__name__ == "TensorArgument"
+        )
+        if tensor_out:
+            want = self.constant_node(expected[0], "expected") if expected[0] is not None else None
+            args = (call, want, request.call_name, type_name, *arguments)
+            checked = self.emit_call(_runtime.check_tensor, args, "checked")
+        else:
+            args = (
+                call,
+                self.spec_node(out_spec),
+                self.constant_node(tuple(expected), "expected"),
+                request.call_name,
+                type_name,
+                *arguments,
+            )
+            checked = self.emit_call(_runtime.check_structure, args, "checked")
+        checked.meta = {
+            "nn_module_stack": dict(call.meta["nn_module_stack"]),
+            _meta.CHECK: request.call_name,
+            _meta.GLUE: "through",
+        }
+        return checked
+
+    def _dynamic_sizes(self, request: _Request) -> tuple[dict, list[Node]]:
+        """Where each dynamic size among the call's tensor arguments can be read at run time:
+        ``{symbol: (argument, dim)}`` and those arguments' nodes in the result."""
+        sizes: dict[Any, tuple[int, int]] = {}
+        arguments: list[Node] = []
+        for argument in request.partition.signature.inputs:
+            if _meta.is_constant(argument):
+                continue
+            node = self.index.by_name.get(argument.name)
+            value = node.meta.get("val") if node is not None else None
+            if not isinstance(value, torch.Tensor) or node not in self.env:
+                continue
+            dynamic = [
+                (d, s.node.expr) for d, s in enumerate(value.shape) if isinstance(s, torch.SymInt)
+            ]
+            if not dynamic:
+                continue
+            for d, symbol in dynamic:
+                sizes.setdefault(symbol, (len(arguments), d))
+            arguments.append(self.materialize(self.env[node]))
+        return sizes, arguments
+
+    def _expected(
+        self, argument: Any, sizes: Mapping | None = None
+    ) -> _runtime.ExpectedTensor | _runtime.ExpectedConstant | None:
+        if _meta.is_constant(argument):
+            # baked into the nodes that read it: a replacement must return the same value
+            return _runtime.ExpectedConstant(getattr(argument, "value", None))
+        node = self.index.by_name.get(argument.name)
+        value = node.meta.get("val") if node is not None else None
+        if not isinstance(value, torch.Tensor):
+            return None
+        links = [
+            (d, *sizes[s.node.expr])
+            for d, s in enumerate(value.shape)
+            if isinstance(s, torch.SymInt) and sizes and s.node.expr in sizes
+        ]
+        return _runtime.ExpectedTensor(value, links)
+
+    def _state_value(self, placeholder: Node) -> Any:
+        """The value a cut call reads for one of the program's lifted state placeholders: the
+        very object this program holds, so the call and the program share their state."""
+        value = self.env.get(placeholder)
+        return value.value if isinstance(value, _Attr) else None
+
+    def _bind_swapped_node(self, node: Node, request: _Request) -> None:
+        leaf = request.outputs.get(node.name)
+        if leaf is not None:
+            self.env[node] = leaf
+            return
+        alias = returned_object(node)
+        if alias is not None and alias in self.env:
+            # At run time this node is a tensor from before the call (the call's input written
+            # in place, or converted to the dtype it already has): eager code reading it after
+            # the call reads that tensor as the replacement leaves it.
+            self.env[node] = self.env[alias]
+            return
+        target = self.mutation_targets.get(node.name)
+        if target is not None:
+            # The same in a functional graph: the node is the new value of an input or a
+            # buffer that the original wrote; the eager replacement writes it in place.
+            self.env[node] = self.env[target]
+            return
+        self.env[node] = _Removed(request, node)
+
+    def _outputs(self, node: Node) -> None:
+        ep = self.ep
+        flat = list(node.args[0]) if isinstance(node.args[0], (tuple, list)) else [node.args[0]]
+        specs = ep.graph_signature.output_specs
+        user: list[Any] = []
+        for value, spec in zip(flat, specs):
+            kind = spec.kind.name
+            if kind in ("USER_OUTPUT", "LOSS_OUTPUT"):
+                user.append(self.env.get(value, value) if isinstance(value, Node) else value)
+            elif kind in ("BUFFER_MUTATION", "USER_INPUT_MUTATION", "PARAMETER_MUTATION"):
+                self._write_back(value, spec)
+            else:
+                raise SwapError(f"programs with {kind} outputs are not supported")
+        out_spec = ep.call_spec.out_spec
+        if out_spec is None:
+            result = tuple(self.materialize(v) for v in user)
+        else:
+            result = self.rebuild(out_spec, user)
+        self.graph.output(result)
+
+    def _write_back(self, value: Node, spec) -> None:
+        new_value = self.env.get(value)
+        if isinstance(new_value, _Removed):
+            # The mutation happened inside a swapped or fused call: the module, running
+            # eagerly, updates its own state in place. Nothing to copy.
+            return
+        destination = self.env[self.mutation_targets[value.name]]
+        if new_value is destination:
+            return  # bound to the written object itself (an eager replacement wrote it)
+        self.graph.create_node(
+            "call_function",
+            torch.ops.aten.copy_.default,
+            (self.materialize(destination), self.value(value)),
+            name=self.fresh(f"write_back_{spec.target}"),
+        )
+
+    def _node_map(self) -> dict[str, str]:
+        """Old node name -> the name of the node holding its value in the new graph."""
+        mapping = {}
+        alive = set(self.graph.nodes)
+        for old, value in self.env.items():
+            if isinstance(value, (_Leaf, _Attr)):
+                value = value.node
+            if isinstance(value, Node) and value in alive:
+                mapping[old.name] = value.name
+        return mapping
+
+    def _remove_dead_code(self) -> None:
+        """Remove what the swap alone made dead: nodes that were used in the program and whose
+        every user was inside a swapped call. Nodes the program itself left unused stay, so
+        an unswapped program keeps all of its nodes."""
+        removed_attrs: set[str] = set()
+        for node in reversed(list(self.graph.nodes)):
+            if node.users or node.op in ("placeholder", "output", "call_module"):
+                continue
+            old = self.copied_from.get(node)
+            if node.op == "get_attr":
+                removed_attrs.add(node.target)
+            elif node.op != "call_function" or old is None or not old.users or not _droppable(node):
+                continue
+            self.graph.erase_node(node)
+        still = {n.target for n in self.graph.nodes if n.op == "get_attr"}
+        for target in removed_attrs - still:
+            self.attrs.pop(target, None)
+
+
+def _droppable(node: Node) -> bool:
+    """Whether an unused call can go. A swapped call's inputs stay in use (they are its
+    arguments) and a call reading anything else is refused, so what a swap leaves dead is
+    glue (``getitem``) and size arithmetic the original module did on the side; tensor ops
+    are never dropped, whatever their schema says (batch_norm writes its running
+    statistics without declaring it)."""
+    if node.target is operator.getitem:
+        return True
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
+        return False
+    return isinstance(node.meta.get("val"), _SYMBOLIC)
+
+
+def _outer_stack(node: Node, fqn: str) -> dict:
+    """The nn_module_stack of a swapped call: its parents' entries, then its own."""
+    stack = node.meta.get("nn_module_stack") or {}
+    outer = {}
+    for key, value in stack.items():
+        outer[key] = value
+        if value[0] == fqn:
+            break
+    return outer
+
+
+def _output_meta(old: Node) -> dict:
+    meta = {}
+    for key in ("val", "tensor_meta"):
+        if key in old.meta:
+            meta[key] = old.meta[key]
+    return meta

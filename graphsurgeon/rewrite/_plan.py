@@ -1,0 +1,174 @@
+"""The plan of a rewrite: which calls each request names, whether each can be replaced, and
+whether its replacement can take the call (checked before anything is built)."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.fx import Node
+
+from ..errors import (
+    ConflictError,
+    NotPreservedError,
+    NotSwappableError,
+    ReplacementError,
+    SwapError,
+    a_type,
+)
+from ..partition import (
+    Partition,
+    ProgramIndex,
+)
+
+__all__ = ["FUSE", "check_module"]
+
+
+class _Fuse:
+    """Stands for "fuse this call" where a replacement module would stand in a request."""
+
+    def __repr__(self) -> str:
+        return "FUSE"
+
+
+#: In a request ``{name: FUSE}``: cut the call's own nodes into a GraphModule of their own.
+FUSE = _Fuse()
+
+
+@dataclass
+class _Request:
+    call_name: str
+    fqn: str
+    replacement: torch.nn.Module | _Fuse
+    install_path: str
+    partition: Partition
+    nodes: list[Node]
+    # filled while building
+    emitted: bool = False
+    outputs: dict[str, Any] = field(default_factory=dict)
+    call_node: Node | None = None
+    module: torch.nn.Module | None = None  # what runs the call (the cut, for a fused call)
+
+    @property
+    def fused(self) -> bool:
+        return self.replacement is FUSE
+
+
+def _type_name(module: Any) -> str:
+    return type(module).__name__
+
+
+def _plan(index: ProgramIndex, modules: Mapping[str, Any], verb: str = "swap") -> list[_Request]:
+    if not isinstance(modules, Mapping):
+        raise SwapError(
+            f"{verb}: expected a mapping {{module name: replacement}}, got {type(modules).__name__}"
+        )
+    parts = index.partitions()
+    requests: list[_Request] = []
+    for name, replacement in modules.items():
+        if not isinstance(name, str):
+            raise SwapError(f"{verb}: module names are strings such as 'blocks.0', got {name!r}")
+        if replacement is not FUSE:
+            check_module(name, replacement)
+        resolved = index.resolve(name)
+        fqn = resolved.fqn
+        if fqn == "":
+            raise SwapError(
+                f"{verb}: the root module cannot be {verb}ped; call the replacement model directly"
+                if verb == "swap"
+                else "fuse: the root module is the whole program; name a submodule"
+            )
+        if not resolved.calls:
+            raise NotSwappableError(
+                f"cannot {verb} {fqn!r}: {index.why_no_calls(fqn)}. Its submodules may be "
+                f"{verb}pable: gs.module_tree(ep) lists them."
+                if verb == "swap"
+                else f"cannot fuse {fqn!r}: {index.why_no_calls(fqn)}."
+            )
+        # one call is installed under its own name ("blk@1", also "blk@0" as given)
+        chosen, install = resolved.calls, (name if resolved.one_call else fqn)
+        for cname in chosen:
+            part = parts[cname]
+            if not part.preserved:
+                raise NotPreservedError(
+                    f"cannot {verb} {cname!r}: its call signature was {part.reason}."
+                )
+            if not part.swappable:
+                raise NotSwappableError(f"cannot {verb} {cname!r}: {part.reason}.")
+            request = _Request(
+                call_name=cname,
+                fqn=fqn,
+                replacement=replacement,
+                install_path=install,
+                partition=part,
+                nodes=index.call_nodes.get(cname, []),
+            )
+            if not request.fused:
+                _check_call(index, request)
+            requests.append(request)
+    _check_conflicts(requests)
+    # an empty partition is never swappable (refused above), so every request has nodes[0]
+    requests.sort(key=lambda r: index.order[r.nodes[0]])
+    return requests
+
+
+def check_module(name: str, replacement: Any) -> None:
+    """A replacement must be a working nn.Module."""
+    if not isinstance(replacement, torch.nn.Module):
+        raise ReplacementError(
+            f"the replacement for {name!r} is {a_type(replacement)}, not a torch.nn.Module. "
+            "Wrap a function in an nn.Module whose forward calls it."
+        )
+    if "_modules" not in vars(replacement) or "_parameters" not in vars(replacement):
+        raise ReplacementError(
+            f"the replacement for {name!r} ({_type_name(replacement)}) is not initialized as a "
+            "module: its __init__ does not call super().__init__() (it must, before setting "
+            "any attribute)."
+        )
+
+
+def _check_call(index: ProgramIndex, request: _Request) -> None:
+    """The replacement's forward must take the arguments the program calls the module with."""
+    module = request.replacement
+    signature = request.partition.signature
+    try:
+        parameters = inspect.signature(module.forward)
+    except (TypeError, ValueError):
+        return  # a forward whose signature Python cannot read: it will tell at run time
+    args_spec, kwargs_spec = signature.in_spec.children()
+    try:
+        parameters.bind(*range(args_spec.num_children), **dict.fromkeys(kwargs_spec.context))
+    except TypeError as problem:
+        raise ReplacementError(
+            f"the replacement for {request.call_name!r} ({_type_name(module)}) cannot take the "
+            f"arguments the program calls it with: the program calls "
+            f"{request.call_name}{index.call_text(request.call_name)}, but its forward is "
+            f"forward{parameters} ({problem}). Make forward accept those arguments (add the "
+            "missing parameters, or **kwargs for the keywords it ignores)."
+        ) from None
+
+
+def _check_conflicts(requests: list[_Request]) -> None:
+    owner: dict[Node, _Request] = {}
+    for request in requests:
+        for node in request.nodes:
+            other = owner.get(node)
+            if other is None:
+                owner[node] = request
+                continue
+            a, b = sorted((other, request), key=lambda r: len(r.fqn))
+            if a.call_name == b.call_name:
+                raise ConflictError(f"call {a.call_name!r} is requested twice; request it once.")
+            if b.fqn.startswith(a.fqn + "."):
+                raise ConflictError(
+                    f"both {a.call_name!r} and its submodule {b.call_name!r} are requested. "
+                    f"Swap only {a.call_name!r}, and put the replacement for {b.call_name!r} "
+                    f"inside the replacement for {a.call_name!r}."
+                )
+            raise ConflictError(
+                f"{a.call_name!r} and {b.call_name!r} share nodes (e.g. {node.name!r}); "
+                "request only one of them."
+            )

@@ -1,0 +1,425 @@
+"""Writing a new fx graph: fresh names, attribute paths the generated code can spell, values
+made into nodes on first use, structures rebuilt with as little glue as possible; and the
+GraphModule a rewrite makes (it keeps the mode its program was exported in)."""
+
+from __future__ import annotations
+
+import inspect
+import keyword
+import operator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from torch.fx import GraphModule, Node
+
+from .. import _meta
+from ..errors import (
+    InputStructureError,
+    ModeError,
+    SwapError,
+)
+from ..partition import (
+    ProgramIndex,
+    op_argument,
+)
+from . import _runtime
+from ._codegen import FastCodeGen
+from ._plan import _Request
+from ._pytree import _indexable, _subtrees, build_structure
+
+# -- attribute paths the generated code can write --------------------------------------------
+
+
+def _safe_component(part: str) -> str:
+    """An attribute name fx's generated code can spell: ``self.layers.0`` becomes
+    ``getattr(self.layers, "0")``, which fx writes itself; a keyword (``in``), or a name with a
+    quote, a backslash or a line break, fx would write as code that does not compile."""
+    if keyword.iskeyword(part):
+        return part + "_"
+    if part.isprintable() and not any(c in part for c in "\"\\'"):
+        return part
+    cleaned = "".join(c if c.isalnum() or c == "_" else "_" for c in part)
+    return cleaned or "_"
+
+
+def safe_path(target: str) -> str:
+    """``layers.in.weight`` -> ``layers.in_.weight``: the path with every component spellable."""
+    return ".".join(_safe_component(p) for p in target.split("."))
+
+
+# -- building -----------------------------------------------------------------------------
+
+
+class _Source:
+    """A value in the new graph with a known pytree structure, whose leaves are made lazily."""
+
+    def __init__(
+        self, writer: _GraphWriter, node: Node, spec: pytree.TreeSpec, flatten=None, stack=None
+    ):
+        self.writer = writer
+        self.node = node
+        self.spec = spec
+        # nn_module_stack of the glue nodes taking the value apart (those of its consumer)
+        self.stack = stack
+        self.indexable = _indexable(spec)
+        if self.indexable:
+            self.paths = _meta.leaf_paths(spec)
+            self.subtrees = _subtrees(spec)
+        else:
+            self.paths = None
+            self.subtrees = {(0, spec.num_leaves): [((), spec)]}
+        self._at: dict[tuple, Node] = {(): node}
+        self._flatten = flatten  # (function, extra args) making the leaf list at run time
+        self._flat: Node | None = None
+
+    def at(self, path: tuple, name: str | None = None, meta: dict | None = None) -> Node:
+        node = self._at.get(path)
+        if node is None:
+            parent = self.at(path[:-1])
+            node = self.writer.emit_getitem(parent, path[-1], name, self._meta(meta))
+            self._at[path] = node
+        return node
+
+    def _meta(self, meta: dict | None) -> dict | None:
+        if self.stack is None:
+            return meta
+        return {**(meta or {}), "nn_module_stack": dict(self.stack)}
+
+    def leaf(self, i: int, name: str | None = None, meta: dict | None = None) -> Node:
+        if self.indexable:
+            return self.at(self.paths[i], name, meta)
+        if self._flat is None:
+            function, extra = self._flatten
+            self._flat = self.writer.emit_call(function, (self.node, *extra), "flat")
+            if self.stack is not None:
+                self._flat.meta["nn_module_stack"] = dict(self.stack)
+        return self.writer.emit_getitem(self._flat, i, name, self._meta(meta))
+
+
+class _Leaf:
+    """Leaf ``index`` of a :class:`_Source`, made into a node on first use."""
+
+    __slots__ = ("index", "meta", "name", "node", "source")
+
+    def __init__(self, source: _Source, index: int, name=None, meta=None):
+        self.source, self.index, self.name, self.meta, self.node = source, index, name, meta, None
+
+    def get(self) -> Node:
+        if self.node is None:
+            self.node = self.source.leaf(self.index, self.name, self.meta)
+        return self.node
+
+
+class _Attr:
+    """A parameter, buffer or constant, made into a ``get_attr`` node on first use."""
+
+    __slots__ = ("meta", "name", "node", "target", "value")
+
+    def __init__(self, target: str, name: str, value: Any, meta: dict):
+        self.target, self.name, self.value, self.node, self.meta = target, name, value, None, meta
+
+
+class _Removed:
+    """A node of a swapped call that is not one of its outputs: nothing outside may use it."""
+
+    __slots__ = ("node", "request")
+
+    def __init__(self, request: _Request, node: Node):
+        self.request, self.node = request, node
+
+
+class _GraphWriter:
+    """A new fx graph being written: fresh names, glue, constants held as attributes, and
+    structures rebuilt from leaves with as little glue as possible."""
+
+    def __init__(self, taken: set[str]):
+        self.graph = torch.fx.Graph()
+        self.attrs: dict[str, Any] = {}
+        self.taken = taken  # names the new graph must not reuse (those of the program)
+        self.used_names: set[str] = set()
+        self._constants: dict[int, tuple[str, Any]] = {}
+
+    def fresh(self, base: str) -> str:
+        base = "".join(c if c.isalnum() or c == "_" else "_" for c in base).strip("_") or "v"
+        if base[0].isdigit() or keyword.iskeyword(base):
+            base = "_" + base
+        name, k = base, 0
+        while name in self.taken or name in self.used_names:
+            k += 1
+            name = f"{base}_{k}"
+        self.used_names.add(name)
+        return name
+
+    def emit_getitem(self, parent: Node, key, name=None, meta=None) -> Node:
+        if name is None:
+            name = self.fresh(f"{parent.name}_{key}")
+        node = self.graph.create_node("call_function", operator.getitem, (parent, key), name=name)
+        node.meta = {**(meta or {}), _meta.GLUE: "through"}
+        return node
+
+    def emit_call(self, function, args, suffix: str) -> Node:
+        """A call that passes its first argument on (flattens it, checks it): glue."""
+        name = self.fresh(f"{args[0].name}_{suffix}" if isinstance(args[0], Node) else suffix)
+        node = self.graph.create_node("call_function", function, tuple(args), name=name)
+        node.meta[_meta.GLUE] = "through"
+        return node
+
+    def constant_node(self, value: Any, base: str) -> Node:
+        """A ``get_attr`` of a Python object the generated code needs (a spec, a guard)."""
+        key = id(value)
+        if key not in self._constants:
+            target = f"_{base}_{len(self._constants)}"
+            self._constants[key] = (target, value)
+            self.attrs[target] = value
+        target, _ = self._constants[key]
+        node = self.graph.create_node("get_attr", target, name=self.fresh(target))
+        node.meta[_meta.GLUE] = "constant"
+        return node
+
+    def spec_node(self, spec: pytree.TreeSpec) -> Node:
+        return self.constant_node(spec, "spec")
+
+    def materialize(self, x: Any) -> Any:
+        """Make a lazy value (leaf, attribute) into a node of the new graph."""
+        if isinstance(x, _Leaf):
+            return x.get()
+        if isinstance(x, _Attr):
+            if x.node is None:
+                target = self.attribute_target(x.target)
+                self.attrs.setdefault(target, x.value)
+                x.node = self.graph.create_node("get_attr", target, name=x.name)
+                x.node.meta = x.meta
+            return x.node
+        if isinstance(x, _Removed):
+            raise SwapError(
+                f"cannot swap {x.request.call_name!r}: node {x.node.name!r} of it is used outside "
+                "it but is not one of its outputs"
+            )
+        return x
+
+    def attribute_target(self, target: str) -> str:
+        return safe_path(target)
+
+    def rebuild(self, spec: pytree.TreeSpec, values: list) -> Any:
+        """A structure ``spec`` over ``values`` (new-graph leaves, possibly lazy), with as
+        little glue as possible."""
+        if spec.is_leaf():
+            return self.materialize(values[0])
+        n = spec.num_leaves
+        first = values[0] if values else None
+        if isinstance(first, _Leaf) and all(
+            isinstance(v, _Leaf) and v.source is first.source and v.index == first.index + i
+            for i, v in enumerate(values)
+        ):
+            for path, sub in first.source.subtrees.get((first.index, n), []):
+                if sub == spec:
+                    return first.source.at(path)
+        return build_structure(spec, values, self.rebuild, self._unflatten)
+
+    def _unflatten(self, spec: pytree.TreeSpec, values: list) -> Node:
+        """A node building a structure of a registered type (a dataclass, a model output)."""
+        leaves = [self.materialize(v) for v in values]
+        node = self.graph.create_node(
+            "call_function",
+            _runtime.unflatten,
+            (leaves, self.spec_node(spec)),
+            name=self.fresh(f"unflatten_{getattr(spec.type, '__name__', 'tree')}"),
+        )
+        node.meta[_meta.GLUE] = "build"
+        return node
+
+    def module(self, class_name: str) -> GraphModule:
+        self.graph.set_codegen(FastCodeGen())
+        return _ProgramModule(self.attrs, self.graph, class_name=class_name)
+
+
+class _ProgramModule(GraphModule):
+    """A GraphModule that says so when it is called with arguments its forward cannot take,
+    as it says when the arguments have another structure or size (InputStructureError),
+    instead of Python's bare ``TypeError: forward() takes 2 positional arguments``.
+
+    A swapped or fused program keeps the mode its nodes were exported in (batch norm's
+    statistics, dropout): ``train()`` / ``eval()`` asking for that mode set it on every
+    replacement too; asking for the other raises :class:`~graphsurgeon.errors.ModeError`, as
+    ``ep.module()`` refuses both, rather than make a program half in one mode and half in the
+    other."""
+
+    def train(self, mode: bool = True) -> _ProgramModule:
+        exported = self.__dict__.get("_exported_mode")
+        if exported is None or not isinstance(mode, bool) or exported.training is mode:
+            return super().train(mode)
+        raise ModeError(exported.refusal(mode))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except TypeError as error:
+            # Only now, on the failure path: does the forward take these arguments at all?
+            try:
+                inspect.signature(self.forward).bind(*args, **kwargs)
+            except TypeError as problem:
+                raise InputStructureError(
+                    f"the program takes forward{inspect.signature(self.forward)} but was given "
+                    f"{len(args)} positional argument(s) and keyword(s) {sorted(kwargs)}: "
+                    f"{problem}. Call it with the arguments the model was exported with."
+                ) from None
+            raise error
+
+
+_SYMBOLIC = (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def _get_path(root: torch.nn.Module, target: str) -> Any:
+    value: Any = root
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _flat_name(target: str) -> str:
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in target.replace("@", "_at_"))
+
+
+# -- the mode the program was exported in ---------------------------------------------------
+
+
+def _op(path: str) -> Any:
+    """An aten overload by its dotted path, or None where this torch has no such op."""
+    value: Any = torch.ops.aten
+    for part in path.split("."):
+        value = getattr(value, part, None)
+        if value is None:
+            return None
+    return value
+
+
+# ops whose mode is an argument: op -> the argument's name
+_MODE_ARGUMENTS = {
+    op: argument
+    for path, argument in (
+        ("batch_norm.default", "training"),
+        ("native_batch_norm.default", "training"),
+        ("_native_batch_norm_legit.default", "training"),
+        ("_native_batch_norm_legit_functional.default", "training"),
+        ("dropout.default", "train"),
+        ("feature_dropout.default", "train"),
+        ("alpha_dropout.default", "train"),
+        ("feature_alpha_dropout.default", "train"),
+        ("native_dropout.default", "train"),
+        ("rrelu.default", "training"),
+        ("rrelu_with_noise.default", "training"),
+        ("rrelu_with_noise_functional.default", "training"),
+    )
+    if (op := _op(path)) is not None
+}
+# ops that exist in one mode only: op -> True (training) or False (eval)
+_MODE_OPS = {
+    op: training
+    for path, training in (
+        ("_native_batch_norm_legit_no_training.default", False),
+        ("_batch_norm_with_update.default", True),
+        ("_batch_norm_with_update_functional.default", True),
+        ("_batch_norm_no_update.default", False),
+    )
+    if (op := _op(path)) is not None
+}
+
+
+@dataclass(frozen=True)
+class _ExportedMode:
+    """The mode a program's nodes were exported in (None: not known) and how it is known."""
+
+    training: bool | None
+    evidence: str
+
+    def refusal(self, asked: bool) -> str:
+        verb = "train()" if asked else "eval()"
+        wanted = "training" if asked else "eval"
+        if self.training is None:
+            return (
+                f"{verb}: {self.evidence}, so whether its nodes run in {wanted} mode cannot be "
+                "known, and a program whose nodes and replacements run in different modes "
+                "computes neither model. Export the model in the mode you want (model."
+                f"{'train' if asked else 'eval'}(); gs.export(model, args)) and swap again, or "
+                "set a replacement's own mode on it (gm.get_submodule(name)."
+                f"{'train' if asked else 'eval'}())."
+            )
+        have = "training" if self.training else "eval"
+        return (
+            f"{verb}: this program's nodes were exported in {have} mode ({self.evidence}) and "
+            f"keep that mode (they were traced in it), so the program cannot run in {wanted} "
+            f"mode: its replacements would, its other nodes would not. Export the model in "
+            f"{wanted} mode (model.{'train' if asked else 'eval'}(); gs.export(model, args)) and "
+            "swap again; a replacement's own mode can be set on it (gm.get_submodule(name)."
+            f"{'train' if asked else 'eval'}())."
+        )
+
+
+def _exported_mode(index: ProgramIndex) -> _ExportedMode:
+    """What the program records of its mode: gs.export's notes, else the nodes whose op says
+    (batch norm, dropout)."""
+    notes = index.notes
+    if notes is not None and notes.training:
+        modes = set(notes.training.values())
+        if len(modes) == 1:
+            training = modes.pop()
+            return _ExportedMode(
+                training,
+                f"the model was in {'training' if training else 'eval'} mode when gs.export "
+                "exported it",
+            )
+        first = {mode: fqn or "(the root)" for fqn, mode in notes.training.items()}
+        return _ExportedMode(
+            None,
+            f"its modules were exported in different modes ({first[True]!r} in training "
+            f"mode, {first[False]!r} in eval mode)",
+        )
+    seen: dict[bool, Node] = {}
+    for node in index.nodes:
+        if node.op != "call_function":
+            continue
+        if node.target in _MODE_OPS:
+            seen.setdefault(_MODE_OPS[node.target], node)
+        elif node.target in _MODE_ARGUMENTS:
+            flag = op_argument(node, _MODE_ARGUMENTS[node.target], True)
+            if isinstance(flag, bool):
+                seen.setdefault(flag, node)
+    if len(seen) == 1:
+        training, node = next(iter(seen.items()))
+        return _ExportedMode(
+            training,
+            f"node {node.name!r} ({node.target}) runs in {'training' if training else 'eval'} mode",
+        )
+    if len(seen) == 2:
+        return _ExportedMode(
+            None,
+            f"its nodes were exported in different modes (node {seen[True].name!r} in training "
+            f"mode, {seen[False].name!r} in eval mode)",
+        )
+    return _ExportedMode(
+        None,
+        "this program does not record the mode it was exported in (it was not exported by "
+        "gs.export in this session, and none of its nodes shows a mode)",
+    )
+
+
+def mutation_targets(index: ProgramIndex) -> dict[str, Node]:
+    """In a functional graph, which input each written value is the new value of: the name of
+    the node a ``*_MUTATION`` output returns -> the placeholder (user input, buffer) it writes."""
+    ep = index.ep
+    placeholders = [n for n in index.nodes if n.op == "placeholder"]
+    by_target = {
+        spec.target: node
+        for node, spec in zip(placeholders, ep.graph_signature.input_specs)
+        if spec.target is not None
+    }
+    targets: dict[str, Node] = {}
+    for spec in ep.graph_signature.output_specs:
+        kind = spec.kind.name
+        if kind == "USER_INPUT_MUTATION":
+            targets[spec.arg.name] = index.by_name[spec.target]
+        elif kind in ("BUFFER_MUTATION", "PARAMETER_MUTATION"):
+            targets[spec.arg.name] = by_target[spec.target]
+    return targets

@@ -1,0 +1,188 @@
+"""What a swapped or fused program was made from (:class:`SwapInfo`, kept in
+``gm.meta["graphsurgeon"]``) and what a swap changed (:class:`Diff`)."""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import torch
+from torch.export import ExportedProgram
+
+from .. import _meta
+from ..errors import (
+    SwapError,
+)
+from ..partition import (
+    Partition,
+)
+
+__all__ = ["Diff", "SwapInfo", "swap_info"]
+
+
+@dataclass(frozen=True)
+class SwapInfo:
+    """What a swapped or fused program was made from; kept in ``gm.meta["graphsurgeon"]``.
+
+    Attributes:
+        program: the ExportedProgram it was made from (not modified).
+        requests: the request as given, ``{name: replacement}`` (fused names map to the
+            GraphModule cut for their first call).
+        calls: call name -> the module now running it (a replacement, or for a fused call the
+            GraphModule of its own nodes), in graph order.
+        fused: the calls that are fused rather than swapped, in graph order.
+        installed_at: call name -> attribute path of that module in the result.
+        call_nodes: call name -> name of its ``call_module`` node in the result.
+        partitions: call name -> the original :class:`Partition` that was replaced.
+        node_map: node name in the program -> name of the node holding its value in the
+            result. Names are kept where possible; they differ for an argument named after a
+            Python builtin (``input`` -> ``input_1``) and for a swapped call's outputs (now
+            taken from the call). Nodes of swapped calls that are not outputs are absent.
+        copies: node name in the result -> the program node it is a copy of.
+        result_nodes: the computation nodes of the result, in graph order.
+        diff: what the swap removed, added and kept (:class:`Diff`).
+    """
+
+    # the program, or a weak reference to it: the runnable original graphsurgeon caches for a
+    # program (verify, compare, the stepper) must not keep that program alive
+    _program: ExportedProgram | weakref.ref = field(repr=False)
+    requests: Mapping[str, torch.nn.Module] = field(repr=False)
+    calls: Mapping[str, torch.nn.Module] = field(repr=False)
+    installed_at: Mapping[str, str]
+    call_nodes: Mapping[str, str]
+    partitions: Mapping[str, Partition] = field(repr=False)
+    node_map: Mapping[str, str] = field(default_factory=dict, repr=False)
+    copies: Mapping[str, str] = field(default_factory=dict, repr=False)
+    result_nodes: tuple[str, ...] = field(default=(), repr=False)
+    fused: tuple[str, ...] = ()
+
+    @property
+    def program(self) -> ExportedProgram:
+        """The ExportedProgram it was made from."""
+        program = self._program
+        if isinstance(program, weakref.ref):
+            program = program()
+            if program is None:
+                raise SwapError("the program this GraphModule was made from no longer exists")
+        return program
+
+    @functools.cached_property
+    def diff(self) -> Diff:
+        """What the swap changed in the graph, as a :class:`Diff` (computed once)."""
+        return _diff(self)
+
+    @property
+    def swapped(self) -> tuple[str, ...]:
+        """The calls replaced by eager modules (not fused), in graph order."""
+        return tuple(c for c in self.calls if c not in self.fused)
+
+    def __str__(self) -> str:
+        parts = [f"{len(self.swapped)} swapped"]
+        if self.fused:
+            parts.append(f"{len(self.fused)} fused")
+        return f"SwapInfo: {', '.join(parts)} ({', '.join(self.calls)}); {self.diff}"
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        from . import display as d
+
+        rows = []
+        for call, module in self.calls.items():
+            kind = "fused" if call in self.fused else "swapped"
+            part = self.partitions.get(call)
+            replaced = f"{len(part.nodes)} nodes of {part.type_name}" if part else ""
+            runs = "its own nodes" if kind == "fused" else type(module).__name__
+            rows.append(
+                [d.badge(kind, "info"), call, runs, replaced, self.call_nodes.get(call, "")]
+            )
+        table = d.table(
+            ["", "call", "runs", "in place of", "call node"],
+            [[r[0], *(d.escape(c) for c in r[1:])] for r in rows],
+            raw=range(5),
+        )
+        body = f'<div class="gs-title">{d.escape(str(self))}</div>{table}'
+        return d.bundle(body, str(self), include, exclude)
+
+
+_COMPUTATION = ("call_function", "call_module", "call_method")
+
+
+@dataclass(frozen=True)
+class Diff:
+    """Graph nodes removed, added and kept by a swap, compared with its program.
+
+    Only computation nodes count (calls of ops, functions and modules); names are in graph
+    order. This is the one definition of what a swap changed: ``Surgery.diff()`` returns it and
+    the before/after pictures draw it.
+
+    Attributes:
+        removed: nodes of the program that the result no longer computes.
+        added: nodes of the result that are not copies of program nodes (the calls of the
+            replacements, the checks of what they return, glue that takes outputs apart).
+        kept: nodes of the program that the result still computes.
+        removed_by_call: swapped call -> its removed nodes; under ``""`` the nodes outside
+            every swapped call that the swap left unused and dropped (size arithmetic).
+        renamed: program node -> its name in the result, where the two differ (an argument
+            named after a Python builtin: ``input`` -> ``input_1``).
+    """
+
+    removed: tuple[str, ...]
+    added: tuple[str, ...]
+    kept: tuple[str, ...]
+    removed_by_call: Mapping[str, tuple[str, ...]] = field(default_factory=dict, repr=False)
+    renamed: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    def __str__(self) -> str:
+        return f"{len(self.removed)} removed, {len(self.added)} added, {len(self.kept)} kept"
+
+    def __repr__(self) -> str:
+        return f"<Diff: {self}>"
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
+        from . import display as d
+
+        head = (
+            f'<div class="gs-title">{d.badge(f"{len(self.removed)} removed", "bad")} '
+            f"{d.badge(f'{len(self.added)} added', 'ok')} "
+            f"{d.badge(f'{len(self.kept)} kept', 'info')} "
+            '<span class="gs-muted">computation nodes, against the original program</span></div>'
+        )
+        folds = []
+        for call, nodes in self.removed_by_call.items():
+            where = f"removed by {call}" if call else "removed outside any call (size arithmetic)"
+            folds.append(d.details(f"{d.escape(where)}: {len(nodes)}", d.names(nodes)))
+        folds.append(d.details(f"added: {len(self.added)}", d.names(self.added)))
+        folds.append(d.details(f"kept: {len(self.kept)}", d.names(self.kept)))
+        if self.renamed:
+            pairs = [f"{old} → {new}" for old, new in self.renamed.items()]
+            folds.append(d.details(f"renamed: {len(pairs)}", d.names(pairs)))
+        return d.bundle(head + "".join(folds), repr(self), include, exclude)
+
+
+def _diff(info: SwapInfo) -> Diff:
+    before = [n.name for n in info.program.graph.nodes if n.op in _COMPUTATION]
+    copied = set(info.copies.values())
+    kept = tuple(n for n in before if n in copied)
+    removed = tuple(n for n in before if n not in copied)
+    removed_set = set(removed)
+    by_call: dict[str, tuple[str, ...]] = {}
+    in_calls: set[str] = set()
+    for call, part in info.partitions.items():
+        by_call[call] = tuple(n for n in part.nodes if n in removed_set)
+        in_calls.update(by_call[call])
+    dropped = tuple(n for n in removed if n not in in_calls)
+    if dropped:
+        by_call[""] = dropped
+    added = tuple(new for new in info.result_nodes if new not in info.copies)
+    renamed = {
+        old: new for old, new in info.node_map.items() if old != new and old not in removed_set
+    }
+    return Diff(removed, added, kept, by_call, renamed)
+
+
+def swap_info(gm: torch.nn.Module) -> SwapInfo | None:
+    """The :class:`SwapInfo` of a program made by :func:`swap` or :func:`graphsurgeon.fuse`,
+    or None for any other module."""
+    meta = getattr(gm, "meta", None)
+    return meta.get(_meta.INFO) if isinstance(meta, dict) else None
