@@ -24,3 +24,11 @@ def test_a_benchmark_script_imports_and_has_a_main(script):
 
 def test_there_are_benchmarks():
     assert {p.name for p in SCRIPTS} >= {"swap.py", "render.py", "step.py", "export.py"}
+
+
+def test_no_script_is_named_like_a_standard_module():
+    # `python benchmarks/bisect.py` would put benchmarks/ first on sys.path, and torch's own
+    # `import bisect` would then import the script
+    import sys
+
+    assert not {p.stem for p in SCRIPTS} & set(sys.stdlib_module_names)
