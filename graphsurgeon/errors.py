@@ -15,7 +15,8 @@ wrong and says what to do. Catch :class:`GraphSurgeonError` for all of them::
     │   ├── NotSwappableError    its nodes cannot be replaced as one unit (the reason says why)
     │   ├── ConflictError        two requests claim the same nodes (a module and its child)
     │   ├── ReplacementError     the replacement cannot take the call, or returned the wrong thing
-    │   └── ModeError            gm.train() / gm.eval() against the mode its nodes were exported in
+    │   ├── ModeError            gm.train() / gm.eval() against the mode its nodes were exported in
+    │   └── PatternError         a find/replace pattern that cannot be traced or used
     ├── InputError               a swapped or fused program called with inputs it refuses
     │   ├── InputStructureError  another structure than at export (also a TypeError)
     │   └── GuardError           a size outside the exported range, another constant (ValueError)
@@ -59,6 +60,7 @@ __all__ = [
     "NotPreservedError",
     "NotSwappableError",
     "PartitionError",
+    "PatternError",
     "RenderError",
     "ReplacementError",
     "StepError",
@@ -132,6 +134,11 @@ class ReplacementError(SwapError):
 class ModeError(SwapError):
     """``gm.train()`` / ``gm.eval()`` on a swapped or fused program asked for another mode than
     its exported nodes keep (they were traced in one mode: batch norm, dropout)."""
+
+
+class PatternError(SwapError):
+    """A pattern for ``gs.find`` / ``s.replace`` cannot be used: it is not callable, cannot be
+    traced on its example arguments, or computes nothing (the cause is chained)."""
 
 
 class InputError(GraphSurgeonError):
