@@ -30,6 +30,7 @@ import torch
 import graphsurgeon as gs
 import graphsurgeon.render as render
 from graphsurgeon.examples import LlamaLike, TinyGPT
+from graphsurgeon.render import _scene, graphviz
 
 
 def export_llama(layers: int = 80) -> torch.export.ExportedProgram:
@@ -65,8 +66,8 @@ def cold(function: Callable[[], object]) -> Callable[[], object]:
     """Run ``function`` with graphsurgeon's caches emptied: every run analyses and lays out anew."""
 
     def run() -> object:
-        render._ANALYSES.clear()
-        render._LAYOUTS.clear()
+        _scene._ANALYSES.clear()
+        graphviz._LAYOUTS.clear()
         return function()
 
     return run

@@ -407,6 +407,7 @@ def _parse_collapse(text: str):
 
 def _cmd_render(options) -> int:
     from graphsurgeon import render
+    from graphsurgeon.render.graphviz import layout
 
     output = options.output
     to_stdout = output is None or output == "-"
@@ -423,7 +424,7 @@ def _cmd_render(options) -> int:
             max_nodes=options.max_nodes,
             show_parameters=options.show_parameters,
         )
-        data = view.dot.encode() if format_ == "dot" else render._layout(view.dot, format_)
+        data = view.dot.encode() if format_ == "dot" else layout(view.dot, format_)
     except GraphSurgeonError as error:
         return _fail(str(error))
     if to_stdout:
@@ -696,6 +697,8 @@ def _cmd_demo(options) -> int:
 
     import graphsurgeon as gs
     from graphsurgeon.examples import FusedAttention, GeluTanhMLP, TinyGPT
+    from graphsurgeon.swap import swap_info
+    from graphsurgeon.verify import eager_reference
 
     if not _DEMO_LAYERS[0] <= options.layers <= _DEMO_LAYERS[1]:
         return _fail(
@@ -725,12 +728,12 @@ def _cmd_demo(options) -> int:
     start = time.perf_counter()
     swapped = gs.swap(ep, replacements)
     swap_s = time.perf_counter() - start
-    info = gs.swap_info(swapped)
+    info = swap_info(swapped)
     for call, node in info.call_nodes.items():
         removed = len(info.partitions[call].nodes)
         _out(f"  {call}: {removed} graph nodes -> one call ({node}) in {swap_s * 1e3:.1f} ms")
 
-    reference = gs.eager_reference(model, replacements)
+    reference = eager_reference(model, replacements)
     report = gs.verify(reference, swapped, (tokens,))
     _out("\nswapped program vs eager model with the same replacement:")
     _out("  " + str(report).replace("\n", "\n  "))

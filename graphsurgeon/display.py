@@ -1,4 +1,4 @@
-"""How graphsurgeon's objects show themselves in a notebook: small, self-contained HTML.
+r"""How graphsurgeon's objects show themselves in a notebook: small, self-contained HTML.
 
 Every result object has a ``_repr_mimebundle_`` that returns ``text/html`` built here and a
 short ``text/plain`` (its ``repr``). The HTML carries its own scoped style (classes prefixed
@@ -6,8 +6,18 @@ short ``text/plain`` (its ``repr``). The HTML carries its own scoped style (clas
 loads nothing from anywhere. Every name and value that comes from a program (module names,
 node names, reasons) is escaped: a module named ``<img src=x onerror=alert(1)>`` shows as that
 text and runs nothing; the module tree shows a name's control characters visibly (``a␀b``) and
-shortens a long one (:func:`graphsurgeon.picture.shown`). Nothing here imports IPython: a
-notebook calls these methods itself.
+shortens a long one (:func:`shown`). Nothing here imports IPython: a notebook calls these
+methods itself.
+
+Names are user text: a module may be called ``"a\x00b"``, ``"line\nbreak"`` or 10,000 characters
+long. Two rules, decided here and used by the pictures, the panels and the widget:
+
+* in ids (and DOT names), :func:`id_text` keeps an ordinary name as it is and writes ``%`` and the
+  characters an id cannot carry (NUL and other control characters, newlines, tabs, lone
+  surrogates) as ``%XX`` (UTF-8 bytes, as in a URL): ``module:a%00b``. :func:`name_of_id_text`
+  reverses it;
+* in labels, tooltips and panels, :func:`shown` makes those characters visible (``␀``, ``␊``)
+  and shortens a long name in the middle with an ellipsis.
 
 Example:
     >>> from graphsurgeon.display import escape, table
@@ -19,13 +29,30 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import html
+import re
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
-from .picture import TOOLTIP_NAME_LIMIT, id_text, shown
+from .errors import RenderError
 
-__all__ = ["badge", "bundle", "details", "escape", "table"]
+__all__ = [
+    "badge",
+    "bundle",
+    "details",
+    "escape",
+    "id_text",
+    "inline_svg",
+    "label_text",
+    "name_of_id_text",
+    "picture_html",
+    "picture_script",
+    "shown",
+    "svg_size",
+    "table",
+]
 
 STYLE = """<style>
 .gs-out{font-family:var(--jp-ui-font-family,system-ui,sans-serif);font-size:12px;line-height:1.45;color:var(--jp-ui-font-color1,#1f2937);max-width:100%;overflow-x:auto}
@@ -93,9 +120,9 @@ def details(summary: str, body: str, *, open_: bool = False) -> str:
 def names(values: Iterable[str], *, limit: int = 400) -> str:
     """A list of names as escaped monospace text, cut after ``limit`` of them."""
     values = list(values)
-    shown = ", ".join(escape(v) for v in values[:limit])
+    text = ", ".join(escape(v) for v in values[:limit])
     more = f" … and {len(values) - limit:,} more" if len(values) > limit else ""
-    return f'<span class="gs-mono">{shown}{more}</span>'
+    return f'<span class="gs-mono">{text}{more}</span>'
 
 
 def number(value: float | None) -> str:
@@ -213,3 +240,148 @@ def module_tree_html(
     )
     body = block("", 0) if "" in infos else ""
     return f'{_TREE_STYLE}{title}<div class="gs-tree">{header}{body}</div>'
+
+
+# -- names in ids and in text ----------------------------------------------------------------
+
+# What an id cannot carry as it is: NUL (dot reads C strings), the other C0 and C1 control
+# characters (not XML; tab, newline and carriage return are rewritten by XML and HTML parsers in
+# attribute values), lone surrogates and U+FFFE/U+FFFF (not encodable, not XML); and "%", the
+# escape character itself, so that the escaping is reversible.
+_NOT_IN_IDS = re.compile("[\x00-\x1f\x7f-\x9f%\ud800-\udfff\ufffe\uffff]")
+# What a name shows visibly in text: the same, except "%".
+_NOT_IN_NAMES = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+# What any label or tooltip text cannot carry: the same, except the newline (a line break).
+_NOT_IN_LABELS = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
+_ESCAPED = re.compile("(?:%[0-9A-F]{2})+")
+#: How many characters of a name a label shows, and a tooltip (the middle gives way to "…").
+LABEL_NAME_LIMIT, TOOLTIP_NAME_LIMIT = 60, 400
+
+
+def _percent(match: re.Match) -> str:
+    return "".join(f"%{byte:02X}" for byte in match.group().encode("utf-8", "surrogatepass"))
+
+
+def id_text(name: str) -> str:
+    r"""``name`` as it is written in element ids and DOT names: itself when it is an ordinary
+    name, else with ``%`` and each character an id cannot carry as ``%XX`` (its UTF-8 bytes).
+    Deterministic, and reversed by :func:`name_of_id_text`.
+
+    Example:
+        >>> id_text("layers.0.attn"), id_text("a\x00b"), id_text("line\nbreak"), id_text("50%")
+        ('layers.0.attn', 'a%00b', 'line%0Abreak', '50%25')
+        >>> name_of_id_text("a%00b")
+        'a\x00b'
+    """
+    if ("%" not in name and name.isprintable()) or _NOT_IN_IDS.search(name) is None:
+        return name
+    return _NOT_IN_IDS.sub(_percent, name)
+
+
+def name_of_id_text(text: str) -> str:
+    r"""The name that :func:`id_text` wrote as ``text`` (``"a%00b"`` -> ``"a\x00b"``)."""
+    if "%" not in text:
+        return text
+
+    def decode(match: re.Match) -> str:
+        try:
+            return bytes.fromhex(match.group().replace("%", "")).decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError:  # not written by id_text: left as it is
+            return match.group()
+
+    return _ESCAPED.sub(decode, text)
+
+
+def _visible_character(match: re.Match) -> str:
+    code = ord(match.group())
+    if code < 0x20:
+        return chr(0x2400 + code)  # the Control Pictures block: ␀, ␉, ␊, ␍, ␛ ...
+    if code == 0x7F:
+        return "\u2421"  # ␡
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def shown(name: str, limit: int = LABEL_NAME_LIMIT) -> str:
+    r"""``name`` as labels and panels show it: control characters and newlines visible (``␀``,
+    ``␊``, ``␉``; others as ``\x85``), and past ``limit`` characters shortened in the middle
+    with an ellipsis, so a 10,000-character name does not make a 10,000-pixel-wide box.
+
+    Example:
+        >>> shown("a\x00b\nc"), shown("x" * 100, 11)
+        ('a␀b␊c', 'xxxxx…xxxxx')
+    """
+    if not name.isprintable() and _NOT_IN_NAMES.search(name) is not None:
+        name = _NOT_IN_NAMES.sub(_visible_character, name)
+    if len(name) > limit:
+        head = (limit - 1) // 2 + (limit - 1) % 2
+        name = name[:head] + "…" + name[len(name) - (limit - 1 - head) :]
+    return name
+
+
+def label_text(text: str) -> str:
+    r"""``text`` with each character a label or tooltip cannot carry shown as :func:`shown`
+    shows it (``␀``, ````); newlines are kept (line breaks). A name reaches a label already
+    :func:`shown`: this is the last guard for any other text (a type's name, a dict key)."""
+    if _NOT_IN_LABELS.search(text) is None:
+        return text
+    return _NOT_IN_LABELS.sub(_visible_character, text)
+
+
+# -- pictures ----------------------------------------------------------------------------------
+
+_PICTURE_STYLE = """<style>
+.gs-drawing .gs-toolbar{display:flex;gap:6px;align-items:baseline;flex-wrap:wrap;margin:2px 0 4px}
+.gs-drawing .gs-toolbar button{font:inherit;font-size:11px;padding:0 7px;border:1px solid rgba(127,127,127,.5);border-radius:4px;background:transparent;color:inherit;cursor:pointer}
+.gs-drawing .gs-viewport{overflow:auto;max-width:100%}
+.gs-drawing .gs-viewport svg{display:block;max-width:100%;height:auto}
+.gs-drawing.gs-zoomed .gs-viewport{max-height:85vh;cursor:grab}
+.gs-drawing.gs-dragging .gs-viewport{cursor:grabbing;user-select:none}
+</style>"""
+
+
+@functools.cache
+def picture_script() -> str:
+    """The small script (vendored, no network) that zooms and pans an inline picture."""
+    return (Path(__file__).parent / "static" / "drawing.js").read_text()
+
+
+def svg_size(svg: str) -> tuple[float, float]:
+    """The picture's size in CSS pixels, from the ``width="513pt" height="605pt"`` of dot."""
+    match = re.search(r'<svg[^>]*\swidth="([\d.]+)pt"[^>]*\sheight="([\d.]+)pt"', svg)
+    if match is None:
+        raise RenderError("graphviz's SVG has no size in points; cannot fit it to the page")
+    return float(match.group(1)) * 4 / 3, float(match.group(2)) * 4 / 3
+
+
+def inline_svg(svg: str) -> str:
+    """dot's SVG made fit to sit inside HTML: no XML prolog, doctype or comments, and its size
+    in pixels (CSS scales it down to the output's width; its viewBox keeps the proportions)."""
+    start = svg.find("<svg")
+    svg = re.sub(r"<!--.*?-->\s*", "", svg[start:], flags=re.S)
+    width, height = svg_size(svg)
+
+    def pixels(match: re.Match) -> str:
+        return f'<svg width="{round(width)}" height="{round(height)}"'
+
+    return re.sub(r'<svg\s+width="[\d.]+pt"\s+height="[\d.]+pt"', pixels, svg, count=1)
+
+
+def picture_html(title: str, caption: str, svg: str, collapsed: int = 0) -> str:
+    """A laid-out picture (dot's SVG) as inline HTML that fits the output's width and zooms
+    (Ctrl+wheel, the +/- buttons) and pans (drag): its tooltips and element ids stay.
+    ``collapsed``: how many modules the picture draws as boxes (said after the caption)."""
+    if collapsed:
+        caption += f"; {collapsed:,} modules collapsed (boxes)"
+    tools = (
+        '<button data-gs="out" title="zoom out">−</button>'
+        '<button data-gs="in" title="zoom in">+</button>'
+        '<button data-gs="fit" title="fit to the width">fit</button>'
+    )
+    return (
+        f'<div class="gs-drawing">{_PICTURE_STYLE}'
+        f'<div class="gs-toolbar"><span class="gs-title">{escape(title)}</span>'
+        f'<span class="gs-muted">{escape(caption)} · Ctrl+wheel zooms, drag pans'
+        f"</span>{tools}</div>"
+        f'<div class="gs-viewport">{inline_svg(svg)}</div>'
+        f"<script>{picture_script()}</script></div>"
+    )

@@ -22,16 +22,15 @@ Example:
 
 from __future__ import annotations
 
-import functools
-import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from . import display
 from .errors import RenderError
-from .picture import Picture
-from .render import AUTO_MAX_NODES, GraphView, _layout, graph_view
+from .render import AUTO_MAX_NODES, GraphView, graph_view
+from .render.graphviz import layout
+from .render.picture import Picture
 
 __all__ = ["Drawing", "draw"]
 
@@ -41,41 +40,6 @@ FIT_WIDTH = 820
 MAX_HEIGHT = 1600
 # The budgets draw() tries, most detailed first, when it chooses the view itself.
 _BUDGETS = (AUTO_MAX_NODES, 200, 120, 80, 50, 30, 20)
-
-_STYLE = """<style>
-.gs-drawing .gs-toolbar{display:flex;gap:6px;align-items:baseline;flex-wrap:wrap;margin:2px 0 4px}
-.gs-drawing .gs-toolbar button{font:inherit;font-size:11px;padding:0 7px;border:1px solid rgba(127,127,127,.5);border-radius:4px;background:transparent;color:inherit;cursor:pointer}
-.gs-drawing .gs-viewport{overflow:auto;max-width:100%}
-.gs-drawing .gs-viewport svg{display:block;max-width:100%;height:auto}
-.gs-drawing.gs-zoomed .gs-viewport{max-height:85vh;cursor:grab}
-.gs-drawing.gs-dragging .gs-viewport{cursor:grabbing;user-select:none}
-</style>"""
-
-
-@functools.cache
-def _script() -> str:
-    return (Path(__file__).parent / "static" / "drawing.js").read_text()
-
-
-def _size(svg: str) -> tuple[float, float]:
-    """The picture's size in CSS pixels, from the ``width="513pt" height="605pt"`` of dot."""
-    match = re.search(r'<svg[^>]*\swidth="([\d.]+)pt"[^>]*\sheight="([\d.]+)pt"', svg)
-    if match is None:
-        raise RenderError("graphviz's SVG has no size in points; cannot fit it to the page")
-    return float(match.group(1)) * 4 / 3, float(match.group(2)) * 4 / 3
-
-
-def _inline(svg: str) -> str:
-    """dot's SVG made fit to sit inside HTML: no XML prolog, doctype or comments, and its size
-    in pixels (CSS scales it down to the output's width; its viewBox keeps the proportions)."""
-    start = svg.find("<svg")
-    svg = re.sub(r"<!--.*?-->\s*", "", svg[start:], flags=re.S)
-    width, height = _size(svg)
-
-    def pixels(match: re.Match) -> str:
-        return f'<svg width="{round(width)}" height="{round(height)}"'
-
-    return re.sub(r'<svg\s+width="[\d.]+pt"\s+height="[\d.]+pt"', pixels, svg, count=1)
 
 
 class Drawing:
@@ -92,7 +56,7 @@ class Drawing:
         self.svg = svg
         self.name = name
         self.max_nodes = max_nodes  # the budget draw() chose, or None when told the view
-        self.width, self.height = _size(svg)
+        self.width, self.height = display.svg_size(svg)
 
     @property
     def dot(self) -> str:
@@ -111,7 +75,7 @@ class Drawing:
         elif suffix in ("dot", "gv"):
             path.write_text(self.dot)
         elif suffix in ("png", "pdf"):
-            path.write_bytes(_layout(self.dot, suffix))
+            path.write_bytes(layout(self.dot, suffix))
         else:
             raise RenderError(
                 f"cannot save a drawing as {path.name!r}: name a .svg, .dot, .png or .pdf file"
@@ -119,35 +83,15 @@ class Drawing:
         return path
 
     def caption(self) -> str:
-        view = self.view
-        text = f"{view.drawn_nodes:,} of {view.graph_nodes:,} fx nodes drawn"
-        if view.swapped:
-            text += f", {len(view.swapped)} swapped"
-        if view.fused:
-            text += f", {len(view.fused)} fused"
-        return text
+        """What the picture shows, in a line (:meth:`GraphView.caption`)."""
+        return self.view.caption()
 
     def __repr__(self) -> str:
         return f"<Drawing of {self.name}: {self.caption()}>"
 
     def _repr_html_(self) -> str:
         view = self.view
-        caption = self.caption()
-        if view.collapsed:
-            caption += f"; {len(view.collapsed):,} modules collapsed (boxes)"
-        tools = (
-            '<button data-gs="out" title="zoom out">−</button>'
-            '<button data-gs="in" title="zoom in">+</button>'
-            '<button data-gs="fit" title="fit to the width">fit</button>'
-        )
-        return (
-            f'<div class="gs-drawing">{_STYLE}'
-            f'<div class="gs-toolbar"><span class="gs-title">{display.escape(self.name)}</span>'
-            f'<span class="gs-muted">{display.escape(caption)} · Ctrl+wheel zooms, drag pans'
-            f"</span>{tools}</div>"
-            f'<div class="gs-viewport">{_inline(self.svg)}</div>'
-            f"<script>{_script()}</script></div>"
-        )
+        return display.picture_html(self.name, self.caption(), self.svg, len(view.collapsed))
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
         return display.bundle(self._repr_html_(), repr(self), include, exclude)
@@ -180,8 +124,8 @@ def draw(
         if view is not None and candidate.drawn_nodes >= view.drawn_nodes:
             continue  # this budget draws no less: try a smaller one
         view, chosen = candidate, budget
-        svg = _layout(view.dot, "svg").decode()
-        width, height = _size(svg)
+        svg = layout(view.dot, "svg").decode()
+        width, height = display.svg_size(svg)
         if height * min(1.0, FIT_WIDTH / width) <= MAX_HEIGHT:
             break
     return Drawing(view, svg, view.picture.name, chosen if choose else None)

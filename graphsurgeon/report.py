@@ -45,7 +45,7 @@ from torch.export import ExportedProgram
 from . import display as d
 from ._hierarchy import describe_dynamic
 from .compare import Comparison, compare
-from .drawing import _script, draw
+from .drawing import draw
 from .errors import GraphSurgeonError, MissingDependencyError, RenderError, a_type
 from .export import export_notes
 from .partition import module_tree
@@ -459,7 +459,7 @@ def _notes_html(ep: ExportedProgram) -> str:
 
 
 def _script_hash() -> str:
-    digest = hashlib.sha256(_script().encode()).digest()
+    digest = hashlib.sha256(d.picture_script().encode()).digest()
     return "sha256-" + base64.b64encode(digest).decode()
 
 

@@ -15,6 +15,9 @@ from torch import nn
 
 import graphsurgeon as gs
 from graphsurgeon.examples import FusedAttention, GeluTanhMLP, TinyGPT
+from graphsurgeon.export import export_notes
+from graphsurgeon.swap import swap_info
+from graphsurgeon.types import Drawing
 
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="graphviz `dot` not installed")
 
@@ -73,9 +76,7 @@ def bundle_of(obj) -> tuple[Elements, str]:
     page = Elements(data["text/html"])
     assert page.balanced, "the HTML nests properly"
     assert page.count("div", **{"class": "gs-out"}) >= 1, "in its scoped container"
-    assert page.count("script") == 0 or isinstance(
-        obj, gs.Drawing | gs.types.GraphView | gs.Surgery
-    )
+    assert page.count("script") == 0 or isinstance(obj, Drawing | gs.types.GraphView | gs.Surgery)
     return page, data["text/plain"]
 
 
@@ -119,7 +120,7 @@ def test_a_comparison_lists_the_diverging_call_first(gpt):
 
 def test_a_diff_shows_counts_and_folds_the_node_lists(gpt):
     _, _, _, swapped = gpt
-    diff = gs.swap_info(swapped).diff
+    diff = swap_info(swapped).diff
     page, plain = bundle_of(diff)
     assert plain == f"<Diff: {diff}>" and len(plain) < 80
     assert f"{len(diff.removed)} removed" in page.all_text
@@ -129,7 +130,7 @@ def test_a_diff_shows_counts_and_folds_the_node_lists(gpt):
 
 def test_swap_info_tables_each_call(gpt):
     _, _, _, swapped = gpt
-    page, plain = bundle_of(gs.swap_info(swapped))
+    page, plain = bundle_of(swap_info(swapped))
     assert "2 swapped" in plain and "\n" not in plain
     assert page.count("tr") == 3 and "FusedAttention" in page.all_text
 
@@ -181,13 +182,14 @@ def test_draw_shows_inline_svg_with_tooltips_ids_and_a_short_text(gpt):
 
 @needs_dot
 def test_draw_collapses_further_until_the_picture_fits_a_notebook():
+    from graphsurgeon.display import svg_size
     from graphsurgeon.drawing import FIT_WIDTH, MAX_HEIGHT
 
     torch.manual_seed(0)
     model = TinyGPT(4).eval()
     ep = gs.export(model, (model.example_input(),))
     tall = gs.to_svg(ep)  # the budget of to_svg: 300 nodes
-    width, height = gs.drawing._size(tall)
+    width, height = svg_size(tall)
     assert height * min(1, FIT_WIDTH / width) > MAX_HEIGHT, "precondition: too tall to fit"
     drawing = gs.draw(ep)
     assert drawing.height * min(1, FIT_WIDTH / drawing.width) <= MAX_HEIGHT
@@ -231,18 +233,18 @@ def test_module_names_that_are_markup_show_as_text_and_run_nothing():
     objects = [
         gs.draw(ep, collapse=None),
         gs.draw(swapped, diff="split"),
-        gs.swap_info(swapped),
-        gs.swap_info(swapped).diff,
+        swap_info(swapped),
+        swap_info(swapped).diff,
         gs.compare(ep, swapped, (x,)),
     ]
     for obj in objects:
         page, _ = bundle_of(obj)
         assert page.count("img") == 0, type(obj).__name__
         scripts = page.count("script")
-        assert scripts == (1 if isinstance(obj, gs.Drawing) else 0), "only the vendored one"
+        assert scripts == (1 if isinstance(obj, Drawing) else 0), "only the vendored one"
         markup = obj._repr_mimebundle_()["text/html"]
         assert "<img src=x" not in markup and "<script>alert(2)" not in markup
-        if isinstance(obj, gs.Drawing):
+        if isinstance(obj, Drawing):
             assert any(Named.NAMES[0] in text for text in page.text), "shown as text"
 
 
@@ -277,8 +279,7 @@ class OddlyNamed(nn.Module):
 
 
 def test_names_with_control_characters_or_thousands_of_characters_show_as_text():
-    from graphsurgeon.display import module_tree_html
-    from graphsurgeon.picture import id_text
+    from graphsurgeon.display import id_text, module_tree_html
 
     ep = gs.export(OddlyNamed(), (torch.randn(1, 2),))
     tree = gs.module_tree(ep)
@@ -307,7 +308,7 @@ def test_a_module_a_partition_and_export_notes_show_themselves(gpt):
     page, plain = bundle_of(part)
     assert plain == "<Partition 'layers.0.attn': 20 nodes, swappable>"
     assert page.count("details") == 1 and "linear" in page.all_text
-    notes = gs.export_notes(ep)
+    notes = export_notes(ep)
     page, plain = bundle_of(notes)
     assert plain == "<ExportNotes: 29 of 29 module signatures preserved; 1 export attempt>"
     assert "29 preserved" in page.all_text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import gc
 import inspect
 import re
@@ -20,7 +21,10 @@ from torch import nn
 import graphsurgeon as gs
 from graphsurgeon import render
 from graphsurgeon.examples import FusedAttention, TinyGPT
-from graphsurgeon.render import RenderError, graph_view, to_dot, to_svg
+from graphsurgeon.render import RenderError, _writer, graph_view, to_dot, to_svg
+from graphsurgeon.render import graphviz as graphviz_runner
+from graphsurgeon.render.picture import Picture, PictureNode
+from graphsurgeon.swap import swap_info
 
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="graphviz `dot` not installed")
 SVG = "{http://www.w3.org/2000/svg}"
@@ -342,7 +346,7 @@ def test_a_value_with_many_users_is_named_by_them_instead_of_drawing_every_edge(
 
 
 def test_diff_merged_greys_removed_nodes_and_marks_the_added_box(outer, swapped):
-    assert gs.swap_info(swapped).call_nodes == {"block": "swapped_block"}
+    assert swap_info(swapped).call_nodes == {"block": "swapped_block"}
     expected = (
         X
         + qualified("""\
@@ -426,7 +430,7 @@ def test_diff_draws_an_input_renamed_by_the_swap_once():
 
     ep = exported(Residual(), torch.randn(1, 2))
     gm = gs.swap(ep, {"lin": nn.Identity()})
-    assert gs.swap_info(gm).node_map["input"] == "input_1"  # named after a builtin: renamed
+    assert swap_info(gm).node_map["input"] == "input_1"  # named after a builtin: renamed
     dot = to_dot(gm, diff=True)
     assert dot.count('class="input"') == 1
     assert '"input_1" -> "linear" [id="edge:input_1->linear", style=dashed' in dot
@@ -506,7 +510,7 @@ class OddlyNamed(nn.Module):
 
 
 def test_ids_keep_ordinary_names_and_escape_the_rest_reversibly():
-    from graphsurgeon.picture import id_text, name_of_id_text
+    from graphsurgeon.display import id_text, name_of_id_text
 
     for name in ("layers.0.attn", "shared@1", 'we"ird\\N', "<img src=x>", "a b", "ünï"):
         assert id_text(name) == name, "ordinary names are ids as they are"
@@ -524,7 +528,7 @@ def test_any_module_name_draws_with_ids_that_resolve_back_to_it(kind):
     name = ODD_NAMES[kind]
     ep = exported(OddlyNamed(name), torch.randn(1, 2))
     assert name in gs.partition(ep), "precondition: torch keeps the name as it is"
-    from graphsurgeon.picture import id_text
+    from graphsurgeon.display import id_text
 
     for collapse, prefix in ((None, "cluster:"), (1, "module:")):
         view = graph_view(ep, collapse=collapse)
@@ -575,7 +579,7 @@ def test_source_lines_skip_torch_frames_and_never_show_paths():
         'File "/opt/site-packages/torch/nn/modules/linear.py", line 134, in forward\n'
         "    return F.linear(input, self.weight, self.bias)"
     )
-    assert render._source_of_trace(trace) == "<stdin>:3 in forward\ncalled from model.py:12"
+    assert _writer._source_of_trace(trace) == "<stdin>:3 in forward\ncalled from model.py:12"
 
 
 def test_the_same_program_gives_the_same_text_every_time(outer):
@@ -648,15 +652,72 @@ def test_drawing_does_not_keep_programs_alive():
 
 
 def test_render_does_not_import_optional_ui_packages():
-    tree = ast.parse(Path(render.__file__).read_text())
+    files = sorted(Path(render.__file__).parent.glob("*.py"))
+    assert len(files) >= 5, "precondition: render is a package of stages"
     imported = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            imported |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            imported.add(node.module.split(".")[0])
+    for file in files:
+        for node in ast.walk(ast.parse(file.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                imported.add(node.module.split(".")[0])
     assert "torch" in imported
     assert not imported & {"graphviz", "ipywidgets", "IPython"}
+
+
+def _imports(package: Path) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, counting imports inside functions (and
+    the package ``__init__`` that importing a submodule runs)."""
+    modules = {}
+    for path in package.rglob("*.py"):
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        modules[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
+    edges: dict[str, set[str]] = {name: set() for name in modules}
+    for name, (path, is_package) in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = []
+            if isinstance(node, ast.ImportFrom):
+                base = name.split(".") if is_package else name.split(".")[:-1]
+                if node.level:
+                    base = base[: len(base) - node.level + 1]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                for alias in node.names:
+                    sub = f"{target}.{alias.name}"
+                    targets.append(sub if sub in modules else target)
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            for target in targets:
+                parts = target.split(".")
+                for i in range(2, len(parts) + 1):
+                    module = ".".join(parts[:i])
+                    own_package = name.startswith(module + ".") and i < len(parts)
+                    if module in modules and module != name and not own_package:
+                        edges[name].add(module)
+    return edges
+
+
+def test_render_and_the_modules_that_show_pictures_import_no_circle():
+    # render sits below drawing, report and the widget; display and the name rules below render
+    edges = _imports(Path(render.__file__).parent.parent)
+    assert "graphsurgeon.render._scene" in edges["graphsurgeon.render"], "precondition"
+    mine = {m for m in edges if m.startswith("graphsurgeon.render")}
+    mine |= {"graphsurgeon.drawing", "graphsurgeon.display", "graphsurgeon.report"}
+
+    def reachable(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for module in edges[todo.pop()] - seen:
+                seen.add(module)
+                todo.append(module)
+        return seen
+
+    circles = sorted(m for m in mine if m in reachable(m))
+    assert circles == [], f"imported back by what they import: {circles}"
+    assert "graphsurgeon.drawing" not in reachable("graphsurgeon.render")
+    assert not reachable("graphsurgeon.display") & (mine - {"graphsurgeon.display"})
 
 
 # -- SVG -------------------------------------------------------------------------------------
@@ -707,7 +768,7 @@ def test_layouts_are_cached_by_dot_text(monkeypatch):
         calls.append(args)
         return real_run(*args, **kwargs)
 
-    monkeypatch.setattr(render.subprocess, "run", counting_run)
+    monkeypatch.setattr(graphviz_runner.subprocess, "run", counting_run)
     # a program no other test draws: its DOT text cannot be in the cache yet
     probe = exported(LayoutProbe(), torch.randn(1, 2))
     first = to_svg(probe, highlight="layouts_cache_probe")
@@ -720,7 +781,7 @@ def test_layouts_are_cached_by_dot_text(monkeypatch):
 def test_a_missing_dot_binary_names_the_install_command(outer, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     assert shutil.which("dot") is None
-    with pytest.raises(gs.MissingDependencyError, match=r"apt-get install graphviz"):
+    with pytest.raises(gs.errors.MissingDependencyError, match=r"apt-get install graphviz"):
         to_svg(outer)
     assert to_dot(outer)  # DOT needs no binary
 
@@ -753,6 +814,51 @@ def test_a_surgery_with_a_fused_and_a_swapped_call_draws_both(outer):
     diff = graph_view(surgery, diff="split", collapse=None)
     assert diff.swapped == ("block",), "the diff shows the swap; the fused call changed nothing"
     assert 'id="after/node:linear_1"' in diff.dot, "the fused head's own node, in both pictures"
+
+
+class Residual(nn.Module):
+    # input ──▶ lin ──▶ add ◀── input ;  add ──▶ head ──▶ out  (an argument named after a builtin)
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+        self.head = nn.Linear(2, 2)
+
+    def forward(self, input):
+        return self.head(self.lin(input) + input)
+
+
+def test_a_fused_program_is_drawn_from_its_own_graph_without_running_the_rewrite(monkeypatch):
+    ep = exported(Residual(), torch.randn(1, 2))
+    surgery = gs.Surgery(ep).fuse("head").swap("lin", nn.Identity())
+    program = surgery.module
+    tags = {n.meta.get(gs._meta.FUSED) for n in program.graph.nodes} - {None}
+    assert tags == {"head"} and swap_info(program).swapped == ("lin",), "precondition"
+    made = []
+    real_init = torch.fx.GraphModule.__init__
+
+    def counting_init(self, *args, **kwargs):
+        made.append(type(self).__name__)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.fx.GraphModule, "__init__", counting_init)
+    view = graph_view(program, collapse=None)
+    split = graph_view(surgery, diff="split", collapse=None)
+    assert made == [], "drawing a fused program made a program: it ran the rewrite"
+    monkeypatch.undo()
+    # drawn as the program the stepper runs: its own names (the argument "input" is "input_1")
+    names = {n.name for n in program.graph.nodes}
+    assert "input_1" in names and "input" not in names, "precondition: the rewrite renamed it"
+    assert 'id="node:input_1"' in view.dot and 'id="node:input"' not in view.dot
+    # the fused call opens into the original node it runs, fed by the swapped box
+    assert view.fused == ("head",) and view.swapped == ("lin",)
+    assert '"swapped_lin" -> "add"' in view.dot and '"add" -> "linear_1"' in view.dot
+    assert view.picture["cluster:head"].style == ("fused",)
+    assert 'id="after/node:linear_1"' in split.dot and 'id="before/node:linear"' in split.dot
+    # no module of the renderer imports a verb of the rewrite
+    for file in Path(render.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(file.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("swap"):
+                assert {a.name for a in node.names} <= {"SwapInfo", "swap_info"}, file.name
 
 
 # -- the Picture: the drawing as data; it agrees with the stepper ----------------------------
@@ -833,6 +939,64 @@ def test_the_picture_maps_every_svg_id_to_what_it_draws(outer, swapped):
     box = boxed["module:block"]
     assert box.kind == "box" and box.calls == ("block",) and box.members == ("linear", "relu")
     assert boxed.element_of_node("relu") is box
+
+
+def test_the_picture_answers_what_draws_a_call_what_is_inside_and_what_feeds_what(outer, swapped):
+    picture = graph_view(outer, collapse=None).picture
+    assert picture.elements_of_call("block") == ("cluster:block",)
+    assert picture.elements_of_call("head") == ("node:linear_1",), "a one-node call: its node"
+    assert picture.elements_of_call("block.lin") == ("node:linear",)
+    assert picture.inside("cluster:block") == ("node:linear", "node:relu")
+    assert picture.inside("node:linear") == ()
+    assert [e.id for e in picture.edges_in("node:relu")] == ["edge:linear->relu"]
+    assert [e.head for e in picture.edges_out("node:relu")] == ["node:linear_1"]
+    boxed = graph_view(outer, collapse=1).picture
+    assert boxed.elements_of_call("block") == ("module:block",)
+    assert boxed.elements_of_call("block.lin") == (), "inside a box: nothing draws it alone"
+    assert [e.tail for e in boxed.edges_in("module:head")] == ["module:block"]
+    split = graph_view(swapped, diff="split").picture
+    assert split.elements_of_call("block") == ("before/cluster:block", "after/cluster:block")
+    assert split.inside("diff:after")[:2] == ("after/node:x", "after/node:swapped_block")
+    with pytest.raises(RenderError, match=r"no element 'cluster:blok'"):
+        picture.inside("cluster:blok")
+
+
+def test_the_picture_is_semantic_and_to_dot_owns_every_dot_style(outer, swapped):
+    fields = {f.name for f in dataclasses.fields(PictureNode)}
+    assert not fields & {"statement", "dot_name", "attributes"}
+    tokens = {"highlighted", "removed", "added", "fused", "swapped-boundary", "side"}
+    views = [
+        graph_view(outer, highlight="block"),
+        graph_view(outer, collapse=1),
+        graph_view(swapped, diff="split"),
+        graph_view(gs.fuse(outer, "block")),
+    ]
+    for view in views:
+        picture = view.picture
+        for element in [*picture.nodes, *picture.clusters, *picture.edges]:
+            text = " ".join(str(v) for v in dataclasses.astuple(element))
+            assert not re.search(r"#[0-9a-f]{6}|penwidth|fillcolor|\[id=|;$", text), element
+            style = getattr(element, "style", (getattr(element, "mark", "") or None,))
+            assert set(style) - {None} <= tokens, element
+    assert views[0].picture["cluster:block"].color == "block"
+    assert views[0].picture["cluster:block"].style == ("highlighted",)
+    # a picture made of records alone: to_dot decides the text
+    node = ("node:x", "input", "x", (), ("input",), "x", "x: input", None, (), None, ())
+    box = ("module:m", "box", None, ("m",), ("module", "collapsed"), "m", "m", None, ("y",), "m")
+    picture = Picture(
+        "P",
+        ("node:x", "module:m"),
+        {"node:x": node, "module:m": (*box, ("removed",))},
+        (("edge:x->module:m", "node:x", "module:m", "", "removed", None),),
+    )
+    assert body(picture.to_dot()) == (
+        '  "x" [id="node:x", class="input", label="x", tooltip="x: input", style=filled, '
+        'fillcolor="#e5e7eb"];\n'
+        '  "module:m" [id="module:m", class="module collapsed", label="m", tooltip="m", '
+        'shape=box3d, margin="0.1,0.06", style="filled,dashed", fillcolor="#f3f4f6", '
+        'color="#9ca3af", fontcolor="#6b7280"];\n'
+        '  "x" -> "module:m" [id="edge:x->module:m", style=dashed, color="#9ca3af"];\n'
+    )
 
 
 class ConvBN(nn.Module):

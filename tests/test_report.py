@@ -20,7 +20,7 @@ from torch import nn
 
 import graphsurgeon as gs
 from graphsurgeon.cli import main
-from graphsurgeon.drawing import _script
+from graphsurgeon.display import picture_script as _script
 from graphsurgeon.errors import RenderError
 from graphsurgeon.report import build_report, write_report
 

@@ -6,7 +6,7 @@ from a click shows in the widget (``w.error``); the same action called from code
 
 Names travel to the page as data: ``selected`` holds the name itself; element ids and the
 ``data-gs-module`` / ``data-gs-call`` attributes of the panels hold it as ids do
-(:func:`graphsurgeon.picture.id_text`: ``a%00b`` for a module named ``"a\\x00b"``), and what the
+(:func:`graphsurgeon.display.id_text`: ``a%00b`` for a module named ``"a\\x00b"``), and what the
 page sends back from them is read the same way.
 """
 
@@ -23,8 +23,8 @@ import traitlets as t
 from torch.export import ExportedProgram
 
 from .. import display
+from ..display import name_of_id_text
 from ..errors import WidgetError, a_type
-from ..picture import name_of_id_text
 from ..surgery import Surgery
 from ._model import SurgeryModel
 

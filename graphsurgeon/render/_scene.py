@@ -1,0 +1,736 @@
+"""What a picture shows, before anything is written: the graph's analysis, the scene and the
+collapse plan.
+
+* the analysis of one graph (:class:`_Analysis`, cached per graph): its vertices (the fx nodes
+  that may be drawn, with their kinds and where their inputs come from, getitem glue looked
+  through), and its module calls, from the program's one node -> call index;
+* a program as drawn (:func:`_drawn`): a swap or fuse result drawn from its own graph, each
+  fused call (a ``call_module`` node tagged ``_meta.FUSED``) as the original nodes it runs;
+  the rewrite never runs here;
+* the merge of a program and its swap result for a before/after picture (:func:`_pictures`);
+* the scene (:class:`_Scene`: the vertices of one picture and the calls they sit in) and the
+  collapse plan (:func:`_plan`: which calls are open, which runs of siblings are one box);
+* the names a caller gives (``highlight=``, ``collapse=``) read as every entry point reads
+  them, by the program's one resolver (:meth:`ProgramIndex.resolve`).
+
+Only names are kept (never fx nodes): the cache of analyses must not keep programs alive.
+"""
+
+from __future__ import annotations
+
+import operator
+import weakref
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.export import ExportedProgram
+from torch.fx import Graph, GraphModule, Node
+
+from .. import _meta
+from .._program import as_program
+from ..errors import RenderError, UnknownModuleError
+from ..partition import call_index, program_index, split_call_name
+from ..swap import SwapInfo
+
+# Vertex kinds. _THROUGH and _HIDDEN nodes are never drawn; _PARAMETER ones only when asked.
+_OP, _INPUT, _OUTPUT, _PARAMETER, _BUFFER, _CONSTANT, _SWAPPED, _GLUE, _CHECK = (
+    "op", "input", "output", "parameter", "buffer", "constant", "swapped", "glue", "check",
+)  # fmt: skip
+_THROUGH, _HIDDEN = "through", "hidden"
+_STATE = (_PARAMETER, _BUFFER, _CONSTANT)
+_STATE_KINDS = {
+    "PARAMETER": _PARAMETER,
+    "BUFFER": _BUFFER,
+    "CONSTANT_TENSOR": _CONSTANT,
+    "CUSTOM_OBJ": _CONSTANT,
+    "TOKEN": _HIDDEN,
+}
+
+
+# -- what to draw: the program ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Program:
+    """The original program, and the swap or fuse result when there is one.
+
+    ``swapped`` maps each swapped call to its ``call_module`` node in ``module``; ``fused``
+    lists the fused calls (drawn as the original nodes they run, so they have no before/after).
+    """
+
+    ep: ExportedProgram
+    module: GraphModule | None = None
+    info: SwapInfo | None = None
+    swapped: Mapping[str, str] = field(default_factory=dict)
+    fused: tuple[str, ...] = ()
+
+    @property
+    def comparable(self) -> bool:
+        """Whether a before/after picture has something to compare: a swap result (a result
+        with fused calls only computes what the program does)."""
+        return self.module is not None and (bool(self.swapped) or not self.fused)
+
+
+def _program(program: Any) -> _Program:
+    """What to draw, for anything :func:`graphsurgeon._program.as_program` reads as a program."""
+    source = as_program(program)
+    if source.module is None:
+        return _Program(source.ep)
+    info = source.info
+    fused = tuple(info.fused)
+    swapped = {call: node for call, node in info.call_nodes.items() if call not in fused}
+    return _Program(source.ep, source.module, info, swapped, fused)
+
+
+# -- what to draw: one pass over a graph -----------------------------------------------------
+
+
+class _Vertex:
+    """An fx node that may be drawn, with where it goes and where its inputs come from.
+
+    Only names: the cache of analyses must not keep programs alive through their nodes.
+    """
+
+    __slots__ = (
+        "buffers",
+        "chain",
+        "folded",
+        "fused_call",
+        "inputs",
+        "kind",
+        "name",
+        "params",
+        "swap_call",
+    )
+
+    def __init__(self, node: Node, kind: str, chain: tuple[str, ...]):
+        self.name = node.name
+        self.kind = kind
+        self.swap_call: str | None = node.meta.get(_meta.SWAPPED)  # swapped call name
+        self.fused_call: str | None = node.meta.get(_meta.FUSED)  # fused call name
+        self.chain = chain  # module calls it is drawn in, outermost first
+        self.inputs: list[tuple[str, str]] = []  # (producer vertex name, index path "[0]")
+        self.params: list[str] = []  # names of the parameter vertices folded into it
+        self.buffers: list[str] = []  # names of the buffer vertices folded into it
+        self.folded = False  # a buffer read by this one node only: drawn inside its reader
+
+    def but(self, **changes: Any) -> _Vertex:
+        """A copy of this vertex with some fields changed (the vertices of an analysis are
+        shared by every picture of its graph: never changed)."""
+        copy = object.__new__(_Vertex)
+        for name in _Vertex.__slots__:
+            setattr(copy, name, changes[name] if name in changes else getattr(self, name))
+        return copy
+
+
+class _Call:
+    """One module call seen in a graph."""
+
+    __slots__ = ("children", "depth", "fqn", "name", "nodes", "params", "parent", "type")
+
+    def __init__(self, name: str, parent: str, depth: int, type_: str):
+        self.name = name
+        self.fqn = split_call_name(name)[0]
+        self.parent = parent  # the enclosing call, "" for the root
+        self.depth = depth  # 1 for a top-level module call
+        self.type = type_  # qualified type name
+        self.nodes = 0  # fx nodes of the call, nested calls and glue included
+        self.params: set[str] = set()  # parameter vertices used inside it
+        self.children: list[str] = []
+
+
+class _Analysis:
+    """Vertices and module calls of one graph, in graph order. Cached per graph.
+
+    Which call each node sits in comes from the program's one node -> call index
+    (:func:`graphsurgeon.partition.call_index`), which the stepper reads too. ``more_users``
+    counts readers of a parameter or buffer that are not in this graph (the original nodes a
+    fused call runs), so that a buffer is folded into its reader only when it has one.
+    """
+
+    def __init__(
+        self,
+        graph: Graph,
+        state: Mapping[str, tuple[str, str]],
+        root: Any,
+        index,
+        more_users: Mapping[str, int] | None = None,
+    ):
+        self.size = len(graph.nodes)
+        self.root_type = index.root_type  # the model's qualified type
+        self.vertices: list[_Vertex] = []
+        self.by_name: dict[str, _Vertex] = {}
+        self.calls: dict[str, _Call] = {}
+        self.drawn: Any = None  # this graph drawn with its fused calls opened (see _drawn)
+        more_users = more_users or {}
+        for info in index.calls.values():
+            self.calls[info.name] = _Call(info.name, info.parent, info.depth, info.type)
+            if info.parent:
+                self.calls[info.parent].children.append(info.name)
+        kinds: dict[str, str] = {}
+        # glue node -> (producer, index path): a value taken apart is drawn from its producer
+        self.through: dict[str, tuple[str, str]] = {}
+        through = self.through
+        chains = index.chains
+        for node in graph.nodes:
+            kind = _kind(node, state, root)
+            kinds[node.name] = kind
+            chain = chains[node.name]
+            if node.op not in ("placeholder", "output", "get_attr"):
+                for name in chain:
+                    self.calls[name].nodes += 1
+            if kind == _THROUGH:
+                source, path = node.args[0].name, _index_path(node)
+                while source in through:
+                    source, inner = through[source]
+                    path = inner + path
+                through[node.name] = (source, path)
+                continue
+            users = len(node.users) + more_users.get(node.name, 0)
+            if kind == _BUFFER and users == 0:
+                kinds[node.name] = _HIDDEN  # a buffer nothing reads (num_batches_tracked in eval)
+                continue
+            if kind == _HIDDEN:
+                continue
+            if kind == _SWAPPED and chain and chain[-1] == node.meta[_meta.SWAPPED]:
+                chain = chain[:-1]  # the box is drawn where its module was, not inside it
+            vertex = _Vertex(node, kind, chain)
+            # a buffer read by one node only is drawn inside it, as its parameters are
+            vertex.folded = kind == _BUFFER and users == 1
+            for argument in node.all_input_nodes:
+                source, path = through.get(argument.name, (argument.name, ""))
+                source_kind = kinds.get(source)
+                if source_kind == _HIDDEN:
+                    continue
+                if source_kind == _PARAMETER:
+                    if source not in vertex.params:
+                        vertex.params.append(source)
+                    for name in chain:
+                        self.calls[name].params.add(source)
+                    continue
+                if source in self.by_name and self.by_name[source].folded:
+                    if source not in vertex.buffers:
+                        vertex.buffers.append(source)
+                    continue
+                vertex.inputs.append((source, path))
+            self.vertices.append(vertex)
+            self.by_name[vertex.name] = vertex
+
+    def resolve(self, name: str) -> tuple[str, str]:
+        """The vertex a value is drawn from, and the index path taken from it."""
+        return self.through.get(name, (name, ""))
+
+
+def _kind(node: Node, state: Mapping[str, tuple[str, str]], root: Any) -> str:
+    op = node.op
+    if op == "placeholder":
+        return state[node.name][0] if node.name in state else _INPUT
+    if op == "output":
+        return _OUTPUT
+    glue = node.meta.get(_meta.GLUE)
+    if glue is not None:  # what the rewrite added around a call (see _meta.GLUE)
+        if glue == "through" and node.args and isinstance(node.args[0], Node):
+            return _THROUGH
+        return _GLUE if glue == "build" else _HIDDEN
+    if op == "get_attr":
+        if node.name in state:
+            return state[node.name][0]
+        value = _attribute(root, node.target)
+        if isinstance(value, torch.Tensor):
+            return _CONSTANT
+        return _HIDDEN  # pytree specs of the swapped program, subgraphs of torch.cond
+    if op == "call_module":
+        return _SWAPPED if _meta.SWAPPED in node.meta else _OP
+    if op == "call_function":
+        if _meta.GUARD in node.meta:
+            return _HIDDEN  # the program's input checks: no value, nothing to draw
+        target = node.target
+        if target is operator.getitem and bool(node.args) and isinstance(node.args[0], Node):
+            return _THROUGH  # a program's own getitem (the parts of a split): its edge
+        if getattr(target, "__module__", "").startswith("torch.utils._pytree"):
+            return _GLUE
+        if isinstance(target, torch._ops.OpOverload) and _is_check(target):
+            return _CHECK
+    return _OP
+
+
+def _is_check(op: torch._ops.OpOverload) -> bool:
+    """Run-time assertions torch.export records (dtype, device, range checks): no result."""
+    name = op._opname
+    return name.startswith("_assert") or name.startswith("sym_constrain_range")
+
+
+def _attribute(root: Any, target: str) -> Any:
+    value = root
+    for part in str(target).split("."):
+        value = getattr(value, part, None)
+        if value is None:
+            return None
+    return value
+
+
+def _index_path(node: Node) -> str:
+    if node.target is not operator.getitem:
+        return ""
+    key = node.args[1]
+    return f"[{key!r}]" if isinstance(key, str) else f"[{key}]"
+
+
+# Analyses of graphs drawn in this process, without keeping the graphs alive.
+_ANALYSES: weakref.WeakKeyDictionary[Graph, _Analysis] = weakref.WeakKeyDictionary()
+
+
+def _analysis(
+    program: ExportedProgram | GraphModule,
+    state: Mapping[str, tuple[str, str]],
+    more_users: Mapping[str, int] | None = None,
+) -> _Analysis:
+    graph = program.graph
+    cached = _ANALYSES.get(graph)
+    if cached is not None and cached.size == len(graph.nodes):
+        return cached
+    root = program.graph_module if isinstance(program, ExportedProgram) else program
+    analysis = _Analysis(graph, state, root, call_index(program), more_users)
+    _ANALYSES[graph] = analysis
+    return analysis
+
+
+def _state(ep: ExportedProgram) -> dict[str, tuple[str, str]]:
+    """Placeholder name -> (vertex kind, fqn) of every parameter, buffer and constant."""
+    state = {}
+    for spec in ep.graph_signature.input_specs:
+        kind = _STATE_KINDS.get(spec.kind.name)
+        name = getattr(spec.arg, "name", None)
+        if kind is not None and name:
+            state[name] = (kind, spec.target or name)
+    return state
+
+
+# -- a swap or fuse result, drawn from its own graph -----------------------------------------
+
+
+class _Drawn:
+    """The vertices of a program as drawn, in order, and by name."""
+
+    __slots__ = ("by_name", "vertices")
+
+    def __init__(self, vertices: list[_Vertex]):
+        self.vertices = vertices
+        self.by_name = {vertex.name: vertex for vertex in vertices}
+
+
+def _drawn(
+    source: _Program, before: _Analysis, state: Mapping[str, tuple[str, str]]
+) -> _Analysis | _Drawn:
+    """The vertices of ``source.module`` as drawn: its own graph, with each fused call (its
+    ``call_module`` node, tagged ``_meta.FUSED``) drawn as the original nodes it runs
+    (``info.partitions[call].nodes``, from ``before``, the original program's analysis). A
+    fused call computes exactly those nodes, so the picture opens into them; its arguments and
+    results are drawn as edges from and to the result's own nodes. Made once per result."""
+    module, info = source.module, source.info
+    if not source.fused:
+        return _analysis(module, state)
+    inner: dict[str, str] = {}  # original node drawn in place of a fused call -> the call
+    for call in source.fused:
+        inner.update(dict.fromkeys(info.partitions[call].nodes, call))
+    after = _analysis(module, state, _users_inside(source.ep, inner, state))
+    if after.drawn is None:
+        after.drawn = _with_fused_calls(after, before, info, inner)
+    return after.drawn
+
+
+def _users_inside(
+    ep: ExportedProgram, inner: Mapping[str, str], state: Mapping[str, tuple[str, str]]
+) -> dict[str, int]:
+    """Readers of each parameter or buffer among the original nodes fused calls run."""
+    by_name = program_index(ep).by_name
+    users: dict[str, int] = {}
+    for name in inner:
+        node = by_name.get(name)
+        for argument in node.all_input_nodes if node is not None else ():
+            if argument.name in state:
+                users[argument.name] = users.get(argument.name, 0) + 1
+    return users
+
+
+def _with_fused_calls(
+    after: _Analysis, before: _Analysis, info: SwapInfo, inner: Mapping[str, str]
+) -> _Drawn:
+    node_map = info.node_map
+    fused_nodes = {v.name for v in after.vertices if v.fused_call in info.partitions}
+    # Where the result reads each output of a fused call: (call node, index path) -> the
+    # original node that computed it.
+    outputs: dict[tuple[str, str], str] = {}
+    for call in dict.fromkeys(inner.values()):
+        for name in info.partitions[call].output_names:
+            if name in inner and name in node_map:
+                producer = after.resolve(node_map[name])
+                if producer[0] in fused_nodes:
+                    outputs.setdefault(producer, name)
+
+    def from_result(source: str, path: str) -> tuple[str, str] | None:
+        """An input read from the result's own graph, as the picture draws it."""
+        if source not in fused_nodes:
+            return source, path
+        cut = path
+        while True:
+            name = outputs.get((source, cut))
+            if name is not None:
+                origin, inner_path = before.resolve(name)
+                return origin, inner_path + path[len(cut) :]
+            if not cut:
+                return None  # a value the fused call does not return: no edge
+            cut = cut[: cut.rindex("[")]
+
+    drawn: list[_Vertex] = []
+    names = {v.name for v in after.vertices if v.name not in fused_nodes}
+    names.update(n for n in inner if n in before.by_name)
+    missing: list[_Vertex] = []  # values only fused calls read: drawn from the original
+
+    def from_original(vertex: _Vertex) -> _Vertex:
+        inputs = []
+        for source, path in vertex.inputs:
+            if source not in inner and source in node_map:
+                result, inner_path = after.resolve(node_map[source])
+                mapped = from_result(result, inner_path + path)
+                if mapped is not None and mapped[0] in names:
+                    inputs.append(mapped)
+                    continue
+            if source not in names and source in before.by_name:
+                names.add(source)
+                missing.append(before.by_name[source])
+            inputs.append((source, path))
+        for source in vertex.params + vertex.buffers:  # drawn with show_parameters
+            if source not in names and source in before.by_name:
+                names.add(source)
+                missing.append(before.by_name[source])
+        return vertex.but(inputs=inputs)
+
+    # build glue that only feeds fused calls is not drawn: their nodes read the values
+    feeds = {name: set() for name in after.by_name}
+    for vertex in after.vertices:
+        for source, _ in vertex.inputs:
+            if source in feeds:
+                feeds[source].add(vertex.name)
+    unused = set(fused_nodes)
+    for vertex in reversed(after.vertices):
+        if vertex.kind == _GLUE and feeds[vertex.name] and feeds[vertex.name] <= unused:
+            unused.add(vertex.name)
+    for vertex in after.vertices:
+        if vertex.name in fused_nodes:
+            nodes = info.partitions[vertex.fused_call].nodes
+            drawn += [from_original(before.by_name[n]) for n in nodes if n in before.by_name]
+        elif vertex.name not in unused:
+            if any(source in fused_nodes for source, _ in vertex.inputs):
+                inputs = [from_result(source, path) for source, path in vertex.inputs]
+                vertex = vertex.but(inputs=[i for i in inputs if i is not None])
+            original = before.by_name.get(vertex.name)
+            if vertex.kind in _STATE and original is not None and original.chain != vertex.chain:
+                # a parameter or buffer sits with all its readers, the fused calls' ones too
+                vertex = vertex.but(chain=original.chain)
+            drawn.append(vertex)
+    return _Drawn(missing + drawn)
+
+
+# -- which modules are open ----------------------------------------------------------------
+
+
+class _Scene:
+    """The vertices of one picture (a program, or the merged before/after of a diff) and the
+    module calls they sit in: everything the collapse planner and the writer need."""
+
+    def __init__(
+        self,
+        vertices: list[_Vertex],
+        calls: Mapping[str, _Call],
+        chains: Mapping[str, tuple[str, ...]] | None = None,
+        show_parameters: bool = False,
+        aliases: Mapping[str, str] | None = None,
+    ):
+        self.chains = dict(chains or {})
+        # original name -> name in the swapped program, for the original's edges in a diff
+        self.aliases = dict(aliases or {})
+        self.vertices = [
+            v for v in vertices if (v.kind != _PARAMETER and not v.folded) or show_parameters
+        ]
+        self.show_parameters = show_parameters
+        self.calls = calls
+        # Vertices directly in each call ("" is the root), and the calls that hold any.
+        self.direct: dict[str, int] = {"": 0}
+        present: set[str] = set()
+        for vertex in self.vertices:
+            chain = self.chain(vertex)
+            self.direct[chain[-1] if chain else ""] = (
+                self.direct.get(chain[-1] if chain else "", 0) + 1
+            )
+            present.update(chain)
+        self.present = [name for name in calls if name in present]  # model order
+        self.children = {
+            name: [c for c in calls[name].children if c in present] for name in self.present
+        }
+        self.top = [name for name in self.present if calls[name].parent == ""]
+
+    def chain(self, vertex: _Vertex) -> tuple[str, ...]:
+        return self.chains.get(vertex.name, vertex.chain)
+
+    def ancestors(self, names: Iterable[str]) -> set[str]:
+        closed = set()
+        for name in names:
+            while name and name not in closed:
+                closed.add(name)
+                name = self.calls[name].parent
+        return closed
+
+    def count(self, open_: set[str]) -> int:
+        """Nodes drawn when exactly the calls in ``open_`` are open (each other one is a box)."""
+
+        def cost(name: str) -> int:
+            if name not in open_:
+                return 1
+            return self.direct.get(name, 0) + sum(cost(c) for c in self.children[name])
+
+        return self.direct[""] + sum(cost(name) for name in self.top)
+
+    def opening_cost(self, name: str) -> int:
+        return self.direct.get(name, 0) + len(self.children[name]) - 1
+
+
+@dataclass
+class _Marks:
+    """What stands out in a picture: highlights, fused calls and the diff's markings."""
+
+    highlighted: set[str] = field(default_factory=set)  # call names
+    highlighted_vertices: set[str] = field(default_factory=set)  # swapped boxes
+    fused: set[str] = field(default_factory=set)  # fused calls
+    status: dict[str, str] = field(default_factory=dict)  # vertex name -> removed / added
+    boundaries: set[str] = field(default_factory=set)  # swapped calls drawn as clusters
+
+
+def _plan(
+    scene: _Scene, collapse: Any, collapsed: set[str], forced: set[str], budget: int
+) -> tuple[set[str], dict[str, list[str]]]:
+    """The open calls, and the runs of sibling boxes drawn as one ``{first call: members}``."""
+    present = scene.present
+    if collapse is None:
+        return set(present), {}
+    if isinstance(collapse, int):
+        return {n for n in present if scene.calls[n].depth < collapse} | forced, {}
+    if collapse != "auto":
+        return {n for n in present if n not in collapsed or n in forced}, {}
+    open_ = set(forced)
+    drawn = scene.count(open_)
+    runs: dict[str, list[str]] = {}
+    if drawn > budget:  # even the outermost boxes are too many
+        runs, drawn = _runs(scene, open_, drawn, budget, forced)
+    in_runs = {name for members in runs.values() for name in members}
+    order = {name: i for i, name in enumerate(present)}
+    while True:
+        # Open whole groups of modules of one type at a time, cheapest first: pictures stay
+        # regular (every attention open, or none) and the budget buys the most detail.
+        groups: dict[str, list[str]] = {}
+        for name in present:
+            parent = scene.calls[name].parent
+            closed = name not in open_ and name not in in_runs
+            if closed and (parent == "" or parent in open_):
+                groups.setdefault(scene.calls[name].type, []).append(name)
+        best = None
+        for members in groups.values():
+            cost = sum(scene.opening_cost(n) for n in members)
+            if cost > 0 and drawn + cost > budget:
+                continue
+            key = (cost, min(scene.calls[n].depth for n in members), order[members[0]])
+            if best is None or key < best[0]:
+                best = (key, members)
+        if best is None:
+            break
+        open_.update(best[1])
+        drawn += best[0][0]
+    return open_, runs
+
+
+def _runs(
+    scene: _Scene, open_: set[str], drawn: int, budget: int, keep: set[str]
+) -> tuple[dict[str, list[str]], int]:
+    """When even the outermost boxes are too many: runs of sibling boxes of one type
+    (``layers.0 … layers.999``) become one box each, longest runs first, until the picture
+    fits. Returns the runs ``{first call: members}`` and the nodes then drawn."""
+    candidates = []
+    for parent in [""] + [n for n in scene.present if n in open_]:
+        siblings = scene.top if parent == "" else scene.children[parent]
+        run: list[str] = []
+        for name in [*siblings, None]:
+            boxed = name is not None and name not in open_ and name not in keep
+            if run and (not boxed or scene.calls[name].type != scene.calls[run[0]].type):
+                if len(run) > 1:
+                    candidates.append(run)
+                run = []
+            if boxed:
+                run.append(name)
+    candidates.sort(key=lambda r: -len(r))  # stable: equal lengths stay in model order
+    runs = {}
+    for run in candidates:
+        if drawn <= budget:
+            break
+        runs[run[0]] = run
+        drawn -= len(run) - 1
+    return runs, drawn
+
+
+# -- before and after ------------------------------------------------------------------------
+
+
+def _pictures(
+    mode: str | None,
+    before: _Analysis,
+    after: _Analysis | _Drawn | None,
+    source: _Program,
+    marks: _Marks,
+    show_parameters: bool,
+) -> tuple[_Scene, list[tuple[_Scene, str, list[tuple[str, str, str]]]]]:
+    """The scene the collapse plan is made on, and the pictures drawn with that plan, as
+    ``(scene, id prefix, extra edges)``. Sets the diff markings of ``marks``."""
+    if mode is None:
+        scene = _Scene((after or before).vertices, before.calls, {}, show_parameters)
+        return scene, [(scene, "", [])]
+    # In a diff the swapped box is drawn inside its module's boundary, in both pictures.
+    boundary_chains = {
+        v.name: (*v.chain, v.swap_call) for v in after.vertices if v.kind == _SWAPPED
+    }
+    vertices, removed, removed_edges, aliases = _merge_programs(before, after, source)
+    merged = _Scene(vertices, before.calls, boundary_chains, show_parameters, aliases)
+    marks.boundaries = set(source.swapped)
+    marks.status = dict.fromkeys(removed, "removed")
+    marks.status.update(
+        (v.name, "added")
+        for v in after.vertices
+        if v.kind in (_SWAPPED, _GLUE) and v.name not in before.by_name
+    )
+    if mode == "merged":
+        return merged, [(merged, "", removed_edges)]
+    return merged, [
+        (_Scene(before.vertices, before.calls, {}, show_parameters), "before/", []),
+        (_Scene(after.vertices, before.calls, boundary_chains, show_parameters), "after/", []),
+    ]
+
+
+def _merge_programs(
+    before: _Analysis, after: _Analysis | _Drawn, source: _Program
+) -> tuple[list[_Vertex], list[str], list[tuple[str, str, str]], dict[str, str]]:
+    """Both programs as one list of vertices, in the original order.
+
+    Returns the vertices of the swapped program with the removed ones of the original put
+    back just before the box that replaced them; the names of the removed vertices; the
+    original edges from removed vertices to vertices that were kept; and the new names of
+    kept values that the swap renamed (an argument named ``input`` becomes ``input_1``).
+    """
+    info = source.info
+    removed_by_call = {
+        call: [name for name in info.partitions[call].nodes if name in before.by_name]
+        for call in source.swapped
+    }
+    removed = [name for names in removed_by_call.values() for name in names]
+    removed_set = set(removed)
+    aliases = {
+        old: new
+        for old, new in getattr(info, "node_map", {}).items()
+        if old != new and old not in removed_set and new in after.by_name
+    }
+    merged: list[_Vertex] = []
+    for vertex in after.vertices:
+        if vertex.kind == _SWAPPED:
+            call = vertex.swap_call
+            merged += [before.by_name[name] for name in removed_by_call.get(call, [])]
+        merged.append(vertex)
+    # A value that only the removed nodes used (an input leaf only the swapped call read)
+    # is gone from the swapped program: draw it from the original.
+    names = {vertex.name for vertex in merged}
+    missing = []
+    for name in removed:
+        for source_name, _ in before.by_name[name].inputs:
+            if source_name not in names and source_name not in aliases:
+                names.add(source_name)
+                missing.append(before.by_name[source_name])
+    removed_edges = [
+        (source_name, aliases.get(vertex.name, vertex.name), path)
+        for vertex in before.vertices
+        if vertex.name not in removed_set and aliases.get(vertex.name, vertex.name) in names
+        for source_name, path in vertex.inputs
+        if source_name in removed_set
+    ]
+    return missing + merged, removed, removed_edges, aliases
+
+
+def _swaps_named(names: list[str], swapped: Iterable[str]) -> list[str]:
+    """The swapped calls that ``names`` point at (by call name, fqn, or a parent's fqn)."""
+    names = [fqn if k == 0 else name for name in names for fqn, k in [split_call_name(name)]]
+    chosen = []
+    for call in swapped:
+        fqn = split_call_name(call)[0]
+        if any(name in (call, fqn) or fqn.startswith(name + ".") for name in names):
+            chosen.append(call)
+    return chosen
+
+
+# -- names the caller gives ------------------------------------------------------------------
+
+
+def _names(value: Any, argument: str) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Iterable) and not isinstance(value, Mapping):
+        names = list(value)
+        for name in names:
+            if not isinstance(name, str):
+                raise RenderError(f"{argument}: expected module names (str), got {name!r}")
+        return sorted(set(names)) if isinstance(value, (set, frozenset)) else names
+    raise RenderError(
+        f"{argument}: expected a module name or a collection of them, got {type(value).__name__}"
+    )
+
+
+def _resolve(names: list[str], scene: _Scene, program: _Program, argument: str) -> list[str]:
+    """Module or call names -> the calls of the picture they stand for, in model order.
+
+    Names are read as every entry point reads them (:meth:`ProgramIndex.resolve`: ``"blk@0"``
+    is ``"blk"``). A module stands for each of its calls; a module without calls of its own (a
+    container such as nn.ModuleList) for the outermost calls of its submodules.
+    """
+    calls = scene.calls
+    index = program_index(program.ep)
+    by_fqn: dict[str, list[str]] = {}
+    for call in calls.values():
+        by_fqn.setdefault(call.fqn, []).append(call.name)
+    wanted: set[str] = set()
+    for name in names:
+        if name == "":
+            raise RenderError(
+                f"{argument}: the root module '' is the whole picture; name a submodule"
+            )
+        try:
+            resolved = index.resolve(name)
+        except UnknownModuleError as error:
+            raise UnknownModuleError(f"{argument}: {error}") from None
+        if resolved.one_call:
+            wanted.add(resolved.name)
+            continue
+        fqn = resolved.fqn
+        if fqn in by_fqn:
+            # a module with calls of its own stands for them (its submodules' calls are
+            # inside them): no need to look through every call of the picture
+            wanted.update(by_fqn[fqn])
+            continue
+        for call in calls.values():
+            if call.fqn.startswith(fqn + ".") and _outermost(call, fqn, calls):
+                wanted.add(call.name)
+    return [name for name in calls if name in wanted]
+
+
+def _outermost(call: _Call, prefix: str, calls: Mapping[str, _Call]) -> bool:
+    parent = call.parent
+    while parent:
+        if calls[parent].fqn == prefix or calls[parent].fqn.startswith(prefix + "."):
+            return False
+        parent = calls[parent].parent
+    return True

@@ -1,0 +1,621 @@
+"""The writer: a scene and its collapse plan -> a semantic :class:`~.picture.Picture`.
+
+Each cluster, node, box and edge is decided here: its id, its kind, what it stands for (the fx
+node, the module calls), its classes, label and tooltip, and its style tokens (the module whose
+colour fills it, highlighted, removed, added, fused, a swapped module's boundary). Nothing here
+is DOT: :meth:`~.picture.Picture.to_dot` lowers the records, and owns every DOT style.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import os
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+from torch.export import ExportedProgram
+from torch.fx import Node
+
+from .. import _meta
+from ..display import TOOLTIP_NAME_LIMIT, id_text, name_of_id_text, shown
+from ..errors import GraphSurgeonError
+from ..partition import Partition, program_index, split_call_name
+from ._scene import (
+    _BUFFER,
+    _CONSTANT,
+    _INPUT,
+    _OUTPUT,
+    _PARAMETER,
+    _SWAPPED,
+    _Marks,
+    _Program,
+    _Scene,
+    _Vertex,
+)
+from .picture import ADDED, FUSED, HIGHLIGHTED, REMOVED, SIDE, SWAPPED_BOUNDARY, Picture
+
+__all__ = ["call_signature", "source_text"]
+
+
+# -- labels ------------------------------------------------------------------------------
+
+
+def _value(node: Node, dims: Mapping[str, str] | None = None) -> str:
+    """What a node computes, as every view writes it (``f32[batch, 16]``)."""
+    return _meta.node_value_text(node, dims)
+
+
+def _numel(node: Node) -> int:
+    value = node.meta.get("val")
+    if not isinstance(value, torch.Tensor):
+        return 0
+    try:
+        return math.prod(int(d) for d in value.shape)
+    except (TypeError, ValueError):  # a symbolic size
+        return 0
+
+
+# A frame of a stack trace; the code line is missing for code without a file (<stdin>, eval).
+_FRAME = re.compile(
+    r'File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)'
+    r'(?:\n(?!\s*File ")(?P<code>[^\n]*))?'
+)
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_TORCH_PATH = re.compile(r"[\\/]site-packages[\\/]torch[\\/]")
+
+
+def source_text(node: Node) -> str:
+    """The user's source lines behind a node (from its ``stack_trace``): the innermost frame
+    outside torch with its code, then up to three callers; file names only, never paths."""
+    trace = node.meta.get("stack_trace")
+    return _source_of_trace(trace) if isinstance(trace, str) and trace else ""
+
+
+@functools.lru_cache(maxsize=4096)  # the nodes of one source line share their stack trace
+def _source_of_trace(trace: str) -> str:
+    frames = []
+    for match in _FRAME.finditer(trace):
+        path = match.group("path")
+        if path.startswith(_TORCH_DIR) or _TORCH_PATH.search(path):
+            continue  # torch's own frames (nn.Linear.forward...) say nothing about the model
+        where = f"{os.path.basename(path.replace(chr(92), '/'))}:{match.group('line')}"
+        frames.append((where, match.group("function"), (match.group("code") or "").strip()))
+    if not frames:
+        return ""
+    where, function, code = frames[-1]
+    text = f"{where} in {function}" + (f"\n  {_meta.shorten(code, 80)}" if code else "")
+    callers = [f for f, _, _ in frames[-4:-1]]
+    if callers:
+        text += "\ncalled from " + ", ".join(reversed(callers))
+    return text
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count:,} {word}" + ("" if count == 1 else "s")
+
+
+def _relative(target: str, chain: tuple[str, ...]) -> str:
+    """``layers.0.attn.q.weight`` seen from inside ``layers.0.attn.q``: ``weight``."""
+    fqn = split_call_name(chain[-1])[0] if chain else ""
+    if fqn and target.startswith(fqn + "."):
+        return target[len(fqn) + 1 :]
+    return target
+
+
+def _lines(*parts: str) -> str:
+    return "\n".join(p for p in parts if p)
+
+
+def call_signature(part: Partition, replacement: Any, ep: ExportedProgram) -> str:
+    """``(x: f32[1, 16, 64]) → f32[1, 16, 64]``: the call as the program makes it, its
+    positional arguments named as the replacement's forward names them ('' when the call's
+    signature was not preserved)."""
+    if part.signature is None:
+        return ""
+    args_spec, _ = part.signature.in_spec.children()
+    names = _parameter_names(replacement, args_spec.num_children) if replacement else None
+    return program_index(ep).call_text(part.call_name, names, wrap=48)
+
+
+def _parameter_names(module: Any, count: int) -> list[str]:
+    names: list[str] = []
+    try:
+        parameters = inspect.signature(module.forward).parameters.values()
+    except (TypeError, ValueError, AttributeError):
+        parameters = []
+    for parameter in parameters:
+        if parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD):
+            names.append(parameter.name)
+        elif parameter.kind == parameter.VAR_POSITIONAL:
+            names += [f"{parameter.name}[{i}]" for i in range(count - len(names))]
+    return (names + [f"arg{i}" for i in range(len(names), count)])[:count]
+
+
+# -- what the writer looks up ------------------------------------------------------------------
+
+
+class _Context:
+    """What the writer looks up about the program: targets, parameters, partitions."""
+
+    def __init__(self, program: _Program, state: Mapping[str, tuple[str, str]]):
+        self.program = program
+        self.info = program.info
+        self.targets = {name: target for name, (_, target) in state.items()}
+        # fx nodes by name, of both programs: the result's copies have the same meta
+        self.nodes = {n.name: n for n in program.ep.graph.nodes}
+        self.placeholders = {n: self.nodes[n] for n in state if n in self.nodes}
+        if program.module is not None:
+            originals = self.nodes
+            self.nodes = {**originals, **{n.name: n for n in program.module.graph.nodes}}
+            for call in program.fused:  # drawn as the original nodes it runs
+                for name in self.info.partitions[call].nodes:
+                    if name in originals:
+                        self.nodes[name] = originals[name]
+        self._partitions: Mapping[str, Partition] | None = None
+        self._numel: dict[str, int] = {}
+        try:  # dynamic sizes by the user's Dim names, where export recorded them
+            self.dims: Mapping[str, str] = program_index(program.ep).dims
+        except GraphSurgeonError:
+            self.dims = {}
+
+    def numel(self, parameters: Iterable[str]) -> int:
+        """Elements in the named parameters (every module's tooltip counts its own)."""
+        total = 0
+        for name in parameters:
+            count = self._numel.get(name)
+            if count is None:
+                node = self.placeholders.get(name)
+                count = self._numel[name] = _numel(node) if node is not None else 0
+            total += count
+        return total
+
+    def partitions(self) -> Mapping[str, Partition]:
+        if self._partitions is None:
+            try:
+                self._partitions = program_index(self.program.ep).partitions()
+            except GraphSurgeonError:  # a program whose structure the engine cannot read
+                self._partitions = {}
+        return self._partitions
+
+    def replacement(self, call: str) -> Any:
+        return self.info.calls.get(call) if self.info is not None else None
+
+
+# -- the writer ----------------------------------------------------------------------------
+
+
+class _Writer:
+    """Decides one picture's elements: nested clusters, nodes, boxes and edges, each with its
+    id, what it stands for, its classes, label, tooltip and style tokens (the rows of a
+    :class:`~.picture.Picture`)."""
+
+    def __init__(
+        self,
+        scene: _Scene,
+        open_: set[str],
+        runs: dict[str, list[str]],
+        marks: _Marks,
+        context: _Context,
+        prefix: str = "",
+        extra_edges: Iterable[tuple[str, str, str]] = (),
+    ):
+        self.scene = scene
+        self.calls = scene.calls
+        self.open = open_
+        self.runs = runs
+        self.run_of = {member: first for first, members in runs.items() for member in members}
+        self.marks = marks
+        self.context = context
+        self.prefix = prefix
+        self.extra_edges = list(extra_edges)
+        self.vertices = {v.name: v for v in scene.vertices}
+        self.nodes = context.nodes
+        # the picture's parts as rows of PictureNode / PictureCluster / PictureEdge fields
+        self.rows: dict[str, tuple] = {}
+        self.top: list[str] = []  # ids at this picture's top level, in order
+        self.edges: list[tuple] = []
+        self.box_nodes: dict[str, list[str]] = {}  # box -> the fx nodes collapsed into it
+        self._tooltips: dict[str, str] = {}
+        # vertex name -> the node it is drawn as (its name: prefix + fx name, or a box's id)
+        self.refs: dict[str, str] = {}
+        self.boxes: list[str] = []  # calls drawn as boxes
+        self.clusters: list[str] = []  # calls drawn as clusters
+        self.removed_boxes: set[str] = set()  # boxes holding only removed nodes
+        self.fanout: dict[str, int] = {}  # drawn node -> users, for values shared by many
+        self.shared: dict[str, list[str]] = {}  # drawn node -> the shared values it uses
+        self.drawn = 0
+
+    # -- clusters ----------------------------------------------------------------------
+
+    def write(self) -> None:
+        """Decide every element; they are then in ``rows``, ``top`` and ``edges``."""
+        members: dict[str, list[tuple[str, str]]] = {"": []}  # container -> what is in it
+        seen: set[str] = set()
+        box_status: dict[str, bool] = {}  # box -> every node in it removed
+        removed = self.marks.status
+        for vertex in self.scene.vertices:
+            container, ref = "", None
+            for name in self.scene.chain(vertex):
+                if name not in self.open:
+                    box = self.run_of.get(name, name)
+                    ref = self._box_ref(box)
+                    if box not in seen:
+                        seen.add(box)
+                        members[container].append(("box", box))
+                    is_removed = removed.get(vertex.name) == "removed"
+                    box_status[box] = box_status.get(box, True) and is_removed
+                    self.box_nodes.setdefault(box, []).append(vertex.name)
+                    break
+                if name not in seen:
+                    seen.add(name)
+                    members[container].append(("cluster", name))
+                    members[name] = []
+                container = name
+            if ref is None:
+                ref = self.prefix + id_text(vertex.name)
+                members[container].append(("vertex", vertex.name))
+            self.refs[vertex.name] = ref
+        self.removed_boxes = {box for box, all_removed in box_status.items() if all_removed}
+        edges = self._collect_edges()
+        self.top = self._container("", members, None)
+        self._edge_elements(edges)
+
+    def _container(self, name: str, members: dict, parent: str | None) -> list[str]:
+        """The ids of what is drawn directly in container ``name``, each element made."""
+        ids = []
+        for what, key in members[name]:
+            if what == "vertex":
+                ids.append(self._vertex(self.vertices[key], parent))
+            elif what == "box":
+                ids.append(self._box(key, parent))
+            elif self._inline(key, members[key]):
+                ids.append(self._vertex(self.vertices[members[key][0][1]], parent, module=key))
+            else:
+                ids.append(self._cluster(key, members, parent))
+        return ids
+
+    def _inline(self, name: str, inside: list[tuple[str, str]]) -> bool:
+        """A module call holding one node and nothing else is drawn as that node."""
+        return (
+            len(inside) == 1
+            and inside[0][0] == "vertex"
+            and not self.calls[name].children
+            and name not in self.marks.boundaries
+            and name not in self.marks.fused  # its cluster says it is fused
+        )
+
+    def _cluster(self, name: str, members: dict, parent: str | None) -> str:
+        title = self._module_title(name)
+        classes = ["module"]
+        style = []
+        if name in self.marks.boundaries:
+            replacement = self.context.replacement(name)
+            title += f" → {shown(type(replacement).__name__)}"
+            classes.append("swapped-boundary")
+            style.append(SWAPPED_BOUNDARY)
+        if name in self.marks.fused:
+            title += " (fused)"
+            classes.append("fused")
+            style.append(FUSED)
+        if name in self.marks.highlighted:
+            classes.append("highlighted")
+            style.append(HIGHLIGHTED)
+        cluster_id = f"{self.prefix}cluster:{id_text(name)}"
+        self.clusters.append(name)
+        self.rows[cluster_id] = ()  # its place in drawing order: before its members
+        inside = self._container(name, members, cluster_id)
+        self.rows[cluster_id] = (  # PictureCluster's fields
+            cluster_id,
+            name,
+            tuple(classes),
+            title,
+            self._module_tooltip(name),
+            parent,
+            tuple(inside),
+            self.calls[name].fqn,
+            tuple(style),
+        )
+        return cluster_id
+
+    # -- nodes -------------------------------------------------------------------------
+
+    def _vertex(self, vertex: _Vertex, parent: str | None, module: str | None = None) -> str:
+        self.drawn += 1
+        kind = vertex.kind
+        status = self.marks.status.get(vertex.name, "")
+        highlighted = (module is not None and module in self.marks.highlighted) or (
+            vertex.name in self.marks.highlighted_vertices
+        )
+        local = id_text(vertex.name)  # an fx name: itself
+        label, tooltip = self._text(vertex)
+        label = _lines(label, self._sharing(self.prefix + local))
+        classes = [kind]
+        style = []
+        color = None
+        if module is not None:
+            classes.append("module")
+            label = f"{self._module_title(module)}\n{label}"
+            tooltip = f"{self._module_tooltip(module)}\n\n{tooltip}"
+            color = self.calls[module].fqn
+        if highlighted:
+            classes.append("highlighted")
+            style.append(HIGHLIGHTED)
+        if status == "removed":
+            classes.append("removed")
+            style.append(REMOVED)
+        elif status == "added":
+            classes.append("added")
+            style.append(ADDED)
+            label = "+ " + label
+        node_id = f"{self.prefix}node:{local}"
+        calls = (module,) if module is not None else ()
+        self.rows[node_id] = (  # PictureNode's fields
+            node_id,
+            kind,
+            vertex.name,
+            calls,
+            tuple(classes),
+            label,
+            tooltip,
+            parent,
+            (),
+            color,
+            tuple(style),
+        )
+        return node_id
+
+    def _text(self, vertex: _Vertex) -> tuple[str, str]:
+        """(label, tooltip) of a node."""
+        node, kind = self.nodes[vertex.name], vertex.kind
+        if kind == _SWAPPED:
+            return self._swapped_text(vertex)
+        value = _value(node, self.context.dims)
+        if kind == _INPUT:
+            return _lines(node.name, value), _lines(f"{node.name}: input of the program", value)
+        if kind == _OUTPUT:
+            return "output", "output of the program"
+        if kind in (_BUFFER, _CONSTANT, _PARAMETER):
+            target = self.context.targets.get(vertex.name, vertex.name)
+            label = _lines(shown(target), value)
+            return label, _lines(f"{node.name}: {kind} {shown(target, TOOLTIP_NAME_LIMIT)}", value)
+        label = _lines(_meta.op_text(node), value)
+        # the op, and the arguments the picture's edges cannot show (scale, dims, a mask)
+        arguments = _meta.arguments_text(node, state=self.context.targets)
+        tooltip = _lines(f"{node.name} = {_meta.op_text(node, 'full')}", arguments, value)
+        folded = vertex.params + vertex.buffers
+        if folded and not self.scene.show_parameters:
+            targets = [self.context.targets.get(p, p) for p in folded]
+            names = [shown(_relative(t, vertex.chain)) for t in targets]
+            label += "\n+ " + _meta.shorten(", ".join(names), 40)
+            for i, (name, target) in enumerate(zip(folded, targets)):
+                state = self.context.placeholders.get(name)
+                described = _value(state, self.context.dims) if state is not None else ""
+                what = "parameter" if i < len(vertex.params) else "buffer"
+                tooltip += f"\n{what} {shown(target, TOOLTIP_NAME_LIMIT)} {described}".rstrip()
+        return label, _lines(tooltip, source_text(node))
+
+    def _swapped_text(self, vertex: _Vertex) -> tuple[str, str]:
+        call = vertex.swap_call
+        replacement = self.context.replacement(call)
+        info = self.context.info
+        part = info.partitions.get(call) if info is not None else None
+        kind = type(replacement)
+        signature = call_signature(part, replacement, self.context.program.ep) if part else ""
+        label = _lines(f"{shown(call)}: swapped", shown(kind.__name__), signature)
+        shown_call = shown(call, TOOLTIP_NAME_LIMIT)
+        tooltip = f"{vertex.name}: {shown_call} runs {kind.__module__}.{kind.__qualname__}"
+        if part is not None:
+            tooltip += f"\nin place of {len(part.nodes)} nodes of {part.type_name}"
+        return label, tooltip
+
+    def _box(self, first: str, parent: str | None) -> str:
+        self.drawn += 1
+        members = self.runs.get(first, [first])
+        self.boxes += members
+        calls = [self.calls[m] for m in members]
+        highlighted = any(m in self.marks.highlighted for m in members)
+        nodes = sum(c.nodes for c in calls)
+        numel = self.context.numel(set().union(*(c.params for c in calls)))
+        counts = _plural(nodes, "node") + (f" · {_meta.count_text(numel)} params" if numel else "")
+        if len(members) > 1:
+            first_name, last_name = shown(members[0]), shown(members[-1])
+            title = f"{first_name} … {last_name}: {self._type_name(first)} × {len(members)}"
+            tooltip = f"{len(members)} calls of {calls[0].type}, collapsed\n{counts}"
+        else:
+            title = self._module_title(first)
+            tooltip = f"{self._module_tooltip(first)}\ncollapsed"
+        ref = self._box_ref(first)
+        removed = first in self.removed_boxes
+        fused = len(members) == 1 and first in self.marks.fused
+        if fused:
+            title += " (fused)"
+            tooltip += "\nfused: one call of a GraphModule of these nodes; opens into them"
+        label = _lines(title, counts, self._sharing(ref))
+        classes = ["module", "collapsed"]
+        style = []
+        for token, on in ((FUSED, fused), (HIGHLIGHTED, highlighted), (REMOVED, removed)):
+            if on:
+                classes.append(token)
+                style.append(token)
+        self.rows[ref] = (  # PictureNode's fields
+            ref,
+            "box",
+            None,
+            tuple(members),
+            tuple(classes),
+            label,
+            tooltip,
+            parent,
+            tuple(self.box_nodes.get(first, ())),
+            calls[0].fqn,
+            tuple(style),
+        )
+        return ref
+
+    def _box_ref(self, first: str) -> str:
+        members = self.runs.get(first)
+        if members:
+            return f"{self.prefix}modules:{id_text(members[0])}..{id_text(members[-1])}"
+        return f"{self.prefix}module:{id_text(first)}"
+
+    # -- module text -------------------------------------------------------------------
+
+    def _type_name(self, name: str) -> str:
+        return shown(self.calls[name].type.rsplit(".", 1)[-1] or "?")
+
+    def _module_title(self, name: str) -> str:
+        return f"{shown(name)}: {self._type_name(name)}"
+
+    def _module_tooltip(self, name: str) -> str:
+        # asked once per drawn node of a module: computed once per module call
+        cached = self._tooltips.get(name)
+        if cached is None:
+            cached = self._tooltips[name] = self._describe_module(name)
+        return cached
+
+    def _describe_module(self, name: str) -> str:
+        call = self.calls[name]
+        numel = self.context.numel(call.params)
+        text = f"{shown(name, TOOLTIP_NAME_LIMIT)}: {call.type}\n{_plural(call.nodes, 'node')}"
+        if numel:
+            text += f", {numel:,} parameters"
+        part = self.context.partitions().get(name)
+        if part is not None:
+            text += "\nswappable" if part.swappable else f"\nnot swappable: {part.reason}"
+        return text
+
+    # -- edges -------------------------------------------------------------------------
+
+    def _collect_edges(self) -> dict[tuple[str, str, str], list[str]]:
+        """Edges between drawn nodes and boxes: ``(tail, head, index path) -> diff marks``.
+
+        A value that goes to more than ``_MAX_FANOUT`` nodes or boxes (rotary tables, masks,
+        positions fed to every layer) would tie the whole picture together with long edges:
+        its edges are left out, it says how many users it has, and each user names it.
+        """
+        status = self.marks.status
+        plain = {self.prefix + id_text(name) for name in self.vertices}
+        edges: dict[tuple[str, str, str], list[str]] = {}
+
+        aliases = self.scene.aliases
+
+        def add(source: str, target: str, path: str, mark: str) -> None:
+            source, target = aliases.get(source, source), aliases.get(target, target)
+            tail, head = self.refs.get(source), self.refs.get(target)
+            if tail is None or head is None or tail == head:
+                return  # not in this picture, or inside one box
+            if tail not in plain or head not in plain:
+                path = ""  # edges of a box are aggregated: one per neighbour
+            edges.setdefault((tail, head, path), []).append(mark)
+
+        for vertex in self.scene.vertices:
+            for source, path in vertex.inputs:
+                add(source, vertex.name, path, status.get(source) or status.get(vertex.name, ""))
+            if self.scene.show_parameters:
+                for source in vertex.params + vertex.buffers:
+                    add(source, vertex.name, "", status.get(vertex.name, ""))
+        for source, target, path in self.extra_edges:
+            add(source, target, path, "removed")
+        users: dict[str, set[str]] = {}
+        for tail, head, _ in edges:
+            users.setdefault(tail, set()).add(head)
+        self.fanout = {
+            tail: len(heads) for tail, heads in users.items() if len(heads) > _MAX_FANOUT
+        }
+        for tail, head, _ in edges:
+            if tail in self.fanout:
+                shared = self.shared.setdefault(head, [])
+                if tail not in shared:
+                    shared.append(tail)
+        return {key: marks for key, marks in edges.items() if key[0] not in self.fanout}
+
+    def _local(self, ref: str) -> str:
+        """A drawn node's name without the picture's prefix (``before/module:x`` ->
+        ``module:x``)."""
+        return ref[len(self.prefix) :]
+
+    def _sharing(self, ref: str) -> str:
+        """The label line of a node or box that uses, or is, a value shared by many."""
+        lines = []
+        if ref in self.fanout:
+            lines.append(f"{self._name_of_ref(ref)} → {self.fanout[ref]} users")
+        if ref in self.shared:
+            names = [self._name_of_ref(tail) for tail in self.shared[ref]]
+            lines.append("shared: " + _meta.shorten(", ".join(names), 40))
+        return "\n".join(lines)
+
+    def _name_of_ref(self, ref: str) -> str:
+        """What a label calls a drawn node: its fx node or module name, as labels show names."""
+        return shown(name_of_id_text(self._local(ref).removeprefix("module:")))
+
+    def element_id(self, ref: str) -> str:
+        """The element id of a drawn node: ``before/linear`` -> ``before/node:linear``; a box's
+        name is its id."""
+        if ref in self.rows:
+            return ref
+        return f"{self.prefix}node:{self._local(ref)}"
+
+    def _edge_elements(self, edges: dict[tuple[str, str, str], list[str]]) -> None:
+        repeats: dict[tuple[str, str], int] = {}
+        for (tail, head, path), marks in edges.items():
+            # An aggregated edge is marked removed or added only when all its parts are.
+            mark = marks[0] if all(m == marks[0] for m in marks) else ""
+            repeat = repeats[(tail, head)] = repeats.get((tail, head), 0) + 1
+            edge_id = f"{self.prefix}edge:{self._local(tail)}->{self._local(head)}"
+            if repeat > 1:
+                edge_id += f":{repeat}"
+            self.edges.append(  # PictureEdge's fields
+                (edge_id, self.element_id(tail), self.element_id(head), path, mark, None)
+            )
+
+
+# More users than this and a value's edges are left out (see _Writer._collect_edges).
+_MAX_FANOUT = 8
+
+
+# -- the picture -----------------------------------------------------------------------------
+
+
+def _picture(name: str, writers: list[_Writer], aliases: Mapping[str, str]) -> Picture:
+    """The Picture of one drawing, or of the two sides of a split diff."""
+    if len(writers) == 1:
+        (writer,) = writers
+        return Picture(name, tuple(writer.top), writer.rows, tuple(writer.edges))
+    rows: dict[str, tuple] = {}
+    top, edges = [], []
+    for writer, title in zip(writers, ("before", "after")):
+        side = f"diff:{title}"
+        # PictureCluster's fields: a side has no module call
+        rows[side] = (side, None, ("diff",), title, "", None, tuple(writer.top), None, (SIDE,))
+        for element_id, row in writer.rows.items():
+            parent = _PARENT_FIELD[len(row)]
+            if row[parent] is None:  # the side's own top level
+                row = (*row[:parent], side, *row[parent + 1 :])
+            rows[element_id] = row
+        top.append(side)
+        edges += [(*row[:-1], side) for row in writer.edges]
+    rank_same = _alignment(*writers, aliases)
+    return Picture(name, tuple(top), rows, tuple(edges), rank_same, split=True)
+
+
+# Where a row keeps the id of the cluster it is in: PictureNode rows have 11 fields, PictureCluster 9.
+_PARENT_FIELD = {11: 7, 9: 5}
+
+
+def _alignment(
+    before: _Writer, after: _Writer, aliases: Mapping[str, str]
+) -> tuple[tuple[str, str], ...]:
+    """Pairs of nodes drawn level: each node kept by the swap, in both pictures."""
+    pairs = []
+    seen = set()
+    for name, ref in before.refs.items():
+        other = after.refs.get(aliases.get(name, name))
+        if other is None or (ref, other) in seen:
+            continue
+        seen.add((ref, other))
+        pairs.append((before.element_id(ref), after.element_id(other)))
+    return tuple(pairs)

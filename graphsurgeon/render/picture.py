@@ -1,0 +1,520 @@
+r"""Picture: what a drawing of a program shows, as data, and its lowering to graphviz DOT.
+
+:func:`graphsurgeon.to_dot` works in two steps, so that nothing about a picture has to be read
+back out of its text: the renderer decides what is drawn, where, what each element stands for
+and how it is marked, and builds a frozen :class:`Picture` of semantic records (kind, classes,
+label, tooltip, style tokens such as ``"highlighted"`` or the module whose colour fills it);
+:meth:`Picture.to_dot` lowers it to DOT, and it alone knows DOT: the colours, shapes, line
+styles, the default attributes, quoting and the escaping of tooltips. Another output (another
+layout engine, an overlay) reads the same records.
+
+The same Picture is the map from an id in the SVG (``node:linear``, ``cluster:layers.0``,
+``module:layers.1``, ``edge:x->linear``) to what it stands for (the fx node, the module call),
+so a click in the page is resolved from data, never by parsing ids: ``picture[id]``,
+:meth:`~Picture.element_of_node`, :meth:`~Picture.elements_of_call`, :meth:`~Picture.inside`,
+:meth:`~Picture.edges_in` and :meth:`~Picture.edges_out`. Names in ids and labels are written
+as :func:`graphsurgeon.display.id_text` and :func:`graphsurgeon.display.shown` write them.
+
+Example:
+    >>> import torch, graphsurgeon as gs
+    >>> from graphsurgeon.render import graph_view
+    >>> model = torch.nn.Sequential(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU()))
+    >>> picture = graph_view(gs.export(model, (torch.randn(1, 2),))).picture
+    >>> picture["cluster:0"].call, picture["node:linear"].node, picture["node:linear"].cluster
+    ('0', 'linear', 'cluster:0')
+    >>> picture.elements_of_call("0"), picture.inside("cluster:0")
+    (('cluster:0',), ('node:linear', 'node:relu'))
+    >>> [edge.tail for edge in picture.edges_in("node:relu")]
+    ['node:linear']
+    >>> picture.to_dot() == graph_view(gs.export(model, (torch.randn(1, 2),))).dot
+    True
+"""
+
+from __future__ import annotations
+
+import colorsys
+import functools
+import hashlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from ..display import id_text, label_text
+from ..errors import RenderError, did_you_mean
+
+__all__ = [
+    "ADDED",
+    "FUSED",
+    "HIGHLIGHTED",
+    "REMOVED",
+    "SIDE",
+    "SWAPPED_BOUNDARY",
+    "Picture",
+    "PictureCluster",
+    "PictureEdge",
+    "PictureNode",
+    "quote",
+]
+
+# -- style tokens: how an element is marked, decided by the renderer, drawn by to_dot ---------
+
+#: The element is one the user asked to see (``highlight=``).
+HIGHLIGHTED = "highlighted"
+#: In a before/after picture: what the swap removed (greyed, dashed) or added (green).
+REMOVED, ADDED = "removed", "added"
+#: A fused call (its cluster, or its box).
+FUSED = "fused"
+#: The cluster of a swapped module call in a before/after picture.
+SWAPPED_BOUNDARY = "swapped-boundary"
+#: One side (before or after) of a side-by-side diff.
+SIDE = "side"
+
+
+@dataclass(frozen=True, slots=True)
+class PictureNode:
+    """A drawn node: one fx node, or one or more module calls collapsed into a box.
+
+    Attributes:
+        id: the element id, also in the SVG (``node:linear``, ``module:layers.1``,
+            ``modules:layers.0..layers.3``; prefixed ``before/`` or ``after/`` in a split diff).
+        kind: ``"op"``, ``"input"``, ``"output"``, ``"buffer"``, ``"constant"``, ``"parameter"``,
+            ``"swapped"`` (a replacement's call), ``"glue"``, ``"check"``; ``"box"`` for a
+            collapsed module call. The kind says its shape.
+        node: the fx node it draws (None for a box).
+        calls: the module calls it stands for: a box's calls, or the module a single-node
+            call is drawn as; else empty.
+        classes: the classes it carries in the SVG (``op module highlighted``).
+        label: its text, lines separated by newlines.
+        tooltip: its tooltip text.
+        cluster: the id of the cluster it is drawn in, or None at the top.
+        members: for a box, the fx nodes collapsed into it (in graph order); else empty.
+        color: the module whose colour fills it (its fqn: a box's first call, the module a
+            single-node call is drawn as), or None for the colour of its kind.
+        style: its style tokens (:data:`HIGHLIGHTED`, :data:`REMOVED`, :data:`ADDED`,
+            :data:`FUSED`).
+    """
+
+    id: str
+    kind: str
+    node: str | None
+    calls: tuple[str, ...]
+    classes: tuple[str, ...]
+    label: str
+    tooltip: str
+    cluster: str | None
+    members: tuple[str, ...] = field(repr=False)
+    color: str | None = field(default=None, repr=False)
+    style: tuple[str, ...] = field(default=(), repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class PictureCluster:
+    """An open module call (``cluster:<call>``), or one side of a split diff (``diff:before``).
+
+    Attributes:
+        id: the element id, also in the SVG.
+        call: the module call it draws, or None for a side of a split diff.
+        classes: its classes (``module``, ``highlighted``, ``swapped-boundary``, ``fused``).
+        label: its title.
+        tooltip: its tooltip text.
+        cluster: the id of the cluster it is drawn in, or None at the top.
+        members: the ids of what is drawn directly inside it, in drawing order.
+        color: the module whose colour fills it (its fqn), or None (a side of a split diff).
+        style: its style tokens (:data:`HIGHLIGHTED`, :data:`SWAPPED_BOUNDARY`,
+            :data:`FUSED`; :data:`SIDE` for a side of a split diff).
+    """
+
+    id: str
+    call: str | None
+    classes: tuple[str, ...]
+    label: str
+    tooltip: str
+    cluster: str | None
+    members: tuple[str, ...]
+    color: str | None = field(default=None, repr=False)
+    style: tuple[str, ...] = field(default=(), repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class PictureEdge:
+    """A drawn edge: a value going from one drawn node (or box) to another.
+
+    Attributes:
+        id: ``edge:<tail>-><head>`` (``:2``, ``:3``... for a repeated pair).
+        tail: the id of the node it comes from.
+        head: the id of the node it goes to.
+        path: the index taken from the tail's value (``[0]``), or ``""``.
+        mark: its style token in a diff: :data:`REMOVED` or :data:`ADDED`, else ``""``.
+        cluster: the side of a split diff it is written in (``diff:before``), else None.
+    """
+
+    id: str
+    tail: str
+    head: str
+    path: str
+    mark: str
+    cluster: str | None = None
+
+
+Element = PictureNode | PictureCluster | PictureEdge
+
+
+@dataclass(frozen=True)
+class Picture:
+    """A whole drawing: its clusters, nodes and edges by id, and how they nest.
+
+    ``picture[id]`` is the element with that id (a :class:`PictureNode`,
+    :class:`PictureCluster` or :class:`PictureEdge`); iterating gives every id in drawing order.
+    A picture of a large program holds thousands of elements: each is kept as a plain row of
+    its fields and becomes an object when asked for, so drawing costs no more than writing.
+
+    Attributes:
+        name: the graph's name (the model's type).
+        top: the ids drawn at the top level, in order.
+        rank_same: pairs of node ids drawn level with each other (a split diff).
+        split: whether it is a side-by-side diff (two top-level clusters).
+    """
+
+    name: str
+    top: tuple[str, ...] = field(repr=False)
+    # id -> the fields of a PictureNode (11) or a PictureCluster (9), in field order
+    rows: Mapping[str, tuple] = field(repr=False)
+    # the fields of each PictureEdge, in drawing order
+    edge_rows: tuple[tuple, ...] = field(repr=False)
+    rank_same: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    split: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_edge_index", {row[0]: row for row in self.edge_rows})
+        object.__setattr__(self, "_made", {})
+        object.__setattr__(self, "_lookups", None)
+        boxes: dict[str, str] = {}
+        for element_id, row in self.rows.items():
+            if len(row) == _NODE_FIELDS and row[_MEMBERS]:  # a box: its fx nodes
+                prefix = element_id[: element_id.index("module")]
+                for member in row[_MEMBERS]:
+                    boxes[prefix + member] = element_id
+        object.__setattr__(self, "_box_of", boxes)
+
+    def __getitem__(self, element_id: str) -> Element:
+        made = self._made.get(element_id)
+        if made is not None:
+            return made
+        row = self.rows.get(element_id)
+        if row is not None:
+            made = (PictureNode if len(row) == _NODE_FIELDS else PictureCluster)(*row)
+        elif element_id in self._edge_index:
+            made = PictureEdge(*self._edge_index[element_id])
+        else:
+            raise RenderError(
+                f"the picture has no element {element_id!r}.{did_you_mean(element_id, self)}"
+            )
+        self._made[element_id] = made
+        return made
+
+    def __contains__(self, element_id: object) -> bool:
+        return element_id in self.rows or element_id in self._edge_index
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.rows
+        yield from self._edge_index
+
+    def __len__(self) -> int:
+        return len(self.rows) + len(self.edge_rows)
+
+    @property
+    def nodes(self) -> tuple[PictureNode, ...]:
+        """Every drawn node and box, in drawing order."""
+        return tuple(self[i] for i, row in self.rows.items() if len(row) == _NODE_FIELDS)
+
+    @property
+    def clusters(self) -> tuple[PictureCluster, ...]:
+        """Every cluster, in drawing order."""
+        return tuple(self[i] for i, row in self.rows.items() if len(row) != _NODE_FIELDS)
+
+    @property
+    def edges(self) -> tuple[PictureEdge, ...]:
+        """Every edge, in drawing order."""
+        return tuple(self[row[0]] for row in self.edge_rows)
+
+    # -- lookups -----------------------------------------------------------------------------
+
+    def element_of_node(self, node: str, prefix: str = "") -> PictureNode | None:
+        """Where fx node ``node`` is drawn: its own node, else the box it was collapsed into
+        (None when it is not drawn: glue, a check, a node of another program). ``prefix``:
+        which picture of a split diff (``"before/"``, ``"after/"``)."""
+        own = f"{prefix}node:{id_text(node)}"
+        if own in self.rows:
+            return self[own]
+        box = self._box_of.get(prefix + node)
+        return self[box] if box is not None else None
+
+    def elements_of_call(self, call: str) -> tuple[str, ...]:
+        """The ids of every element drawing module call ``call``: its cluster, the box it is
+        collapsed into (a run's box draws each of its calls), or the node a call of one node
+        is drawn as; in both pictures of a split diff. Empty when no element draws it alone
+        (it is inside a box, or not in the picture)."""
+        return tuple(self._index()[0].get(call, ()))
+
+    def inside(self, element_id: str) -> tuple[str, ...]:
+        """The ids of the nodes and boxes drawn inside cluster ``element_id``, at any depth,
+        in drawing order (empty for a node or a box)."""
+        self[element_id]  # an unknown id is refused, with the ids it may have meant
+        return tuple(self._index()[1].get(element_id, ()))
+
+    def edges_in(self, element_id: str) -> tuple[PictureEdge, ...]:
+        """The edges that feed node or box ``element_id`` (what it reads), in drawing order."""
+        self[element_id]
+        return tuple(self[edge] for edge in self._index()[2].get(element_id, ()))
+
+    def edges_out(self, element_id: str) -> tuple[PictureEdge, ...]:
+        """The edges that leave node or box ``element_id`` (what reads it), in drawing order."""
+        self[element_id]
+        return tuple(self[edge] for edge in self._index()[3].get(element_id, ()))
+
+    def _index(self) -> tuple[dict, dict, dict, dict]:
+        """(call -> ids, cluster -> nodes inside, node -> edges in, node -> edges out), built
+        once, on the first lookup: drawing a picture does not pay for them."""
+        if self._lookups is not None:
+            return self._lookups
+        of_call: dict[str, list[str]] = {}
+        inside: dict[str, list[str]] = {}
+        rows = self.rows
+        for element_id, row in rows.items():
+            if len(row) == _NODE_FIELDS:
+                calls = row[_CALLS]
+                parent = row[_NODE_CLUSTER]
+                while parent is not None:
+                    inside.setdefault(parent, []).append(element_id)
+                    parent = rows[parent][_CLUSTER_CLUSTER]
+            else:
+                calls = (row[_CALL],) if row[_CALL] is not None else ()
+            for call in calls:
+                of_call.setdefault(call, []).append(element_id)
+        incoming: dict[str, list[str]] = {}
+        outgoing: dict[str, list[str]] = {}
+        for edge in self.edge_rows:
+            outgoing.setdefault(edge[_TAIL], []).append(edge[0])
+            incoming.setdefault(edge[_HEAD], []).append(edge[0])
+        lookups = (of_call, inside, incoming, outgoing)
+        object.__setattr__(self, "_lookups", lookups)
+        return lookups
+
+    # -- the lowering to DOT -----------------------------------------------------------------
+
+    def to_dot(self) -> str:
+        """The DOT text: the clusters nested as drawn, then the edges, then the alignment.
+        Every DOT style (colours, shapes, line styles, default attributes) is decided here."""
+        lines = [f"digraph {quote(self.name)} {{", _HEADER]
+        if self.split:
+            lines.append("  newrank=true;")  # lets nodes of the two sides share a rank
+        edges: dict[str | None, list[str]] = {}
+        for row in self.edge_rows:
+            edges.setdefault(row[_EDGE_CLUSTER], []).append(_edge_statement(row))
+        for element_id in self.top:
+            self._lower(element_id, "  ", lines, edges)
+        lines += ["  " + statement for statement in edges.get(None, ())]
+        lines += [
+            f"  {{rank=same; {quote(_dot_name(a))}; {quote(_dot_name(b))};}}"
+            for a, b in self.rank_same
+        ]
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    def _lower(
+        self, element_id: str, indent: str, lines: list[str], edges: Mapping[str | None, list]
+    ) -> None:
+        row = self.rows[element_id]
+        if len(row) == _NODE_FIELDS:
+            lines.append(indent + _node_statement(row))
+            return
+        members, style = row[_CLUSTER_MEMBERS], row[_CLUSTER_STYLE]
+        if SIDE in style:  # a side of a split diff: its attributes on one line
+            lines.append(f"{indent}subgraph {quote('cluster:' + element_id[5:])} {{")
+            attributes = (
+                ("id", quote(element_id)),
+                ("label", quote(row[_CLUSTER_LABEL])),
+                ("fontsize", "12"),
+                ("color", '"#d1d5db"'),
+            )
+            lines.append(f"{indent}  " + " ".join(f"{k}={v};" for k, v in attributes))
+        else:
+            # graphviz draws a subgraph as a cluster only when its name starts with "cluster"
+            at = element_id.index("cluster:")
+            name = "cluster:" + element_id[:at] + element_id[at + 8 :]
+            lines.append(f"{indent}subgraph {quote(name)} {{")
+            lines += [f"{indent}  {key}={value};" for key, value in _cluster_attributes(row)]
+        for member in members:
+            self._lower(member, indent + "  ", lines, edges)
+        lines += [indent + "  " + statement for statement in edges.get(element_id, ())]
+        lines.append(f"{indent}}}")
+
+
+# Positions in the rows a Picture keeps (the fields of PictureNode, PictureCluster and
+# PictureEdge, in order).
+_NODE_FIELDS = 11
+_KIND, _CALLS, _NODE_CLUSTER, _MEMBERS = 1, 3, 7, 8
+_CALL, _CLUSTER_LABEL, _CLUSTER_CLUSTER, _CLUSTER_MEMBERS, _CLUSTER_STYLE = 1, 3, 5, 6, 8
+_TAIL, _HEAD, _EDGE_CLUSTER = 1, 2, 5
+
+
+# -- DOT styles ------------------------------------------------------------------------------
+
+_HEADER = (
+    '  graph [rankdir=TB, fontname="Helvetica", fontsize=10, labeljust=l, nodesep=0.18, '
+    "ranksep=0.28, outputorder=edgesfirst];\n"
+    '  node [shape=box, style="rounded,filled", fillcolor="#ffffff", color="#6b7280", '
+    'fontname="Helvetica", fontsize=9, height=0.3, margin="0.08,0.03"];\n'
+    '  edge [color="#6b7280", arrowsize=0.5, penwidth=0.8, fontname="Helvetica", fontsize=7];'
+)
+_HIGHLIGHT = "#c026d3"
+_SWAP_FILL, _SWAP_LINE = "#fed7aa", "#c2410c"
+_FUSED_LINE = "#1d4ed8"
+_ADDED, _REMOVED = "#15803d", "#9ca3af"
+_CLUSTER_LINE = "#9ca3af"
+
+
+@functools.lru_cache(maxsize=8192)
+def _color(fqn: str, strong: bool = False) -> str:
+    """A pale color derived from the module's name (sha1, so it is the same in every process)."""
+    digest = hashlib.sha1(fqn.encode("utf-8", "surrogatepass")).digest()  # any str is a name
+    hue = int.from_bytes(digest[:4], "big") / 2**32
+    lightness, saturation = (0.80, 0.85) if strong else (0.92, 0.60)
+    red, green, blue = colorsys.hls_to_rgb(hue, lightness, saturation)
+    return f"#{round(red * 255):02x}{round(green * 255):02x}{round(blue * 255):02x}"
+
+
+def quote(text: str) -> str:
+    r"""A DOT string. Backslashes are doubled so that graphviz does not read ``\N``, ``\G``,
+    ``\l`` ... in user text as its own escapes; newlines become line breaks. Characters dot or
+    SVG cannot carry (NUL ends dot's input; XML has no control characters) are shown as
+    :func:`graphsurgeon.display.shown` shows them (:func:`graphsurgeon.display.label_text`).
+
+    Example:
+        >>> print(quote('say "hi"\nto \\N'))
+        "say \"hi\"\nto \\N"
+    """
+    # str.isprintable() is the quick test that nearly every text passes; it is stricter than
+    # label_text's pattern (False for U+2028, say), which decides when it fails
+    if not text.isprintable() and not text.replace("\n", " ").isprintable():
+        text = label_text(text)
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _tooltip(text: str) -> str:
+    # graphviz 2.43 unescapes tooltips twice, so a doubled backslash would still expand
+    # (``\\N`` shows the node name): show user backslashes as the look-alike U+29F5 instead.
+    return quote(text.replace("\\", "\u29f5"))
+
+
+_KIND_STYLE: dict[str, list[tuple[str, str]]] = {
+    "input": [("style", "filled"), ("fillcolor", '"#e5e7eb"')],
+    "output": [("style", "filled"), ("fillcolor", '"#e5e7eb"')],
+    "buffer": [("shape", "cylinder"), ("style", "filled"), ("fillcolor", '"#fef9c3"')],
+    "parameter": [("shape", "cylinder"), ("style", "filled"), ("fillcolor", '"#f3f4f6"')],
+    "constant": [("shape", "note"), ("style", "filled"), ("fillcolor", '"#f3f4f6"')],
+    "glue": [("shape", "plain"), ("fontcolor", '"#6b7280"')],
+    "check": [("shape", "plain"), ("fontcolor", '"#9ca3af"'), ("fontsize", "7")],
+    "swapped": [
+        ("style", quote("filled,bold")),
+        ("peripheries", "2"),
+        ("fillcolor", quote(_SWAP_FILL)),
+        ("color", quote(_SWAP_LINE)),
+    ],
+}
+_REMOVED_STYLE = [
+    ("style", quote("rounded,filled,dashed")),
+    ("color", quote(_REMOVED)),
+    ("fontcolor", '"#6b7280"'),
+    ("fillcolor", '"#f3f4f6"'),
+]
+_REMOVED_BOX_STYLE = [(k, v) for k, v in _REMOVED_STYLE if k != "style"] + [
+    ("style", quote("filled,dashed"))
+]
+_HIGHLIGHT_STYLE = [("color", quote(_HIGHLIGHT)), ("penwidth", "2.5")]
+
+
+def _dot_name(element_id: str) -> str:
+    """A node's name in the DOT text: ``before/node:linear`` -> ``before/linear``; a box's id
+    is its name."""
+    for prefix in ("", "before/", "after/"):
+        if element_id.startswith(prefix + "node:"):
+            return prefix + element_id[len(prefix) + 5 :]
+    return element_id
+
+
+def _merge(attributes: list[tuple[str, str]]) -> str:
+    """``id="x", label="y"``: later attributes win, the first position of each key is kept."""
+    merged: dict[str, str] = {}
+    for key, value in attributes:
+        merged[key] = value
+    return ", ".join(f"{key}={value}" for key, value in merged.items())
+
+
+def _node_statement(row: tuple) -> str:
+    element_id, kind, _, _, classes, label, tooltip, _, _, color, style = row
+    highlighted = HIGHLIGHTED in style
+    attributes = [
+        ("id", quote(element_id)),
+        ("class", quote(" ".join(classes))),
+        ("label", quote(label)),
+        ("tooltip", _tooltip(tooltip)),
+    ]
+    if kind == "box":
+        attributes += [
+            ("shape", "box3d"),
+            ("margin", '"0.1,0.06"'),
+            ("style", "filled"),
+            ("fillcolor", quote(_color(color, highlighted))),
+        ]
+        if FUSED in style:
+            attributes += [("color", quote(_FUSED_LINE)), ("penwidth", "1.5")]
+        if highlighted:
+            attributes += _HIGHLIGHT_STYLE
+        if REMOVED in style:
+            attributes += _REMOVED_BOX_STYLE
+        return f"{quote(element_id)} [{_merge(attributes)}];"
+    if color is not None:  # drawn as its module: the module's colour
+        attributes.append(("fillcolor", quote(_color(color, highlighted))))
+    attributes += _KIND_STYLE.get(kind, ())
+    if highlighted:
+        attributes += _HIGHLIGHT_STYLE
+    if REMOVED in style:
+        attributes += _REMOVED_STYLE
+    elif ADDED in style:
+        attributes += [("color", quote(_ADDED)), ("penwidth", "2")]
+    return f"{quote(_dot_name(element_id))} [{_merge(attributes)}];"
+
+
+def _cluster_attributes(row: tuple) -> list[tuple[str, str]]:
+    element_id, _, classes, label, tooltip, _, _, color, style = row
+    highlighted = HIGHLIGHTED in style
+    line_style, line, width = "filled", _CLUSTER_LINE, "0.8"
+    if SWAPPED_BOUNDARY in style:
+        line_style, line, width = "filled,dashed", _SWAP_LINE, "1.5"
+    if FUSED in style:
+        line_style, line, width = "filled,bold", _FUSED_LINE, "1.5"
+    if highlighted:
+        line, width = _HIGHLIGHT, "2.5"
+    return [
+        ("id", quote(element_id)),
+        ("class", quote(" ".join(classes))),
+        ("label", quote(label)),
+        ("tooltip", _tooltip(tooltip)),
+        ("style", quote(line_style)),
+        ("fillcolor", quote(_color(color, highlighted))),
+        ("color", quote(line)),
+        ("penwidth", width),
+    ]
+
+
+def _edge_statement(row: tuple) -> str:
+    edge_id, tail, head, path, mark, _ = row
+    attributes = [("id", quote(edge_id))]
+    if path:
+        attributes.append(("taillabel", quote(path)))
+    if mark == REMOVED:
+        attributes += [("style", "dashed"), ("color", quote(_REMOVED))]
+    elif mark == ADDED:
+        attributes += [("color", quote(_ADDED)), ("penwidth", "1.5")]
+    text = ", ".join(f"{key}={value}" for key, value in attributes)
+    return f"{quote(_dot_name(tail))} -> {quote(_dot_name(head))} [{text}];"
