@@ -37,6 +37,7 @@ def run(layers: int, rounds: int) -> dict:
     from graphsurgeon._exec import bind_inputs
     from graphsurgeon.examples import TinyGPT
     from graphsurgeon.overlay import _timed, overlay_values
+    from graphsurgeon.swap import swap_info
 
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
     from locate import buggy_attention
@@ -69,7 +70,7 @@ def run(layers: int, rounds: int) -> dict:
     for function in runs.values():  # warm-up: runnable original, timed copy, first calls
         function()
     error = overlay_values(swapped, (tokens,), kind="error")
-    call_node = gs.swap_info(swapped).call_nodes[name]
+    call_node = swap_info(swapped).call_nodes[name]
     order = [n.name for n in swapped.graph.nodes]
     before = [n for n in order[: order.index(call_node)] if n in error.nodes]
     times: dict[str, list[float]] = {label: [] for label in runs}

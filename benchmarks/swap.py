@@ -33,6 +33,7 @@ import torch.export._swap
 
 import graphsurgeon as gs
 from graphsurgeon.examples import TinyGPT
+from graphsurgeon.verify import eager_reference
 
 
 def timed(function, *args):
@@ -88,7 +89,7 @@ def run(layers: int, repeat: int, rounds: int) -> list[dict]:
             gs_times.append(timed(gs.swap, fresh, request)[0])
             torch_times.append(timed(torch.export._swap._swap_modules, ep, request)[0])
         gs_median, torch_median = statistics.median(gs_times), statistics.median(torch_times)
-        reference = gs.eager_reference(model, request)
+        reference = eager_reference(model, request)
         if not gs.verify(reference, gm, (tokens,)):
             raise SystemExit(f"{layers} layers, {label}: the swapped program does not match")
         forward = forward_ratio({"eager": reference, "gs": gm, "torch": torch_gm}, tokens, rounds)

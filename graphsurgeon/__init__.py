@@ -11,34 +11,46 @@ Example:
     >>> x = torch.randn(2, 4)
     >>> ep = gs.export(model, (x,))
     >>> gm = gs.swap(ep, {"1": torch.nn.GELU()})
-    >>> reference = gs.eager_reference(model, {"1": torch.nn.GELU()})
+    >>> reference = torch.nn.Sequential(model[0], torch.nn.GELU())  # what the swap should compute
     >>> bool(gs.verify(reference, gm, (x,)))
     True
 """
 
 from . import errors, types
+from ._derived import forget
 from .compare import Comparison, compare
-from .drawing import Drawing, draw
+from .drawing import draw
 from .errors import (
     ExportError,
     GraphSurgeonError,
     GuardError,
     InputStructureError,
-    MissingDependencyError,
-    PartitionError,
     ReplacementError,
     SwapError,
+    UnknownNameError,
 )
-from .export import export, export_notes
+from .export import export
+from .find import find
 from .fuse import fuse
 from .partition import ModuleInfo, ModuleTree, Partition, module_tree, partition
 from .render import to_dot, to_svg
 from .step import Stepper
 from .surgery import Surgery
-from .swap import swap, swap_info
-from .verify import VerifyReport, eager_reference, verify
+from .swap import swap
+from .verify import VerifyReport, verify
 
 __version__ = "0.1.0"
+
+# Names that lived here once, and where they are now (the top level keeps to what a user calls
+# most: every result type is in graphsurgeon.types, every error in graphsurgeon.errors).
+_MOVED = {
+    "export_notes": "from graphsurgeon.export import export_notes",
+    "swap_info": "from graphsurgeon.swap import swap_info",
+    "eager_reference": "from graphsurgeon.verify import eager_reference",
+    "Drawing": "from graphsurgeon.types import Drawing",
+    "PartitionError": "gs.errors.PartitionError",
+    "MissingDependencyError": "gs.errors.MissingDependencyError",
+}
 
 
 def __getattr__(name: str):
@@ -48,24 +60,25 @@ def __getattr__(name: str):
         from .widget import SurgeryWidget
 
         return SurgeryWidget
+    if name in _MOVED:
+        raise AttributeError(f"graphsurgeon.{name} has moved: {_MOVED[name]}")
     raise AttributeError(f"module 'graphsurgeon' has no attribute {name!r}")
 
 
 __all__ = [
     # the pipeline
     "export",
-    "export_notes",
     "module_tree",
     "partition",
+    "find",
     "fuse",
     "swap",
-    "swap_info",
     "verify",
-    "eager_reference",
     "compare",
     "to_dot",
     "to_svg",
     "draw",
+    "forget",
     "Stepper",
     "Surgery",
     "SurgeryWidget",
@@ -75,16 +88,14 @@ __all__ = [
     "Partition",
     "VerifyReport",
     "Comparison",
-    "Drawing",
     # errors (every one: graphsurgeon.errors)
     "GraphSurgeonError",
+    "UnknownNameError",
     "ExportError",
-    "PartitionError",
     "SwapError",
     "ReplacementError",
     "InputStructureError",
     "GuardError",
-    "MissingDependencyError",
     # modules
     "errors",
     "types",

@@ -24,6 +24,7 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.fx import GraphModule, Node
 
+from . import _derived
 from ._meta import describe_spec
 from .errors import GraphSurgeonError
 from .partition import program_index
@@ -68,17 +69,17 @@ def original_nodes(ep: ExportedProgram) -> dict[str, Node]:
 
 
 def _original_entry(ep: ExportedProgram) -> tuple[GraphModule, dict[str, Node]]:
-    # kept with the program's index: made again exactly when the index is (a new graph)
-    derived = program_index(ep).derived
-    entry = derived.get("runnable original")
-    if entry is None:
-        module = rewrite(ep, {}, weak=True)  # what the index keeps must not keep ep alive
+    program_index(ep)  # refuses what is not a program, as every entry point does
+
+    def make() -> tuple[GraphModule, dict[str, Node]]:
+        module = rewrite(ep, {}, weak=True)  # what the record keeps must not keep ep alive
         by_name = {n.name: n for n in module.graph.nodes}
         same = {
             old: by_name[new] for old, new in swap_info(module).node_map.items() if new in by_name
         }
-        entry = derived["runnable original"] = (module, same)
-    return entry
+        return module, same
+
+    return _derived.cached(ep, "runnable original", make)
 
 
 def _placeholder_signature(gm: GraphModule) -> inspect.Signature:

@@ -114,7 +114,7 @@ def not_a_program(value: object) -> NotAProgramError:
     if isinstance(meta, dict) and _meta.INFO in meta:
         return NotAProgramError(
             f"{got}, a program made by gs.swap or gs.fuse. Pass the ExportedProgram it was made "
-            "from (gs.swap_info(gm).program) with every replacement in one mapping, or make the "
+            "from (graphsurgeon.swap.swap_info(gm).program) with every replacement in one mapping, or make the "
             "changes step by step with gs.Surgery(ep)"
         )
     if _is_surgery(value):

@@ -613,7 +613,7 @@ def compare(
     if info.program is not ep:
         raise CompareError(
             "compare: the swapped program was made from another ExportedProgram than the one "
-            "given; pass the program it was made from (gs.swap_info(swapped).program)"
+            "given; pass the program it was made from (graphsurgeon.swap.swap_info(swapped).program)"
         )
     original, same = runnable_original(ep), original_nodes(ep)
     # fused calls run the program's own nodes: nothing to compare there

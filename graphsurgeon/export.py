@@ -19,7 +19,6 @@ import logging
 import re
 import time
 import warnings
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +27,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
+from . import _derived
 from ._meta import CALL_SUFFIX, ambiguous_name_message
 from .errors import ExportError, UnknownModuleError, a_type, did_you_mean
 
@@ -108,10 +108,6 @@ class ExportNotes:
         return d.bundle(head + dropped, repr(self), include, exclude)
 
 
-# Notes of the programs this process exported, without keeping the programs alive.
-_NOTES: weakref.WeakKeyDictionary[ExportedProgram, ExportNotes] = weakref.WeakKeyDictionary()
-
-
 # Where a program carries its notes: ep.graph_module.meta["custom"][_NOTES_KEY], which
 # torch.export.save serializes (as JSON) and torch.export.load restores.
 _NOTES_KEY = "graphsurgeon.export_notes"
@@ -120,27 +116,27 @@ _NOTES_KEY = "graphsurgeon.export_notes"
 def export_notes(ep: ExportedProgram) -> ExportNotes | None:
     """The notes :func:`export` kept for ``ep`` (also when it was saved and loaded again), or
     None when ``ep`` was made elsewhere."""
-    notes = _NOTES.get(ep)
-    if notes is None:
+
+    def read() -> ExportNotes | None:
         meta = getattr(getattr(ep, "graph_module", None), "meta", None)
         custom = meta.get("custom") if isinstance(meta, dict) else None
         text = custom.get(_NOTES_KEY) if isinstance(custom, dict) else None
-        if isinstance(text, str):
-            notes = ExportNotes.from_json(text)
-            if notes is not None:
-                _NOTES[ep] = notes
-    return notes
+        return ExportNotes.from_json(text) if isinstance(text, str) else None
+
+    if not isinstance(ep, ExportedProgram):
+        return None
+    return _derived.cached(ep, "export notes", read)
 
 
 def record_notes(ep: ExportedProgram, notes: ExportNotes) -> None:
     """Keep ``notes`` for ``ep`` (made or exported again by graphsurgeon), in this process and
     in the program itself (it carries them through ``torch.export.save`` and ``load``)."""
-    _NOTES[ep] = notes
     meta = ep.graph_module.meta
     custom = meta.get("custom")
     if not isinstance(custom, dict):
         custom = meta["custom"] = {}
     custom[_NOTES_KEY] = notes.to_json()
+    _derived.derived(ep)["export notes"] = notes
 
 
 def positional_parameters(module: torch.nn.Module) -> tuple[str, ...]:

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from torch.export import ExportedProgram
 from torch.fx import GraphModule
 
+from . import _derived
 from .errors import SwapError
 from .partition import program_index
 from .rewrite import FUSE, cut_call, rewrite
@@ -37,7 +38,7 @@ def fuse(
 
     Returns:
         A runnable GraphModule that computes what ``ep`` computes, bit for bit, and refuses what
-        it refuses. ``gs.swap_info(gm).calls[name]`` is the fused call's GraphModule: runnable on
+        it refuses. ``swap_info(gm).calls[name]`` (:func:`graphsurgeon.swap.swap_info`) is the fused call's GraphModule: runnable on
         its own with the module's arguments, printable (``.code``), and re-exportable.
 
     Example:
@@ -48,7 +49,8 @@ def fuse(
         >>> gm = gs.fuse(ep, ["0"])
         >>> torch.equal(gm(x), ep.module()(x))
         True
-        >>> block = gs.swap_info(gm).calls["0"]
+        >>> from graphsurgeon.swap import swap_info
+        >>> block = swap_info(gm).calls["0"]
         >>> [n.op for n in block.graph.nodes]
         ['placeholder', 'get_attr', 'get_attr', 'call_function', 'output']
     """
@@ -79,8 +81,7 @@ def fused_call(ep: ExportedProgram, name: str) -> GraphModule:
         tensor([[0., 2.]])
     """
     index = program_index(ep)
-    # kept with the program's index: made again exactly when the index is (a new graph)
-    cuts = index.derived.setdefault("cuts", {})
+    cuts = _derived.cached(ep, "cuts", dict)  # made again when the graph changed
     if name not in cuts:
         cuts[name] = cut_call(index, name)
     return cuts[name]

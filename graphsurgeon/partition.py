@@ -24,7 +24,7 @@ from torch.export import ExportedProgram
 from torch.export.exported_program import ModuleCallSignature
 from torch.fx import Node
 
-from . import _meta
+from . import _derived, _meta
 from ._meta import CALL_SUFFIX, ambiguous_name_message, split_call_name
 from ._program import not_a_program
 from .errors import (
@@ -659,14 +659,11 @@ def _common_prefix(chains: list[tuple[str, ...]]) -> tuple[str, ...]:
     return first[:length]
 
 
-# Indexes of graphs seen in this process, without keeping the graphs alive.
-_CALL_INDEXES: weakref.WeakKeyDictionary[torch.fx.Graph, CallIndex] = weakref.WeakKeyDictionary()
-
-
 def call_index(program: ExportedProgram | torch.fx.GraphModule | torch.fx.Graph) -> CallIndex:
-    """The :class:`CallIndex` of a program's graph, built once per graph (and again if the
-    graph changed size). For an ExportedProgram, its lifted parameters and buffers are placed
-    with the nodes that read them; its user inputs are top-level."""
+    """The :class:`CallIndex` of a program's graph, built once (kept by
+    :mod:`graphsurgeon._derived`, under its one rule). For an ExportedProgram, its lifted
+    parameters and buffers are placed with the nodes that read them; its user inputs are
+    top-level."""
     state: frozenset[str] = frozenset()
     if isinstance(program, ExportedProgram):
         state = frozenset(
@@ -679,11 +676,7 @@ def call_index(program: ExportedProgram | torch.fx.GraphModule | torch.fx.Graph)
         graph = program.graph
     else:
         graph = program
-    index = _CALL_INDEXES.get(graph)
-    if index is None or index.size != len(graph.nodes):
-        index = CallIndex(graph, state)
-        _CALL_INDEXES[graph] = index
-    return index
+    return _derived.cached(program, "call index", lambda: CallIndex(graph, state))
 
 
 class ProgramIndex:
@@ -698,10 +691,6 @@ class ProgramIndex:
         # and a strong one here would keep every program alive forever.
         self._ep = weakref.ref(ep)
         self.graph = graph
-        # What other stages derive from this index and cache (the runnable original, cuts
-        # of calls): kept here, so it is made again exactly when the index is. Nothing in it
-        # may refer to the program strongly.
-        self.derived: dict[str, object] = {}
         self.nodes: list[Node] = list(graph.nodes)
         self.order: dict[Node, int] = {n: i for i, n in enumerate(self.nodes)}
         self.by_name: dict[str, Node] = {n.name: n for n in self.nodes}
@@ -1129,18 +1118,12 @@ class ProgramIndex:
         return result
 
 
-_INDEX: weakref.WeakKeyDictionary[ExportedProgram, ProgramIndex] = weakref.WeakKeyDictionary()
-
-
 def program_index(ep: ExportedProgram) -> ProgramIndex:
-    """The cached :class:`ProgramIndex` of ``ep`` (rebuilt if its graph was replaced)."""
+    """The :class:`ProgramIndex` of ``ep``, made once (kept by :mod:`graphsurgeon._derived`,
+    under its one rule: made again when the graph changed)."""
     if not isinstance(ep, ExportedProgram):
         raise not_a_program(ep)
-    index = _INDEX.get(ep)
-    if index is None or index.graph is not ep.graph or len(index.nodes) != len(ep.graph.nodes):
-        index = ProgramIndex(ep)
-        _INDEX[ep] = index
-    return index
+    return _derived.cached(ep, "program index", lambda: ProgramIndex(ep))
 
 
 def partition(ep: ExportedProgram) -> dict[str, Partition]:

@@ -14,6 +14,8 @@ same outputs, and its buffers as that state left them.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import os
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -111,6 +113,8 @@ class Surgery:
         # was dropped from _built: a rebuilt module starts from them, not from the program's
         self._changed_buffers: dict[int, dict[str, torch.Tensor]] = {}
         self._verified: dict[int, VerifyReport] = {}  # state -> its last verify report
+        self._version = 0  # bumped by every change of the current state
+        self._rebuilt: torch.nn.Module | None = None  # the program's own modules, for original()
 
     @classmethod
     def from_model(
@@ -148,6 +152,58 @@ class Surgery:
         return tuple(self._steps[: self._position])
 
     @property
+    def version(self) -> int:
+        """A number that changes whenever the current state changes (a swap, a fuse, undo,
+        redo, reset): a view that drew version ``v`` is up to date while ``s.version == v``."""
+        return self._version
+
+    @property
+    def position(self) -> int:
+        """How many of :attr:`steps` are in force (the others were undone and can be redone)."""
+        return self._position
+
+    @property
+    def steps(self) -> tuple[HistoryEntry, ...]:
+        """Every step made, those undone included (after the first :attr:`position`)."""
+        return tuple(self._steps)
+
+    @property
+    def can_undo(self) -> bool:
+        """Whether :meth:`undo` has a step to go back over."""
+        return self._position > 0
+
+    @property
+    def can_redo(self) -> bool:
+        """Whether :meth:`redo` has an undone step to go forward over."""
+        return self._position + 1 < len(self._states)
+
+    @property
+    def last_verify(self) -> VerifyReport | None:
+        """The report of the last :meth:`verify` of the current state, or None."""
+        return self._verified.get(self._position)
+
+    def original(self, name: str) -> torch.nn.Module:
+        """A copy of module ``name`` as the program has it (``"layers.0.mlp"``, ``"blk@1"``):
+        the model's own when the Surgery knows the model, else rebuilt from the program (its
+        parameters and buffers, and a graph of its nodes that runs as the program ran it).
+        A replacement made from it starts out computing what the original did.
+
+        Example:
+            >>> import torch, graphsurgeon as gs
+            >>> model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
+            >>> s = gs.Surgery(gs.export(model, (torch.randn(1, 2),)))
+            >>> copied = s.original("0")
+            >>> torch.equal(copied.weight, model[0].weight) and copied.weight is not model[0].weight
+            True
+        """
+        fqn = program_index(self.program).resolve(name).fqn  # an unknown name: raises
+        if self.model is not None:
+            return copy.deepcopy(self.model.get_submodule(fqn))
+        if self._rebuilt is None:  # the program's own modules, rebuilt once (slow)
+            self._rebuilt, _ = rebuild_hierarchy(self.program, {})
+        return copy.deepcopy(self._rebuilt.get_submodule(fqn))
+
+    @property
     def module(self) -> GraphModule:
         """The current program as a runnable GraphModule.
 
@@ -166,6 +222,12 @@ class Surgery:
         else:
             self._built.move_to_end(position)
         return module
+
+    def _forget_built(self) -> None:
+        """Drop every built state (``gs.forget(s)``: its program's graph was edited in place)."""
+        self._built.clear()
+        self._changed_buffers.clear()
+        self._rebuilt = None
 
     def _keep(self, position: int, module: GraphModule) -> None:
         """Keep ``module`` as the built state ``position``, dropping the least recently used
@@ -239,6 +301,7 @@ class Surgery:
         self._states.append(state)
         self._steps.append(entry)
         self._position += 1
+        self._version += 1
         self._keep(self._position, module)
         return self
 
@@ -356,6 +419,7 @@ class Surgery:
         if self._position == 0:
             raise SurgeryError("nothing to undo: no swap has been made (or all are undone)")
         self._position -= 1
+        self._version += 1
         return self
 
     def redo(self) -> Surgery:
@@ -363,11 +427,14 @@ class Surgery:
         if self._position + 1 >= len(self._states):
             raise SurgeryError("nothing to redo: no step was undone since the last swap")
         self._position += 1
+        self._version += 1
         return self
 
     def reset(self) -> Surgery:
         """Back to the original program; the history is kept, so :meth:`redo` still works."""
-        self._position = 0
+        if self._position:
+            self._position = 0
+            self._version += 1
         return self
 
     # -- views and checks -----------------------------------------------------------------
@@ -404,19 +471,35 @@ class Surgery:
         rtol: float = 1e-5,
         atol: float = 1e-5,
     ) -> VerifyReport:
-        """Check the current program against its eager reference.
+        """Check the current program, with two verdicts.
 
-        With the model known (:meth:`from_model`, or ``model=``) the reference is a deep copy
-        of it with the same replacements set; without it, the original program (which then
-        checks that the replacements compute what the original modules did).
+        *Faithful*: with the model known (:meth:`from_model`, or ``model=``), the report is
+        against a deep copy of it with the same replacements set: is the swapped program what
+        eager PyTorch would compute with those modules? *Equal to the original*: its
+        ``.original`` is the same program against the original model, untouched: does it still
+        compute what the original did (a buggy replacement is faithful, and differs)? Without
+        the model, the report is against the original program only (``.original`` is None).
+        The report is truthy when the first verdict holds.
         """
         args, kwargs = self._inputs(args, kwargs)
         replacements = self.replacements  # fused calls compute what the original did
-        if self.model is not None:
-            reference: Any = eager_reference(self.model, replacements)
+        module = self.module
+        if self.model is None:
+            report = verify(self.program, module, args, kwargs, rtol=rtol, atol=atol)
+            report = dataclasses.replace(report, against="the original program")
         else:
-            reference = self.program
-        report = verify(reference, self.module, args, kwargs, rtol=rtol, atol=atol)
+            reference = eager_reference(self.model, replacements)
+            report = verify(reference, module, args, kwargs, rtol=rtol, atol=atol)
+            original = (
+                verify(self.model, module, args, kwargs, rtol=rtol, atol=atol)
+                if replacements
+                else report
+            )
+            report = dataclasses.replace(
+                report,
+                against="the eager model with the same replacements",
+                original=dataclasses.replace(original, against="the original model"),
+            )
         self._verified[self._position] = report
         return report
 

@@ -10,33 +10,47 @@ Example:
     True
 """
 
+from .bisect import Bisection, BisectRun
 from .compare import CallComparison, Comparison
+from .drawing import Drawing
 from .export import ExportNotes
-from .partition import ModuleInfo, ModuleTree, Partition
-from .picture import Picture, PictureCluster, PictureEdge, PictureNode
+from .find import Match, Matches, NearMiss
+from .locate import Location
+from .overlay import OverlayValues
+from .partition import ModuleInfo, ModuleTree, Partition, Resolved
 from .render import GraphView
+from .render.picture import Picture, PictureCluster, PictureEdge, PictureNode
 from .step import Breakpoint, Breakpoints, StepResult, Summary
 from .surgery import HistoryEntry
 from .swap import Diff, SwapInfo
 from .verify import LeafCheck, VerifyReport
 
 __all__ = [
+    "BisectRun",
+    "Bisection",
     "Breakpoint",
     "Breakpoints",
     "CallComparison",
     "Comparison",
     "Diff",
+    "Drawing",
     "ExportNotes",
     "GraphView",
     "HistoryEntry",
     "LeafCheck",
+    "Location",
+    "Match",
+    "Matches",
     "ModuleInfo",
     "ModuleTree",
+    "NearMiss",
+    "OverlayValues",
     "Partition",
     "Picture",
     "PictureCluster",
     "PictureEdge",
     "PictureNode",
+    "Resolved",
     "StepResult",
     "Summary",
     "SwapInfo",

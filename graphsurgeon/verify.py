@@ -10,7 +10,7 @@ import math
 import numbers
 import sys
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -117,6 +117,13 @@ class VerifyReport:
     structure_problem: str
     rtol: float
     atol: float
+    #: what the candidate was compared with, in words ("the eager model with the same
+    #: replacements"); '' when the caller said nothing
+    against: str = ""
+    #: the second verdict of a Surgery's verify: the same program against the *original* model
+    #: (does it still compute what the original did?), when this report is against the eager
+    #: model with the same replacements (is the swap faithful?); None otherwise
+    original: VerifyReport | None = field(default=None, repr=False)
 
     def __bool__(self) -> bool:
         return self.ok
@@ -137,9 +144,16 @@ class VerifyReport:
 
     def __str__(self) -> str:
         head = "match" if self.ok else "MISMATCH"
+        against = f" against {self.against}" if self.against else ""
         lines = [
-            f"verify: {head} ({len(self.leaves)} output leaf{'' if len(self.leaves) == 1 else 's'}, rtol={self.rtol:g}, atol={self.atol:g})"
+            f"verify: {head}{against} ({len(self.leaves)} output leaf{'' if len(self.leaves) == 1 else 's'}, rtol={self.rtol:g}, atol={self.atol:g})"
         ]
+        if self.original is not None:
+            second = "match" if self.original.ok else "MISMATCH"
+            lines.append(
+                f"  and against the original model: {second}"
+                + (f" ({_measured_report(self.original)})" if not self.original.ok else "")
+            )
         if self.structure_problem:
             lines.append(f"  structure: {self.structure_problem}")
         for leaf in self.leaves:
@@ -157,12 +171,28 @@ class VerifyReport:
     def _repr_html_(self) -> str:
         from . import display as d
 
-        verdict = d.badge("match", "ok") if self.ok else d.badge("MISMATCH", "bad")
         n = len(self.leaves)
+        if self.original is not None:
+            # a Surgery's two verdicts, each with its own badge
+            faithful = d.badge("faithful", "ok") if self.ok else d.badge("not faithful", "bad")
+            same = (
+                d.badge("equal to the original", "ok")
+                if self.original.ok
+                else d.badge("differs from the original", "bad")
+            )
+            verdict = f"{faithful} {same}"
+        else:
+            verdict = d.badge("match", "ok") if self.ok else d.badge("MISMATCH", "bad")
+        against = f"against {d.escape(self.against)}, " if self.against else ""
         head = (
-            f'<div class="gs-title">verify {verdict} <span class="gs-muted">{n} output '
+            f'<div class="gs-title">verify {verdict} <span class="gs-muted">{against}{n} output '
             f"leaf{'s' if n != 1 else ''}, rtol={self.rtol:g}, atol={self.atol:g}</span></div>"
         )
+        if self.original is not None and not self.original.ok:
+            head += (
+                '<div class="gs-muted">against the original model: '
+                f"{d.escape(_measured_report(self.original))}</div>"
+            )
         if self.structure_problem:
             head += f"<div>{d.badge('structure', 'bad')} {d.escape(self.structure_problem)}</div>"
         return head + leaf_table(self.leaves)
@@ -174,6 +204,17 @@ class VerifyReport:
         if len(lines) > 12:  # the plain form stays short; the table holds every leaf
             lines = [*lines[:11], f"  ... and {len(lines) - 11} more leaves"]
         return display.bundle(self._repr_html_(), "\n".join(lines), include, exclude)
+
+
+def _measured_report(report: VerifyReport) -> str:
+    """A report's worst leaf in one phrase: ``max abs 0.31 at [0]['logits'] (37x tolerance)``."""
+    if report.structure_problem:
+        return report.structure_problem
+    bad = [leaf for leaf in report.leaves if not leaf.ok]
+    if not bad:
+        return "every leaf matches"
+    worst = bad[0]
+    return f"{worst.path or '(output)'}: {_measured(worst)}"
 
 
 def leaf_table(leaves: tuple[LeafCheck, ...], limit: int = 12) -> str:

@@ -17,6 +17,8 @@ DISPLAY_CELLS = [
 import torch
 from torch import nn
 import graphsurgeon as gs
+from graphsurgeon.verify import eager_reference
+from graphsurgeon.swap import swap_info
 from graphsurgeon.examples import FusedAttention, GeluTanhMLP, TinyGPT
 
 torch.manual_seed(0)
@@ -29,9 +31,9 @@ swapped = gs.swap(ep, replacements)""",
     "gs.draw(ep)",
     "gs.draw(swapped, diff='split')",
     "gs.module_tree(ep)",
-    "gs.verify(gs.eager_reference(model, replacements), swapped, (tokens,))",
+    "gs.verify(eager_reference(model, replacements), swapped, (tokens,))",
     "gs.compare(ep, swapped, (tokens,))",
-    "gs.swap_info(swapped).diff",
+    "swap_info(swapped).diff",
     """\
 stepper = gs.Stepper(swapped, tokens)
 stepper.run_to("layers.2.mlp")

@@ -24,6 +24,8 @@ from graphsurgeon.compare import Comparison, compare
 from graphsurgeon.errors import CompareError, UnknownModuleError
 from graphsurgeon.examples import MLP, Attention, FusedAttention, TinyGPT
 from graphsurgeon.fuse import fused_call
+from graphsurgeon.swap import swap_info
+from graphsurgeon.verify import eager_reference
 
 # -- tiny models --------------------------------------------------------------------------
 
@@ -120,7 +122,7 @@ def test_compare_reports_no_divergence_when_every_replacement_is_equivalent(gpt)
     same_mlp.load_state_dict(model.layers[2].mlp.state_dict())
     replacements["layers.2.mlp"] = same_mlp
     swapped = gs.swap(ep, replacements)
-    assert len(gs.swap_info(swapped).calls) == 4  # precondition: four calls really swapped
+    assert len(swap_info(swapped).calls) == 4  # precondition: four calls really swapped
     comparison = compare(ep, swapped, (tokens,))
     assert comparison.first_divergence is None and comparison.divergent == ()
     assert len(comparison) == 4 and all(c.ok for c in comparison.calls)
@@ -572,7 +574,7 @@ def locate_planted(model, args, ep, name, make, bug, kwargs=None):
     swapped = gs.swap(ep, {name: replacement})
     # the surgery is right (the eager model carrying the same module agrees): the divergence
     # is the replacement's own
-    reference = gs.eager_reference(model, {name: replacement})
+    reference = eager_reference(model, {name: replacement})
     assert gs.verify(reference, swapped, args, kwargs, rtol=1e-4, atol=1e-5)
     comparison = compare(ep, swapped, args, kwargs, locate=False)
     assert comparison.first_divergence == name

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 import graphsurgeon as gs
+from graphsurgeon.export import export_notes
 
 
 class Inner(nn.Module):
@@ -62,7 +63,7 @@ def test_an_unknown_name_in_preserve_says_did_you_mean():
 def test_a_module_torch_cannot_preserve_is_dropped_and_the_reason_kept():
     model, x = TwoStructures(), torch.randn(2, 4)
     ep = gs.export(model, (x,))
-    notes = gs.export_notes(ep)
+    notes = export_notes(ep)
     assert "inner" in notes.dropped
     assert "inner" not in preserved(ep) and "tail" in preserved(ep)
     info = gs.module_tree(ep)["inner"]
@@ -209,10 +210,10 @@ def test_a_model_on_the_meta_device_exports_and_swaps_without_weights():
 def test_notes_record_types_and_attempts():
     model, x = TwoStructures(), torch.randn(2, 4)
     ep = gs.export(model, (x,))
-    notes = gs.export_notes(ep)
+    notes = export_notes(ep)
     assert notes.module_types["inner.lin"] == "torch.nn.modules.linear.Linear"
     assert notes.attempts == 2 and notes.seconds > 0
-    assert gs.export_notes(torch.export.export(model, (x,))) is None
+    assert export_notes(torch.export.export(model, (x,))) is None
 
 
 class Plus(nn.Module):
@@ -241,7 +242,7 @@ def test_a_failure_that_names_no_module_is_narrowed_down_by_bisection(monkeypatc
 
     monkeypatch.setattr(torch.export, "export", export_failing_on_a)
     ep = gs.export(PlusThenLinear(), (torch.randn(1, 2),))
-    notes = gs.export_notes(ep)
+    notes = export_notes(ep)
     assert set(notes.dropped) == {"a"} and "something went wrong" in notes.dropped["a"]
     assert "b" in preserved(ep) and notes.attempts > 2
 

@@ -11,6 +11,7 @@ from torch import nn
 import graphsurgeon as gs
 from graphsurgeon import _meta
 from graphsurgeon.examples import TinyGPT
+from graphsurgeon.swap import swap_info
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +40,7 @@ def test_fused_calls_compute_the_program_bit_for_bit(gpt):
 def test_a_fused_call_holds_exactly_the_calls_original_nodes(gpt):
     _model, _idx, ep = gpt
     gm = gs.fuse(ep, "layers.0.attn")
-    block = gs.swap_info(gm).calls["layers.0.attn"]
+    block = swap_info(gm).calls["layers.0.attn"]
     original = gs.partition(ep)["layers.0.attn"]
     inner = [n.name for n in block.graph.nodes if n.op == "call_function"]
     by_name = {n.name: n for n in ep.graph.nodes}
@@ -51,7 +52,7 @@ def test_a_fused_call_holds_exactly_the_calls_original_nodes(gpt):
 def test_a_fused_call_runs_on_its_own_and_exports_again(gpt):
     model, _idx, ep = gpt
     gm = gs.fuse(ep, "layers.1.mlp")
-    block = gs.swap_info(gm).calls["layers.1.mlp"]
+    block = swap_info(gm).calls["layers.1.mlp"]
     h = torch.randn(2, 8, 64)
     with torch.no_grad():
         assert torch.equal(block(h), model.layers[1].mlp(h))

@@ -11,6 +11,7 @@ from torch import nn
 from torch.export import Dim
 
 import graphsurgeon as gs
+from graphsurgeon.verify import eager_reference
 
 
 class Scaled(nn.Module):
@@ -251,11 +252,11 @@ def test_eager_reference_checks_the_model_names_and_replacements(attend):
             self.scale = 2
 
     with pytest.raises(gs.errors.VerifyError, match=r"does not call super\(\).__init__"):
-        gs.eager_reference(model, {"attn": NoInit()})
+        eager_reference(model, {"attn": NoInit()})
     with pytest.raises(gs.errors.VerifyError, match=r"no submodule 'atn'.*'attn'"):
-        gs.eager_reference(model, {"atn": nn.Identity()})
+        eager_reference(model, {"atn": nn.Identity()})
     with pytest.raises(gs.errors.VerifyError, match=r"is an int, not a torch.nn.Module"):
-        gs.eager_reference(3, {})
+        eager_reference(3, {})
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,8 @@ import torch
 from torch import nn
 
 import graphsurgeon as gs
+from graphsurgeon.swap import swap_info
+from graphsurgeon.verify import eager_reference
 
 
 class Net(nn.Module):
@@ -73,12 +75,12 @@ def _runs_every_verb(model, x, ep, replacement, *, run_results: bool):
     swapped = gs.swap(ep, replacements)
     if run_results:
         swapped(x)
-    gs.swap_info(swapped).diff  # noqa: B018 - computed on demand
+    swap_info(swapped).diff  # noqa: B018 - computed on demand
     fused = gs.fuse(ep, ["bn", "conv"])
     fused(x)
     gs.verify(ep, swapped, (x,))
     gs.verify(model, ep, (x,))
-    gs.verify(gs.eager_reference(model, replacements), swapped, (x,))
+    gs.verify(eager_reference(model, replacements), swapped, (x,))
     gs.compare(ep, swapped, (x,))
     gs.to_dot(ep)
     gs.to_dot(swapped, diff=True)

@@ -21,6 +21,7 @@ from graphsurgeon.errors import CompareError, RenderError, UnknownModuleError, U
 from graphsurgeon.examples import FusedAttention, TinyGPT
 from graphsurgeon.overlay import OverlayValues, overlay_values
 from graphsurgeon.partition import call_index
+from graphsurgeon.swap import swap_info
 
 RTOL = ATOL = 1e-5
 
@@ -83,7 +84,7 @@ def test_the_error_overlay_marks_the_first_wrong_swap_and_nothing_before_it(deco
     error = overlay_values(gm, (tokens,), kind="error")
 
     order = [n.name for n in gm.graph.nodes]
-    call_node = gs.swap_info(gm).call_nodes[f"layers.{k}.attn"]
+    call_node = swap_info(gm).call_nodes[f"layers.{k}.attn"]
     before = set(order[: order.index(call_node)])
     nodes, calls = drawn(gm)
     members = call_index(gm).members
@@ -112,7 +113,7 @@ def test_own_error_tells_where_error_starts_from_where_it_spreads(decoder):
     wrong = NoCausalMask(model.layers[1].attn)
     faithful = FusedAttention(model.layers[3].attn)
     gm = gs.swap(ep, {"layers.1.attn": wrong, "layers.3.attn": faithful})
-    info = gs.swap_info(gm)
+    info = swap_info(gm)
     error = overlay_values(gm, (tokens,), kind="error")
     own = overlay_values(gm, (tokens,), kind="own error")
 
@@ -153,7 +154,7 @@ def test_latency_shares_of_the_forward_and_a_slow_call_stands_out(decoder):
 
     assert latency.unit == "share of the forward" and latency.aggregate == "sum"
     assert latency.forward_seconds >= 0.02
-    call_node = gs.swap_info(gm).call_nodes["layers.1.mlp"]
+    call_node = swap_info(gm).call_nodes["layers.1.mlp"]
     assert latency.nodes[call_node] > 0.5 and latency.calls["layers.1.mlp"] > 0.5
     assert latency.top(1, of="nodes")[0][0] == call_node
     assert 0.8 <= math.fsum(latency.nodes.values()) <= 1.2

@@ -20,6 +20,7 @@ from graphsurgeon.step import (
     Summary,
     UnknownNodeError,
 )
+from graphsurgeon.swap import swap_info
 
 # -- tiny models --------------------------------------------------------------------------
 
@@ -172,7 +173,7 @@ def test_step_over_a_swapped_call_runs_the_call_and_its_check(gpt):
     _, tokens, _, swapped = gpt
     stepper = Stepper(swapped, tokens)
     stepper.run_to("layers.0.attn")
-    call = gs.swap_info(swapped).call_nodes["layers.0.attn"]
+    call = swap_info(swapped).call_nodes["layers.0.attn"]
     assert stepper.current.name == call
     result = stepper.step_over()
     assert result.ran == stepper.nodes_of("layers.0.attn")
@@ -316,7 +317,7 @@ def test_an_exception_stops_at_the_node_keeps_the_error_and_the_stepper_recovers
     flaky = Flaky()
     swapped = gs.swap(ep, {"act": flaky})
     stepper = Stepper(swapped, x)
-    call = gs.swap_info(swapped).call_nodes["act"]
+    call = swap_info(swapped).call_nodes["act"]
     with pytest.raises(NodeError, match=f"while executing node '{call}'.*in module 'act'") as info:
         stepper.continue_()
     error = info.value
@@ -712,7 +713,7 @@ def test_a_fused_call_that_updates_buffers_writes_the_steppers_private_copies():
 
     model, x = Net().train(), torch.randn(4, 3)
     fused = gs.fuse(gs.export(model, (x,)), "block")
-    block = gs.swap_info(fused).calls["block"]
+    block = swap_info(fused).calls["block"]
     mean = block.get_buffer("1.running_mean")
     before = mean.clone()
     stepper = Stepper(fused, x)
@@ -720,7 +721,7 @@ def test_a_fused_call_that_updates_buffers_writes_the_steppers_private_copies():
     stepper.step_into()
     stepper.continue_()
     assert torch.equal(mean, before), "the program's buffers are untouched"
-    updated = stepper._interpreter.private_buffers[gs.swap_info(fused).installed_at["block"]]
+    updated = stepper._interpreter.private_buffers[swap_info(fused).installed_at["block"]]
     expected = fused(x)  # the real run: updates the fused module's statistics
     assert not torch.equal(mean, before), "precondition: a run updates the statistics"
     torch.testing.assert_close(stepper.output, expected)

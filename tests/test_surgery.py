@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 
 import pytest
@@ -738,3 +739,56 @@ def test_a_program_whose_modules_return_their_input_exports_again_as_eager(name)
     assert not torch.allclose(reference(x), model(x))  # precondition: the swap shows
     assert gs.verify(reference, again, (x,))
     assert all(info.swappable for fqn, info in gs.module_tree(again).items() if fqn)
+
+
+def test_the_state_a_view_reads_is_public():
+    # a view (the widget) reads these instead of the Surgery's own fields
+    torch.manual_seed(0)
+    model, x = TwoLinear().eval(), torch.randn(2, 4)
+    s = gs.Surgery.from_model(model, (x,))
+    seen = s.version
+    assert (s.can_undo, s.can_redo, s.steps, s.position, s.last_verify) == (
+        False,
+        False,
+        (),
+        0,
+        None,
+    )
+    s.swap("a", nn.Linear(4, 4))
+    assert s.version != seen and s.can_undo and not s.can_redo and s.position == 1
+    report = s.verify()
+    assert s.last_verify is report
+    seen = s.version
+    s.undo()
+    assert s.version != seen and s.can_redo and len(s.steps) == 1 and s.position == 0
+    assert s.last_verify is None  # the verify belongs to the state it was made in
+    s.redo()
+    assert s.last_verify is report
+    # a copy of the original module, the model's own or rebuilt from the program
+    copied = s.original("a")
+    assert torch.equal(copied.weight, model.a.weight) and copied is not model.a
+    rebuilt = gs.Surgery(s.program).original("a")
+    assert torch.allclose(rebuilt(x), model.a(x))
+    with pytest.raises(gs.errors.UnknownModuleError, match="Did you mean 'a'"):
+        s.original("aa")
+
+
+def test_verify_gives_two_verdicts_faithful_and_equal_to_the_original():
+    # a replacement that computes something else is faithful (the swap is what eager PyTorch
+    # computes with it) and differs from the original: both verdicts, each with its own badge
+    torch.manual_seed(0)
+    model, x = TwoLinear().eval(), torch.randn(2, 4)
+    s = gs.Surgery.from_model(model, (x,)).swap("a", nn.Linear(4, 4))
+    report = s.verify()
+    assert report and report.original is not None and not report.original
+    assert "against the eager model with the same replacements" in str(report)
+    assert "and against the original model: MISMATCH" in str(report)
+    html = report._repr_html_()
+    assert "faithful" in html and "differs from the original" in html
+    # a faithful copy of the original: both hold
+    s.swap("a", copy.deepcopy(model.a))
+    both = s.verify()
+    assert both and both.original
+    # without the model, the one reference is the original program
+    plain = gs.Surgery(s.program, args=(x,)).swap("a", nn.Linear(4, 4)).verify()
+    assert not plain and plain.original is None and "the original program" in str(plain)

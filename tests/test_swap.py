@@ -19,6 +19,7 @@ from models import Scale
 from torch import nn
 
 import graphsurgeon as gs
+from graphsurgeon.swap import swap_info
 
 # -- defect 1: outputs bound by name, not by graph position ------------------------------
 
@@ -892,7 +893,7 @@ def test_swap_info_records_what_was_done():
     ep = gs.export(model, (x,))
     replacement = nn.Linear(4, 4)
     gm = gs.swap(ep, {"shared": replacement})
-    info = gs.swap_info(gm)
+    info = swap_info(gm)
     assert info.program is ep
     assert list(info.calls) == ["shared", "shared@1"]
     assert info.calls["shared@1"] is replacement
@@ -900,7 +901,7 @@ def test_swap_info_records_what_was_done():
     assert set(info.call_nodes.values()) == {
         n.name for n in gm.graph.nodes if n.op == "call_module"
     }
-    assert gs.swap_info(nn.Linear(2, 2)) is None
+    assert swap_info(nn.Linear(2, 2)) is None
 
 
 def test_no_swap_gives_the_original_program_unlifted():
@@ -1004,7 +1005,7 @@ def test_node_map_follows_renamed_arguments_and_swapped_outputs():
     ep = gs.export(model, (x,))
     assert "input" in {n.name for n in ep.graph.nodes}, "precondition: an argument named input"
     gm = gs.swap(ep, {"1": nn.GELU()})
-    node_map = gs.swap_info(gm).node_map
+    node_map = swap_info(gm).node_map
     names = {n.name for n in gm.graph.nodes}
     assert node_map["input"] in names and node_map["input"] != "input"
     assert node_map["relu"] == "swapped_1_checked", "the output is now the call's"

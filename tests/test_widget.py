@@ -21,8 +21,9 @@ from models import Chain, Shared
 from torch import nn
 
 import graphsurgeon as gs
+from graphsurgeon.display import id_text
 from graphsurgeon.examples import FusedAttention, GeluTanhMLP
-from graphsurgeon.picture import id_text
+from graphsurgeon.verify import eager_reference
 from graphsurgeon.widget import SurgeryModel
 
 pytestmark = pytest.mark.skipif(shutil.which("dot") is None, reason="needs graphviz's dot")
@@ -267,10 +268,11 @@ def test_swap_from_the_picker_is_checked_against_the_eager_reference(gpt):
     assert widget.view == "merged" and widget.can_undo and not widget.can_redo
     assert "after" in widget.caption or "swapped" in widget.caption
     assert "FusedAttention" in widget.history
-    reference = gs.eager_reference(model, widget.surgery.replacements)
+    reference = eager_reference(model, widget.surgery.replacements)
     torch.testing.assert_close(widget.surgery.module(tokens), reference(tokens))
     page_event(widget, event="button", name="verify")
-    assert "match" in widget.verify_html and widget.error == {}
+    # two verdicts: faithful (the eager model with the same swaps) and equal to the original
+    assert ">faithful<" in widget.verify_html and widget.error == {}
 
 
 def test_copy_identity_classes_and_expressions(gpt):
@@ -508,7 +510,10 @@ def test_compare_finds_the_wrong_call_and_a_click_on_its_row_selects_it(gpt):
     page_event(widget, event="select", value=rows[0])
     assert widget.selected == "layers.0.mlp"
     page_event(widget, event="button", name="verify")
-    assert "match" in widget.verify_html, "faithful to the eager model with the same swaps"
+    # the Verify button's two verdicts: faithful to the eager model with the same swaps, and
+    # still the original's numbers (the LayerNorm after the MLP takes the +1 back out)
+    assert ">faithful<" in widget.verify_html, "faithful to the eager model with the same swaps"
+    assert ">equal to the original<" in widget.verify_html
 
 
 def test_checks_without_example_inputs_say_how_to_give_them(tiny_gpt):

@@ -85,7 +85,7 @@ class SwapInfo:
         return f"SwapInfo: {', '.join(parts)} ({', '.join(self.calls)}); {self.diff}"
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        from . import display as d
+        from .. import display as d
 
         rows = []
         for call, module in self.calls.items():
@@ -140,7 +140,7 @@ class Diff:
         return f"<Diff: {self}>"
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        from . import display as d
+        from .. import display as d
 
         head = (
             f'<div class="gs-title">{d.badge(f"{len(self.removed)} removed", "bad")} '

@@ -28,7 +28,6 @@ Example:
 
 from __future__ import annotations
 
-import copy
 import traceback
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -41,7 +40,9 @@ from .. import _meta
 from .. import display as d
 from .._meta import split_call_name
 from ..compare import Comparison
-from ..drawing import _inline, draw
+from ..display import id_text, shown
+from ..display import inline_svg as _inline
+from ..drawing import draw
 from ..errors import (
     GraphSurgeonError,
     UnknownModuleError,
@@ -51,8 +52,10 @@ from ..errors import (
     unknown_name,
 )
 from ..partition import Partition, call_index, partition, program_index
-from ..picture import Picture, id_text, shown
-from ..render import GraphView, _call_signature, _layout, graph_view
+from ..render import GraphView, graph_view
+from ..render._writer import call_signature as _call_signature
+from ..render.graphviz import layout as _layout
+from ..render.picture import Picture
 from ..step import Stepper, StepResult, summary_table
 from ..surgery import Surgery
 from ..verify import VerifyReport
@@ -196,7 +199,6 @@ class SurgeryModel:
         self._breakpoints: list[tuple[str, str]] = []  # ("node" | "enter", name), to re-apply
         self.break_on_nan = False
         self._budget: int | None = None  # the node budget of the default view, once chosen
-        self._hierarchy: torch.nn.Module | None = None  # for "a copy of the original"
         self._stepper_opened: set[str] = set()  # calls opened to show the stepper's node
         self.comparison: Comparison | None = None
         self.report: VerifyReport | None = None
@@ -233,9 +235,8 @@ class SurgeryModel:
         self._publish_stepper()
         self._publish_candidates()
 
-    def _state_key(self) -> tuple[int, int]:
-        surgery = self.surgery
-        return surgery._position, id(surgery._states[surgery._position])
+    def _state_key(self) -> int:
+        return self.surgery.version
 
     def refresh(self) -> None:
         """Show the Surgery as it is now (after it was changed from code, not by the widget)."""
@@ -611,7 +612,7 @@ class SurgeryModel:
         return _fields_table(rows)
 
     def _source_of(self, call: str) -> str:
-        from ..render import _source
+        from ..render._writer import source_text as _source
 
         by_name = program_index(self.surgery.program).by_name
         for name in self._partitions[call].nodes:
@@ -744,16 +745,9 @@ class SurgeryModel:
         return self.replacement
 
     def _original(self, name: str) -> torch.nn.Module:
-        fqn, _ = split_call_name(name)
-        model = self.surgery.model
-        if model is not None:
-            return copy.deepcopy(model.get_submodule(fqn))
-        if self._hierarchy is None:  # the program's own modules, rebuilt once (slow)
-            from .._hierarchy import rebuild_hierarchy
-
-            self._busy("rebuilding the program's modules…")
-            self._hierarchy, _ = rebuild_hierarchy(self.surgery.program, {})
-        return copy.deepcopy(self._hierarchy.get_submodule(fqn))
+        if self.surgery.model is None:
+            self._busy("rebuilding the program's modules…")  # once: the Surgery keeps them
+        return self.surgery.original(name)
 
     def _preview_html(self) -> str:
         name = self.selected
@@ -831,7 +825,7 @@ class SurgeryModel:
         if not self.surgery.replacements:
             self.view = "program"
         self.comparison = None
-        self.report = self.surgery._verified.get(self.surgery._position)
+        self.report = self.surgery.last_verify
         self.stepper = None
         self.last_step = None
         self._publish_everything()
@@ -839,8 +833,8 @@ class SurgeryModel:
     def _publish_history(self) -> None:
         s = self.surgery
         rows = []
-        for i, step in enumerate(s._steps, start=1):
-            undone = i > s._position
+        for i, step in enumerate(s.steps, start=1):
+            undone = i > s.position
             mark = d.badge("undone", "warn") if undone else d.badge(f"step {i}", "ok")
             rows.append(
                 [
@@ -857,8 +851,8 @@ class SurgeryModel:
         )
         self._set(
             history=html,
-            can_undo=s._position > 0,
-            can_redo=s._position + 1 < len(s._states),
+            can_undo=s.can_undo,
+            can_redo=s.can_redo,
         )
 
     # -- checks ---------------------------------------------------------------------------

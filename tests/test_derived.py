@@ -1,0 +1,74 @@
+"""What graphsurgeon derives from a program, and the one rule for when it is made again
+(graphsurgeon._derived): every view reads one record, so all see the program as it was, or
+all as it is."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import torch
+from torch import nn
+
+import graphsurgeon as gs
+from graphsurgeon._exec import runnable_original
+from graphsurgeon.partition import call_index, program_index
+
+
+def _program():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU()).eval()
+    x = torch.randn(2, 3)
+    return model, x, gs.export(model, (x,))
+
+
+def test_what_is_derived_is_made_once():
+    _, _, ep = _program()
+    assert program_index(ep) is program_index(ep)
+    assert call_index(ep) is call_index(ep)
+    assert runnable_original(ep) is runnable_original(ep)
+
+
+def test_a_graph_edited_in_place_is_read_the_same_stale_way_until_forgotten():
+    model, x, ep = _program()
+    before = runnable_original(ep)
+    index = program_index(ep)
+    relu = next(n for n in ep.graph.nodes if n.target is torch.ops.aten.relu.default)
+    relu.target = torch.ops.aten.sigmoid.default  # same nodes, same count: the rule cannot see it
+    assert runnable_original(ep) is before and program_index(ep) is index  # all stale, together
+    gs.forget(ep)
+    after = runnable_original(ep)
+    assert after is not before and program_index(ep) is not index  # all fresh, together
+    with torch.no_grad():
+        assert torch.allclose(after(x), torch.sigmoid(model[0](x)))
+
+
+def test_a_graph_that_gained_a_node_is_read_again_by_every_view():
+    _, _, ep = _program()
+    index, calls = program_index(ep), call_index(ep)
+    output = next(n for n in ep.graph.nodes if n.op == "output")
+    with ep.graph.inserting_before(output):
+        extra = ep.graph.call_function(torch.ops.aten.neg.default, (output.args[0][0],))
+    output.args = ((extra,),)
+    assert program_index(ep) is not index and call_index(ep) is not calls
+    assert extra in program_index(ep).nodes
+
+
+def test_the_records_keep_no_program_alive():
+    _, x, ep = _program()
+    gs.module_tree(ep), runnable_original(ep), gs.verify(ep, ep, (x,))
+    swapped = gs.swap(ep, {"1": nn.Tanh()})
+    call_index(swapped)
+    alive = weakref.ref(ep), weakref.ref(swapped)
+    del ep, swapped
+    gc.collect()
+    assert alive[0]() is None and alive[1]() is None
+
+
+def test_forget_takes_a_surgery_and_drops_its_built_states():
+    _, x, ep = _program()
+    s = gs.Surgery(ep).swap("1", nn.Tanh())
+    module = s.module
+    gs.forget(s)
+    assert s.module is not module
+    assert torch.allclose(s.module(x), module(x))
