@@ -9,6 +9,9 @@ Decided here once, read by every stage:
 
 from __future__ import annotations
 
+import functools
+import inspect
+import os
 import re
 from collections.abc import Container, Iterator, Mapping
 from typing import Any
@@ -464,3 +467,59 @@ def signature_leaf_text(argument: Any, node: Any, names: Mapping[str, str] | Non
     if isinstance(value, torch.Tensor):
         return tensor_text(value.shape, value.dtype, names)
     return node_value_text(node, names) or (type(value).__name__ if value is not None else "?")
+
+
+# -- where a node comes from, and how a module's forward names its arguments -------------------
+
+# A frame of a stack trace; the code line is missing for code without a file (<stdin>, eval).
+_FRAME = re.compile(
+    r'File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)'
+    r'(?:\n(?!\s*File ")(?P<code>[^\n]*))?'
+)
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_TORCH_PATH = re.compile(r"[\\/]site-packages[\\/]torch[\\/]")
+
+
+def source_text(node: Any) -> str:
+    """The user's source lines behind a node (from its ``stack_trace``): the innermost frame
+    outside torch with its code, then up to three callers; file names only, never paths."""
+    trace = node.meta.get("stack_trace")
+    return _source_of_trace(trace) if isinstance(trace, str) and trace else ""
+
+
+@functools.lru_cache(maxsize=4096)  # the nodes of one source line share their stack trace
+def _source_of_trace(trace: str) -> str:
+    frames = []
+    for match in _FRAME.finditer(trace):
+        path = match.group("path")
+        if path.startswith(_TORCH_DIR) or _TORCH_PATH.search(path):
+            continue  # torch's own frames (nn.Linear.forward...) say nothing about the model
+        where = f"{os.path.basename(path.replace(chr(92), '/'))}:{match.group('line')}"
+        frames.append((where, match.group("function"), (match.group("code") or "").strip()))
+    if not frames:
+        return ""
+    where, function, code = frames[-1]
+    text = f"{where} in {function}" + (f"\n  {shorten(code, 80)}" if code else "")
+    callers = [f for f, _, _ in frames[-4:-1]]
+    if callers:
+        text += "\ncalled from " + ", ".join(reversed(callers))
+    return text
+
+
+def parameter_names(module: Any, count: int | None = None) -> list[str]:
+    """The names of ``module.forward``'s positional parameters (``["x", "mask"]``). With
+    ``count``, exactly ``count`` names: a ``*args`` parameter gives ``args[0]``, ``args[1]``...,
+    and ``arg{i}`` fills in where the forward names nothing (or cannot be read)."""
+    names: list[str] = []
+    try:
+        parameters = inspect.signature(module.forward).parameters.values()
+    except (TypeError, ValueError, AttributeError):  # a builtin forward, or no module at all
+        parameters = []
+    for parameter in parameters:
+        if parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD):
+            names.append(parameter.name)
+        elif parameter.kind == parameter.VAR_POSITIONAL and count is not None:
+            names += [f"{parameter.name}[{i}]" for i in range(count - len(names))]
+    if count is None:
+        return names
+    return (names + [f"arg{i}" for i in range(len(names), count)])[:count]

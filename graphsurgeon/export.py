@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import inspect
 import io
 import json
 import logging
@@ -27,7 +26,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
-from . import _derived
+from . import _derived, _meta
 from ._meta import CALL_SUFFIX, ambiguous_name_message
 from .errors import ExportError, UnknownModuleError, a_type, did_you_mean
 
@@ -140,12 +139,8 @@ def record_notes(ep: ExportedProgram, notes: ExportNotes) -> None:
 
 
 def positional_parameters(module: torch.nn.Module) -> tuple[str, ...]:
-    try:
-        parameters = inspect.signature(module.forward).parameters.values()
-    except (TypeError, ValueError):  # a forward without a readable signature (a builtin)
-        return ()
-    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    return tuple(p.name for p in parameters if p.kind in kinds)
+    """The names of ``module.forward``'s positional parameters (the one reading: _meta)."""
+    return tuple(_meta.parameter_names(module))
 
 
 def qualified_type(module: torch.nn.Module) -> str:

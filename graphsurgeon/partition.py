@@ -806,16 +806,25 @@ class ProgramIndex:
         return (known + [f"arg{i}" for i in range(len(known), count)])[:count]
 
     def call_text(
-        self, name: str, parameters: list[str] | None = None, *, wrap: int | None = None
+        self,
+        name: str,
+        parameters: list[str] | None = None,
+        *,
+        module: Any = None,
+        wrap: int | None = None,
     ) -> str:
         """How the program calls ``name``: ``(x: f32[batch, 16], scale=2.5) → f32[batch, 16]``
         (dynamic sizes by the ``Dim`` names export recorded).
 
-        ``parameters`` names the positional arguments (default: the original forward's); past
-        ``wrap`` characters, one argument a line."""
+        The positional arguments are named by ``parameters``, else as ``module``'s forward
+        names them (a replacement's), else as the original forward did; past ``wrap``
+        characters, one argument a line."""
         signature = self.signatures.get(name)
         if signature is None:
             return "(?)"
+        if parameters is None and module is not None:
+            args_spec, _ = signature.in_spec.children()
+            parameters = _meta.parameter_names(module, args_spec.num_children)
         dims = self.dims
 
         def leaf(argument: Any) -> str:

@@ -19,9 +19,9 @@ import torch
 from torch import nn
 
 import graphsurgeon as gs
-from graphsurgeon import render
+from graphsurgeon import _meta, render
 from graphsurgeon.examples import FusedAttention, TinyGPT
-from graphsurgeon.render import RenderError, _writer, graph_view, to_dot, to_svg
+from graphsurgeon.render import RenderError, graph_view, to_dot, to_svg
 from graphsurgeon.render import graphviz as graphviz_runner
 from graphsurgeon.render.picture import Picture, PictureNode
 from graphsurgeon.swap import swap_info
@@ -579,7 +579,7 @@ def test_source_lines_skip_torch_frames_and_never_show_paths():
         'File "/opt/site-packages/torch/nn/modules/linear.py", line 134, in forward\n'
         "    return F.linear(input, self.weight, self.bias)"
     )
-    assert _writer._source_of_trace(trace) == "<stdin>:3 in forward\ncalled from model.py:12"
+    assert _meta._source_of_trace(trace) == "<stdin>:3 in forward\ncalled from model.py:12"
 
 
 def test_the_same_program_gives_the_same_text_every_time(outer):

@@ -8,11 +8,7 @@ is DOT: :meth:`~.picture.Picture.to_dot` lowers the records, and owns every DOT 
 
 from __future__ import annotations
 
-import functools
-import inspect
 import math
-import os
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -38,7 +34,7 @@ from ._scene import (
 )
 from .picture import ADDED, FUSED, HIGHLIGHTED, REMOVED, SIDE, SWAPPED_BOUNDARY, Picture
 
-__all__ = ["call_signature", "source_text"]
+__all__ = ["call_signature"]
 
 
 # -- labels ------------------------------------------------------------------------------
@@ -57,41 +53,6 @@ def _numel(node: Node) -> int:
         return math.prod(int(d) for d in value.shape)
     except (TypeError, ValueError):  # a symbolic size
         return 0
-
-
-# A frame of a stack trace; the code line is missing for code without a file (<stdin>, eval).
-_FRAME = re.compile(
-    r'File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)'
-    r'(?:\n(?!\s*File ")(?P<code>[^\n]*))?'
-)
-_TORCH_DIR = os.path.dirname(torch.__file__)
-_TORCH_PATH = re.compile(r"[\\/]site-packages[\\/]torch[\\/]")
-
-
-def source_text(node: Node) -> str:
-    """The user's source lines behind a node (from its ``stack_trace``): the innermost frame
-    outside torch with its code, then up to three callers; file names only, never paths."""
-    trace = node.meta.get("stack_trace")
-    return _source_of_trace(trace) if isinstance(trace, str) and trace else ""
-
-
-@functools.lru_cache(maxsize=4096)  # the nodes of one source line share their stack trace
-def _source_of_trace(trace: str) -> str:
-    frames = []
-    for match in _FRAME.finditer(trace):
-        path = match.group("path")
-        if path.startswith(_TORCH_DIR) or _TORCH_PATH.search(path):
-            continue  # torch's own frames (nn.Linear.forward...) say nothing about the model
-        where = f"{os.path.basename(path.replace(chr(92), '/'))}:{match.group('line')}"
-        frames.append((where, match.group("function"), (match.group("code") or "").strip()))
-    if not frames:
-        return ""
-    where, function, code = frames[-1]
-    text = f"{where} in {function}" + (f"\n  {_meta.shorten(code, 80)}" if code else "")
-    callers = [f for f, _, _ in frames[-4:-1]]
-    if callers:
-        text += "\ncalled from " + ", ".join(reversed(callers))
-    return text
 
 
 def _plural(count: int, word: str) -> str:
@@ -116,23 +77,7 @@ def call_signature(part: Partition, replacement: Any, ep: ExportedProgram) -> st
     signature was not preserved)."""
     if part.signature is None:
         return ""
-    args_spec, _ = part.signature.in_spec.children()
-    names = _parameter_names(replacement, args_spec.num_children) if replacement else None
-    return program_index(ep).call_text(part.call_name, names, wrap=48)
-
-
-def _parameter_names(module: Any, count: int) -> list[str]:
-    names: list[str] = []
-    try:
-        parameters = inspect.signature(module.forward).parameters.values()
-    except (TypeError, ValueError, AttributeError):
-        parameters = []
-    for parameter in parameters:
-        if parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD):
-            names.append(parameter.name)
-        elif parameter.kind == parameter.VAR_POSITIONAL:
-            names += [f"{parameter.name}[{i}]" for i in range(count - len(names))]
-    return (names + [f"arg{i}" for i in range(len(names), count)])[:count]
+    return program_index(ep).call_text(part.call_name, module=replacement, wrap=48)
 
 
 # -- what the writer looks up ------------------------------------------------------------------
@@ -396,7 +341,7 @@ class _Writer:
                 described = _value(state, self.context.dims) if state is not None else ""
                 what = "parameter" if i < len(vertex.params) else "buffer"
                 tooltip += f"\n{what} {shown(target, TOOLTIP_NAME_LIMIT)} {described}".rstrip()
-        return label, _lines(tooltip, source_text(node))
+        return label, _lines(tooltip, _meta.source_text(node))
 
     def _swapped_text(self, vertex: _Vertex) -> tuple[str, str]:
         call = vertex.swap_call

@@ -612,13 +612,12 @@ class SurgeryModel:
         return _fields_table(rows)
 
     def _source_of(self, call: str) -> str:
-        from ..render._writer import source_text as _source
 
         by_name = program_index(self.surgery.program).by_name
         for name in self._partitions[call].nodes:
             node = by_name.get(name)
             if node is not None and node.op == "call_function":
-                text = _source(node)
+                text = _meta.source_text(node)
                 if text:
                     return text
         return ""
