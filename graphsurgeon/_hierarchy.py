@@ -39,13 +39,16 @@ from ._meta import (
 from .errors import ReplacementError, SurgeryError
 from .export import export_notes, positional_parameters, qualified_type, record_notes
 from .partition import program_index, returned_object
+from .rewrite._plan import region_partition
 from .rewrite._pytree import build_structure
+from .rewrite.info import Region
 
 __all__ = [
     "carry_module_types",
     "describe_dynamic",
     "program_dynamic_shapes",
     "rebuild_hierarchy",
+    "region_path",
 ]
 
 
@@ -270,12 +273,26 @@ class _Plan:
         program: ExportedProgram,
         replacements: Mapping[str, torch.nn.Module],
         inline: set[str],
+        regions: Mapping[str, Region] | None = None,
     ):
         self.ep = program
         self.index = program_index(program)
-        self.parts = self.index.partitions()
+        self.parts = dict(self.index.partitions())
         self.replacements = dict(replacements)
         self.inline = inline
+        # a replaced region of ops (Surgery.replace) becomes a module of its own, in the module
+        # that holds its nodes: its call is emitted there like a submodule's
+        self.paths: dict[str, str] = {}  # region name -> its module's path
+        self.region_of: dict[str, str] = {}  # node name -> the region it is in
+        for name, region in (regions or {}).items():
+            if name not in self.replacements:
+                continue
+            path = region_path(region)
+            self.paths[name] = path
+            self.replacements[path] = self.replacements.pop(name)
+            self.parts[name] = region_partition(self.index, region)
+            for node in region.nodes:
+                self.region_of[node] = name
         signature = program.graph_signature
         self.state_specs = {
             spec.arg.name: spec
@@ -346,7 +363,8 @@ class _Plan:
 
     def child_call(self, node: Node, call: str) -> str | None:
         """The outermost call inside ``call`` ('' for the root) that runs ``node`` as a
-        module of its own, or None when ``call``'s own module runs it."""
+        module of its own (a submodule's call, or a replaced region's), or None when ``call``'s
+        own module runs it."""
         chain = self.index.calls.chain(node.name)
         if call:
             if call not in chain:
@@ -355,7 +373,17 @@ class _Plan:
         for name in chain:
             if self.outlined(split_call_name(name)[0]):
                 return name
-        return None
+        return self.region_of.get(node.name)
+
+    def path_of(self, child: str) -> str:
+        """The module path of a child call: a submodule's fqn, or a region's module."""
+        return self.paths.get(child) or split_call_name(child)[0]
+
+    def members(self, child: str) -> set[Node]:
+        """The program's nodes a child call runs."""
+        if child in self.paths:
+            return {self.index.by_name[n] for n in self.parts[child].nodes}
+        return set(self.index.call_nodes.get(child, []))
 
     def state_path(self, target: str, fqn: str) -> str | None:
         """A name of the tensor ``target`` that module ``fqn`` holds (itself or an alias:
@@ -449,7 +477,7 @@ class _Region:
         if old.op != "placeholder":
             child = plan.child_call(old, self.call)
             if child is not None and child in self.emitted:
-                # a node of a submodule's call that is not one of its outputs
+                # a node of a submodule's (or region's) call that is not one of its outputs
                 alias = returned_object(old)
                 if alias is not None:
                     # at run time a tensor from before the call (written in place, or
@@ -459,7 +487,7 @@ class _Region:
                 if target is not None:  # the same in a functional graph
                     return self.value(target)
                 raise _Inline(
-                    split_call_name(child)[0],
+                    plan.path_of(child),
                     f"node {old.name!r} of it is used outside it but is not one of its outputs",
                 )
         if isinstance(old.meta.get("val"), (*_SYMBOLIC, int, float, bool)):
@@ -669,7 +697,7 @@ class _Region:
     def _emit(self, child: str) -> None:
         """One call of a submodule, with the arguments of its preserved signature."""
         plan = self.plan
-        fqn, _ = split_call_name(child)
+        fqn = plan.path_of(child)
         if fqn == self.fqn or not _within(fqn, self.fqn):
             raise _Inline(self.fqn, f"it calls {fqn!r}, which is not one of its submodules")
         signature = plan.parts[child].signature
@@ -694,7 +722,7 @@ class _Region:
         if replacement is not None:
             spec, kind = self._extra("spec", signature.out_spec), type(replacement).__name__
             call = self.graph.call_function(_check_output, (call, spec, child, kind))
-        members = set(plan.index.call_nodes.get(child, []))
+        members = plan.members(child)
         leaves: list[Node] | None = None
         for i, argument in enumerate(signature.outputs):
             if is_constant(argument):
@@ -826,8 +854,23 @@ def _hierarchy(plan: _Plan) -> torch.nn.Module:
     return root
 
 
+def region_path(region: Region) -> str:
+    """Where a replaced region of ops lives in the rebuilt hierarchy (and the program exported
+    again): a module of its own in the module that holds its nodes, ``replaced_<name>``."""
+    leaf = "replaced_" + "".join(c if c.isalnum() else "_" for c in region.type_name).strip("_")
+    index = region.name.rpartition("#")[2] if "#" in region.name else ""
+    leaf += f"_{index}" if index.isdigit() else ""
+    fqn = split_call_name(region.call)[0]
+    call = split_call_name(region.call)[1]
+    if call:  # one call of a module called several times: its regions are kept apart
+        leaf += f"_call{call}"
+    return f"{fqn}.{leaf}" if fqn else leaf
+
+
 def rebuild_hierarchy(
-    program: ExportedProgram, replacements: Mapping[str, torch.nn.Module]
+    program: ExportedProgram,
+    replacements: Mapping[str, torch.nn.Module],
+    regions: Mapping[str, Region] | None = None,
 ) -> tuple[torch.nn.Module, dict[str, str]]:
     """``program`` as a hierarchy of modules, with each replacement set at its name, and the
     modules whose nodes their caller runs, each with the reason (they are modules of the
@@ -838,7 +881,7 @@ def rebuild_hierarchy(
     inline: dict[str, str] = {}
     while True:
         try:
-            return _hierarchy(_Plan(program, replacements, set(inline))), inline
+            return _hierarchy(_Plan(program, replacements, set(inline), regions)), inline
         except _Inline as problem:
             if not problem.fqn or problem.fqn in inline or problem.fqn in replacements:
                 raise SurgeryError(

@@ -224,8 +224,10 @@ class _Tests:
         kwargs: Mapping[str, Any],
         rtol: float,
         atol: float,
+        regions: Mapping[str, Any] | None = None,
     ):
         self.program = program
+        self.regions = dict(regions or {})  # the regions of ops among the swaps (replace)
         self.replacements = replacements
         self.position = {name: i for i, name in enumerate(order)}
         self.full = frozenset(order)
@@ -264,7 +266,8 @@ class _Tests:
         if subset == self.full and self.full_module is not None:
             module: torch.nn.Module = self.full_module
         else:
-            module = rewrite(self.program, {name: self.replacements[name] for name in swaps})
+            requests = {name: self.replacements[name] for name in swaps}
+            module = rewrite(self.program, requests, regions=self.regions)
             self.builds += 1
         try:
             actual = self._run(module)
@@ -319,12 +322,18 @@ class _Tests:
         return self.ordered(set(needed_first + needed_second))
 
 
-def _graph_order(program: ExportedProgram, names: Sequence[str]) -> list[str]:
-    """The swap names in the order their first call runs in the program."""
+def _graph_order(
+    program: ExportedProgram, names: Sequence[str], regions: Mapping[str, Any] | None = None
+) -> list[str]:
+    """The swap names in the order their first call (or region of ops) runs in the program."""
     index = program_index(program)
     position = {node: i for i, node in enumerate(index.nodes)}
+    regions = regions or {}
 
     def first_node(name: str) -> int:
+        if name in regions:
+            nodes = [index.by_name[n] for n in regions[name].nodes if n in index.by_name]
+            return min((position[n] for n in nodes), default=len(position))
         calls = index.resolve(name).calls
         starts = [position[index.call_nodes[c][0]] for c in calls if index.call_nodes.get(c)]
         return min(starts, default=len(position))
@@ -394,12 +403,13 @@ def bisect(
         )
     rtol, atol = _tolerance("rtol", rtol), _tolerance("atol", atol)
     args, kwargs = surgery._inputs(args, kwargs, verb="bisect")
-    order = tuple(_graph_order(program, list(replacements)))
+    regions = dict(getattr(surgery, "regions", {}) or {})
+    order = tuple(_graph_order(program, list(replacements), regions))
     if not order:
         return Bisection((), (), (), True, 0, 0, (), rtol, atol)
     module = surgery.module
     full_module = module if _state_is_the_programs(program, module) else None
-    tests = _Tests(program, replacements, order, full_module, args, kwargs, rtol, atol)
+    tests = _Tests(program, replacements, order, full_module, args, kwargs, rtol, atol, regions)
     everything = frozenset(order)
     groups: list[tuple[str, ...]] = []
     found: set[str] = set()

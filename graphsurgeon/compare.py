@@ -45,7 +45,7 @@ from ._exec import (
 from .errors import CompareError, UnknownModuleError, did_you_mean
 from .fuse import fused_call
 from .locate import CallRecord, Location, locate_call, not_located
-from .partition import call_index, program_index
+from .partition import call_index, op_argument, program_index
 from .rewrite import swap_info
 from .verify import (
     LeafCheck,
@@ -676,6 +676,7 @@ def compare(
                     compared.leaves,
                     rtol,
                     atol,
+                    partition=info.partitions[name],
                 )
     finally:
         start.restore()
@@ -741,22 +742,13 @@ def _random_ops(ep: ExportedProgram, replacements: Mapping[str, Any]) -> tuple[s
 
 def _draws(node: Node) -> bool:
     """Whether a seeded op's call draws random numbers: not when its ``train`` argument is
-    False (dropout in eval mode) or its probability ``p`` is 0."""
-    schema = node.target._schema
-    for position, argument in enumerate(schema.arguments):
-        if argument.name not in ("train", "p"):
-            continue
-        if position < len(node.args):
-            value = node.args[position]
-        elif argument.name in node.kwargs:
-            value = node.kwargs[argument.name]
-        elif argument.has_default_value():
-            value = argument.default_value
-        else:
-            continue
-        if (argument.name == "train" and value is False) or (
-            argument.name == "p" and isinstance(value, (int, float)) and value == 0
-        ):
+    False (dropout in eval mode) or its probability (``p``, attention's ``dropout_p``) is 0."""
+    train = op_argument(node, "train", True)
+    if train is False:
+        return False
+    for name in ("p", "dropout_p"):
+        value = op_argument(node, name, None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0:
             return False
     return True
 
@@ -776,7 +768,7 @@ def _compare_call(
     graph_inputs = [v for a, v in zip(signature.inputs, flat_inputs) if not _meta.is_constant(a)]
     upstream = [original_values.get(n) for n in _meta.graph_names(signature.inputs)]
     drift = _max_drift(upstream, graph_inputs)
-    module = fused_call(ep, name)
+    module = fused_call(ep, name, part)  # a module's call, or a region's (Surgery.replace)
     args, kwargs = inputs
     try:
         # the cut has buffers of its own: put them back after it ran, for the next question

@@ -19,7 +19,7 @@ from torch.fx import GraphModule
 
 from . import _derived
 from .errors import SwapError
-from .partition import program_index
+from .partition import Partition, program_index
 from .rewrite import FUSE, cut_call, rewrite
 
 __all__ = ["fuse", "fused_call"]
@@ -67,10 +67,11 @@ def fuse(
     return rewrite(ep, dict.fromkeys(wanted, FUSE), interpret=interpret, verb="fuse")
 
 
-def fused_call(ep: ExportedProgram, name: str) -> GraphModule:
+def fused_call(ep: ExportedProgram, name: str, partition: Partition | None = None) -> GraphModule:
     """The nodes of call ``name`` of ``ep`` as a runnable GraphModule of their own, made once per
     program and call. It reads the program's parameters and its own copies of the buffers, so
-    running it never changes ``ep``.
+    running it never changes ``ep``. ``partition``: for a call that is no module's (a region
+    of ops ``Surgery.replace`` made one call), its partition, as ``SwapInfo.partitions`` has it.
 
     Example:
         >>> import torch, graphsurgeon as gs
@@ -83,5 +84,5 @@ def fused_call(ep: ExportedProgram, name: str) -> GraphModule:
     index = program_index(ep)
     cuts = _derived.cached(ep, "cuts", dict)  # made again when the graph changed
     if name not in cuts:
-        cuts[name] = cut_call(index, name)
+        cuts[name] = cut_call(index, name, partition=partition)
     return cuts[name]

@@ -224,6 +224,7 @@ class CallRecord:
     rtol: float
     atol: float
     cache: dict[str, Location] = field(default_factory=dict)
+    partition: Any = None  # the call's partition (a region's has no module call to look up)
 
 
 def not_located(call: str, reason: str, replacement: str = "") -> Location:
@@ -432,7 +433,7 @@ def _decompositions() -> dict:
 def _original_values(record: CallRecord) -> _Values:
     """Every value the original call computes on the call's inputs: each node's, and those of
     the smaller ops its ops break down into."""
-    module = fused_call(record.program, record.call)
+    module = fused_call(record.program, record.call, record.partition)
     values = _Values(record.rtol, record.atol)
     args, kwargs = record.inputs
     record.random.restore()

@@ -26,11 +26,13 @@ import torch
 from torch.export import ExportedProgram
 from torch.fx import GraphModule
 
+from . import _meta
 from ._hierarchy import (
     carry_module_types,
     describe_dynamic,
     program_dynamic_shapes,
     rebuild_hierarchy,
+    region_path,
 )
 from ._meta import (
     split_call_name,
@@ -39,7 +41,7 @@ from .compare import Comparison, compare
 from .errors import ConflictError, ExportError, SurgeryError, VerifyError, a_type
 from .export import export, quiet_export
 from .partition import ModuleTree, call_name, module_tree, program_index
-from .rewrite import FUSE, Diff, rewrite, safe_path, swap_info
+from .rewrite import FUSE, Diff, Region, check_module, rewrite, safe_path, swap_info
 from .verify import VerifyReport, eager_reference, verify
 
 __all__ = ["Diff", "HistoryEntry", "Surgery"]
@@ -114,6 +116,9 @@ class Surgery:
         self._changed_buffers: dict[int, dict[str, torch.Tensor]] = {}
         self._verified: dict[int, VerifyReport] = {}  # state -> its last verify report
         self._version = 0  # bumped by every change of the current state
+        # every region of ops a replace made a call (by name): facts about the program, kept for
+        # every state (a state's mapping says which are replaced)
+        self._regions: dict[str, Region] = {}
         self._rebuilt: torch.nn.Module | None = None  # the program's own modules, for original()
 
     @classmethod
@@ -214,7 +219,7 @@ class Surgery:
         position = self._position
         module = self._built.get(position)
         if module is None:
-            module = rewrite(self.program, self._states[position])
+            module = rewrite(self.program, self._states[position], regions=self._regions)
             changed = self._changed_buffers.pop(position, {})
             for name, value in changed.items():
                 _put_buffer(module, name, value)
@@ -290,7 +295,12 @@ class Surgery:
             del state[earlier]  # covered by the new request: it replaces them
         state[name] = value
         verb = "fuse" if value is FUSE else "swap"
-        module = rewrite(self.program, state, verb=verb)  # raises before anything changes
+        # raises before anything changes
+        module = rewrite(self.program, state, verb=verb, regions=self._regions)
+        return self._commit(state, entry, module)
+
+    def _commit(self, state: dict[str, Any], entry: HistoryEntry, module: GraphModule) -> Surgery:
+        """Make ``state`` (built as ``module``) the next step, dropping any undone ones."""
         position = self._position
         del self._states[position + 1 :]
         del self._steps[position:]
@@ -304,6 +314,79 @@ class Surgery:
         self._version += 1
         self._keep(self._position, module)
         return self
+
+    def replace(
+        self,
+        pattern: Any,
+        replacement: torch.nn.Module,
+        example_args: tuple[Any, ...],
+        example_kwargs: Mapping[str, Any] | None = None,
+        *,
+        matches: Any = None,
+    ) -> Surgery:
+        """Replace every match of ``pattern`` (or the ``matches=`` chosen: indices into
+        ``gs.find(...)``'s matches, or those Match objects) by one call of ``replacement``, in one
+        step: a pattern of ops that is no module's (Hugging Face's ``apply_rotary_pos_emb``, an
+        activation written inline) swapped as a module is.
+
+        ``pattern`` is a function or a module, traced on ``example_args`` (see
+        :func:`graphsurgeon.find`: a pattern traced at one shape matches at others);
+        ``replacement`` is a module whose forward takes the pattern's arguments and returns what
+        the pattern returns. Each match becomes a call named ``"<pattern>:<the module call it
+        is in>"`` (``rope:layers.0.self_attn``), checked at the call like a swap, drawn,
+        stepped into, compared and exported again like one; undo takes the whole step back.
+        A match whose values are read elsewhere than its results, or that is not convex, is
+        one of ``find``'s near-misses, never replaced. Raises :class:`SurgeryError` when
+        nothing matches (saying what came close).
+
+        Example:
+            >>> import torch, graphsurgeon as gs
+            >>> class Block(torch.nn.Module):
+            ...     def __init__(self):
+            ...         super().__init__()
+            ...         self.lin = torch.nn.Linear(4, 4)
+            ...     def forward(self, x):
+            ...         h = self.lin(x)
+            ...         return h * torch.sigmoid(h)  # SiLU, written inline
+            >>> model = torch.nn.Sequential(Block(), Block())
+            >>> s = gs.Surgery.from_model(model, (torch.randn(2, 4),))
+            >>> def silu(x):
+            ...     return x * torch.sigmoid(x)
+            >>> s.replace(silu, torch.nn.SiLU(), (torch.randn(3, 4),)).history[-1].name
+            'silu (2 matches)'
+            >>> list(s.replacements)
+            ['silu:0', 'silu:1']
+        """
+        from .find import find
+
+        found = find(self.program, pattern, example_args, example_kwargs)
+        chosen = _chosen_matches(found, matches)
+        label = getattr(pattern, "__name__", None) or type(pattern).__name__
+        if not chosen:
+            near = "; ".join(f"{m.call or '(top)'}: {m.reason}" for m in found.near_misses[:3])
+            raise SurgeryError(
+                f"replace: {label!r} occurs nowhere in the program"
+                + (f" (near misses: {near})" if near else "")
+                + ". gs.find(program, pattern, example_args) lists what it looked for."
+            )
+        check_module(label, replacement)
+        regions = _regions_of(found, chosen, label, pattern, example_args, example_kwargs)
+        state = dict(self._states[self._position])
+        for name in regions:
+            state.pop(name, None)
+            state[name] = replacement
+        known = {**self._regions, **regions}
+        module = rewrite(self.program, state, regions=known)  # raises before anything changes
+        self._regions = known
+        count = f"{len(regions)} match{'es' if len(regions) != 1 else ''}"
+        entry = HistoryEntry("replace", f"{label} ({count})", type(replacement).__name__)
+        return self._commit(state, entry, module)
+
+    @property
+    def regions(self) -> dict[str, Region]:
+        """The regions of ops a :meth:`replace` made calls, that are replaced now, by name."""
+        state = self._states[self._position]
+        return {name: region for name, region in self._regions.items() if name in state}
 
     def _overlapping(self, state: Mapping[str, Any], name: str, value: Any) -> list[str]:
         """The requests of ``state`` that the new request ``name`` covers entirely (calls of
@@ -484,9 +567,18 @@ class Surgery:
         args, kwargs = self._inputs(args, kwargs)
         replacements = self.replacements  # fused calls compute what the original did
         module = self.module
-        if self.model is None:
-            report = verify(self.program, module, args, kwargs, rtol=rtol, atol=atol)
-            report = dataclasses.replace(report, against="the original program")
+        if self.model is None or self.regions:
+            # no eager model, or replaced patterns of ops: nothing eager holds the replacement
+            # where the program runs it, so the one reference is the original
+            reference = self.program if self.model is None else self.model
+            report = verify(reference, module, args, kwargs, rtol=rtol, atol=atol)
+            against = "the original program" if self.model is None else "the original model"
+            if self.regions:
+                against += (
+                    " (replaced patterns of ops have no eager module to check the swap with: "
+                    "patch the function in the model and gs.verify against it)"
+                )
+            report = dataclasses.replace(report, against=against)
         else:
             reference = eager_reference(self.model, replacements)
             report = verify(reference, module, args, kwargs, rtol=rtol, atol=atol)
@@ -593,7 +685,8 @@ class Surgery:
         if scripted is not None:
             name, path = scripted
             raise SurgeryError(_script_message(name, path, replacements[name]))
-        hierarchy, inlined = rebuild_hierarchy(self.program, replacements)
+        regions = self.regions
+        hierarchy, inlined = rebuild_hierarchy(self.program, replacements, regions)
         kept = "dynamic_shapes" not in export_options
         if kept:
             export_options["dynamic_shapes"] = program_dynamic_shapes(self.program)
@@ -618,7 +711,10 @@ class Surgery:
             raise ExportError(f"export() could not export the program again: {text}{hint}") from (
                 error
             )
-        carry_module_types(self.program, program, replacements, inlined)
+        placed = {
+            region_path(regions[n]) if n in regions else n: m for n, m in replacements.items()
+        }
+        carry_module_types(self.program, program, placed, inlined)
         return program
 
     def widget(self, **options: Any) -> Any:
@@ -794,3 +890,88 @@ def _failing_replacement(
         f"the replacement for {name!r} ({type(replacement).__name__}, at "
         f"{os.path.basename(filename)}:{line})"
     )
+
+
+def _chosen_matches(found: Any, matches: Any) -> list[Any]:
+    """The matches ``matches=`` names (None: all): indices into ``found``, or Match objects."""
+    if matches is None:
+        return list(found.matches)
+    if isinstance(matches, int) or not isinstance(matches, (list, tuple, set, frozenset)):
+        matches = [matches]
+    chosen = []
+    for item in matches:
+        if isinstance(item, int) and not isinstance(item, bool):
+            if not 0 <= item < len(found.matches):
+                raise SurgeryError(
+                    f"replace: matches={item!r}: there are {len(found.matches)} matches "
+                    f"(0 to {len(found.matches) - 1})"
+                )
+            chosen.append(found.matches[item])
+        elif item in found.matches:
+            chosen.append(item)
+        else:
+            raise SurgeryError(
+                f"replace: matches= takes indices into gs.find(...)'s matches or those Match "
+                f"objects, got {a_type(item)}"
+            )
+    return sorted(dict.fromkeys(chosen), key=lambda m: m.index)
+
+
+def _regions_of(
+    found: Any,
+    chosen: list[Any],
+    label: str,
+    pattern: Any,
+    example_args: tuple,
+    example_kwargs: Mapping[str, Any] | None,
+) -> dict[str, Region]:
+    """Each chosen match as a :class:`Region`: its call signature is the pattern's (the values
+    it reads, the constants it was called with; what it returns, as the pattern returns it)."""
+    import torch.utils._pytree as pytree
+    from torch.export.exported_program import ModuleCallSignature
+    from torch.export.graph_signature import ConstantArgument, TensorArgument
+
+    kwargs = dict(example_kwargs or {})
+    with torch.no_grad():
+        returned = pattern(*example_args, **kwargs)
+    flat, in_spec = pytree.tree_flatten((tuple(example_args), kwargs))
+    flat_out, out_spec = pytree.tree_flatten(returned)
+    try:
+        parameters = tuple(_meta.parameter_names(pattern, len(example_args)))
+    except (TypeError, ValueError):
+        parameters = ()
+    if not parameters or parameters[0].startswith("arg"):
+        import inspect
+
+        try:
+            parameters = tuple(inspect.signature(pattern).parameters)[: len(example_args)]
+        except (TypeError, ValueError):
+            parameters = ()
+    names: dict[str, int] = {}
+    regions: dict[str, Region] = {}
+    for match in chosen:
+        tensors = iter(match.inputs)
+        inputs = []
+        for value in flat:
+            if isinstance(value, torch.Tensor):
+                name = next(tensors, None)
+                inputs.append(TensorArgument(name=name) if name else ConstantArgument("", None))
+            else:
+                inputs.append(ConstantArgument(name="", value=value))
+        outputs = []
+        results = iter(match.outputs)
+        for value in flat_out:
+            if isinstance(value, torch.Tensor):
+                name = next(results, None)
+                outputs.append(TensorArgument(name=name) if name else ConstantArgument("", None))
+            else:
+                outputs.append(ConstantArgument(name="", value=value))
+        base = f"{label}:{match.call or '(top)'}"
+        count = names.get(base, 0)
+        names[base] = count + 1
+        name = base if count == 0 else f"{base}#{count}"
+        signature = ModuleCallSignature(
+            inputs=inputs, outputs=outputs, in_spec=in_spec, out_spec=out_spec
+        )
+        regions[name] = Region(name, match.call, match.nodes, signature, label, parameters)
+    return regions

@@ -7,6 +7,7 @@ layer lists and dropout modules that are never called are all on the way.
 from __future__ import annotations
 
 import copy
+import importlib
 
 import pytest
 import torch
@@ -185,3 +186,55 @@ def test_every_rmsnorm_of_a_llama_family_decoder_swaps_as_eager(kind):
     for fqn in norms:
         assert tree[fqn].swappable, f"{fqn}: {tree[fqn].reason}"
         check_swap(model, (ids,), {fqn: _moved(model.get_submodule(fqn))}, kwargs, ep=ep, rtol=1e-4)
+
+
+# -- Hugging Face's rotary embedding: a function, not a module, in every layer ---------------
+
+
+def _rope(q, k, cos, sin, unsqueeze_dim=1):
+    # the same arithmetic as apply_rotary_pos_emb, written another way
+    cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+
+    def rotate(x):
+        first, second = x.chunk(2, dim=-1)
+        return torch.cat((-second, first), dim=-1)
+
+    return q * cos + rotate(q) * sin, k * cos + rotate(k) * sin
+
+
+def _rope_scaled(q, k, cos, sin, unsqueeze_dim=1):
+    # another function, so that a replace that is ignored cannot pass
+    q_embed, k_embed = _rope(q, k, cos, sin, unsqueeze_dim)
+    return q_embed * 1.5, k_embed
+
+
+class Rope(torch.nn.Module):
+    def forward(self, q, k, cos, sin):
+        return _rope_scaled(q, k, cos, sin)
+
+
+@pytest.mark.parametrize("kind", ["Llama", "Qwen2"])
+def test_the_rotary_embedding_of_every_layer_is_replaced_as_the_patched_model_computes(kind):
+    model = _decoder(kind)
+    ids, kwargs = torch.randint(0, 100, (1, 8)), {"use_cache": False}
+    module = importlib.import_module(type(model).__module__)
+    s = gs.Surgery.from_model(model, (ids,), kwargs)
+    example = (
+        torch.randn(1, 4, 5, 8),
+        torch.randn(1, 2, 5, 8),
+        torch.randn(1, 5, 8),
+        torch.randn(1, 5, 8),
+    )
+    found = gs.find(s.program, module.apply_rotary_pos_emb, example)
+    layers = model.config.num_hidden_layers
+    assert [m.call for m in found] == [f"model.layers.{i}.self_attn" for i in range(layers)]
+    s.replace(module.apply_rotary_pos_emb, Rope(), example)
+    original = module.apply_rotary_pos_emb
+    module.apply_rotary_pos_emb = _rope_scaled  # the eager model, patched the same way
+    try:
+        with torch.no_grad():
+            expected = model(ids, **kwargs).logits
+    finally:
+        module.apply_rotary_pos_emb = original
+    assert not torch.allclose(expected, model(ids, **kwargs).logits)  # the patch shows
+    torch.testing.assert_close(s.module(ids, **kwargs).logits, expected, rtol=1e-4, atol=1e-5)

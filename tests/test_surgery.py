@@ -792,3 +792,125 @@ def test_verify_gives_two_verdicts_faithful_and_equal_to_the_original():
     # without the model, the one reference is the original program
     plain = gs.Surgery(s.program, args=(x,)).swap("a", nn.Linear(4, 4)).verify()
     assert not plain and plain.original is None and "the original program" in str(plain)
+
+
+# -- replace: a pattern of ops that is no module's, swapped as a module is --------------------
+
+
+def silu(x):
+    return x * torch.sigmoid(x)
+
+
+def gelu(x):
+    return torch.nn.functional.gelu(x)
+
+
+class InlineAct(nn.Module):
+    #   x -> lin -> act_fn(h) (written inline: a function, not a module) -> out
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.act_fn = silu
+        self.out = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.out(self.act_fn(self.lin(x)))
+
+
+class TwoInline(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = InlineAct()
+        self.b = InlineAct()
+
+    def forward(self, x):
+        return self.b(self.a(x) + x)
+
+
+class Gelu(nn.Module):
+    def forward(self, x):
+        return gelu(x)
+
+
+def _patched(model, function):
+    """The eager model with every act_fn set to ``function``: what replace should compute."""
+    patched = copy.deepcopy(model)
+    for module in patched.modules():
+        if isinstance(module, InlineAct):
+            module.act_fn = function
+    return patched
+
+
+def test_replace_makes_every_match_one_call_and_computes_the_patched_model():
+    torch.manual_seed(0)
+    model, x = TwoInline().eval(), torch.randn(3, 4)
+    s = gs.Surgery.from_model(model, (x,))
+    expected = _patched(model, gelu)(x)
+    assert not torch.allclose(expected, model(x))  # precondition: the replacement shows
+    s.replace(silu, Gelu(), (torch.randn(2, 4),))  # traced at another batch size
+    assert list(s.replacements) == ["silu:a", "silu:b"] and set(s.regions) == {"silu:a", "silu:b"}
+    assert s.history[-1].action == "replace" and s.history[-1].name == "silu (2 matches)"
+    torch.testing.assert_close(s.module(x), expected)
+    # one step: undo takes every match back, redo brings them again
+    s.undo()
+    assert s.replacements == {} and torch.allclose(s.module(x), model(x))
+    s.redo()
+    torch.testing.assert_close(s.module(x), expected)
+    # compare checks each region against the nodes it replaced
+    assert s.compare().first_divergence == "silu:a"
+    # verify: the one reference is the original model, and it says why
+    report = s.verify()
+    assert not report and "patch the function in the model" in str(report)
+    # exported again, each region is a module of its own there, swappable in turn
+    again = s.export()
+    assert gs.verify(_patched(model, gelu), again, (x,))
+    tree = gs.module_tree(again)
+    assert tree["a.replaced_silu"].swappable and tree["b.replaced_silu"].type_name == "Gelu"
+    # a stepper steps into a region's call as into a swapped module's
+    stepper = gs.Stepper(s, x)
+    call = next(n.name for n in s.module.graph.nodes if n.op == "call_module")
+    stepper.run_to(call)
+    stepper.step_into()
+    assert stepper.stack[-1].startswith("a")
+
+
+def test_replace_chosen_matches_and_refusals_say_why():
+    torch.manual_seed(0)
+    model, x = TwoInline().eval(), torch.randn(3, 4)
+    s = gs.Surgery.from_model(model, (x,))
+    found = gs.find(s.program, silu, (x,))
+    s.replace(silu, Gelu(), (x,), matches=[found.matches[1]])
+    assert list(s.replacements) == ["silu:b"]
+    torch.testing.assert_close(s.module(x), _patched_b(model)(x))
+    with pytest.raises(gs.errors.SurgeryError, match=r"'gelu' occurs nowhere"):
+        s.replace(gelu, Gelu(), (x,))
+    with pytest.raises(gs.errors.SurgeryError, match=r"matches=5: there are 2 matches"):
+        s.replace(silu, Gelu(), (x,), matches=5)
+
+    class TakesNothing(nn.Module):
+        def forward(self):
+            return None
+
+    with pytest.raises(gs.ReplacementError, match=r"cannot take the arguments.*\(x: f32\[3, 4\]\)"):
+        s.replace(silu, TakesNothing(), (x,))
+    assert list(s.replacements) == ["silu:b"], "a refused replace changes nothing"
+    # a region inside a swapped module: the two cannot both replace those nodes
+    s.swap("a", nn.Identity())
+    with pytest.raises(gs.errors.ConflictError, match=r"share nodes"):
+        s.replace(silu, Gelu(), (x,), matches=0)
+
+
+def _patched_b(model):
+    patched = copy.deepcopy(model)
+    patched.b.act_fn = gelu
+    return patched
+
+
+def test_bisect_finds_a_wrong_region_among_swaps():
+    torch.manual_seed(0)
+    model, x = TwoInline().eval(), torch.randn(3, 4)
+    s = gs.Surgery.from_model(model, (x,))
+    s.swap("a.lin", copy.deepcopy(model.a.lin))  # faithful
+    s.replace(silu, Gelu(), (x,), matches=1)  # wrong: another function
+    found = s.bisect()
+    assert found.culprits == ("silu:b",)

@@ -41,10 +41,11 @@ from ._builder import _Builder
 from ._cut import cut_call
 from ._plan import FUSE, _plan, check_module
 from ._writer import _exported_mode, safe_path
-from .info import _COMPUTATION, Diff, SwapInfo, swap_info
+from .info import _COMPUTATION, Diff, Region, SwapInfo, swap_info
 
 __all__ = [
     "FUSE",
+    "Region",
     "Diff",
     "SwapInfo",
     "check_module",
@@ -101,12 +102,16 @@ def rewrite(
     interpret: bool = False,
     verb: str = "swap",
     weak: bool = False,
+    regions: Mapping[str, Region] | None = None,
 ) -> GraphModule:
     """The one pass behind :func:`swap` and :func:`graphsurgeon.fuse`: ``modules`` maps names to
-    replacements, or to :data:`FUSE` for calls to fuse. ``weak``: the result refers to ``ep``
-    without keeping it alive (for a cache of ``ep``'s own)."""
+    replacements, or to :data:`FUSE` for calls to fuse; a name in ``regions`` is a
+    :class:`Region` of ops that are no module's (``Surgery.replace``), replaced as one call
+    like a module's. ``weak``: the result refers to ``ep`` without keeping it alive (for a
+    cache of ``ep``'s own)."""
     index = program_index(ep)
-    requests = _plan(index, modules, verb)
+    regions = dict(regions or {})
+    requests = _plan(index, modules, verb, regions)
     was_enabled = gc.isenabled()
     # The pass allocates many small objects and no cycles that matter; the cyclic collector
     # would otherwise run dozens of times over the whole heap while it does.
@@ -132,6 +137,7 @@ def rewrite(
         installed_at={r.call_name: safe_path(r.install_path) for r in requests},
         call_nodes={r.call_name: r.call_node.name for r in requests},
         partitions={r.call_name: r.partition for r in requests},
+        regions={r.call_name: r.region for r in requests if r.region is not None},
         node_map=builder.node_map,
         copies=builder.copies,
         result_nodes=tuple(

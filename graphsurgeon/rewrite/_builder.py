@@ -19,6 +19,7 @@ from ..errors import (
 from ..partition import (
     ProgramIndex,
     returned_object,
+    split_call_name,
 )
 from . import _runtime
 from ._cut import cut_call
@@ -243,15 +244,21 @@ class _Builder(_GraphWriter):
             kwargs,
             name=self.fresh(f"{'fused' if request.fused else 'swapped'}_{base}"),
         )
+        region = request.region
+        if region is None:  # the module's own stack entry last: the call is drawn where it was
+            stack = _outer_stack(request.nodes[0], request.fqn)
+            caller_stack = dict(list(stack.items())[:-1])
+        else:  # no module of its own: it sits in the call that holds its nodes
+            stack = _outer_stack(request.nodes[0], split_call_name(region.call)[0])
+            caller_stack = dict(stack)
         call.meta = {
-            "nn_module_stack": _outer_stack(request.nodes[0], request.fqn),
+            "nn_module_stack": stack,
             _meta.FUSED if request.fused else _meta.SWAPPED: request.call_name,
         }
         self.attrs[install] = request.module
         request.call_node = call
         request.emitted = True
         out_spec = signature.out_spec
-        caller_stack = dict(list(call.meta["nn_module_stack"].items())[:-1])
         if request.fused:
             checked = call  # its own nodes, cut from the program: nothing to check
         else:

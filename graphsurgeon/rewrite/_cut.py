@@ -19,6 +19,7 @@ from ..errors import (
     did_you_mean,
 )
 from ..partition import (
+    Partition,
     ProgramIndex,
     program_index,
 )
@@ -42,12 +43,12 @@ class _CallCut(_GraphWriter):
     """The nodes of one module call, copied into a GraphModule that takes and returns what the
     module did (its arguments as the program passed them, its output structure)."""
 
-    def __init__(self, index: ProgramIndex, name: str, state, mutations):
+    def __init__(self, index: ProgramIndex, part: Partition, state, mutations):
         super().__init__(set())
         self.index = index
-        self.name = name
-        self.part = index.partitions()[name]
-        self.members = set(index.call_nodes.get(name, []))
+        self.name = part.call_name
+        self.part = part
+        self.members = {index.by_name[n] for n in part.nodes if n in index.by_name}
         self.state = state
         self.mutations = mutations
         self.env: dict[Node, Any] = {}
@@ -96,7 +97,7 @@ class _CallCut(_GraphWriter):
             first_of[argument.name] = i
             self.env[node] = leaf
         written = []
-        for node in self.index.call_nodes.get(self.name, []):
+        for node in sorted(self.members, key=self.index.order.__getitem__):
             self._copy(node)
             if node.name in self.mutations:
                 written.append(node)
@@ -223,6 +224,7 @@ def cut_call(
     *,
     state: Callable[[Node], Any] | None = None,
     mutations: Mapping[str, Node] | None = None,
+    partition: Partition | None = None,
 ) -> GraphModule:
     """The nodes of call ``name`` as a GraphModule of their own: the form a fused call takes.
 
@@ -231,6 +233,8 @@ def cut_call(
     runs the call's original nodes, and returns the module's output structure. ``state`` gives
     the value of each lifted parameter or buffer the nodes read (default: the program's
     parameters, and copies of its buffers, so running it never changes the program).
+    ``partition``: the call's partition, for a call that is no module's (a :class:`Region`'s,
+    as ``SwapInfo.partitions`` holds it).
     """
     index = (
         program_index(index_or_program)
@@ -238,7 +242,7 @@ def cut_call(
         else index_or_program
     )
     parts = index.partitions()
-    part = parts.get(name)
+    part = partition if partition is not None else parts.get(name)
     if part is None:
         raise UnknownModuleError(
             f"the program has no module call {name!r}.{did_you_mean(name, parts)} "
@@ -250,7 +254,7 @@ def cut_call(
         state = _standalone_state(index)
     if mutations is None:
         mutations = mutation_targets(index)
-    return _CallCut(index, name, state, mutations).build()
+    return _CallCut(index, part, state, mutations).build()
 
 
 def _standalone_state(index: ProgramIndex) -> Callable[[Node], Any]:

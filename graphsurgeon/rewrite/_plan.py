@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from torch.fx import Node
 
+from .. import _meta
 from ..errors import (
     ConflictError,
     NotPreservedError,
@@ -23,6 +24,7 @@ from ..partition import (
     Partition,
     ProgramIndex,
 )
+from .info import Region
 
 __all__ = ["FUSE", "check_module"]
 
@@ -51,6 +53,7 @@ class _Request:
     outputs: dict[str, Any] = field(default_factory=dict)
     call_node: Node | None = None
     module: torch.nn.Module | None = None  # what runs the call (the cut, for a fused call)
+    region: Region | None = None  # for nodes that are no module's (a match of gs.find)
 
     @property
     def fused(self) -> bool:
@@ -61,18 +64,31 @@ def _type_name(module: Any) -> str:
     return type(module).__name__
 
 
-def _plan(index: ProgramIndex, modules: Mapping[str, Any], verb: str = "swap") -> list[_Request]:
+def _plan(
+    index: ProgramIndex,
+    modules: Mapping[str, Any],
+    verb: str = "swap",
+    regions: Mapping[str, Region] | None = None,
+) -> list[_Request]:
     if not isinstance(modules, Mapping):
         raise SwapError(
             f"{verb}: expected a mapping {{module name: replacement}}, got {type(modules).__name__}"
         )
     parts = index.partitions()
+    regions = regions or {}
     requests: list[_Request] = []
     for name, replacement in modules.items():
         if not isinstance(name, str):
             raise SwapError(f"{verb}: module names are strings such as 'blocks.0', got {name!r}")
         if replacement is not FUSE:
             check_module(name, replacement)
+        if name in regions:
+            if replacement is FUSE:
+                raise SwapError(f"fuse: {name!r} is a region of ops, not a module call")
+            request = _region_request(index, regions[name], replacement)
+            _check_call(index, request)
+            requests.append(request)
+            continue
         resolved = index.resolve(name)
         fqn = resolved.fqn
         if fqn == "":
@@ -115,6 +131,55 @@ def _plan(index: ProgramIndex, modules: Mapping[str, Any], verb: str = "swap") -
     return requests
 
 
+def region_partition(index: ProgramIndex, region: Region) -> Partition:
+    """A region as the partition of a call: what the rewrite, compare's cut and the views read."""
+    signature = region.signature
+    texts = [
+        _meta.signature_leaf_text(a, None if _meta.is_constant(a) else index.by_name.get(a.name))
+        for a in signature.inputs
+    ]
+    outputs = [
+        _meta.signature_leaf_text(a, None if _meta.is_constant(a) else index.by_name.get(a.name))
+        for a in signature.outputs
+    ]
+    call_text = _meta.module_call_text(
+        signature.in_spec, signature.out_spec, texts, outputs, list(region.parameters)
+    )
+    return Partition(
+        call_name=region.name,
+        fqn=region.name,
+        call_index=0,
+        type_name=region.type_name,
+        qualified_type=f"pattern {region.type_name}",
+        nodes=region.nodes,
+        input_names=_meta.graph_names(signature.inputs),
+        output_names=_meta.graph_names(signature.outputs),
+        signature=signature,
+        swappable=True,
+        reason=None,
+        call_text=call_text,
+    )
+
+
+def _region_request(index: ProgramIndex, region: Region, replacement: Any) -> _Request:
+    missing = [n for n in region.nodes if n not in index.by_name]
+    if missing:
+        raise SwapError(
+            f"{region.name!r}: the program has no node {missing[0]!r} of this region any more "
+            "(was it found in another program?); find the pattern again in this one"
+        )
+    nodes = sorted((index.by_name[n] for n in region.nodes), key=index.order.__getitem__)
+    return _Request(
+        call_name=region.name,
+        fqn=region.name,
+        replacement=replacement,
+        install_path="_replaced." + "".join(c if c.isalnum() else "_" for c in region.name),
+        partition=region_partition(index, region),
+        nodes=nodes,
+        region=region,
+    )
+
+
 def check_module(name: str, replacement: Any) -> None:
     """A replacement must be a working nn.Module."""
     if not isinstance(replacement, torch.nn.Module):
@@ -145,7 +210,8 @@ def _check_call(index: ProgramIndex, request: _Request) -> None:
         raise ReplacementError(
             f"the replacement for {request.call_name!r} ({_type_name(module)}) cannot take the "
             f"arguments the program calls it with: the program calls "
-            f"{request.call_name}{index.call_text(request.call_name)}, but its forward is "
+            f"{request.call_name}{request.partition.call_text or index.call_text(request.call_name)}"
+            f", but its forward is "
             f"forward{parameters} ({problem}). Make forward accept those arguments (add the "
             "missing parameters, or **kwargs for the keywords it ignores)."
         ) from None

@@ -7,6 +7,7 @@ import functools
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch.export import ExportedProgram
@@ -19,7 +20,7 @@ from ..partition import (
     Partition,
 )
 
-__all__ = ["Diff", "SwapInfo", "swap_info"]
+__all__ = ["Diff", "Region", "SwapInfo", "swap_info"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class SwapInfo:
         installed_at: call name -> attribute path of that module in the result.
         call_nodes: call name -> name of its ``call_module`` node in the result.
         partitions: call name -> the original :class:`Partition` that was replaced.
+        regions: the calls that are :class:`Region` s of ops (``Surgery.replace``), by name.
         node_map: node name in the program -> name of the node holding its value in the
             result. Names are kept where possible; they differ for an argument named after a
             Python builtin (``input`` -> ``input_1``) and for a swapped call's outputs (now
@@ -57,6 +59,7 @@ class SwapInfo:
     copies: Mapping[str, str] = field(default_factory=dict, repr=False)
     result_nodes: tuple[str, ...] = field(default=(), repr=False)
     fused: tuple[str, ...] = ()
+    regions: Mapping[str, Region] = field(default_factory=dict, repr=False)
 
     @property
     def program(self) -> ExportedProgram:
@@ -103,6 +106,31 @@ class SwapInfo:
         )
         body = f'<div class="gs-title">{d.escape(str(self))}</div>{table}'
         return d.bundle(body, str(self), include, exclude)
+
+
+@dataclass(frozen=True)
+class Region:
+    """Nodes of a program replaced as one call though they are no module's: a match of
+    :func:`graphsurgeon.find`, made a call by ``Surgery.replace``.
+
+    Attributes:
+        name: how every view names it (``"rope:layers.0.self_attn"``), never a module's name.
+        call: the module call it sits in (``""`` at the top level): the call of its replacement
+            is drawn, stepped and exported inside it.
+        nodes: the program's nodes it covers, in graph order.
+        signature: its call as a module call signature: the program values it reads, and the
+            constants its pattern was called with, as the pattern's arguments (``in_spec``); the
+            nodes that compute its results, as the pattern returns them (``out_spec``).
+        type_name: what it is, the pattern's name (``"rope"``).
+        parameters: the names of the pattern's arguments, for the call text.
+    """
+
+    name: str
+    call: str
+    nodes: tuple[str, ...]
+    signature: Any = field(repr=False)
+    type_name: str = "pattern"
+    parameters: tuple[str, ...] = ()
 
 
 _COMPUTATION = ("call_function", "call_module", "call_method")
