@@ -1246,9 +1246,14 @@ class _Finder:
         search, pattern = self.search, self.pattern
         ops = set(search.rev)
         region = set(ops)
+        call_of = self.calls.call_of
         for node in ops:
             for user in node.users:
-                if user.op == "call_function" and user.target in _BOOKKEEPING:
+                # a check the module call of the op made goes with it; one another call made
+                # (a norm's cast of its input checks the dtype of what it was given) is that
+                # call's read of a result, not part of the match
+                bookkeeping = user.op == "call_function" and user.target in _BOOKKEEPING
+                if bookkeeping and call_of(user.name) == call_of(node.name):
                     region.add(user)
         inputs, outputs = self._ends()
         order = self.view.order

@@ -65,6 +65,7 @@ from __future__ import annotations
 import collections
 import copy
 import dataclasses
+import functools
 import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -124,6 +125,7 @@ FEATURES = (
     "constant_outputs",
     "buffer_outputs",
     "torch_export",
+    "pattern_replace",
     "aliased",
     "same_replacement",
     "one_call",
@@ -221,6 +223,7 @@ class Case:
     replacements: tuple[tuple[str, float], ...]
     seed: int
     exporter: str = "gs"  # "gs": gs.export; "torch": torch.export.export, every module preserved
+    replace_shift: float | None = None  # set: replace the inline gate by GateShift(shift)
 
 
 # -- the modules ------------------------------------------------------------------------------
@@ -449,6 +452,40 @@ class BufOut(nn.Module):
         return self.cache
 
 
+def gate(x):
+    """An inline gate, ``x * sigmoid(x)``: a function, no module's (what ``s.replace`` finds)."""
+    return x * torch.sigmoid(x)
+
+
+class Gated(nn.Module):
+    """``gate(op(lin(x)))``, the gate called through an attribute so that a reference can patch
+    it (as one patches Hugging Face's ``apply_rotary_pos_emb``)."""
+
+    def __init__(self, op: str):
+        super().__init__()
+        self.op = op
+        self.lin = nn.Linear(3, 3)
+        self.gate = gate
+
+    def forward(self, x):
+        return self.gate(OPS[self.op](self.lin(x)))
+
+
+class GateShift(nn.Module):
+    """What replaces the gate: another function of the same value."""
+
+    def __init__(self, shift: float):
+        super().__init__()
+        self.shift = shift
+
+    def forward(self, x):
+        return shifted_gate(x, self.shift)
+
+
+def shifted_gate(x, shift: float):
+    return x * torch.sigmoid(x) * 0.5 + shift
+
+
 LEAF_TYPES = {
     "act": Act,
     "knobs": Knobs,
@@ -462,6 +499,7 @@ LEAF_TYPES = {
     "norm": Norm,
     "const": ConstOut,
     "bufout": BufOut,
+    "gated": Gated,
 }
 LEAF_KINDS = tuple(LEAF_TYPES)
 
@@ -784,6 +822,7 @@ _PLANTED_STEPS = {
     "internal_cast": "norm",
     "constant_outputs": "const",
     "buffer_outputs": "bufout",
+    "pattern_replace": "gated",
     "aliased": "mix:aliased",
 }
 
@@ -874,7 +913,7 @@ class _BlockDrawer:
     def available_kinds(self) -> list[str]:
         """The step kinds that can come next."""
         kinds = ["act", "knobs", "mix", "split", "counter", "passthrough", "loop"]
-        kinds += ["cast", "inplace", "norm", "const", "bufout"]
+        kinds += ["cast", "inplace", "norm", "const", "bufout", "gated"]
         if self.split_layouts:
             kinds.append("gather")
         if self.children:
@@ -1020,6 +1059,11 @@ class _BlockDrawer:
         name = name or self.new_child(LeafSpec("bufout", self.op()))
         self.add(Call(name, (self.value(),)), "tensor")
 
+    def step_gated(self, flavour: str = "", name: str | None = None) -> None:
+        """``gated(v)``: its value gated by an inline function (a pattern, no module's)."""
+        name = name or self.new_child(LeafSpec("gated", self.op()))
+        self.add(Call(name, (self.value(),)), "tensor")
+
     def step_passthrough(self, flavour: str = "", name: str | None = None) -> None:
         """``s = passthrough(x, skip)``: half the time nothing in this block reads ``skip``
         again, so the call is swappable unless an enclosing block reads it."""
@@ -1071,7 +1115,7 @@ class _BlockDrawer:
             name
             for name, spec in self.children.items()
             if (isinstance(spec, BlockSpec) and spec.inputs == 1 and spec.returns[0][0] == "")
-            or (isinstance(spec, LeafSpec) and spec.kind in ("act", "knobs", "counter"))
+            or (isinstance(spec, LeafSpec) and spec.kind in ("act", "knobs", "counter", "gated"))
         ]
 
     def step_loop(self, flavour: str = "") -> None:
@@ -1223,6 +1267,11 @@ def swap_sets(
     first = [r for f in sorted(planted, key=lambda f: f not in require) for r in planted[f]]
     drawn = draw(st.lists(st.sampled_from(whole + one_call), min_size=1, max_size=4))
     requests = _antichain(first + drawn)
+    gated = [fqn for fqn in whole if interface(specs.get(fqn))[0] == "gated"]
+    if gated and "pattern_replace" in require:
+        # one gated module no swap covers, whose gate s.replace will replace
+        kept = draw(st.sampled_from(gated))
+        requests = [r for r in requests if not overlap(split_request(r)[0], kept)]
     if "conflict" in require or chance(draw, 10):
         requests = _with_conflict(draw, requests, whole, one_call, multi)
     # replacement n copies module replacements[n][0]; a request may reuse an earlier one of its
@@ -1238,8 +1287,9 @@ def swap_sets(
         ]
         if request in apart:
             compatible = [n for n in compatible if n not in {swaps.get(r) for r in apart}]
-        if request in shared and shared[0] in swaps and request != shared[0]:
-            swaps[request] = swaps[shared[0]]
+        partner = [r for r in shared if r != request and r in swaps] if request in shared else []
+        if partner:  # whichever of the pair comes first (a conflict may reorder them)
+            swaps[request] = swaps[partner[0]]
         elif compatible and chance(draw, 3):
             swaps[request] = draw(st.sampled_from(compatible))
         else:
@@ -1274,11 +1324,19 @@ def cases(draw, require: Iterable[str] = ()) -> Case:
     spec = draw(programs(require))
     second_input = "none" if spec.inputs == 1 else draw(st.sampled_from(("positional", "keyword")))
     facts = analyze(spec, second_input)
-    exporter = "torch" if "torch_export" in require or chance(draw, 4) else "gs"
+    # s.replace works on what gs.export makes (its calls' structure is known)
+    torch_made = "torch_export" in require or ("pattern_replace" not in require and chance(draw, 4))
+    exporter = "torch" if torch_made else "gs"
     swaps, replacements = draw(swap_sets(spec, facts, require, exporter))
     dynamic = "dynamic" in require or draw(st.booleans())
     seed = draw(st.integers(0, 2**16))
-    return Case(spec, second_input, dynamic, swaps, replacements, seed, exporter)
+    has_gate = any(
+        isinstance(child, LeafSpec) and child.kind == "gated"
+        for child in module_specs(spec).values()
+    )
+    replace = has_gate and exporter == "gs"  # a gate is rare enough: replace it when there
+    shift = draw(st.sampled_from((0.25, -0.5))) if replace else None
+    return Case(spec, second_input, dynamic, swaps, replacements, seed, exporter, shift)
 
 
 # -- what a case covers, and how to read it ----------------------------------------------------
@@ -1291,6 +1349,17 @@ def _walk_steps(spec: BlockSpec, prefix: str = ""):
     for name, child in spec.children:
         if isinstance(child, BlockSpec):
             yield from _walk_steps(child, f"{prefix}{name}.")
+
+
+def _gated_outside_swaps(case: Case) -> list[str]:
+    """The gated modules no swap of the case covers (whose gate ``s.replace`` replaces)."""
+    swapped = {split_request(name)[0] for name, _ in case.swaps}
+    return [
+        fqn
+        for fqn, spec in module_specs(case.program).items()
+        if isinstance(spec, LeafSpec) and spec.kind == "gated"
+        if not any(fqn == s or fqn.startswith(s + ".") for s in swapped)
+    ]
 
 
 def features(case: Case, facts: Facts | None = None) -> set[str]:
@@ -1338,6 +1407,8 @@ def features(case: Case, facts: Facts | None = None) -> set[str]:
         found.add("dynamic")
     if case.exporter == "torch":
         found.add("torch_export")
+    if case.replace_shift is not None and _gated_outside_swaps(case):
+        found.add("pattern_replace")
     requests = [name for name, _ in case.swaps]
     numbers = [n for _, n in case.swaps]
     if len(numbers) != len(set(numbers)):
@@ -1586,6 +1657,43 @@ def _export(case: Case, model, args, kwargs):
     )
 
 
+def _swap_and_replace(
+    case: Case, facts: Facts, ep, replacements, original_model, original_replacements
+):
+    """A Surgery that makes the case's swaps one by one, then replaces, in one step, the inline
+    gate of every gated call outside the swapped modules; and its reference: the eager model
+    with the swaps and, in those gated modules, the gate patched.
+
+    ``gs.find`` must match the gate once in each such call, and nowhere else (a miss or a stray
+    match is a :class:`Mismatch`)."""
+    surgery = gs.Surgery(ep)
+    for name, replacement in replacements.items():
+        surgery.swap(name, replacement)
+    gated = _gated_outside_swaps(case)
+    gated_calls = sorted(name for fqn in gated for name in facts.calls.get(fqn, ()))
+    example = (torch.randn(2, 3),)
+    found = gs.find(ep, gate, example)
+    specs = module_specs(case.program)
+    stray = [
+        m.call
+        for m in found.matches
+        if not isinstance(spec := specs.get(split_request(m.call)[0]), LeafSpec)
+        or spec.kind != "gated"
+    ]
+    if stray:
+        raise Mismatch(f"gs.find matched the gate in {stray}, which have no gate")
+    chosen = [m for m in found.matches if split_request(m.call)[0] in gated]
+    matched = sorted(m.call for m in chosen)
+    if matched != gated_calls:
+        raise Mismatch(f"gs.find matched the gate in {matched}, expected {gated_calls}")
+    if chosen:
+        surgery.replace(gate, GateShift(case.replace_shift), example, matches=chosen)
+    patched = copy.deepcopy(original_model)
+    for fqn in gated:
+        patched.get_submodule(fqn).gate = functools.partial(shifted_gate, shift=case.replace_shift)
+    return surgery.module, reference_model(patched, original_replacements)
+
+
 def run_inputs(case: Case) -> list[tuple[tuple, dict]]:
     """The inputs of the :data:`RUNS` runs; with a dynamic batch, the first is of another size
     than at export and the second of the export's size."""
@@ -1630,8 +1738,13 @@ def check_case(case: Case) -> CaseResult:
         # a request whose replacement leaves the output as it was would pass even if ignored
         _precondition(differs(original_out, _run(alone.model, *runs[0])), name)
 
-    gm = gs.swap(ep, replacements)
-    reference = reference_model(original_model, original_replacements)
+    if case.replace_shift is None:
+        gm = gs.swap(ep, replacements)
+        reference = reference_model(original_model, original_replacements)
+    else:
+        gm, reference = _swap_and_replace(
+            case, facts, ep, replacements, original_model, original_replacements
+        )
     for number, (args, kwargs) in enumerate(runs, 1):
         expected = _run(reference.model, args, kwargs)
         actual = _run(gm, args, kwargs)

@@ -306,6 +306,38 @@ def test_a_no_op_conversion_read_after_the_match_is_a_read_of_its_input():
     )
 
 
+class CastThenScale(nn.Module):
+    def forward(self, x):
+        return x.to(torch.float32) * 3  # torch.export checks x's dtype here, in this call
+
+
+class SwishThenCast(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.act, self.scale = Swish(), CastThenScale()
+
+    def forward(self, x):
+        return self.scale(self.act(x))
+
+
+def test_a_check_another_call_makes_on_a_result_stays_that_calls():
+    ep = gs.export(SwishThenCast(), (torch.randn(4),))
+    calls = call_index(ep)
+    (check,) = ops_of(ep, aten._assert_tensor_metadata.default)
+    swish_out = ops_of(ep, aten.mul.Tensor)[0]
+    checked = next(n for n in ep.graph.nodes if n.name == check).args[0].name
+    # precondition: the scale's check reads the swish's result
+    assert checked == swish_out and calls.call_of(check) == "scale"
+    (match,) = find(ep, swish, (torch.randn(3),))
+    assert check not in match.nodes and match.call == "act"
+    # so the swish is replaced beside a swap of the module that checks its result
+    model = SwishThenCast()
+    s = gs.Surgery.from_model(model, (torch.randn(4),))
+    s.swap("scale", CastThenScale()).replace(swish, nn.SiLU(), (torch.randn(3),))
+    x = torch.randn(4)
+    torch.testing.assert_close(s.module(x), nn.functional.silu(x) * 3)
+
+
 def test_a_match_that_is_not_convex_is_a_near_miss():
     def sine_times(a, b):
         s = torch.sin(a)

@@ -124,3 +124,10 @@ def test_one_replacement_serving_several_modules(case):
 @given(case=cases(require={"conflict"}))
 def test_overlapping_requests_are_refused(case):
     _check(case, "conflict", "refused")
+
+
+@BOUNDED
+@given(case=cases(require={"pattern_replace"}))
+def test_inline_pattern_replaced_beside_swaps(case):
+    # s.replace after the swaps: gs.find must match the gate in each gated call, and nowhere else
+    _check(case, "pattern_replace")
