@@ -9,10 +9,12 @@ Decided here once, read by every stage:
 
 from __future__ import annotations
 
+import ast
 import functools
 import inspect
 import os
 import re
+import warnings
 from collections.abc import Container, Iterator, Mapping
 from typing import Any
 
@@ -523,3 +525,81 @@ def parameter_names(module: Any, count: int | None = None) -> list[str]:
     if count is None:
         return names
     return (names + [f"arg{i}" for i in range(len(names), count)])[:count]
+
+
+# -- module paths as torch's strict tracer writes them ----------------------------------------
+
+
+@functools.lru_cache(maxsize=4096)
+def traced_path_fqn(path: str) -> str:
+    r"""The fqn of a module path as torch's strict tracer records it, or ``path`` itself when
+    it is not written that way.
+
+    Strict export records the Python expression that reached the module, with its
+    ``L['self'].`` removed and each ``._modules['name']`` shortened to ``.name`` where ``name``
+    holds no quote or ``]`` (written as ``repr`` writes it, without the quotes)::
+
+        blk, layers.0, d.x y                   ->  blk, layers.0, d.x y
+        d._modules['a"b'], d._modules['q]r']   ->  d.a"b, d.q]r
+        d.c\nd (a newline, as repr writes it)  ->  d.c<a newline>d
+        getattr(L['self'], 'blk@1').lin        ->  blk@1.lin
+        getattr(L['self'].layers, '1')         ->  layers.1
+        L['self'].layers[0]                    ->  layers.0
+    """
+    names = _source_names(path)
+    return ".".join(names) if names is not None else path
+
+
+_ROOT_SOURCE = "L['self']"
+_CONTAINERS = ("._modules", "._parameters", "._buffers")
+
+
+def _source_names(expression: str) -> list[str] | None:
+    """The module names along ``expression`` (see :func:`traced_path_fqn`), or None when it is
+    not such an expression. A module name never holds a dot, so every dot outside a quoted
+    name separates two steps; the quoted forms are tried first, and each split is kept only
+    if the rest reads too."""
+    if expression in ("", _ROOT_SOURCE):
+        return []
+    if expression.startswith("getattr(") and expression.endswith(")"):
+        inner = expression[len("getattr(") : -1]
+        at = inner.rfind(", ")
+        while at > 0:
+            member = _literal(inner[at + 2 :])
+            if isinstance(member, str):
+                base = _source_names(inner[:at])
+                if base is not None:
+                    return [*base, member]
+            at = inner.rfind(", ", 0, at)
+    if expression.endswith("]"):
+        at = expression.rfind("[")
+        while at > 0:
+            key = _literal(expression[at + 1 : -1])
+            if isinstance(key, (str, int)) and not isinstance(key, bool):
+                base = expression[:at]
+                for container in _CONTAINERS:
+                    base = base.removesuffix(container)
+                names = _source_names(base)
+                if names is not None:
+                    return [*names, str(key)]
+            at = expression.rfind("[", 0, at)
+    base, dot, member = expression.rpartition(".")
+    if not member or any(c in member for c in "'\"]"):
+        return None
+    if not member.isidentifier():
+        # a shortened ._modules['c\\nd']: the name as repr writes it, without its quotes
+        member = _literal(f"'{member}'")
+        if not isinstance(member, str):
+            return None
+    names = _source_names(base) if dot else []
+    return None if names is None else [*names, member]
+
+
+def _literal(text: str):
+    """``text`` read as a Python literal, or None."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # an invalid escape is no literal of ours either
+            return ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None

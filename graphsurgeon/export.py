@@ -27,7 +27,7 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
 from . import _derived, _meta
-from ._meta import CALL_SUFFIX, ambiguous_name_message
+from ._meta import CALL_SUFFIX, ambiguous_name_message, traced_path_fqn
 from .errors import ExportError, UnknownModuleError, a_type, did_you_mean
 
 __all__ = ["ExportNotes", "export"]
@@ -259,9 +259,7 @@ def _culprits(error: BaseException, candidates: list[str]) -> list[str]:
     if isinstance(error, KeyError) and error.args and isinstance(error.args[0], str):
         # strict export fails on a module it reached by a path it cannot look up, and names
         # that path as it wrote it: KeyError: "getattr(L['self'], 'x y')" is module 'x y'
-        from .partition import _source_fqn  # (partition reads this module's notes)
-
-        found.append(_source_fqn(error.args[0]))
+        found.append(traced_path_fqn(error.args[0]))
     return [f for f in dict.fromkeys(found) if f in candidates]
 
 

@@ -8,10 +8,7 @@ same module (k >= 1), so a module called twice has two partitions, ``"shared"`` 
 
 from __future__ import annotations
 
-import ast
-import functools
 import re
-import warnings
 import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -25,7 +22,7 @@ from torch.export.exported_program import ModuleCallSignature
 from torch.fx import Node
 
 from . import _derived, _meta
-from ._meta import CALL_SUFFIX, ambiguous_name_message, split_call_name
+from ._meta import CALL_SUFFIX, ambiguous_name_message, split_call_name, traced_path_fqn
 from ._program import not_a_program
 from .errors import (
     PartitionError,
@@ -562,89 +559,14 @@ def _read_entry(key: str, path: str) -> tuple[str, str, int]:
       the second call of ``blk``, or the first of a module registered as ``"blk@1"``, whose
       path says which (a symbolically traced graph writes the fqn alone);
     * strict export keys the entry by the module's id (``140534481052752@1``) and records the
-      path as the Python expression that reached the module (:func:`_source_fqn`)."""
+      path as the Python expression that reached the module (:func:`_meta.traced_path_fqn`)."""
     match = CALL_SUFFIX.search(key)
     if not _ID_KEY.fullmatch(key):
         if key.endswith(path):
             return path, path, 0
         if match is not None and key[: match.start()].endswith(path):
             return path, path, int(match.group(1))
-    return _source_fqn(path), path, int(match.group(1)) if match else 0
-
-
-@functools.lru_cache(maxsize=4096)
-def _source_fqn(path: str) -> str:
-    r"""The fqn of a module path as torch's strict tracer records it, or ``path`` itself when
-    it is not written that way.
-
-    Strict export records the Python expression that reached the module, with its
-    ``L['self'].`` removed and each ``._modules['name']`` shortened to ``.name`` where ``name``
-    holds no quote or ``]`` (written as ``repr`` writes it, without the quotes)::
-
-        blk, layers.0, d.x y                   ->  blk, layers.0, d.x y
-        d._modules['a"b'], d._modules['q]r']   ->  d.a"b, d.q]r
-        d.c\nd (a newline, as repr writes it)  ->  d.c<a newline>d
-        getattr(L['self'], 'blk@1').lin        ->  blk@1.lin
-        getattr(L['self'].layers, '1')         ->  layers.1
-        L['self'].layers[0]                    ->  layers.0
-    """
-    names = _source_names(path)
-    return ".".join(names) if names is not None else path
-
-
-_ROOT_SOURCE = "L['self']"
-_CONTAINERS = ("._modules", "._parameters", "._buffers")
-
-
-def _source_names(expression: str) -> list[str] | None:
-    """The module names along ``expression`` (see :func:`_source_fqn`), or None when it is
-    not such an expression. A module name never holds a dot, so every dot outside a quoted
-    name separates two steps; the quoted forms are tried first, and each split is kept only
-    if the rest reads too."""
-    if expression in ("", _ROOT_SOURCE):
-        return []
-    if expression.startswith("getattr(") and expression.endswith(")"):
-        inner = expression[len("getattr(") : -1]
-        at = inner.rfind(", ")
-        while at > 0:
-            member = _literal(inner[at + 2 :])
-            if isinstance(member, str):
-                base = _source_names(inner[:at])
-                if base is not None:
-                    return [*base, member]
-            at = inner.rfind(", ", 0, at)
-    if expression.endswith("]"):
-        at = expression.rfind("[")
-        while at > 0:
-            key = _literal(expression[at + 1 : -1])
-            if isinstance(key, (str, int)) and not isinstance(key, bool):
-                base = expression[:at]
-                for container in _CONTAINERS:
-                    base = base.removesuffix(container)
-                names = _source_names(base)
-                if names is not None:
-                    return [*names, str(key)]
-            at = expression.rfind("[", 0, at)
-    base, dot, member = expression.rpartition(".")
-    if not member or any(c in member for c in "'\"]"):
-        return None
-    if not member.isidentifier():
-        # a shortened ._modules['c\\nd']: the name as repr writes it, without its quotes
-        member = _literal(f"'{member}'")
-        if not isinstance(member, str):
-            return None
-    names = _source_names(base) if dot else []
-    return None if names is None else [*names, member]
-
-
-def _literal(text: str):
-    """``text`` read as a Python literal, or None."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # an invalid escape is no literal of ours either
-            return ast.literal_eval(text)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return None
+    return traced_path_fqn(path), path, int(match.group(1)) if match else 0
 
 
 def _common_prefix(chains: list[tuple[str, ...]]) -> tuple[str, ...]:

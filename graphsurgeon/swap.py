@@ -13,17 +13,7 @@ from torch.export import ExportedProgram
 from torch.fx import GraphModule
 
 from .errors import SwapError
-
-# (while the modules written against swap.py move to graphsurgeon.rewrite)
-from .rewrite import (
-    FUSE,
-    Diff,
-    SwapInfo,
-    _forget_source_with,  # noqa: F401
-    rewrite,
-    safe_path,  # noqa: F401
-    swap_info,
-)
+from .rewrite import FUSE, Diff, SwapInfo, rewrite, swap_info
 
 __all__ = ["Diff", "SwapInfo", "swap", "swap_info"]
 
