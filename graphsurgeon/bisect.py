@@ -47,7 +47,7 @@ from ._exec import RandomState, clone_inputs, keep_state, runnable_original
 from .errors import SurgeryError, a_type
 from .partition import program_index
 from .rewrite import rewrite, safe_path
-from .verify import compare_outputs
+from .verify import checked_tolerance, compare_outputs
 
 __all__ = ["BisectRun", "Bisection", "bisect"]
 
@@ -401,7 +401,8 @@ def bisect(
             f"bisect: expected a gs.Surgery, got {a_type(surgery)}; start one with "
             "gs.Surgery(ep, args=(x,)) or gs.Surgery.from_model(model, args) and make the swaps"
         )
-    rtol, atol = _tolerance("rtol", rtol), _tolerance("atol", atol)
+    rtol = checked_tolerance("rtol", rtol, SurgeryError, "bisect: ")
+    atol = checked_tolerance("atol", atol, SurgeryError, "bisect: ")
     args, kwargs = surgery._inputs(args, kwargs, verb="bisect")
     regions = dict(getattr(surgery, "regions", {}) or {})
     order = tuple(_graph_order(program, list(replacements), regions))
@@ -433,18 +434,3 @@ def bisect(
         rtol=rtol,
         atol=atol,
     )
-
-
-def _tolerance(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SurgeryError(
-            f"bisect: {name}={value!r}: expected a number >= 0 such as {name}=1e-5, got "
-            f"{a_type(value)}"
-        )
-    number = float(value)
-    if not math.isfinite(number) or number < 0:
-        raise SurgeryError(
-            f"bisect: {name}={value!r}: expected a finite number >= 0 such as {name}=1e-5 "
-            "(0 asks for exact equality)"
-        )
-    return number

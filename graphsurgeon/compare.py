@@ -170,6 +170,18 @@ class CallComparison:
         return ""
 
 
+# What the table of a comparison shows of each call, as text and as HTML.
+_COLUMNS = (
+    "call",
+    "replacement",
+    "leaves",
+    "max abs",
+    "max rel",
+    "of tolerance",
+    "input drift",
+)
+
+
 @dataclass(frozen=True, repr=False)
 class Comparison:
     """What :func:`compare` found, call by call in graph order, and at the program's outputs.
@@ -324,16 +336,7 @@ class Comparison:
 
     def table(self) -> str:
         """The rows as an aligned text table."""
-        header = (
-            "call",
-            "replacement",
-            "leaves",
-            "max abs",
-            "max rel",
-            "of tolerance",
-            "input drift",
-            "verdict",
-        )
+        header = (*_COLUMNS, "verdict")
         lines = [header]
         for row in self.rows:
             outputs = row["call"] == "(outputs)"
@@ -471,17 +474,7 @@ class Comparison:
             ]
             for c in ordered
         ]
-        headers = [
-            "",
-            "call",
-            "replacement",
-            "leaves",
-            "max abs",
-            "max rel",
-            "of tolerance",
-            "input drift",
-            "",
-        ]
+        headers = ["", *_COLUMNS, ""]
         body = d.table(headers, rows, numeric=(3, 4, 5, 6, 7), raw=(0,))
         note = ""
         if first is not None:

@@ -283,17 +283,21 @@ def _run(program: Any, which: str, args: tuple, kwargs: Mapping[str, Any]) -> An
         ) from error
 
 
-def _check_tolerance(name: str, value: Any) -> float:
-    """``value`` as a float when it is a usable tolerance; else a VerifyError naming ``name``."""
+def checked_tolerance(
+    name: str, value: Any, error: type[GraphSurgeonError] = VerifyError, where: str = ""
+) -> float:
+    """``value`` as a float when it is a usable tolerance (a finite number >= 0); else an
+    ``error`` naming ``name`` (after ``where``, such as ``"bisect: "``). Every entry point that
+    takes ``rtol``/``atol`` reads them here."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise VerifyError(
-            f"{name}={value!r}: expected a finite number >= 0 such as {name}=1e-5, got "
+        raise error(
+            f"{where}{name}={value!r}: expected a finite number >= 0 such as {name}=1e-5, got "
             f"{a_type(value)}"
         )
     number = float(value)
     if not math.isfinite(number) or number < 0:
-        raise VerifyError(
-            f"{name}={value!r}: expected a finite number >= 0 such as {name}=1e-5 "
+        raise error(
+            f"{where}{name}={value!r}: expected a finite number >= 0 such as {name}=1e-5 "
             "(0 asks for exact equality)"
         )
     return number
@@ -728,7 +732,7 @@ def verify(
     :class:`LeafCheck` has both as data). If a program fails to run, or a tolerance is not a
     finite number >= 0, :class:`VerifyError` says which.
     """
-    rtol, atol = _check_tolerance("rtol", rtol), _check_tolerance("atol", atol)
+    rtol, atol = checked_tolerance("rtol", rtol), checked_tolerance("atol", atol)
     if not isinstance(args, tuple):
         args = (args,)
     if kwargs is not None and not isinstance(kwargs, Mapping):
@@ -768,7 +772,7 @@ def compare_leaf(
         >>> compare_leaf("", torch.tensor([2**53]), torch.tensor([2**53 + 1])).problem
         'integers differ at 1 of 1 positions (largest difference 1)'
     """
-    rtol, atol = _check_tolerance("rtol", rtol), _check_tolerance("atol", atol)
+    rtol, atol = checked_tolerance("rtol", rtol), checked_tolerance("atol", atol)
     try:
         return _compare_values(path, expected, actual, rtol, atol)
     except Exception as error:  # a leaf nobody taught verify to compare: a mismatch, loudly
@@ -1029,7 +1033,7 @@ def compare_outputs(
         >>> bool(compare_outputs({"a": torch.ones(2)}, {"a": torch.ones(2) + 1e-7}))
         True
     """
-    rtol, atol = _check_tolerance("rtol", rtol), _check_tolerance("atol", atol)
+    rtol, atol = checked_tolerance("rtol", rtol), checked_tolerance("atol", atol)
     actual = in_order_of(expected, actual)  # dicts compare key by key, in any order
     expected_leaves, expected_spec = pytree.tree_flatten_with_path(expected)
     actual_leaves, actual_spec = pytree.tree_flatten_with_path(actual)
