@@ -656,9 +656,10 @@ class Surgery:
         while it runs; a failure is the one message of the error raised.
 
         Raises:
-            SurgeryError: no inputs to export with, a swap of a single call (``"name@1"``), or
-                a TorchScript replacement (``torch.jit.script(module)``), which torch.export
-                cannot trace: swap the eager module instead.
+            SurgeryError: no inputs to export with, a swap of a single call (``"name@1"``),
+                a TorchScript replacement (``torch.jit.script(module)``), or one holding
+                torch.ao's packed quantized weights (``quantize_dynamic``), which torch.export
+                cannot trace.
             ExportError: torch.export failed on the rebuilt hierarchy (the cause chained);
                 the message names the replacement it failed in, when it can tell.
 
@@ -681,10 +682,10 @@ class Surgery:
                 "program with torch.export.export(s.module, args) (its module signatures are "
                 "then not preserved, so it cannot be swapped again)."
             )
-        scripted = _script_module_in(replacements)
-        if scripted is not None:
-            name, path = scripted
-            raise SurgeryError(_script_message(name, path, replacements[name]))
+        untraceable = _untraceable_in(replacements)
+        if untraceable is not None:
+            name, path, module, kind = untraceable
+            raise SurgeryError(_untraceable_message(name, path, module, kind, replacements[name]))
         regions = self.regions
         hierarchy, inlined = rebuild_hierarchy(self.program, replacements, regions)
         kept = "dynamic_shapes" not in export_options
@@ -834,29 +835,56 @@ def _put_buffer(module: GraphModule, name: str, value: torch.Tensor) -> None:
         module.get_submodule(owner).register_buffer(leaf, value)
 
 
-def _script_module_in(replacements: Mapping[str, torch.nn.Module]) -> tuple[str, str] | None:
-    """The first replacement holding a TorchScript module: (call name, path of that module)."""
+def _untraceable_in(
+    replacements: Mapping[str, torch.nn.Module],
+) -> tuple[str, str, torch.nn.Module, str] | None:
+    """The first replacement holding what torch.export cannot trace: ``(call name, path of the
+    module, that module, "script" | "packed")``. A TorchScript module; or a module whose state
+    is a TorchScript object, as the packed weights of torch.ao's quantized modules
+    (``quantize_dynamic``'s ``DynamicQuantizedLinear``), which run eagerly but do not export."""
     for name, replacement in replacements.items():
         for sub, module in replacement.named_modules(remove_duplicate=False):
+            path = f"{name}.{sub}" if sub else name
             if isinstance(module, torch.jit.ScriptModule):
-                return name, f"{name}.{sub}" if sub else name
+                return name, path, module, "script"
+            if any(isinstance(v, torch.ScriptObject) for v in vars(module).values()):
+                # name the module the user made (the quantized Linear), not its holder
+                owner = sub.rpartition(".")[0] if sub else ""
+                owner_path = f"{name}.{owner}" if owner else name
+                return name, owner_path, replacement.get_submodule(owner), "packed"
     return None
 
 
-def _script_message(name: str, path: str, replacement: torch.nn.Module) -> str:
-    """Why a TorchScript replacement cannot be exported again, and what to do."""
-    scripted = replacement.get_submodule(path[len(name) + 1 :]) if path != name else replacement
-    origin = getattr(scripted, "original_name", "") or type(scripted).__name__
+def _untraceable_message(
+    name: str, path: str, module: torch.nn.Module, kind: str, replacement: torch.nn.Module
+) -> str:
+    """Why a replacement cannot be exported again, and what to do."""
+    if kind == "script":
+        origin = getattr(module, "original_name", "") or type(module).__name__
+        what, detail, cause = "a TorchScript module", f" (scripted {origin})", "TorchScript"
+        advice = (
+            f"Swap {name!r} for the eager module it was made from (before torch.jit.script or "
+            "torch.jit.trace) and export again"
+        )
+    else:
+        origin = f"{type(module).__module__}.{type(module).__name__}"
+        what = "a module whose weights are packed in a TorchScript object"
+        detail = f" ({origin})"
+        cause = "such packed weights (torch.ao's quantized modules run eagerly, not in export)"
+        advice = (
+            "Quantize with plain tensors instead (int8 weights and scales as buffers, computed "
+            "with torch._weight_int8pack_mm or dequantized in forward; or torchao's quantize_) "
+            "and export again"
+        )
     where = (
-        f"{name!r} is swapped for a TorchScript module (scripted {origin})"
+        f"{name!r} is swapped for {what}{detail}"
         if path == name
-        else f"the replacement for {name!r} ({type(replacement).__name__}) holds a TorchScript "
-        f"module at {path!r} (scripted {origin})"
+        else f"the replacement for {name!r} ({type(replacement).__name__}) holds {what} at "
+        f"{path!r}{detail}"
     )
     return (
-        f"cannot export again: {where}, and torch.export cannot trace TorchScript. Swap "
-        f"{name!r} for the eager module it was made from (before torch.jit.script or "
-        "torch.jit.trace) and export again; s.module runs the TorchScript module as it is."
+        f"cannot export again: {where}, and torch.export cannot trace {cause}. {advice}; "
+        f"s.module runs the replacement as it is."
     )
 
 

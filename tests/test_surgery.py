@@ -656,6 +656,25 @@ def test_export_with_a_torchscript_replacement_says_what_to_do(surgery):
     assert gs.module_tree(surgery.export())["act"].type_name == "GELU"
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
+def test_export_with_torch_ao_packed_weights_says_what_to_do(surgery):
+    x = surgery.args[0]
+    quantized = torch.ao.quantization.quantize_dynamic(
+        nn.Sequential(nn.Linear(4, 4)), {nn.Linear}, dtype=torch.qint8
+    )
+    surgery.swap("a", quantized[0])
+    # precondition: it runs in the swapped program, as eagerly
+    torch.testing.assert_close(surgery.module(x), surgery.model.b(surgery.model.act(quantized(x))))
+    # raised "ExportError: ... AttributeError: __torch__.torch.classes.quantized.
+    # LinearPackedParamsBase ... does not have a field with name '__obj_flatten__'"
+    expected = r"'a' is swapped for a module whose weights are packed .*dynamic.*Quantize with"
+    with pytest.raises(gs.errors.SurgeryError, match=expected):
+        surgery.export()
+    surgery.undo().swap("a", nn.Sequential(quantized, nn.Identity()))
+    with pytest.raises(gs.errors.SurgeryError, match=r"holds a module whose .* at 'a\.0\.0'"):
+        surgery.export()
+
+
 @contextlib.contextmanager
 def logged(name: str):
     """The warnings and errors a logger and its children emit while the block runs (seen by a
