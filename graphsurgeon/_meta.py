@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
+import operator
 import os
 import re
 import warnings
@@ -37,6 +38,35 @@ GUARD = "graphsurgeon_guard"
 # the generated code reads: a spec, a guard, what a call must return). Views draw a "through"
 # node as the edge it stands for, and hide the rest.
 GLUE = "graphsurgeon_glue"
+
+
+def is_check(target: Any) -> bool:
+    """Whether an op is a run-time assertion torch.export records (dtype, device and range
+    checks such as ``aten._assert_tensor_metadata``): it has no result."""
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    name = target._opname
+    return name.startswith("_assert") or name.startswith("sym_constrain_range")
+
+
+def computes(node: Any) -> bool:
+    """Whether a node computes a value of the model: an op, or a swapped or fused call. What
+    only carries or checks values does not: inputs, parameters and buffers (``placeholder``,
+    ``get_attr``), what the rewrite adds around a call (:data:`GLUE`), the program's input
+    guards, ``getitem`` taking a structure apart, pytree flattening and run-time assertions.
+    The pictures draw the first kind as ops and the stepper stops only at them."""
+    op = node.op
+    if op == "call_module":
+        return GLUE not in node.meta
+    if op != "call_function" or GLUE in node.meta or GUARD in node.meta:
+        return False
+    target = node.target
+    if target is operator.getitem and bool(node.args) and isinstance(node.args[0], torch.fx.Node):
+        return False
+    if getattr(target, "__module__", "").startswith("torch.utils._pytree"):
+        return False
+    return not is_check(target)
+
 
 # torch's metadata hook puts this entry in the stack of nodes a pass created without one.
 EMPTY_STACK_KEY = "_empty_nn_module_stack_from_metadata_hook"

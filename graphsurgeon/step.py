@@ -28,6 +28,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx import GraphModule, Node
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import _meta
 from ._exec import PrivateStateInterpreter, bind_inputs, clone_inputs, runnable_original
@@ -330,8 +331,11 @@ class Breakpoints:
         return breakpoint
 
     def node(self, name: str) -> Breakpoint:
-        """Stop before node ``name`` runs."""
-        self._stepper._node(name)
+        """Stop before node ``name`` runs. ``"call/node"`` names a node inside a swapped or
+        fused call (as the call's graph names it, see :meth:`Stepper.step_into`): running
+        reaches it by entering the call."""
+        if self._stepper._layout.inner_target(name) is None:
+            self._stepper._node(name)
         return self._add(Breakpoint("node", name))
 
     def enter(self, module: str) -> Breakpoint:
@@ -405,6 +409,32 @@ class Breakpoints:
 
     def __repr__(self) -> str:
         return f"<Breakpoints: {len(self._items)}>"
+
+
+class _Watch(TorchDispatchMode):
+    """While a swapped call runs as one node: checks the value of every op its replacement
+    runs against the stepper's conditions, and remembers the first that holds (the call runs
+    on; :meth:`Stepper._watch` then runs it again from inside)."""
+
+    def __init__(self, conditions: tuple[Breakpoint, ...], stepper: Stepper, node: Node):
+        super().__init__()
+        self.conditions = conditions
+        self.stepper = stepper
+        self.node = node
+        self.fired: tuple[tuple[Breakpoint, ...], str] | None = None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if self.fired is None:
+            tensors = _tensor_leaves(out)
+            fired = tuple(
+                c
+                for c in self.conditions
+                if any(self.stepper._call_user(c.predicate, t, str(c), self.node) for t in tensors)
+            )
+            if fired:
+                self.fired = (fired, str(func))
+        return out
 
 
 # -- results --------------------------------------------------------------------------------
@@ -503,6 +533,16 @@ class _Layout:
         for call in self.members:
             fqn, _ = split_call_name(call)
             self.fqn_calls.setdefault(fqn, []).append(call)
+        # where moves stop: nodes that compute (ops, swapped and fused calls), never the glue
+        # around them, inputs, state or checks (the one rule the pictures draw by)
+        self.stops: list[int] = [i for i, node in enumerate(nodes) if _meta.computes(node)]
+        # the swapped and fused calls, which a stepper can enter: position -> call name
+        self.calls_at: dict[int, str] = {
+            i: node.meta.get(_meta.FUSED) or node.meta[_meta.SWAPPED]
+            for i, node in enumerate(nodes)
+            if node.op == "call_module" and (_meta.FUSED in node.meta or _meta.SWAPPED in node.meta)
+        }
+        self.call_position: dict[str, int] = {call: i for i, call in self.calls_at.items()}
         self.program_fqns: set[str] = set()
         # the program's index, where names are read as every entry point reads them
         self.index = None
@@ -529,6 +569,32 @@ class _Layout:
     def span(self, call: str) -> tuple[int, int]:
         members = self.members[call]
         return members[0], members[-1]
+
+    def entry(self, call: str) -> int:
+        """Where a move into ``call`` stops: its first op (its first node when it has none;
+        the weights it reads come before)."""
+        start, end = self.span(call)
+        first = self.next_stop(start)
+        return first if first <= end else start
+
+    def next_stop(self, position: int) -> int:
+        """The first stop at or after ``position`` (the end when none is left)."""
+        k = bisect.bisect_left(self.stops, position)
+        return self.stops[k] if k < len(self.stops) else len(self.nodes)
+
+    def stop_after(self, position: int, n: int) -> int:
+        """The ``n``-th stop after ``position`` (the end when fewer are left)."""
+        k = bisect.bisect_right(self.stops, position) + n - 1
+        return self.stops[k] if k < len(self.stops) else len(self.nodes)
+
+    def inner_target(self, name: str) -> tuple[str, str] | None:
+        """``"call/node"``, a node inside a swapped or fused call, as ``(call, node)``."""
+        if not isinstance(name, str) or name in self.by_name:
+            return None
+        for call in self.call_position:
+            if name.startswith(call + "/") and len(name) > len(call) + 1:
+                return call, name[len(call) + 1 :]
+        return None
 
 
 # -- the stepper ----------------------------------------------------------------------------
@@ -605,8 +671,17 @@ class Stepper:
     gets its own copy of the inputs, so :meth:`reset` replays exactly the same run.
 
     Moving: :meth:`step`, :meth:`step_over`, :meth:`step_out`, :meth:`run_to`,
-    :meth:`continue_`, :meth:`reset`. Every move stops at breakpoints (``st.breakpoints``),
-    except at the position it starts from, and returns a :class:`StepResult`.
+    :meth:`continue_`, :meth:`step_into`, :meth:`reset`. Every move stops at breakpoints
+    (``st.breakpoints``), except at the position it starts from, and returns a
+    :class:`StepResult`. Moves stop only before nodes that compute (ops, swapped and fused
+    calls): inputs, weights, the glue a swap adds around a call, ``getitem`` and input checks
+    run on the way, never as stops (``run_to`` a node by name reaches any node).
+
+    Inside calls: :meth:`step_into` enters a swapped call (its replacement's graph, exported on
+    the inputs it receives) or a fused one. ``"call/node"`` names a node inside such a call,
+    for ``run_to`` and ``breakpoints.node``: running enters the call to reach it. Conditions
+    (``breakpoints.nan_or_inf()`` and the like) watch every op inside swapped and fused calls
+    too, and stop inside at the op that made the value.
 
     Looking: ``current`` (the node that runs next; None when done), ``position`` / ``total``,
     ``stack`` (the module calls around ``current``), ``env`` (values by node name),
@@ -669,6 +744,10 @@ class Stepper:
         self._stops: dict[int, list[Breakpoint]] = {}
         self._stop_positions: list[int] = []
         self._conditions: tuple[Breakpoint, ...] = ()
+        # call -> node breakpoints inside it ("call/node"); and the positions of the calls a
+        # move must run from inside (such breakpoints, or conditions that watch every op)
+        self._inner_breaks: dict[str, list[Breakpoint]] = {}
+        self._call_stops: list[int] = []
         self._light = False
         self.reset()
 
@@ -880,14 +959,15 @@ class Stepper:
     # -- moving -----------------------------------------------------------------------------
 
     def step(self, n: int = 1) -> StepResult:
-        """Run the next ``n`` nodes (fewer if a breakpoint or the end comes first). Inside a
-        call entered with :meth:`step_into`, a step that finishes the call leaves it and stops."""
+        """Run the next ``n`` ops (or swapped or fused calls), and what carries values between
+        them, up to the next op (fewer if a breakpoint or the end comes first). Inside a call
+        entered with :meth:`step_into`, a step that finishes the call leaves it and stops."""
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise StepError(f"step(n): n is a number of nodes, at least 1; got {n!r}")
         if self._frame is not None:
             return self._inside(lambda inner: inner.step(n))
         self._check_not_done()
-        return self._advance(min(self._pos + n, self._total), "step")
+        return self._advance(self._layout.stop_after(self._pos, n), "step")
 
     def step_over(self) -> StepResult:
         """Run the next node; if it starts a module call (or is a swapped call), run the whole call.
@@ -904,7 +984,7 @@ class Stepper:
             end = layout.span(here[common])[1] + 1
         else:
             end = pos + 1
-        return self._advance(end, "step")
+        return self._advance(layout.next_stop(end), "step")
 
     def step_out(self) -> StepResult:
         """Run to the end of the module call the stepper is in (at the top level: to the end).
@@ -916,7 +996,7 @@ class Stepper:
         if common == 0:
             return self._advance(self._total, "step")
         call = self._layout.stacks[self._pos][common - 1]
-        return self._advance(self._layout.span(call)[1] + 1, "step")
+        return self._advance(self._layout.next_stop(self._layout.span(call)[1] + 1), "step")
 
     def run_to(
         self,
@@ -928,15 +1008,19 @@ class Stepper:
         """Run until ``current`` is the target: stop *before* it runs.
 
         ``target`` is a node name, a module (fqn: its next call; ``"fqn@k"``: that call; stop
-        at the call's first node), or a predicate on the ``torch.fx.Node`` about to run. When
-        a name is both a node and a module, say which with ``node=`` or ``module=``. If
-        ``current`` already is the target, nothing runs.
+        at the call's first op), a node inside a swapped or fused call (``"call/node"``: the
+        call is entered, see :meth:`step_into`), or a predicate on the ``torch.fx.Node`` about
+        to run. When a name is both a node and a module, say which with ``node=`` or
+        ``module=``. If ``current`` already is the target, nothing runs.
         """
         given = [t for t in (target, node, module) if t is not None]
         if len(given) != 1:
             raise StepError(
                 "run_to: give exactly one target: a name, node=..., module=..., or a predicate"
             )
+        inner = self._layout.inner_target(node if node is not None else target)
+        if inner is not None and module is None:
+            return self._run_into(*inner)
         if self._frame is not None:
             inner = self._frame.stepper
 
@@ -980,6 +1064,36 @@ class Stepper:
             )
         return self._advance(self._node_position(target), "target")
 
+    def _run_into(self, call: str, name: str) -> StepResult:
+        """``run_to("call/node")``: to the call, into it, then to its node ``name``."""
+        frame = self._frame
+        if frame is not None and frame.call == call:
+            return self._inside(lambda inner: inner.run_to(name))
+        if frame is not None:  # another call is entered: finish it first
+            return self._inside(
+                lambda inner: inner.continue_(), then=lambda: self._run_into(call, name)
+            )
+        self._check_not_done()
+        position = self._layout.call_position[call]
+        if position < self._pos:
+            raise StepError(
+                f"call {call!r} already ran (position {position}; the stepper is at "
+                f"{self._pos}); reset() to run from the start"
+            )
+        reached = self._advance(position, "target")
+        if self._frame is not None or self._pos != position:  # a breakpoint came first
+            return reached
+        why = self._enter(self._layout.nodes[position], call)
+        if why is not None:
+            raise StepError(f"cannot run to {call + '/' + name!r}: {why}")
+        try:
+            inside = self._inside(lambda inner: inner.run_to(name))
+        except UnknownNameError as error:
+            raise type(error)(
+                f"inside call {call!r} (now entered, at its first op): {error}"
+            ) from None
+        return replace(inside, ran=reached.ran + inside.ran)
+
     def continue_(self) -> StepResult:
         """Run to the next breakpoint, or to the end."""
         if self._frame is not None:
@@ -994,9 +1108,11 @@ class Stepper:
         A swapped call is entered into its replacement's aten graph: the replacement is
         exported (``torch.export``) on the very inputs it receives here. When it does not
         export (data-dependent control flow, say), the call is run as one node and the
-        result's ``note`` says why. While inside, every move, ``current``, ``stack``, ``env``
-        and ``summary`` are the call's (``frames`` lists the calls entered); the call is left
-        when its last node has run, by any move, and its output is the call's value.
+        result's ``note`` says why. Entering binds the call's inputs and weights: ``current``
+        is then its first op. While inside, every move, ``current``, ``stack``, ``env`` and
+        ``summary`` are the call's, with the call's node names (``frames`` lists the calls
+        entered); the call is left when its last node has run, by any move, and its output is
+        the call's value.
 
         Example:
             >>> import torch, graphsurgeon as gs
@@ -1007,8 +1123,8 @@ class Stepper:
             'check_inputs'
             >>> st.step_into().note
             "entered fused call '0'"
-            >>> st.frames, st.current.name, st.stack
-            (('0',), 'input_1', ('0',))
+            >>> st.frames, st.current.name, st.stack  # its inputs and weights bound, at its op
+            (('0',), 'linear', ('0',))
             >>> st.step_out().note
             "left fused call '0'"
             >>> st.continue_().reason, torch.equal(st.output, model(x))
@@ -1025,7 +1141,7 @@ class Stepper:
             return self.step()
         why = self._enter(node, call)
         if why is not None:
-            return replace(self.step(), note=why)
+            return replace(self.step(), note=f"stepped over {call!r} (it ran as one node): {why}")
         frame = self._frame
         return StepResult(
             (), frame.stepper.position, "step", note=f"entered {frame.kind} call {call!r}"
@@ -1098,7 +1214,7 @@ class Stepper:
         try:
             inputs = bind_inputs(graph, tuple(args), dict(kwargs), error=StepError)
         except StepError as problem:
-            return f"stepped over {call!r}: its graph does not take the call's inputs ({problem})"
+            return f"its graph does not take the call's inputs ({problem})"
         prefix = self._layout.stacks[self._layout.position[node]]
         child = Stepper.__new__(Stepper)
         child._setup(graph, inputs, own=False, depth=len(prefix) if fused else 0)
@@ -1112,6 +1228,15 @@ class Stepper:
                     child._interpreter.private[name] = tensor
         for condition in self._conditions:  # NaN/Inf and other conditions hold inside too
             child._breakpoints._add(condition)
+        for breakpoint in self._inner_breaks.get(call, ()):  # "call/node", set from outside
+            inner = breakpoint.target[len(call) + 1 :]
+            if inner in child._layout.by_name:
+                child._breakpoints._add(Breakpoint("node", inner))
+        # the call's inputs, parameters and buffers are bound on the way in: the first stop
+        # inside is its first op
+        first = min(child._layout.next_stop(0), child._total - 1)
+        child._run_plain(0, first)
+        child._pos = first
         self._frame = _Frame(child, call, node, "fused" if fused else "swapped", prefix)
         return None
 
@@ -1120,7 +1245,9 @@ class Stepper:
     ) -> GraphModule | str:
         """The replacement's aten graph for these inputs (exported once per call and input
         shapes), or why it has none."""
-        key = (call, describe_value((tuple(args), dict(kwargs))))
+        # one export per replacement and input shapes (a replacement serving many calls, or
+        # one call run again after reset(), is exported once)
+        key = (id(module), describe_value((tuple(args), dict(kwargs))))
         if key not in self._exports:
             from .export import export  # the stepper exports only when asked to step inside
 
@@ -1128,9 +1255,8 @@ class Stepper:
             if isinstance(module, torch.jit.ScriptModule):
                 origin = getattr(module, "original_name", "") or kind
                 self._exports[key] = (
-                    f"stepped over {call!r}: its replacement is a TorchScript module (scripted "
-                    f"{origin}), which torch.export cannot trace, so it ran as one node; swap "
-                    "the eager module to step into it"
+                    f"its replacement is a TorchScript module (scripted {origin}), which "
+                    "torch.export cannot trace; swap the eager module to step into it"
                 )
                 return self._exports[key]
             try:
@@ -1141,9 +1267,8 @@ class Stepper:
             except Exception as problem:  # any reason a module does not export: say it, go on
                 first = str(problem).strip().splitlines()[0] if str(problem).strip() else ""
                 self._exports[key] = (
-                    f"stepped over {call!r}: its replacement {kind} does not export on the "
-                    f"inputs it received, so it ran as one node ({type(problem).__name__}: "
-                    f"{first[:200]})"
+                    f"its replacement {kind} does not export on the inputs it received "
+                    f"({type(problem).__name__}: {first[:200]})"
                 )
         made = self._exports[key]
         return made[1] if isinstance(made, tuple) else made
@@ -1153,10 +1278,13 @@ class Stepper:
             raise StepError("the program has finished; reset() to run it again")
 
     def _common_depth(self) -> int:
-        """How many module calls the last node run and ``current`` share (the frame we are in)."""
+        """How many module calls the last op run and ``current`` share (the frame we are in).
+        The last op, not the last node: the weights a call reads run before its first op, and
+        standing at that op is standing at the call's entry."""
         layout, pos = self._layout, self._pos
         here = layout.stacks[pos]
-        before = layout.stacks[pos - 1] if pos > 0 else ()
+        k = bisect.bisect_left(layout.stops, pos) - 1
+        before = layout.stacks[layout.stops[k]] if k >= 0 else ()
         depth = 0
         for a, b in zip(before, here):
             if a != b:
@@ -1232,7 +1360,7 @@ class Stepper:
         raise UnknownModuleError(unknown_name(module, choices, where="the graph"))
 
     def _module_position(self, module: str) -> int:
-        starts = sorted(self._layout.span(call)[0] for call in self._calls_named(module))
+        starts = sorted(self._layout.entry(call) for call in self._calls_named(module))
         later = [s for s in starts if s >= self._pos]
         if not later:
             raise StepError(
@@ -1265,17 +1393,22 @@ class Stepper:
     def _breakpoints_changed(self) -> None:
         stops: dict[int, list[Breakpoint]] = {}
         conditions = []
+        inner: dict[str, list[Breakpoint]] = {}
         layout = self._layout
         for breakpoint in self._breakpoints:
             if breakpoint.kind == "condition":
                 conditions.append(breakpoint)
+                continue
+            if breakpoint.kind == "node" and breakpoint.target not in layout.by_name:
+                call, _ = layout.inner_target(breakpoint.target)
+                inner.setdefault(call, []).append(breakpoint)
                 continue
             if breakpoint.kind == "node":
                 positions = [layout.position[layout.by_name[breakpoint.target]]]
             else:
                 calls = self._calls_named(breakpoint.target)
                 if breakpoint.kind == "enter":
-                    positions = [layout.span(c)[0] for c in calls]
+                    positions = [layout.entry(c) for c in calls]
                 else:
                     positions = [layout.span(c)[1] + 1 for c in calls]
             for position in positions:
@@ -1283,38 +1416,141 @@ class Stepper:
         self._stops = stops
         self._stop_positions = sorted(stops)
         self._conditions = tuple(conditions)
+        self._inner_breaks = inner
+        watched = layout.calls_at if conditions else {}
+        self._call_stops = sorted({*watched, *(layout.call_position[c] for c in inner)})
 
     def _advance(
         self, end: int, reason: str, until: Callable[[Node], bool] | None = None
     ) -> StepResult:
-        start = self._pos
-        # The next breakpoint position after the start (never the start itself: a stepper
-        # stopped at a breakpoint must be able to move on).
-        k = bisect.bisect_right(self._stop_positions, start)
-        stop = self._stop_positions[k] if k < len(self._stop_positions) else self._total + 1
-        limit = min(end, stop, self._total)
         self._error = None
-        trigger: Node | None = None
-        fired: tuple[Breakpoint, ...] = ()
-        if self._conditions or until is not None:
-            reached, trigger, fired = self._run_checked(start, limit, until)
-        else:
-            self._run_plain(start, limit)
-            reached = limit
-        self._pos = reached
-        if reached >= self._total:
-            self._output = self._gm.graph.process_outputs(self._env[self._layout.nodes[-1]])
-        ran = tuple(self._layout.names[start:reached])
+        ran: list[str] = []
+        note: str | None = None
+        layout, total = self._layout, self._total
+        first = True
+        while True:
+            here = self._pos
+            # The next breakpoint position: never the start of the move itself (a stepper
+            # stopped at a breakpoint must be able to move on), any later one.
+            stops = self._stop_positions
+            k = bisect.bisect_right(stops, here) if first else bisect.bisect_left(stops, here)
+            stop = stops[k] if k < len(stops) else total + 1
+            limit = min(end, stop, total)
+            # a call this move must run from inside (a breakpoint in it, or conditions that
+            # watch every op) comes before the limit: run up to it, then through it
+            j = bisect.bisect_left(self._call_stops, here)
+            call_at = self._call_stops[j] if j < len(self._call_stops) else None
+            if call_at is not None and call_at >= limit:
+                call_at = None
+            segment = limit if call_at is None else call_at
+            trigger: Node | None = None
+            fired: tuple[Breakpoint, ...] = ()
+            if self._conditions or until is not None:
+                reached, trigger, fired = self._run_checked(here, segment, until)
+            else:
+                self._run_plain(here, segment)
+                reached = segment
+            self._pos = reached
+            ran.extend(layout.names[here:reached])
+            if trigger is not None:
+                return StepResult(tuple(ran), reached, "breakpoint", fired, trigger.name)
+            if until is not None and reached < segment:  # the predicate matched
+                return StepResult(tuple(ran), reached, "target")
+            if call_at is None:
+                break
+            node = layout.nodes[call_at]
+            if until is not None and self._call_user(until, node, "run_to predicate", node):
+                return StepResult(tuple(ran), call_at, "target")
+            inside, stopped, said = self._run_call(call_at)
+            ran.extend(inside)
+            note = note or said
+            if stopped is not None:
+                return replace(stopped, ran=tuple(ran), note=stopped.note or note)
+            first = False
+        reached = self._pos
+        if reached >= total:
+            self._output = self._gm.graph.process_outputs(self._env[layout.nodes[-1]])
+            return StepResult(tuple(ran), reached, "end", note=note)
         at_stop = tuple(self._stops.get(reached, ())) if reached == stop else ()
-        if trigger is not None:
-            return StepResult(ran, reached, "breakpoint", fired, trigger.name)
-        if reached >= self._total:
-            return StepResult(ran, reached, "end")
-        if reason == "target" and (reached == end or (until is not None and reached < limit)):
-            return StepResult(ran, reached, "target", at_stop)
+        if reason == "target" and reached == end:
+            return StepResult(tuple(ran), reached, "target", at_stop, note=note)
         if at_stop:
-            return StepResult(ran, reached, "breakpoint", at_stop)
-        return StepResult(ran, reached, reason)
+            return StepResult(tuple(ran), reached, "breakpoint", at_stop, note=note)
+        return StepResult(tuple(ran), reached, reason, note=note)
+
+    def _run_call(self, position: int) -> tuple[tuple[str, ...], StepResult | None, str | None]:
+        """Run the swapped or fused call at ``position`` from inside: entered, to a breakpoint
+        set in it; or, for conditions alone, watched op by op and entered only when one holds
+        (the conditions then stop at that op inside). Returns the names that ran, the result
+        when the move stopped inside (the call stays entered), and a note."""
+        node = self._layout.nodes[position]
+        call = self._layout.calls_at[position]
+        breaks = self._inner_breaks.get(call, ())
+        if not breaks and _meta.SWAPPED in node.meta:
+            watched = self._watch(node)
+            if watched is None:  # nothing held inside: the call ran, as one node
+                return (node.name,), None, None
+            fired, op = watched
+            why = self._enter(node, call)
+            if why is not None:  # it ran; say where inside, stop after it
+                self._run_plain(position, position + 1)
+                self._pos = position + 1
+                note = f"{fired[0].target} inside {call!r}, at {op}; cannot step into it: {why}"
+                result = StepResult((node.name,), self._pos, "breakpoint", fired, node.name, note)
+                return (node.name,), result, note
+        else:
+            why = self._enter(node, call)
+            if why is not None:
+                self._run_plain(position, position + 1)
+                self._pos = position + 1
+                return (node.name,), None, f"stepped over {call!r} (it ran as one node): {why}"
+        child = self._frame.stepper
+        missing = [
+            b.target for b in breaks if b.target[len(call) + 1 :] not in child._layout.by_name
+        ]
+        note = f"entered {self._frame.kind} call {call!r}"
+        if missing:
+            note += f"; {', '.join(map(repr, missing))} names no node of its graph here"
+        current = child.current
+        at_entry = tuple(
+            b
+            for b in child._breakpoints
+            if b.kind == "node" and current is not None and b.target == current.name
+        )
+        if at_entry:
+            return (), StepResult((), child._pos, "breakpoint", at_entry, note=note), note
+        result = child._advance(child._total, "step")
+        if not child.done:
+            return result.ran, replace(result, note=note), note
+        return (*result.ran, self._leave()), None, note if missing else None
+
+    def _watch(self, node: Node) -> tuple[tuple[Breakpoint, ...], str] | None:
+        """Run the swapped call ``node`` as one node, checking every op its replacement runs
+        against the conditions. Nothing held: its value is kept, and None. One held: the
+        call is undone (its value dropped, the buffers it wrote restored) so that it can run
+        again from inside, and ``(the conditions, the op)`` are returned."""
+        private = getattr(self._interpreter, "private_buffers", {}).get(str(node.target), {})
+        saved = {name: tensor.clone() for name, tensor in private.items()}
+        watch = _Watch(self._conditions, self, node)
+        try:
+            with watch:
+                value = self._interpreter.run_node(node)
+        except StepError:
+            raise  # a condition of the user's raised: said as it is
+        except BaseException as error:
+            self._stopped_by_error(node, error)
+        if watch.fired is None:
+            position = self._layout.position[node]
+            self._env[node] = value
+            if self._light:
+                for dead in self._layout.frees[position]:
+                    self._retire(dead)
+            self._pos = position + 1
+            return None
+        with torch.no_grad():
+            for name, tensor in private.items():
+                tensor.copy_(saved[name])
+        return watch.fired
 
     def _run_plain(self, start: int, limit: int) -> None:
         # The hot loop: what Interpreter.run does per node, minus its bookkeeping.

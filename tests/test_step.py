@@ -10,9 +10,11 @@ from models import Chain, Shared
 from torch import nn
 
 import graphsurgeon as gs
-from graphsurgeon.errors import GraphSurgeonError, UnknownModuleError
+from graphsurgeon import _meta
+from graphsurgeon.errors import GraphSurgeonError, UnknownModuleError, UnknownNameError
 from graphsurgeon.examples import FusedAttention
 from graphsurgeon.step import (
+    Breakpoint,
     NodeError,
     StepError,
     Stepper,
@@ -72,6 +74,12 @@ def names(gm: torch.fx.GraphModule) -> list[str]:
     return [n.name for n in gm.graph.nodes]
 
 
+def first_op(stepper: Stepper, module: str) -> str:
+    """Where a move into a module call stops: its first op (the weights it reads come first)."""
+    graph = {n.name: n for n in stepper.graph_module.graph.nodes}
+    return next(name for name in stepper.nodes_of(module) if _meta.computes(graph[name]))
+
+
 # -- order and the end result ---------------------------------------------------------------
 
 
@@ -80,13 +88,20 @@ def test_step_order_is_graph_order_and_the_end_result_is_the_programs(chain):
     stepper = Stepper(ep, x)
     order = names(stepper.graph_module)
     assert stepper.total == len(order) > 3 and stepper.position == 0
+    by_name = {node.name: node for node in stepper.graph_module.graph.nodes}
     ran = []
     while not stepper.done:
         assert stepper.current.name == order[stepper.position]
         result = stepper.step()
-        assert len(result.ran) == 1
+        # a step runs one op (the first, the inputs before the first op) and what carries or
+        # checks values after it: it stops only before an op, or at the end
+        ops = [name for name in result.ran if _meta.computes(by_name[name])]
+        assert len(ops) == (1 if ran else 0)
+        assert not ops or result.ran[0] == ops[0]
+        assert stepper.done or _meta.computes(stepper.current)
         ran.extend(result.ran)
     assert ran == order and stepper.current is None and result.reason == "end"
+    assert sum(map(_meta.computes, by_name.values())) >= 3  # precondition: steps had ops
     with torch.no_grad():
         assert torch.allclose(stepper.output, model(x))
 
@@ -158,15 +173,24 @@ def test_kwargs_map_onto_placeholders_by_name_and_reset_replays_the_run():
 def test_step_over_runs_exactly_the_modules_nodes(gpt):
     _, tokens, ep, _ = gpt
     stepper = Stepper(ep, tokens)
-    stepper.run_to("layers.1.attn")
+    before = stepper.run_to("layers.1.attn")
     attention = stepper.nodes_of("layers.1.attn")
-    assert stepper.current.name == attention[0] and stepper.stack[-1] == "layers.1.attn.q"
+    # the call's first op: its q projection's weights ran on the way
+    first = attention.index(stepper.current.name)
+    assert before.ran[-first:] == attention[:first] and first == 2
+    assert stepper.current.target is torch.ops.aten.linear.default
+    assert stepper.stack[-1] == "layers.1.attn.q"
     result = stepper.step_over()
-    assert result.ran == attention
+    rest = len(attention) - first
+    assert result.ran[:rest] == attention[first:]
     graph = {n.name: n for n in stepper.graph_module.graph.nodes}
-    computed = [name for name in result.ran if graph[name].op != "get_attr"]
+    computed = [
+        name for name in before.ran[-first:] + result.ran[:rest] if graph[name].op != "get_attr"
+    ]
     assert computed == list(gs.partition(ep)["layers.1.attn"].nodes)
-    assert stepper.module_of(stepper.current.name) == "layers.1"  # the residual add
+    # then what only carries values, up to the next op: the residual add
+    assert not any(_meta.computes(graph[name]) for name in result.ran[rest:])
+    assert stepper.module_of(stepper.current.name) == "layers.1"
 
 
 def test_step_over_a_swapped_call_runs_the_call_and_its_check(gpt):
@@ -186,12 +210,18 @@ def test_step_over_a_plain_node_runs_one_node_and_step_out_leaves_the_call(gpt):
     stepper = Stepper(ep, tokens)
     stepper.run_to("transpose")  # inside layers.0.attn, after its q projection
     assert stepper.stack == ("layers.0", "layers.0.attn")
-    assert stepper.step_over().ran == ("transpose",)
+    over = stepper.step_over()
+    # the transpose, then the k projection's weights on the way to its op (no stops)
+    assert over.ran[0] == "transpose" and stepper.current.target is torch.ops.aten.linear.default
+    assert all(name.startswith("p_") for name in over.ran[1:])
+    # at the k projection's entry, so in the attention's frame: step_out leaves the attention
+    assert stepper.stack == ("layers.0", "layers.0.attn", "layers.0.attn.k")
     result = stepper.step_out()
     attention = stepper.nodes_of("layers.0.attn")
     assert result.ran[-1] == attention[-1] and "transpose" not in result.ran
     assert stepper.stack == ("layers.0",)
-    assert stepper.step_out().ran[-1] == stepper.nodes_of("layers.0")[-1]
+    out = stepper.step_out()
+    assert stepper.nodes_of("layers.0")[-1] in out.ran and stepper.stack[0] == "layers.1"
 
 
 def test_run_to_a_node_a_module_call_or_a_predicate():
@@ -235,7 +265,7 @@ def test_node_enter_and_leave_breakpoints(gpt):
     assert result.breakpoints == (at_node,) and stepper.current.name == "softmax_1"
     result = stepper.continue_()
     assert result.breakpoints == (enter,)
-    assert stepper.current.name == stepper.nodes_of("layers.1.mlp")[0]
+    assert stepper.current.name == first_op(stepper, "layers.1.mlp")
     assert stepper.continue_().reason == "end"
 
     stepper.breakpoints.remove(at_node)
@@ -250,7 +280,7 @@ def test_enter_breakpoint_on_a_module_stops_at_every_call():
     x = torch.randn(2, 4)
     stepper = Stepper(gs.export(Shared(), (x,)), x)
     stepper.breakpoints.enter("shared")
-    starts = [stepper.nodes_of("shared@0")[0], stepper.nodes_of("shared@1")[0]]
+    starts = [first_op(stepper, "shared@0"), first_op(stepper, "shared@1")]
     stops = []
     while stepper.continue_().reason == "breakpoint":
         stops.append(stepper.current.name)
@@ -559,9 +589,11 @@ def test_step_into_a_fused_call_steps_through_the_programs_own_nodes(gpt):
     entered = stepper.step_into()
     assert entered.ran == () and entered.note == "entered fused call 'layers.1.attn'"
     assert stepper.frames == ("layers.1.attn",)
-    assert stepper.stack == ("layers.1", "layers.1.attn")
-    inside = stepper.run_to("layers.1.attn.q")
+    # entering binds the call's inputs and weights: the first stop is its first op
     assert stepper.stack == ("layers.1", "layers.1.attn", "layers.1.attn.q")
+    assert stepper.current.target is torch.ops.aten.linear.default
+    inside = stepper.run_to("layers.1.attn.k")
+    assert stepper.stack == ("layers.1", "layers.1.attn", "layers.1.attn.k")
     # the nodes are the program's, with its names, and compute the program's values
     original = Stepper(ep, tokens)
     original.run_to(stepper.current.name)
@@ -584,11 +616,12 @@ def test_step_into_a_swapped_call_steps_through_the_replacements_graph(gpt):
     stepper.run_to("layers.0.attn")
     result = stepper.step_into()
     assert result.note == "entered swapped call 'layers.0.attn'"
-    assert stepper.frames == ("layers.0.attn",) and stepper.position == 0
-    stepper.run_to("qkv")  # a module of the replacement, named as the replacement names it
+    # its inputs and weights are bound on the way in: the first stop is its first op, in the
+    # replacement's own module (named as the replacement names it), an aten op
+    assert stepper.frames == ("layers.0.attn",) and stepper.position > 0
     assert stepper.stack == ("layers.0", "layers.0.attn", "layers.0.attn.qkv")
-    stepper.run_to(lambda node: node.op == "call_function")
     assert stepper.current.target == torch.ops.aten.linear.default, "aten ops, not eager code"
+    assert stepper.run_to("qkv").ran == (), "already in it"
     assert "in swapped call 'layers.0.attn'" in stepper.where()
     finished = stepper.continue_()
     assert finished.reason == "end" and stepper.frames == ()
@@ -611,8 +644,10 @@ def test_a_replacement_that_does_not_export_is_stepped_over_saying_why(chain):
     stepper.run_to("act")
     call = stepper.current.name
     result = stepper.step_into()
-    assert result.ran == (call,) and stepper.frames == ()
-    assert "stepped over 'act'" in result.note and "does not export" in result.note
+    assert result.ran[0] == call and stepper.frames == ()
+    assert not any(_meta.computes(stepper._layout.by_name[n]) for n in result.ran[1:])
+    assert "stepped over 'act' (it ran as one node)" in result.note
+    assert "does not export" in result.note
     stepper.continue_()
     torch.testing.assert_close(stepper.output, swapped(x))
 
@@ -666,7 +701,7 @@ def test_step_into_a_plain_node_is_a_step_and_reset_leaves_the_call(gpt):
     _, tokens, _, swapped = gpt
     stepper = Stepper(swapped, tokens)
     first = stepper.current.name
-    assert stepper.step_into().ran == (first,), "a node that is no call: one step"
+    assert stepper.step_into().ran[0] == first, "a node that is no call: one step"
     stepper.run_to("layers.0.attn")
     stepper.step_into()
     stepper.step(2)
@@ -726,3 +761,119 @@ def test_a_fused_call_that_updates_buffers_writes_the_steppers_private_copies():
     assert not torch.equal(mean, before), "precondition: a run updates the statistics"
     torch.testing.assert_close(stepper.output, expected)
     torch.testing.assert_close(updated["1.running_mean"], mean)
+
+
+# -- inside replacements: names, breakpoints, conditions, and no stops in the glue -------------
+
+
+class CleanedLog(nn.Module):
+    """A replacement for the ReLU that makes -inf (log of 0 and of negatives: NaN) and cleans
+    it up again: what the program sees is finite."""
+
+    def forward(self, x):
+        logged = torch.log(torch.relu(x))
+        scaled = logged * 0.5
+        return torch.nan_to_num(scaled, nan=0.0, neginf=0.0)
+
+
+def test_run_to_a_node_inside_a_replacement_enters_the_call(chain):
+    model, x, ep = chain
+    swapped = gs.swap(ep, {"act": CleanedLog()})
+    stepper = Stepper(swapped, x)
+    result = stepper.run_to("act/mul")  # the replacement's own node, as its graph names it
+    assert result.reason == "target" and stepper.frames == ("act",)
+    assert stepper.current.name == "mul" and stepper.current.target is torch.ops.aten.mul.Tensor
+    with torch.no_grad():
+        expected = torch.log(torch.relu(model.first(x)))
+    torch.testing.assert_close(stepper.env["log"], expected)
+    assert stepper.continue_().reason == "end"
+    torch.testing.assert_close(stepper.output, swapped(x))
+    stepper.reset()
+    with pytest.raises(UnknownNameError, match=r"inside call 'act'.* no node or module 'nope'"):
+        stepper.run_to("act/nope")
+
+
+def test_a_breakpoint_inside_a_replacement_stops_there_from_anywhere(chain):
+    _, x, ep = chain
+    swapped = gs.swap(ep, {"act": CleanedLog()})
+    stepper = Stepper(swapped, x)
+    inner = stepper.breakpoints.node("act/mul")
+    result = stepper.continue_()
+    assert result.reason == "breakpoint" and result.breakpoints == (Breakpoint("node", "mul"),)
+    assert stepper.frames == ("act",) and stepper.current.name == "mul"
+    assert inner in stepper.breakpoints
+    assert stepper.continue_().reason == "end"
+    # from the call node itself (a move never stops where it starts, but it runs the call)
+    stepper.reset()
+    stepper.run_to("act")
+    assert stepper.current.op == "call_module" and stepper.frames == ()
+    assert stepper.step().reason == "breakpoint" and stepper.current.name == "mul"
+    # a name the replacement's graph does not have is said when the call is entered
+    stepper.breakpoints.clear()
+    stepper.breakpoints.node("act/nope")
+    stepper.reset()
+    result = stepper.continue_()
+    assert "'act/nope' names no node of its graph here" in result.note
+
+
+def test_the_nan_or_inf_breakpoint_watches_inside_replacements(chain):
+    model, x, ep = chain
+    swapped = gs.swap(ep, {"act": CleanedLog()})
+    with torch.no_grad():
+        output = swapped(x)
+        made = torch.log(torch.relu(model.first(x)))
+    assert torch.isfinite(output).all() and not torch.isfinite(made).all()  # precondition
+    stepper = Stepper(swapped, x)
+    stepper.breakpoints.nan_or_inf()
+    result = stepper.continue_()
+    # was "end": the call ran as one node, and its output is finite
+    assert result.reason == "breakpoint" and result.trigger == "log"
+    assert stepper.frames == ("act",) and stepper.current.name == "mul"
+    assert not torch.isfinite(stepper.env["log"]).all()
+    triggers = []
+    while (result := stepper.continue_()).reason == "breakpoint":
+        triggers.append(result.trigger)
+    assert triggers == ["mul"]  # -inf * 0.5, then nan_to_num cleans it up
+    torch.testing.assert_close(stepper.output, output)
+
+
+class DataDependentLog(nn.Module):
+    """CleanedLog behind a branch on a value: torch.export cannot trace it."""
+
+    def forward(self, x):
+        if x.sum() > 1e9:
+            return x
+        return torch.nan_to_num(torch.log(torch.relu(x)), neginf=0.0)
+
+
+def test_a_condition_inside_a_replacement_that_does_not_export_stops_after_its_call(chain):
+    _, x, ep = chain
+    swapped = gs.swap(ep, {"act": DataDependentLog()})
+    stepper = Stepper(swapped, x)
+    stepper.breakpoints.nan_or_inf()
+    result = stepper.continue_()
+    call = swap_info(swapped).call_nodes["act"]
+    assert result.reason == "breakpoint" and result.trigger == call and stepper.frames == ()
+    assert "inside 'act', at aten.log.default" in result.note and "does not export" in result.note
+    assert stepper.continue_().reason == "end"
+    torch.testing.assert_close(stepper.output, swapped(x))
+
+
+def test_steps_never_stop_in_the_glue_around_swapped_calls(gpt):
+    _, tokens, _, swapped = gpt
+    stepper = Stepper(swapped, tokens)
+    graph = {n.name: n for n in swapped.graph.nodes}
+    glue = [n for n in graph.values() if _meta.GLUE in n.meta or _meta.GUARD in n.meta]
+    assert glue, "precondition: the swap added glue"
+    call = swap_info(swapped).call_nodes["layers.0.attn"]
+    before = list(graph).index(call)
+    ops_before = sum(_meta.computes(graph[name]) for name in list(graph)[:before])
+    steps = 0
+    while stepper.current.name != call:
+        stepper.step()
+        steps += 1
+        assert _meta.computes(stepper.current)
+    assert steps == ops_before + 1  # one step per op (the first runs the inputs)
+    while not stepper.done:
+        stepper.step()
+        assert stepper.done or _meta.computes(stepper.current)
