@@ -7,24 +7,28 @@ read back from the traits. Every swap is checked against the eager reference.
 
 from __future__ import annotations
 
+import ast
 import copy
+import inspect
 import json
 import re
 import shutil
 import xml.etree.ElementTree as ET
 from html import escape as html_escape
+from pathlib import Path
 
 import pytest
 import torch
 from ipywidgets.widgets.tests.utils import setup_test_comm, teardown_test_comm
 from models import Chain, Shared
+from test_render import _imports as import_edges
 from torch import nn
 
 import graphsurgeon as gs
 from graphsurgeon.display import id_text
 from graphsurgeon.examples import FusedAttention, GeluTanhMLP
 from graphsurgeon.verify import eager_reference
-from graphsurgeon.widget import SurgeryModel
+from graphsurgeon.widget import ACTIONS, SurgerySession
 
 pytestmark = pytest.mark.skipif(shutil.which("dot") is None, reason="needs graphviz's dot")
 
@@ -608,17 +612,17 @@ def test_busy_is_shown_during_slow_work_and_cleared_after(gpt):
     assert any("verifying" in s for s in seen) and widget.busy == ""
 
 
-# -- the view model alone, and limits ---------------------------------------------------------
+# -- the session alone, and limits ------------------------------------------------------------
 
 
-def test_the_view_model_runs_without_ipywidgets_or_a_comm():
+def test_the_session_runs_without_ipywidgets_or_a_comm():
     s = gs.Surgery.from_model(Shared(), (torch.randn(2, 4),))
-    changed = []
-    model = SurgeryModel(s, on_change=changed.append)
-    model.select("shared@1")
-    assert model.fields["selected"] == "shared@1" and changed
-    model.use(nn.Identity())
-    model.swap()
+    session = SurgerySession(s)
+    session.take_changes()
+    session.select("shared@1")
+    assert session.selected == "shared@1" and {"selection", "marks"} <= session.changed
+    session.use(nn.Identity())
+    session.swap()
     assert list(s.replacements) == ["shared@1"]
 
 
@@ -708,3 +712,195 @@ def test_the_compare_panel_on_meta_says_no_values_were_compared():
     w.compare()
     panel = w.compare_html
     assert "no values compared" in panel and "nan" not in panel
+
+
+# -- structure: one table of actions, no import circle, no private reach ----------------------
+
+
+def test_the_buttons_click_and_the_page_messages_come_from_one_actions_table(gpt):
+    widget, _, _ = gpt
+    names = [action.name for action in ACTIONS]
+    assert list(widget.BUTTONS) == names and len(set(names)) == len(names)
+    assert [a["name"] for a in widget.actions] == names, "the page builds the same buttons"
+    assert [a["key"] for a in widget.actions] == [a.key for a in ACTIONS]
+    keys = [action.key for action in ACTIONS if action.key]
+    assert keys and len(set(keys)) == len(keys), "shortcuts exist and do not clash"
+    for action in ACTIONS:  # each calls a session method that needs no argument
+        method = getattr(SurgerySession, action.method)
+        parameters = list(inspect.signature(method).parameters.values())[1:]
+        assert all(p.default is not inspect.Parameter.empty for p in parameters), action
+        assert set(action.enabled_by) <= set(widget.trait_names()), action
+    script = (Path(gs.__file__).parent / "widget" / "static" / "widget.js").read_text()
+    for action in ACTIONS:  # the page keeps no copy of its own
+        assert f'"{action.name}"' not in script and action.tooltip not in script, action.name
+    # a button message from the page runs the action's session method, through the table
+    pressed: list[str] = []
+    for action in ACTIONS:
+        setattr(widget.session, action.method, lambda name=action.name: pressed.append(name))
+    for action in ACTIONS:
+        page_event(widget, event="button", name=action.name)
+        assert widget.error == {}, action.name
+    assert pressed == names
+
+
+PACKAGE = Path(gs.__file__).parent
+MODULES = {
+    ".".join(["graphsurgeon", *p.relative_to(PACKAGE).with_suffix("").parts]).removesuffix(
+        ".__init__"
+    ): p
+    for p in PACKAGE.rglob("*.py")
+}
+
+
+def _imports(module: str, source: str) -> list[tuple[str, str, str, int]]:
+    """Every import in the ``source`` of graphsurgeon ``module``, inside functions too:
+    (module imported, name imported from it or '' for the module itself, the function or
+    class it is in or '' at the top, line)."""
+    package = module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+    found: list[tuple[str, str, str, int]] = []
+    scope: list[str] = []
+
+    class Walker(ast.NodeVisitor):
+        def visit_FunctionDef(self, node):
+            scope.append(node.name)
+            self.generic_visit(node)
+            scope.pop()
+
+        visit_AsyncFunctionDef = visit_ClassDef = visit_FunctionDef
+
+        def visit_Import(self, node):
+            for alias in node.names:
+                found.append((alias.name, "", ".".join(scope), node.lineno))
+
+        def visit_ImportFrom(self, node):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                parts = parts[: len(parts) - node.level + 1]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            for alias in node.names:
+                whole = f"{base}.{alias.name}"
+                if whole in MODULES:  # "from . import x": module x itself
+                    found.append((whole, "", ".".join(scope), node.lineno))
+                else:
+                    found.append((base, alias.name, ".".join(scope), node.lineno))
+
+    Walker().visit(ast.parse(source))
+    return found
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected sets of more than one module (Tarjan's), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in sorted(graph[module]):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            members = []
+            while True:
+                member = stack.pop()
+                members.append(member)
+                if member == module:
+                    break
+            if len(members) > 1:
+                found.append(sorted(members))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def _circles_but_surgery_widget() -> list[list[str]]:
+    graph = import_edges(PACKAGE)  # what render's test reads as an import, read alike
+    surgery = _imports("graphsurgeon.surgery", MODULES["graphsurgeon.surgery"].read_text())
+    # imports inside functions count: Surgery.widget() importing the widget is one, and the
+    # one circle allowed (the widget is an optional front end of the Surgery)
+    assert ("graphsurgeon.widget", "SurgeryWidget", "Surgery.widget") in [i[:3] for i in surgery]
+    assert any({"graphsurgeon.surgery", "graphsurgeon.widget"} <= set(c) for c in _circles(graph))
+    graph["graphsurgeon.surgery"].discard("graphsurgeon.widget")
+    return _circles(graph)
+
+
+def test_the_widget_is_in_no_import_circle_but_surgery_widget():
+    circles = _circles_but_surgery_widget()
+    assert not [c for c in circles if any(m.startswith("graphsurgeon.widget") for m in c)]
+
+
+def test_no_import_circle_in_the_package_but_surgery_widget():
+    assert _circles_but_surgery_widget() == []
+
+
+# What IPython calls on any object to display it: public, whatever its underscores say.
+_DISPLAY_PROTOCOL = {"_repr_html_", "_repr_mimebundle_"}
+
+
+def _private_reaches(module: str, source: str) -> list[str]:
+    """What the ``source`` of ``module`` takes that another module or object keeps private:
+    a name with a leading underscore imported from another module; a module private to
+    another stage (``render._writer``; a module of graphsurgeon itself, such as ``_meta``, is
+    shared by design); an attribute with a leading underscore of anything but ``self``,
+    ``cls`` or ``super()`` (also through ``getattr``)."""
+    own = module.rpartition(".")[0]
+    found = []
+    for target, name, _scope, line in _imports(module, source):
+        if target == "__future__" or target == own or target.startswith(own + "."):
+            continue
+        parts = target.split(".")
+        shared = parts[0] == "graphsurgeon" and len(parts) == 2
+        if name.startswith("_") or (any(p.startswith("_") for p in parts) and not shared):
+            found.append(f"line {line}: imports {target} {name}".rstrip())
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute):
+            attribute, owner = node.attr, node.value
+        elif (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "id", None) in ("getattr", "setattr", "hasattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+        ):
+            attribute, owner = node.args[1].value, node.args[0]
+        else:
+            continue
+        if not attribute.startswith("_") or attribute.endswith("__"):
+            continue  # public, or a dunder
+        if attribute in _DISPLAY_PROTOCOL:
+            continue
+        if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+            continue
+        if isinstance(owner, ast.Call) and getattr(owner.func, "id", None) == "super":
+            continue
+        found.append(f"line {node.lineno}: reads {ast.unparse(owner)}.{attribute}")
+    return found
+
+
+def test_the_widget_imports_no_private_name_and_reads_no_private_attribute():
+    reaches = (
+        "from ..render._writer import call_signature\n"
+        "from ..display import _TREE_STYLE\n"
+        "from .. import _meta\n"
+        "import torch._ops\n"
+        "position = surgery._position + self._seen\n"
+        "rows = getattr(picture, '_lookups')\n"
+    )
+    found = _private_reaches("graphsurgeon.widget._session", reaches)
+    # every reach is seen, but _meta (shared by design) and self._seen (its own)
+    assert len(found) == 5, found
+    widget = sorted(m for m in MODULES if m.startswith("graphsurgeon.widget"))
+    assert len(widget) == 4, widget
+    for module in widget:
+        source = MODULES[module].read_text()
+        assert _private_reaches(module, source) == [], module
+        # a Picture is read through its lookups, never as rows of fields by position
+        assert not re.search(r"\.(edge_)?rows\b", source), module

@@ -116,7 +116,7 @@ def test_the_picker_swaps_it_and_the_after_picture_shows_the_replacement(page):
     assert in_kernel(page, "w.error") == {}
     widget.locator('[data-gs-button="verify"]').click()
     page.wait_for_function(
-        "() => document.querySelector('.gs-widget .gs-verify').textContent.includes('match')"
+        "() => document.querySelector('.gs-widget .gs-verify').textContent.includes('faithful')"
     )
     screenshot(page, f"widget-{page.app}-swapped.png")
     widget.evaluate("el => el.scrollIntoView({block: 'start'})")  # the widget from its top

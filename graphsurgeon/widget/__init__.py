@@ -1,24 +1,25 @@
-"""The notebook app: :class:`SurgeryWidget` (an anywidget) and its view model.
+"""The notebook app: :class:`SurgeryWidget` (an anywidget) and the session behind it.
 
-:class:`SurgeryModel` is every action of the widget in plain Python (no ipywidgets); the
-widget copies its fields into traits and routes the page's events to it. Importing this
-package needs ``anywidget`` only for :class:`SurgeryWidget`.
+:class:`SurgerySession` is the widget's state and every action it has, in plain Python (no
+ipywidgets, no HTML); ``_panels`` writes what the page shows of that state, and
+:class:`SurgeryWidget` holds the traits and the one table of its buttons (``ACTIONS``).
+Importing this package needs ``anywidget`` only for :class:`SurgeryWidget` and ``ACTIONS``.
 """
 
-from ._model import VIEWS, Candidate, SurgeryModel
+from ._session import VIEWS, Candidate, SurgerySession
 
-__all__ = ["VIEWS", "Candidate", "SurgeryModel", "SurgeryWidget"]
+__all__ = ["ACTIONS", "VIEWS", "Candidate", "SurgerySession", "SurgeryWidget"]
 
 
 def __getattr__(name: str):
-    if name == "SurgeryWidget":
+    if name in ("SurgeryWidget", "ACTIONS"):
         try:
-            from ._widget import SurgeryWidget
+            from . import _widget
         except ImportError as error:
             from ..errors import MissingDependencyError
 
             raise MissingDependencyError(
                 f"SurgeryWidget needs the anywidget package ({error}): pip install anywidget"
             ) from error
-        return SurgeryWidget
+        return getattr(_widget, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,8 +1,11 @@
-"""SurgeryWidget: the notebook app, an anywidget whose logic is the SurgeryModel's.
+"""SurgeryWidget: the notebook app, an anywidget over a :class:`SurgerySession`.
 
-The class holds traits only: after every action it copies the model's fields into them, and it
-routes the page's events (``{"event": "click", "id": ...}``) to the model's methods. An error
-from a click shows in the widget (``w.error``); the same action called from code raises too.
+The class holds traits and one table of actions, :data:`ACTIONS`: each button's name, label,
+tooltip, when it is enabled, the session method it calls and its keyboard shortcut. The page's
+buttons (``static/widget.js`` builds them from the ``actions`` trait), ``w.click(name)``,
+:attr:`SurgeryWidget.BUTTONS` and the page's ``button`` messages all read that table. After
+every action the widget copies what changed (:mod:`._panels`) into its traits. An error from a
+click shows in the widget (``w.error``); the same action called from code raises too.
 
 Names travel to the page as data: ``selected`` holds the name itself; element ids and the
 ``data-gs-module`` / ``data-gs-call`` attributes of the panels hold it as ids do
@@ -13,7 +16,9 @@ page sends back from them is read the same way.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -23,14 +28,101 @@ import traitlets as t
 from torch.export import ExportedProgram
 
 from .. import display
-from ..display import name_of_id_text
 from ..errors import WidgetError, a_type
 from ..surgery import Surgery
-from ._model import SurgeryModel
+from . import _panels
+from ._session import SurgerySession
 
-__all__ = ["SurgeryWidget"]
+__all__ = ["ACTIONS", "Action", "SurgeryWidget"]
 
 _STATIC = Path(__file__).parent / "static"
+
+# The traits that say something is selected (a module, a call or a node).
+_SELECTION = ("selected", "selected_node")
+
+
+@dataclass(frozen=True)
+class Action:
+    """One button of the widget.
+
+    Attributes:
+        name: what ``w.click(name)`` and the page's ``{"event": "button", "name": ...}`` say.
+        label: the button's text.
+        tooltip: what the button does (the shortcut is added to it in the page).
+        method: the :class:`SurgerySession` method it calls, with no arguments.
+        panel: where the page shows the button: ``"toolbar"`` (above the picture),
+            ``"replace"``, ``"check"`` or ``"stepper"``; ``""``: no button (``w.click`` and
+            the page's messages only).
+        enabled_by: the traits of which one must hold for the button to be enabled
+            (``("can_undo",)``); empty: always enabled.
+        key: its keyboard shortcut in the page (``"F10"``, ``"Shift+F11"``), or ``""``.
+    """
+
+    name: str
+    label: str
+    tooltip: str
+    method: str
+    panel: str
+    enabled_by: tuple[str, ...] = ()
+    key: str = ""
+
+
+#: Every button of the widget, in the order the page shows them: name, label, tooltip, the
+#: session method it calls, its panel, the traits that enable it, its keyboard shortcut.
+# fmt: off
+ACTIONS: tuple[Action, ...] = (
+    Action("expand", "open", "open the selected module", "expand", "toolbar", _SELECTION),
+    Action("collapse", "collapse", "collapse the selected module", "collapse", "toolbar",
+           _SELECTION),
+    Action("auto", "auto", "the default view: as much as fits", "auto", "toolbar"),
+    Action("expand_all", "open all", "open every module", "expand_all", ""),
+    Action("swap", "Swap", "swap the selected module for the chosen replacement", "swap",
+           "replace", ("can_swap",)),
+    Action("fuse", "Fuse", "make the selected module's nodes one call", "fuse", "replace",
+           _SELECTION),
+    Action("undo", "Undo", "go back one step", "undo", "replace", ("can_undo",)),
+    Action("redo", "Redo", "go forward again over an undone step", "redo", "replace",
+           ("can_redo",)),
+    Action("reset", "Reset", "back to the original program (redo still works)", "reset",
+           "replace"),
+    Action("verify", "Verify", "run the program and its eager reference on the example inputs",
+           "verify", "check"),
+    Action("compare", "Compare", "each swapped call against the original, on the same inputs",
+           "compare", "check"),
+    Action("step", "Step", "run the next node", "step", "stepper"),
+    Action("step_over", "Step over", "run the next node, or the whole module call it starts",
+           "step_over", "stepper", key="F10"),
+    Action("step_into", "Step into", "enter a fused or swapped call", "step_into", "stepper",
+           key="F11"),
+    Action("step_out", "Step out", "run to the end of the current module call", "step_out",
+           "stepper", key="Shift+F11"),
+    Action("run_to", "Run to selection", "run until the selected node or module is next",
+           "run_to_selection", "stepper", _SELECTION),
+    Action("continue", "Continue", "run to the next breakpoint or the end", "continue_", "stepper",
+           key="F9"),
+    Action("restart", "Reset", "start again from the first node", "reset_stepper", "stepper"),
+    Action("break", "Breakpoint", "stop at the selection (press again to remove)",
+           "toggle_breakpoint", "stepper", _SELECTION),
+)
+# fmt: on
+_ACTIONS = {action.name: action for action in ACTIONS}
+
+# The page's other messages: {"event": name, "id" | "value": ...} -> what the session does.
+# The tree and the compare table send a name as ids carry it (display.id_text).
+_EVENTS: dict[str, Callable[[SurgerySession, dict], Any]] = {
+    "click": lambda session, content: session.click(content["id"]),
+    "toggle": lambda session, content: session.toggle(content["id"]),
+    "select": lambda session, content: session.select(_name_sent(content.get("value"))),
+    "search": lambda session, content: session.search(content.get("value")),
+    "view": lambda session, content: session.set_view(content.get("value")),
+    "choose": lambda session, content: session.choose(content.get("value")),
+    "expression": lambda session, content: session.choose_expression(content.get("value")),
+    "nan": lambda session, content: session.set_break_on_nan(bool(content.get("value"))),
+}
+
+
+def _name_sent(value: Any) -> Any:
+    return display.name_of_id_text(value) if isinstance(value, str) else value
 
 
 def _user_namespace() -> Mapping[str, Any]:
@@ -44,10 +136,26 @@ def _user_namespace() -> Mapping[str, Any]:
 
 
 def _widget_css() -> str:
-    """widget.css, after the styles of graphsurgeon's HTML (tables, badges, the module tree),
-    which the panels show: one stylesheet, so the widget looks as the displays do."""
-    shared = (display.STYLE + display._TREE_STYLE).replace("<style>", "").replace("</style>", "")
+    """widget.css, after the styles of graphsurgeon's HTML (tables, badges), which the panels
+    show: one stylesheet, so the widget looks as the displays do (the module tree's HTML
+    carries its own)."""
+    shared = display.STYLE.replace("<style>", "").replace("</style>", "")
     return shared + (_STATIC / "widget.css").read_text()
+
+
+def _page_actions() -> list[dict[str, Any]]:
+    """:data:`ACTIONS` as the page reads them (the ``actions`` trait)."""
+    return [
+        {
+            "name": a.name,
+            "label": a.label,
+            "tooltip": a.tooltip,
+            "panel": a.panel,
+            "enabled_by": list(a.enabled_by),
+            "key": a.key,
+        }
+        for a in ACTIONS
+    ]
 
 
 class SurgeryWidget(anywidget.AnyWidget):
@@ -62,8 +170,9 @@ class SurgeryWidget(anywidget.AnyWidget):
     node about to run in the picture.
 
     Everything a button does is a method too (``w.select(name)``, ``w.swap(module)``,
-    ``w.step()``...), and the live objects are ``w.surgery``, ``w.stepper`` and
-    ``w.selected``: the next cell goes on in code.
+    ``w.step()``, ``w.click("undo")``...), and the live objects are ``w.surgery``,
+    ``w.stepper`` and ``w.selected``: the next cell goes on in code. ``w.session`` is the
+    :class:`~graphsurgeon.widget.SurgerySession` behind it all.
 
     Args:
         program: an ExportedProgram (``gs.export(model, args)``) or a :class:`~graphsurgeon.Surgery`.
@@ -87,7 +196,11 @@ class SurgeryWidget(anywidget.AnyWidget):
     _esm = _STATIC / "widget.js"
     _css = _widget_css()
 
-    # -- what the page shows (published by the model) --
+    #: The buttons' names (:data:`ACTIONS`): what ``w.click(name)`` takes.
+    BUTTONS: ClassVar[tuple[str, ...]] = tuple(_ACTIONS)
+
+    # -- what the page shows (written by _panels from the session) --
+    actions = t.List(_page_actions()).tag(sync=True)  # the buttons the page builds
     svg = t.Unicode("").tag(sync=True)
     view = t.Unicode("program").tag(sync=True)
     caption = t.Unicode("").tag(sync=True)
@@ -117,13 +230,6 @@ class SurgeryWidget(anywidget.AnyWidget):
     error = t.Dict().tag(sync=True)  # {"type", "message", "details"}, or {}
     busy = t.Unicode("").tag(sync=True)
 
-    # model field -> trait, where the names differ
-    _TRAITS: ClassVar[dict[str, str]] = {
-        "verify": "verify_html",
-        "compare": "compare_html",
-        "stepper": "stepper_html",
-    }
-
     def __init__(
         self,
         program: ExportedProgram | Surgery,
@@ -135,34 +241,48 @@ class SurgeryWidget(anywidget.AnyWidget):
         surgery = _surgery(program, args, kwargs)
         super().__init__()
         self._syncing = False
-        self.model = SurgeryModel(
+        self._session = SurgerySession(
             surgery,
             namespace=(lambda: namespace) if namespace is not None else _user_namespace,
-            on_change=self._copy_fields,
             on_busy=self._show_busy,
         )
-        self._copy_fields(set(self.model.fields))
+        self._publish(busy="")
         self.observe(self._selected_from_page, names=["selected"])
         self.on_msg(self._on_page_message)
 
-    # -- model -> traits ------------------------------------------------------------------
+    # -- session -> traits ----------------------------------------------------------------
 
-    def _copy_fields(self, changed: set[str]) -> None:
-        if not hasattr(self, "model"):
-            return  # the model's first fields are copied once it exists (__init__)
-        fields = self.model.fields
+    def _publish(self, **also: Any) -> None:
+        """Copy what the last action changed (and ``also``: error, busy) into the traits, in
+        one message to the page."""
+        values = _panels.page(self._session, self._session.take_changes())
+        values.update(also)
         self._syncing = True
         try:
             with self.hold_sync():
-                for name in sorted(changed):
-                    trait = self._TRAITS.get(name, name)
-                    if self.has_trait(trait):
-                        setattr(self, trait, fields[name])
+                for trait in sorted(values):
+                    setattr(self, trait, values[trait])
         finally:
             self._syncing = False
 
     def _show_busy(self, text: str) -> None:
         self.busy = text  # sent at once: the page shows it while the work runs
+
+    def _run(self, action: Callable[[], Any], *, catch: bool = False) -> Any:
+        """Run ``action`` as one step of the widget: first catch up with a Surgery changed
+        from code, afterwards publish what changed; an error is published as a message (type,
+        first line, details) and, unless ``catch``, raised again (a call from code sees the
+        error; a click in the page only the message)."""
+        try:
+            self._session.sync()
+            result = action()
+        except Exception as error:
+            self._publish(error=_error_fields(error), busy="")
+            if catch:
+                return None
+            raise
+        self._publish(error={}, busy="")
+        return result
 
     def _selected_from_page(self, change: dict) -> None:
         """``selected`` set by the page (or ``w.selected = name``): select it. A name the
@@ -170,213 +290,179 @@ class SurgeryWidget(anywidget.AnyWidget):
         snaps back to the selection the next action uses."""
         if self._syncing:
             return
-        self.model.run(lambda: self.model.select(change["new"]), catch=True)
-        if self.selected != self.model.selected:
+        session = self._session
+        self._run(lambda: session.select(change["new"]), catch=True)
+        if self.selected != session.selected:
             self._syncing = True
             try:
-                self.selected = self.model.selected
+                self.selected = session.selected
             finally:
                 self._syncing = False
 
-    # -- page -> model --------------------------------------------------------------------
+    # -- page -> session ------------------------------------------------------------------
 
     def _on_page_message(self, _widget: Any, content: Any, _buffers: Any) -> None:
         """One event from the page. Errors go to ``error`` (ipywidgets would swallow them)."""
         if not isinstance(content, dict) or "event" not in content:
             return
+        self._run(lambda: self._dispatch(content), catch=True)
+
+    def _dispatch(self, content: dict) -> Any:
         event = content["event"]
-        if event == "save":
-            self.model.run(lambda: self._download(content.get("format", "svg")), catch=True)
-            return
-        self.model.run(lambda: self._dispatch(event, content), catch=True)
-
-    def _download(self, format_: str) -> None:
-        name, text = self.model.picture_text(format_)
-        self.send({"event": "download", "name": name, "text": text})
-
-    def _dispatch(self, event: str, content: dict) -> Any:
-        m = self.model
-        value = content.get("value")
-        handlers = {
-            "click": lambda: m.click(content["id"]),
-            "toggle": lambda: m.toggle(content["id"]),
-            # the tree and the compare table send a name as ids carry it
-            "select": lambda: m.select(name_of_id_text(value) if isinstance(value, str) else value),
-            "search": lambda: m.search(value),
-            "view": lambda: m.set_view(value),
-            "choose": lambda: m.choose(value),
-            "expression": lambda: m.choose_expression(value),
-            "nan": lambda: m.set_break_on_nan(bool(value)),
-        }
-        if event in handlers:
-            return handlers[event]()
         if event == "button":
-            return self.click(content.get("name", ""), _from_page=True)
-        raise WidgetError(f"the page sent an unknown event {event!r}")
+            return self._press(content.get("name", ""))
+        if event == "save":
+            name, text = self._session.picture_text(content.get("format", "svg"))
+            self.send({"event": "download", "name": name, "text": text})
+            return None
+        if event not in _EVENTS:
+            raise WidgetError(f"the page sent an unknown event {event!r}")
+        return _EVENTS[event](self._session, content)
 
-    # -- the buttons, from code -----------------------------------------------------------
-
-    BUTTONS = (
-        "swap", "fuse", "undo", "redo", "reset", "verify", "compare",
-        "step", "step_over", "step_into", "step_out", "run_to", "continue", "restart",
-        "break", "expand", "collapse", "expand_all", "auto",
-    )  # fmt: skip
-
-    def click(self, button: str, *, _from_page: bool = False) -> Any:
-        """Press a button of the widget by its name (one of ``SurgeryWidget.BUTTONS``)."""
-        m = self.model
-        actions = {
-            "swap": m.swap,
-            "fuse": m.fuse,
-            "undo": m.undo,
-            "redo": m.redo,
-            "reset": m.reset,
-            "verify": m.verify,
-            "compare": m.compare,
-            "step": m.step,
-            "step_over": m.step_over,
-            "step_into": m.step_into,
-            "step_out": m.step_out,
-            "run_to": m.run_to_selection,
-            "continue": m.continue_,
-            "restart": m.reset_stepper,
-            "break": m.toggle_breakpoint,
-            "expand": lambda: m.expand(m._target(None, "expand")),
-            "collapse": lambda: m.collapse(m._target(None, "collapse")),
-            "expand_all": m.expand_all,
-            "auto": m.auto,
-        }
-        if button not in actions:
+    def _press(self, button: str) -> Any:
+        action = _ACTIONS.get(button)
+        if action is None:
             raise WidgetError(
                 f"the widget has no button {button!r}; its buttons: {', '.join(self.BUTTONS)}"
             )
-        if _from_page:
-            return actions[button]()
-        return m.run(actions[button])
+        return getattr(self._session, action.method)()
 
     # -- the Python API -------------------------------------------------------------------
+
+    def click(self, button: str) -> Any:
+        """Press a button of the widget by its name (one of ``SurgeryWidget.BUTTONS``), as
+        the page does; returns what its action returns (a StepResult, a VerifyReport...)."""
+        return self._run(lambda: self._press(button))
+
+    @property
+    def session(self) -> SurgerySession:
+        """The state and actions behind the page."""
+        return self._session
 
     @property
     def surgery(self) -> Surgery:
         """The live Surgery behind the buttons."""
-        return self.model.surgery
+        return self._session.surgery
 
     @property
     def stepper(self):
         """The live Stepper (None until the first step; a new one after each swap)."""
-        return self.model.stepper
+        return self._session.stepper
 
     def refresh(self) -> SurgeryWidget:
         """Show ``w.surgery`` as it is now. Any action does this first when the Surgery was
         changed from code (``w.surgery.swap(...)`` in a cell)."""
-        self.model.run(self.model.refresh)
+        self._run(self._session.refresh)
         return self
 
     def select(self, name: str | None) -> SurgeryWidget:
         """Select a module, a call (``"shared@1"``) or an fx node; None clears."""
-        self.model.run(lambda: self.model.select(name))
+        self._run(lambda: self._session.select(name))
         return self
 
     def search(self, text: str) -> SurgeryWidget:
         """Find a module or node by (part of) its name, open what hides it, select it."""
-        self.model.run(lambda: self.model.search(text))
+        self._run(lambda: self._session.search(text))
         return self
 
     def toggle(self, name: str) -> SurgeryWidget:
         """Open a collapsed module, or collapse an open one (a name or an element id)."""
-        self.model.run(lambda: self.model.toggle(name))
+        self._run(lambda: self._session.toggle(name))
         return self
 
-    def expand(self, name: str) -> SurgeryWidget:
-        self.model.run(lambda: self.model.expand(name))
+    def expand(self, name: str | None = None) -> SurgeryWidget:
+        """Open module ``name`` (default: the selection) and the modules around it."""
+        self._run(lambda: self._session.expand(name))
         return self
 
-    def collapse(self, name: str) -> SurgeryWidget:
-        self.model.run(lambda: self.model.collapse(name))
+    def collapse(self, name: str | None = None) -> SurgeryWidget:
+        """Draw module ``name`` (default: the selection) as one box again."""
+        self._run(lambda: self._session.collapse(name))
         return self
 
     def expand_all(self) -> SurgeryWidget:
         """Open every module (a large program makes a large picture)."""
-        self.model.run(self.model.expand_all)
+        self._run(self._session.expand_all)
         return self
 
     def auto(self) -> SurgeryWidget:
         """Back to the default view: as much detail as fits the width."""
-        self.model.run(self.model.auto)
+        self._run(self._session.auto)
         return self
 
     def show(self, view: str) -> SurgeryWidget:
         """Show ``"program"``, or before/after ``"merged"`` or ``"split"``."""
-        self.model.run(lambda: self.model.set_view(view))
+        self._run(lambda: self._session.set_view(view))
         return self
 
     def choose(self, key: str | None) -> SurgeryWidget:
         """Pick a replacement for the selection as the picker does: ``"copy"``, ``"identity"``,
         ``"ns:<name>"``; ``""`` or None: none. Selecting another module clears it."""
-        self.model.run(lambda: self.model.choose(key))
+        self._run(lambda: self._session.choose(key))
         return self
 
     def choose_expression(self, text: str) -> SurgeryWidget:
         """Evaluate ``text`` in the namespace; the module it makes is the next replacement."""
-        self.model.run(lambda: self.model.choose_expression(text))
+        self._run(lambda: self._session.choose_expression(text))
         return self
 
     def swap(self, module: torch.nn.Module | None = None, name: str | None = None):
         """Swap the selection (or ``name``) for ``module`` (default: the picker's choice)."""
-        self.model.run(lambda: self.model.swap(module, name))
+        self._run(lambda: self._session.swap(module, name))
         return self
 
     def fuse(self, name: str | None = None) -> SurgeryWidget:
-        self.model.run(lambda: self.model.fuse(name))
+        """Fuse the selection (or ``name``): its nodes become one call."""
+        self._run(lambda: self._session.fuse(name))
         return self
 
     def undo(self) -> SurgeryWidget:
-        self.model.run(self.model.undo)
+        self._run(self._session.undo)
         return self
 
     def redo(self) -> SurgeryWidget:
-        self.model.run(self.model.redo)
+        self._run(self._session.redo)
         return self
 
     def reset(self) -> SurgeryWidget:
-        self.model.run(self.model.reset)
+        self._run(self._session.reset)
         return self
 
     def verify(self):
         """Verify against the eager reference: the :class:`~graphsurgeon.VerifyReport`."""
-        return self.model.run(self.model.verify)
+        return self._run(self._session.verify)
 
     def compare(self):
         """Compare each swapped call with the original: the :class:`~graphsurgeon.Comparison`."""
-        return self.model.run(self.model.compare)
+        return self._run(self._session.compare)
 
     def step(self):
         """Run to the next node the picture shows: the :class:`~graphsurgeon.types.StepResult`."""
-        return self.model.run(self.model.step)
+        return self._run(self._session.step)
 
     def step_over(self):
-        return self.model.run(self.model.step_over)
+        return self._run(self._session.step_over)
 
     def step_into(self):
-        return self.model.run(self.model.step_into)
+        return self._run(self._session.step_into)
 
     def step_out(self):
-        return self.model.run(self.model.step_out)
+        return self._run(self._session.step_out)
 
     def run_to_selection(self):
-        return self.model.run(self.model.run_to_selection)
+        return self._run(self._session.run_to_selection)
 
     def continue_(self):
-        return self.model.run(self.model.continue_)
+        return self._run(self._session.continue_)
 
     def reset_stepper(self) -> SurgeryWidget:
-        self.model.run(self.model.reset_stepper)
+        self._run(self._session.reset_stepper)
         return self
 
     def save(self, path: str | Path) -> Path:
         """Write the picture shown to ``path`` (``.svg`` or ``.dot``)."""
         path = Path(path)
-        _name, text = self.model.run(lambda: self.model.picture_text(path.suffix.lstrip(".")))
+        _name, text = self._run(lambda: self._session.picture_text(path.suffix.lstrip(".")))
         path.write_text(text)
         return path
 
@@ -397,8 +483,18 @@ class SurgeryWidget(anywidget.AnyWidget):
         return self.surgery._repr_mimebundle_()["text/html"]
 
     def __repr__(self) -> str:
-        s = self.surgery
-        return f"<SurgeryWidget of {s!r}, selected {self.selected!r}>"
+        return f"<SurgeryWidget of {self.surgery!r}, selected {self.selected!r}>"
+
+
+def _error_fields(error: BaseException) -> dict[str, str]:
+    text = str(error).strip() or type(error).__name__
+    first, _, rest = text.partition("\n")
+    return {
+        "type": type(error).__name__,
+        "message": first,
+        "details": (rest + "\n\n" if rest else "")
+        + "".join(traceback.format_exception(type(error), error, error.__traceback__)),
+    }
 
 
 def _surgery(program: Any, args: Any, kwargs: Any) -> Surgery:

@@ -1,29 +1,9 @@
 // SurgeryWidget front end: lays out the panels, shows what the kernel sends (SVG text and
 // HTML already escaped by graphsurgeon), and sends the user's clicks back. It decides nothing:
-// every click is an event for the Python view model, whose answer comes back as traits.
+// every click is an event for the Python session, whose answer comes back as traits. Its
+// buttons are the kernel's `actions` trait (SurgeryWidget's one ACTIONS table): name, label,
+// tooltip, panel, the traits that enable it, and its keyboard shortcut.
 // One self-contained module (anywidget loads it from a Blob URL): no imports, no network.
-
-const BUTTONS = [
-  ["swap", "Swap", "swap the selected module for the chosen replacement"],
-  ["fuse", "Fuse", "make the selected module's nodes one call"],
-  ["undo", "Undo", ""],
-  ["redo", "Redo", ""],
-  ["reset", "Reset", "back to the original program (redo still works)"],
-];
-const CHECKS = [
-  ["verify", "Verify", "run the program and its eager reference on the example inputs"],
-  ["compare", "Compare", "each swapped call against the original, on the same inputs"],
-];
-const STEPS = [
-  ["step", "Step", "run the next node"],
-  ["step_over", "Step over", "run the next node, or the whole module call it starts"],
-  ["step_into", "Step into", "enter a fused or swapped call"],
-  ["step_out", "Step out", "run to the end of the current module call"],
-  ["run_to", "Run to selection", "run until the selected node or module is next"],
-  ["continue", "Continue", "run to the next breakpoint or the end"],
-  ["restart", "Reset", "start again from the first node"],
-  ["break", "Breakpoint", "stop at the selection (press again to remove)"],
-];
 
 function h(tag, attrs = {}, children = []) {
   const el = document.createElement(tag);
@@ -36,13 +16,17 @@ function h(tag, attrs = {}, children = []) {
   return el;
 }
 
-function buttons(list) {
-  return list.map(([name, label, title]) =>
-    h("button", { "data-gs-button": name, title: title || label, text: label }));
+// the buttons of one panel, as the kernel's ACTIONS table lists them
+function buttons(actions, panel) {
+  return actions.filter((a) => a.panel === panel).map((a) => {
+    const title = (a.tooltip || a.label) + (a.key ? ` (${a.key})` : "");
+    return h("button", { "data-gs-button": a.name, title, text: a.label });
+  });
 }
 
 function render({ model, el }) {
   const send = (message) => model.send(message);
+  const actions = model.get("actions") || [];
   const root = h("div", { class: "gs-widget" });
   el.append(root);
 
@@ -59,11 +43,7 @@ function render({ model, el }) {
     h("button", { "data-gs-zoom": "fit", title: "fit to the width", text: "fit" }),
     h("button", { "data-gs-zoom": "selection", title: "zoom to the selection", text: "zoom to selection" }),
   ];
-  const layoutButtons = [
-    h("button", { "data-gs-button": "expand", title: "open the selected module", text: "open" }),
-    h("button", { "data-gs-button": "collapse", title: "collapse the selected module", text: "collapse" }),
-    h("button", { "data-gs-button": "auto", title: "the default view: as much as fits", text: "auto" }),
-  ];
+  const layoutButtons = buttons(actions, "toolbar");
   const save = [
     h("button", { "data-gs-save": "svg", title: "download the picture as SVG", text: "SVG" }),
     h("button", { "data-gs-save": "dot", title: "download the picture as DOT", text: "DOT" }),
@@ -85,10 +65,10 @@ function render({ model, el }) {
   const picker = h("select", { class: "gs-picker", title: "the replacement" });
   const expression = h("input", { type: "text", class: "gs-expression", placeholder: "or an expression: MyAttn(dim=64)" });
   const preview = h("div", { class: "gs-preview gs-out" });
-  const actions = h("div", { class: "gs-actions" }, buttons(BUTTONS));
+  const replaceButtons = h("div", { class: "gs-actions" }, buttons(actions, "replace"));
   const history = h("div", { class: "gs-history gs-out" });
   const swapPanel = h("div", { class: "gs-panel" }, [
-    h("div", { class: "gs-heading", text: "Replace" }), picker, expression, preview, actions, history,
+    h("div", { class: "gs-heading", text: "Replace" }), picker, expression, preview, replaceButtons, history,
   ]);
   const copyName = h("button", { class: "gs-copy", title: "copy the selected name", text: "copy name" });
   copyName.addEventListener("click", () => {
@@ -101,13 +81,13 @@ function render({ model, el }) {
   const verify = h("div", { class: "gs-verify gs-out" });
   const compareOut = h("div", { class: "gs-compare gs-out" });
   const checkPanel = h("div", { class: "gs-panel" }, [
-    h("div", { class: "gs-heading", text: "Check" }), h("div", { class: "gs-actions" }, buttons(CHECKS)), verify, compareOut,
+    h("div", { class: "gs-heading", text: "Check" }), h("div", { class: "gs-actions" }, buttons(actions, "check")), verify, compareOut,
   ]);
   const nan = h("input", { type: "checkbox", class: "gs-nan" });
   const stepper = h("div", { class: "gs-stepper gs-out" });
   const stepPanel = h("div", { class: "gs-panel" }, [
     h("div", { class: "gs-heading", text: "Step" }),
-    h("div", { class: "gs-actions" }, [...buttons(STEPS), h("label", {}, [nan, " stop on NaN/Inf"])]),
+    h("div", { class: "gs-actions" }, [...buttons(actions, "stepper"), h("label", {}, [nan, " stop on NaN/Inf"])]),
     stepper,
   ]);
   const lower = h("div", { class: "gs-lower" }, [detailPanel, swapPanel, checkPanel, stepPanel]);
@@ -276,6 +256,8 @@ function render({ model, el }) {
     close.addEventListener("click", () => { error.hidden = true; });
     error.replaceChildren(close, body);
   }
+  // an action is enabled when one of its traits holds (none listed: always)
+  const enabled = (a) => a.enabled_by.length === 0 || a.enabled_by.some((trait) => !!model.get(trait));
   function showState() {
     views.value = model.get("view");
     views.disabled = !model.get("can_diff");
@@ -283,14 +265,12 @@ function render({ model, el }) {
     busy.textContent = model.get("busy");
     root.classList.toggle("gs-is-busy", !!model.get("busy"));
     nan.checked = !!model.get("break_on_nan");
-    const set = (name, on) => { for (const b of root.querySelectorAll(`[data-gs-button="${name}"]`)) b.disabled = !on; };
-    set("undo", model.get("can_undo"));
-    set("redo", model.get("can_redo"));
-    const hasSelection = !!model.get("selected") || !!model.get("selected_node");
-    for (const name of ["fuse", "expand", "collapse", "run_to", "break"]) set(name, hasSelection);
-    set("swap", model.get("can_swap"));
+    for (const a of actions) {
+      const on = enabled(a);
+      for (const b of root.querySelectorAll(`[data-gs-button="${a.name}"]`)) b.disabled = !on;
+    }
     picker.disabled = expression.disabled = !model.get("selected");
-    copyName.disabled = !hasSelection;
+    copyName.disabled = !model.get("selected") && !model.get("selected_node");
   }
   const html = (node, trait) => () => { node.innerHTML = model.get(trait); };
   const bindings = [
@@ -302,7 +282,9 @@ function render({ model, el }) {
     ["error", showError],
   ];
   for (const [trait, show] of bindings) { model.on(`change:${trait}`, show); show(); }
-  for (const trait of ["view", "can_diff", "caption", "busy", "break_on_nan", "can_undo", "can_redo", "can_swap", "selected", "selected_node"]) model.on(`change:${trait}`, showState);
+  const stateTraits = new Set(["view", "can_diff", "caption", "busy", "break_on_nan", "selected", "selected_node"]);
+  for (const a of actions) for (const trait of a.enabled_by) stateTraits.add(trait);
+  for (const trait of stateTraits) model.on(`change:${trait}`, showState);
   showState();
   model.on("change:scroll", () => reveal(find((model.get("marks").selected || [])[0]), false));
   model.on("change:scroll_current", () => reveal(find(model.get("current")), false));
@@ -330,9 +312,22 @@ function render({ model, el }) {
       send({ event: "select", value: name.dataset.gsModule });
     }
   });
+  // a click anywhere on a compare row selects the call its name cell carries
   compareOut.addEventListener("click", (event) => {
-    const row = event.target.closest("[data-gs-call]");
-    if (row) send({ event: "select", value: row.dataset.gsCall });
+    const row = event.target.closest("tr");
+    const call = row && row.querySelector("[data-gs-call]");
+    if (call) send({ event: "select", value: call.dataset.gsCall });
+  });
+  // the actions' shortcuts, while the focus is in the widget (not in a text box or a menu)
+  const shortcuts = new Map(actions.filter((a) => a.key).map((a) => [a.key, a]));
+  root.addEventListener("keydown", (event) => {
+    if (event.ctrlKey || event.altKey || event.metaKey) return;
+    if (event.target.closest("input, select, textarea")) return;
+    const action = shortcuts.get((event.shiftKey ? "Shift+" : "") + event.key);
+    if (!action) return;
+    event.preventDefault();
+    event.stopPropagation();
+    if (enabled(action)) send({ event: "button", name: action.name });
   });
   filter.addEventListener("input", applyFilter);
   search.addEventListener("keydown", (event) => {

@@ -1,34 +1,40 @@
-"""The SurgeryWidget's view model: everything the widget does, in plain Python.
+"""The SurgeryWidget's session: its state and its actions, in plain Python, without HTML.
 
-:class:`SurgeryModel` holds a :class:`~graphsurgeon.Surgery`, the view (which calls are open,
-which picture is shown), the selection, the replacement being chosen and a
-:class:`~graphsurgeon.Stepper`; each action (a click, a button) is a method that calls the
-engine, the renderer or the stepper and then publishes what the page shows as plain fields
-(``model.fields``: SVG text, HTML panels already escaped, element ids to mark). The widget only
-copies those fields into its traits and routes the page's events to these methods, so tests
-drive every control without a browser, and nothing here imports ipywidgets or IPython.
+:class:`SurgerySession` holds a :class:`~graphsurgeon.Surgery`, the view (which calls are open,
+which picture is shown, laid out), the selection, the replacement being chosen and a
+:class:`~graphsurgeon.Stepper`. Each action (a click, a button) is a method that calls the
+Surgery, the renderer or the stepper and updates that state; :attr:`~SurgerySession.changed`
+says which parts of the page it touched. What the page shows of the state (the panels' HTML) is
+written by :mod:`graphsurgeon.widget._panels`, and :class:`~graphsurgeon.SurgeryWidget` only
+routes the page's events here and copies the panels into its traits, so tests drive every
+control without a browser. Nothing here imports ipywidgets or IPython, or writes HTML.
+
+It reads the other stages through their public faces only: the Surgery's state (``version``,
+``position``, ``steps``, ``replacements``...), the Picture's lookups (what draws a call, what
+is inside a cluster, what feeds an element), ``program_index(ep).resolve(name)`` for names
+and ``.call_text(call)`` for how a call is made, :mod:`graphsurgeon._meta` for every printed
+value, and :func:`graphsurgeon.render.graphviz.layout` to lay a picture out.
 
 Example:
     >>> import torch, graphsurgeon as gs
-    >>> from graphsurgeon.widget import SurgeryModel
+    >>> from graphsurgeon.widget import SurgerySession
     >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
-    >>> m = SurgeryModel(gs.Surgery.from_model(model, (torch.randn(2, 4),)))
-    >>> m.select("1")
-    >>> m.fields["selected"], m.fields["marks"]["selected"]
+    >>> session = SurgerySession(gs.Surgery.from_model(model, (torch.randn(2, 4),)))
+    >>> session.select("1")
+    >>> session.selected, session.marks["selected"]
     ('1', ['node:relu'])
-    >>> m.choose("identity")
-    >>> m.swap()
-    >>> m.surgery.replacements
+    >>> session.choose("identity")
+    >>> session.swap()
+    >>> session.surgery.replacements
     {'1': Identity()}
-    >>> m.verify().ok  # the program is faithful to the eager model with Identity in it
+    >>> session.verify().ok  # the program is faithful to the eager model with Identity in it
     True
-    >>> m.compare().first_divergence  # but Identity is not ReLU
+    >>> session.compare().first_divergence  # but Identity is not ReLU
     '1'
 """
 
 from __future__ import annotations
 
-import traceback
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -36,12 +42,9 @@ from typing import Any
 
 import torch
 
-from .. import _meta
-from .. import display as d
+from .. import _meta, display
 from .._meta import split_call_name
 from ..compare import Comparison
-from ..display import id_text, shown
-from ..display import inline_svg as _inline
 from ..drawing import draw
 from ..errors import (
     GraphSurgeonError,
@@ -51,35 +54,39 @@ from ..errors import (
     did_you_mean,
     unknown_name,
 )
-from ..partition import Partition, call_index, partition, program_index
+from ..partition import ModuleInfo, Partition, call_index, partition, program_index
 from ..render import GraphView, graph_view
-from ..render._writer import call_signature as _call_signature
-from ..render.graphviz import layout as _layout
-from ..render.picture import Picture
-from ..step import Stepper, StepResult, summary_table
+from ..render.graphviz import layout
+from ..render.picture import Picture, PictureNode
+from ..rewrite import swap_info
+from ..step import Stepper, StepResult, Summary
 from ..surgery import Surgery
 from ..verify import VerifyReport
 
-__all__ = ["VIEWS", "SurgeryModel"]
+__all__ = ["PARTS", "VIEWS", "Candidate", "Scene", "SurgerySession"]
 
 #: The pictures the graph panel can show: the current program, or before/after.
 VIEWS = ("program", "merged", "split")
-# Positions in Picture rows (the fields of PictureNode / PictureCluster, in order).
-_NODE_FIELDS = 11
-_N_KIND, _N_NODE, _N_CALLS, _N_TOOLTIP, _N_CLUSTER, _N_MEMBERS = 1, 2, 3, 6, 7, 8
-_C_CALL, _C_TOOLTIP, _C_CLUSTER, _C_MEMBERS = 1, 4, 5, 6
+#: The parts of the page an action can change (:attr:`SurgerySession.changed`): the picture,
+#: the marks in it (selection, producers, consumers), the selection's details, the module
+#: tree, the replacement chosen (picker and preview), the history, the checks, the stepper,
+#: the stepper's current node, and a request to scroll the selection into view.
+PARTS = (
+    "picture",
+    "marks",
+    "selection",
+    "tree",
+    "choice",
+    "history",
+    "checks",
+    "stepper",
+    "current",
+    "scroll",
+)
 # Pictures kept laid out, so that undo/redo and switching views back cost no new layout.
 _KEPT_PICTURES = 12
-# The steps one "step" button may run to reach a node the picture shows (glue is not drawn).
-_STEP_LIMIT = 10_000
-# How many characters of a name the panels show (the middle of a longer one gives way to "…").
-_PANEL_NAME_LIMIT = 120
-
-
-def _name(name: str) -> str:
-    """A module or call name as the panels show it: HTML text, control characters visible,
-    a long name shortened (the ids and ``data-gs-*`` attributes carry it whole)."""
-    return d.escape(shown(name, _PANEL_NAME_LIMIT))
+# How many values the stepper panel summarizes (the next node's inputs, the last value).
+_SUMMARIES = 12
 
 
 @dataclass(frozen=True)
@@ -90,103 +97,101 @@ class Candidate:
     label: str
 
 
-class _Scene:
-    """One laid-out picture and the maps a click or a selection needs, built once per picture."""
+class Scene:
+    """One laid-out picture: what it shows (:attr:`view`), its SVG as the page shows it, and
+    where the current program is drawn in it (``prefix``: ``"after/"`` in a split diff).
+    Every question about it is one of the Picture's lookups."""
 
-    def __init__(self, view: GraphView, svg: str, prefix: str):
+    def __init__(self, view: GraphView, svg: str, prefix: str, module: Any):
         self.view = view
         self.svg = svg
-        self.prefix = prefix  # "after/" in a split diff: where the current program is drawn
-        picture: Picture = view.picture
-        self.picture = picture
-        self.of_call: dict[str, list[str]] = {}
-        self.of_fqn: dict[str, list[str]] = {}
-        self.inside: dict[str, list[str]] = {}  # cluster id -> node ids in it, at any depth
-        rows = picture.rows
-        for element_id, row in rows.items():
-            calls = row[_N_CALLS] if len(row) == _NODE_FIELDS else (row[_C_CALL],)
-            for call in calls:
-                if call:
-                    self.of_call.setdefault(call, []).append(element_id)
-                    self.of_fqn.setdefault(split_call_name(call)[0], []).append(element_id)
-        for element_id, row in rows.items():
-            if len(row) == _NODE_FIELDS:
-                parent = row[_N_CLUSTER]
-                while parent is not None:
-                    self.inside.setdefault(parent, []).append(element_id)
-                    parent = rows[parent][_C_CLUSTER]
-        self.outgoing: dict[str, list[tuple[str, str]]] = {}
-        self.incoming: dict[str, list[tuple[str, str]]] = {}
-        for edge in picture.edge_rows:
-            edge_id, tail, head = edge[0], edge[1], edge[2]
-            self.outgoing.setdefault(tail, []).append((edge_id, head))
-            self.incoming.setdefault(head, []).append((edge_id, tail))
+        self.prefix = prefix
+        self.module = module  # keeps id(module), part of the cache key, from being reused
 
-    def elements(self, name: str) -> list[str]:
-        """The ids drawing call or module ``name`` (its cluster, its box, or its one node)."""
-        if "@" in name:
-            return list(self.of_call.get(name, ()))
-        return list(self.of_fqn.get(name, ()))
+    @property
+    def picture(self) -> Picture:
+        return self.view.picture
+
+    def elements(self, calls: list[str]) -> list[str]:
+        """The ids drawing any of ``calls`` (a cluster, a box, a call's one node), in order."""
+        picture = self.picture
+        found = [e for call in calls for e in picture.elements_of_call(call)]
+        return list(dict.fromkeys(found))
+
+    def node_element(self, node: str) -> PictureNode | None:
+        """Where fx node ``node`` is drawn: in the current program's picture, else (a node
+        that only the original has, in a split diff) in the other one; None: not drawn."""
+        element = self.picture.element_of_node(node, self.prefix)
+        if element is None and self.prefix:
+            element = self.picture.element_of_node(node)
+        return element
 
     def flow(self, selected: list[str]) -> dict[str, list[str]]:
         """The selection's producers and consumers, and the edges between them and it."""
+        picture = self.picture
         nodes: set[str] = set()
         for element_id in selected:
-            nodes.update(self.inside.get(element_id, (element_id,)))
-        producers, consumers, edges = [], [], []
-        for node in sorted(nodes):
-            for edge_id, tail in self.incoming.get(node, ()):
-                if tail not in nodes:
-                    producers.append(tail)
-                    edges.append(edge_id)
-            for edge_id, head in self.outgoing.get(node, ()):
-                if head not in nodes:
-                    consumers.append(head)
-                    edges.append(edge_id)
+            nodes.update(picture.inside(element_id) or (element_id,))
+        producers, consumers, edges = set(), set(), set()
+        for node in nodes:
+            for edge in picture.edges_in(node):
+                if edge.tail not in nodes:
+                    producers.add(edge.tail)
+                    edges.add(edge.id)
+            for edge in picture.edges_out(node):
+                if edge.head not in nodes:
+                    consumers.add(edge.head)
+                    edges.add(edge.id)
         return {
-            "producers": sorted(set(producers)),
-            "consumers": sorted(set(consumers)),
-            "edges": sorted(set(edges)),
+            "producers": sorted(producers),
+            "consumers": sorted(consumers),
+            "edges": sorted(edges),
         }
 
 
-class SurgeryModel:
+class SurgerySession:
     """The state and the actions of a :class:`~graphsurgeon.SurgeryWidget`, without a widget.
 
     Args:
         surgery: the live Surgery every action works on (the widget's ``w.surgery``).
         namespace: returns the user's namespace (the notebook's globals), where the picker
             looks for replacements and evaluates expressions; None: no namespace.
-        on_change: called with the names of the fields that changed after each action.
         on_busy: called with a line of progress before slow work (layout, verify, compare,
-            stepping) and with ``""`` after it.
+            stepping); the caller clears it when the action is over.
+
+    State read by the panels: :attr:`surgery`, :attr:`tree`, :attr:`partitions`,
+    :attr:`view`, :attr:`scene`, :attr:`selected` (a call or module name),
+    :attr:`selected_node` (an fx node), :attr:`marks`, the replacement chosen
+    (:attr:`replacement_label`, :attr:`replacement_key`, :attr:`can_swap`), :attr:`report`,
+    :attr:`comparison`, :attr:`stepper`, :attr:`last_step`, :attr:`breakpoints`,
+    :attr:`break_on_nan`, :attr:`current` (the element id of the stepper's node), and the
+    scroll requests :attr:`scroll` and :attr:`scroll_current` (counters: bumped, scroll).
     """
 
     def __init__(
         self,
         surgery: Surgery,
         namespace: Callable[[], Mapping[str, Any]] | None = None,
-        on_change: Callable[[set[str]], None] | None = None,
         on_busy: Callable[[str], None] | None = None,
     ):
         if not isinstance(surgery, Surgery):
             raise WidgetError(
-                f"SurgeryModel: expected a gs.Surgery, got {type(surgery).__name__}; "
+                f"SurgerySession: expected a gs.Surgery, got {type(surgery).__name__}; "
                 "use gs.SurgeryWidget(program_or_surgery, args=...)"
             )
         self.surgery = surgery
         self._namespace = namespace or dict
-        self._on_change = on_change or (lambda changed: None)
         self._on_busy = on_busy or (lambda text: None)
-        self.fields: dict[str, Any] = {}
-        self._changed: set[str] = set()
+        #: The parts of the page (:data:`PARTS`) changed since :meth:`take_changes`.
+        self.changed: set[str] = set(PARTS)
         self.view = "program"
         self._open: set[str] | None = None  # None: the renderer chooses ("auto")
-        self._pictures: OrderedDict[tuple, _Scene] = OrderedDict()
-        self.scene: _Scene | None = None
+        self._pictures: OrderedDict[tuple, Scene] = OrderedDict()
+        self.scene: Scene | None = None
         self.selected: str | None = None  # a call or module name
         self.selected_node: str | None = None  # an fx node, when a node was picked
         self._selected_elements: list[str] = []
+        self.marks: dict[str, Any] = {}
         # The replacement the next swap uses belongs to the selection it was chosen for:
         # selecting another module clears it, so a second Swap never reuses the first's.
         self.replacement: Any = None  # the module (or _COPY), or None: nothing chosen
@@ -196,88 +201,60 @@ class SurgeryModel:
         self.stepper: Stepper | None = None
         self._stepper_module: Any = None
         self.last_step: StepResult | None = None
-        self._breakpoints: list[tuple[str, str]] = []  # ("node" | "enter", name), to re-apply
+        self.breakpoints: list[tuple[str, str]] = []  # ("node" | "enter", name), to re-apply
         self.break_on_nan = False
         self._budget: int | None = None  # the node budget of the default view, once chosen
         self._stepper_opened: set[str] = set()  # calls opened to show the stepper's node
+        self.current = ""
+        self.scroll = 0
+        self.scroll_current = 0
         self.comparison: Comparison | None = None
-        self.report: VerifyReport | None = None
-        self._partitions: dict[str, Partition] = partition(surgery.program)
-        self._tree = surgery.tree
-        self._publish_all()
-
-    # -- publishing -----------------------------------------------------------------------
-
-    def _set(self, **values: Any) -> None:
-        for key, value in values.items():
-            if self.fields.get(key, _MISSING) != value:
-                self.fields[key] = value
-                self._changed.add(key)
-
-    def _flush(self) -> None:
-        changed, self._changed = self._changed, set()
-        if changed:
-            self._on_change(changed)
-
-    def _publish_all(self) -> None:
-        self._seen = self._state_key()
-        self._set(error={}, busy="")
-        self._publish_everything()
-        self._flush()
-
-    def _publish_everything(self) -> None:
-        """The picture and every panel, from the current state."""
+        self.report: VerifyReport | None = surgery.last_verify
+        self.partitions: dict[str, Partition] = partition(surgery.program)
+        self.tree = surgery.tree
+        self._seen = surgery.version
         self._render()
-        self._publish_tree()
-        self._publish_selection()
-        self._publish_history()
-        self._publish_checks()
-        self._publish_stepper()
-        self._publish_candidates()
 
-    def _state_key(self) -> int:
-        return self.surgery.version
+    # -- what changed ---------------------------------------------------------------------
+
+    def _touch(self, *parts: str) -> None:
+        self.changed.update(parts)
+
+    def take_changes(self) -> set[str]:
+        """The parts of the page changed since the last call (:data:`PARTS`), and forget them."""
+        changed, self.changed = self.changed, set()
+        return changed
+
+    def sync(self) -> None:
+        """Catch up with the Surgery when it was changed from code (``w.surgery.swap(...)``
+        in a cell): every action of the widget starts with this."""
+        if self.surgery.version != self._seen:
+            self._after_change()
 
     def refresh(self) -> None:
         """Show the Surgery as it is now (after it was changed from code, not by the widget)."""
         self._after_change()
 
     def _busy(self, text: str) -> None:
-        self.fields["busy"] = text
         self._on_busy(text)
 
-    def run(self, action: Callable[[], Any], *, catch: bool = False) -> Any:
-        """Run ``action`` as one step of the widget: afterwards the fields are published; an
-        error is published as a message (type, first line, details) and, unless ``catch``,
-        raised again (a call from code sees the error; a click in the page only the message)."""
-        try:
-            if self._state_key() != self._seen:  # the Surgery was changed from code
-                self._after_change()
-            result = action()
-        except Exception as error:
-            self._set(error=_error_fields(error))
-            self._busy("")
-            self._flush()
-            if catch:
-                return None
-            raise
-        self._set(error={})
-        self._busy("")
-        self._flush()
-        return result
-
     # -- the picture ----------------------------------------------------------------------
+
+    @property
+    def can_diff(self) -> bool:
+        """Whether a before/after picture can be shown: something is swapped (a fused call
+        computes the program's own nodes)."""
+        return bool(self.surgery.replacements)
 
     def _collapse(self) -> Any:
         if self._open is None:
             return "auto"
-        return {name for name in self._partitions if name not in self._open}
+        return {name for name in self.partitions if name not in self._open}
 
     def _render(self) -> None:
         surgery = self.surgery
-        # fused calls compute the program's own nodes: only swaps have a before/after
-        view = self.view if surgery.replacements else "program"
-        module = surgery.module if (surgery.replacements or surgery.fused) else surgery.program
+        view = self.view if self.can_diff else "program"
+        module = self._drawn_program()
         key = (view, id(module), None if self._open is None else frozenset(self._open))
         scene = self._pictures.get(key)
         if scene is None:
@@ -289,29 +266,19 @@ class SurgeryModel:
                 drawing = draw(surgery, diff=diff, max_nodes=self._budget)
                 if self._budget is None:
                     self._budget = drawing.max_nodes
-                graph, svg = drawing.view, _inline(drawing.svg)
+                graph, svg = drawing.view, drawing.svg
             else:
                 graph = graph_view(surgery, collapse=self._collapse(), diff=diff)
-                svg = _inline(_layout(graph.dot, "svg").decode())
-            scene = _Scene(graph, svg, "after/" if view == "split" else "")
-            scene.module = module  # keeps id(module) from being reused while cached
+                svg = layout(graph.dot, "svg").decode()
+            prefix = "after/" if view == "split" else ""
+            scene = Scene(graph, display.inline_svg(svg), prefix, module)
             self._pictures[key] = scene
             while len(self._pictures) > _KEPT_PICTURES:
                 self._pictures.popitem(last=False)
         self._pictures.move_to_end(key)
         self.scene = scene
-        graph = scene.view
-        caption = f"{graph.drawn_nodes:,} of {graph.graph_nodes:,} fx nodes drawn"
-        if graph.collapsed:
-            caption += f", {len(graph.collapsed):,} modules collapsed"
-        if graph.swapped:
-            caption += f", {len(graph.swapped)} swapped"
-        self._set(
-            svg=scene.svg,
-            view=view,
-            caption=caption,
-            can_diff=bool(surgery.replacements),
-        )
+        self.view = view
+        self._touch("picture")
         # the selection and the stepper's node are marked again in the new picture
         self._mark_selection()
         self._mark_current()
@@ -321,7 +288,7 @@ class SurgeryModel:
         picture, removed nodes greyed) or ``"split"`` (side by side)."""
         if view not in VIEWS:
             raise WidgetError(f"view: expected one of {', '.join(VIEWS)}, got {view!r}")
-        if view != "program" and not self.surgery.replacements:
+        if view != "program" and not self.can_diff:
             raise WidgetError(
                 "before/after: nothing is swapped yet (a fused call computes what it did); "
                 "swap a module first"
@@ -329,7 +296,7 @@ class SurgeryModel:
         self.view = view
         self._render()
 
-    def _calls_of(self, name: str) -> list[str]:
+    def calls_of(self, name: str) -> list[str]:
         """The calls a module or call name stands for, read as every entry point reads it
         (``"blk@0"`` is ``"blk"``); [] for a name the program does not have."""
         try:
@@ -344,15 +311,16 @@ class SurgeryModel:
 
     def _ancestors(self, call: str) -> list[str]:
         """The calls around ``call``, outermost first (from the program's one call index)."""
-        part = self._partitions.get(call)
+        part = self.partitions.get(call)
         if part is None or not part.nodes:
             return []
         chain = call_index(self.surgery.program).chains.get(part.nodes[0], ())
         return list(chain[: chain.index(call)]) if call in chain else list(chain)
 
-    def expand(self, name: str) -> None:
-        """Open module (or call) ``name``, and the modules around it, in the picture."""
-        calls = self._calls_or_raise(name)
+    def expand(self, name: str | None = None) -> None:
+        """Open module (or call) ``name`` (default: the selection), and the modules around
+        it, in the picture."""
+        calls = self._calls_or_raise(self._target(name, "expand"))
         opened = self._opened()
         for call in calls:
             opened.update(self._ancestors(call))
@@ -361,21 +329,21 @@ class SurgeryModel:
         self._open = opened
         self._render()
 
-    def collapse(self, name: str) -> None:
-        """Draw module (or call) ``name`` as one box again."""
-        calls = self._calls_or_raise(name)
+    def collapse(self, name: str | None = None) -> None:
+        """Draw module (or call) ``name`` (default: the selection) as one box again."""
+        calls = self._calls_or_raise(self._target(name, "collapse"))
         opened = self._opened()
         for call in calls:  # the call and everything inside it
-            inside = self._partitions[call].fqn + "."
+            inside = self.partitions[call].fqn + "."
             opened = {
-                c for c in opened if c != call and not self._partitions[c].fqn.startswith(inside)
+                c for c in opened if c != call and not self.partitions[c].fqn.startswith(inside)
             }
         self._open = opened
         self._render()
 
     def expand_all(self) -> None:
         """Open every module (can be slow on a large program)."""
-        self._open = set(self._partitions)
+        self._open = set(self.partitions)
         self._render()
 
     def auto(self) -> None:
@@ -386,18 +354,17 @@ class SurgeryModel:
     def toggle(self, element_or_name: str) -> None:
         """Open a collapsed box (a run of boxes becomes one box per call), or collapse an open
         cluster: what a double-click in the picture does. Takes an element id or a name."""
-        scene = self.scene
-        if element_or_name in scene.picture:
-            element = scene.picture[element_or_name]
+        picture = self.scene.picture
+        if element_or_name in picture:
+            element = picture[element_or_name]
             if getattr(element, "kind", None) == "box":
                 opened = self._opened()
-                if len(element.calls) > 1:  # a run: every call its own box, nothing opened
-                    self._open = opened
-                else:
+                # a run of boxes opens into one box per call (nothing opened); a box, its call
+                if len(element.calls) <= 1:
                     for call in element.calls:
                         opened.update(self._ancestors(call))
                         opened.add(call)
-                    self._open = opened
+                self._open = opened
                 self._render()
                 return
             call = getattr(element, "call", None)
@@ -406,7 +373,7 @@ class SurgeryModel:
                 call = calls[0] if calls else None
             if call is None:
                 node = getattr(element, "node", None)
-                chain = self._chain_of_node(node) if node else ()
+                chain = self.chain_of_node(node) if node else ()
                 call = chain[-1] if chain else None
             if call is None:
                 raise WidgetError(f"{element_or_name!r} is not in a module: nothing to collapse")
@@ -427,9 +394,9 @@ class SurgeryModel:
             )
         return list(resolved.calls)
 
-    def _chain_of_node(self, node: str) -> tuple[str, ...]:
-        program = self._drawn_program()
-        return call_index(program).chains.get(node, ())
+    def chain_of_node(self, node: str) -> tuple[str, ...]:
+        """The calls around fx node ``node`` of the program drawn, outermost first."""
+        return call_index(self._drawn_program()).chains.get(node, ())
 
     def _drawn_program(self) -> Any:
         s = self.surgery
@@ -465,14 +432,14 @@ class SurgeryModel:
             return
         if not isinstance(name, str):
             raise WidgetError(f"select: expected a module or node name, got {name!r}")
-        if name in self._tree or self._calls_of(name):
-            if name not in self._tree:  # a call: as every view names it ("blk@0" is "blk")
+        if name in self.tree or self.calls_of(name):
+            if name not in self.tree:  # a call: as every view names it ("blk@0" is "blk")
                 name = program_index(self.surgery.program).resolve(name).name
             self._select_call(name, None)
         elif name in self._node_names():
             self._select_node(name, None)
         else:
-            choices = dict.fromkeys([*self._tree.keys(), *self._partitions])
+            choices = dict.fromkeys([*self.tree.keys(), *self.partitions])
             raise UnknownNameError(unknown_name(name, choices, kind="module or node"))
 
     def search(self, text: str) -> None:
@@ -482,19 +449,20 @@ class SurgeryModel:
         if not text:
             raise WidgetError("search: type a module or node name")
         name = self._find(text)
-        calls = self._calls_of(name)
+        calls = self.calls_of(name)
         if calls:
             wanted = {a for c in calls for a in self._ancestors(c)}
         else:
-            wanted = set(self._chain_of_node(name))
+            wanted = set(self.chain_of_node(name))
         if wanted - self._opened():
             self._open = self._opened() | wanted
             self._render()
         self.select(name)
-        self._set(scroll=self.fields.get("scroll", 0) + 1)
+        self.scroll += 1
+        self._touch("scroll")
 
     def _find(self, text: str) -> str:
-        names = [*self._tree.keys(), *self._partitions]
+        names = [*self.tree.keys(), *self.partitions]
         nodes = self._node_names()
         if text in names or text in nodes:
             return text
@@ -505,130 +473,80 @@ class SurgeryModel:
         raise WidgetError(f"search: no module or node matches {text!r}.{did_you_mean(text, names)}")
 
     def _node_names(self) -> dict[str, None]:
-        program = self._drawn_program()
-        graph = program.graph
-        return {n.name: None for n in graph.nodes}
+        return {n.name: None for n in self._drawn_program().graph.nodes}
 
     def _select_call(self, name: str, elements: list[str] | None) -> None:
         self._selection_is(name, None, elements or [])
 
     def _select_node(self, node: str, element: str | None) -> None:
-        chain = self._chain_of_node(node)
+        chain = self.chain_of_node(node)
         self._selection_is(chain[-1] if chain else None, node, [element] if element else [])
 
     def _selection_is(self, name: str | None, node: str | None, elements: list[str]) -> None:
         """The one place the selection changes: a replacement chosen for another module is
-        dropped, then the selection, the picker and the preview are published together."""
+        dropped, then the selection, the picker and the preview change together."""
         self.selected, self.selected_node = name, node
         self._selected_elements = elements
         if self.replacement_for != name:
             self._choose(None, "", "")
-        self._publish_selection()
-        self._publish_candidates()
+        self._touch("selection", "choice")
+        self._mark_selection()
 
     def _mark_selection(self) -> None:
         scene = self.scene
         if self.selected_node is not None:
-            element = scene.picture.element_of_node(self.selected_node, scene.prefix)
-            if element is None and scene.prefix:
-                element = scene.picture.element_of_node(self.selected_node)
+            element = scene.node_element(self.selected_node)
             ids = [element.id] if element is not None else []
         elif self.selected is not None:
             ids = [e for e in self._selected_elements if e in scene.picture]
-            ids = ids or scene.elements(self.selected) or self._box_holding(self.selected)
+            ids = (
+                ids
+                or scene.elements(self.calls_of(self.selected))
+                or self._box_holding(self.selected)
+            )
         else:
             ids = []
         # "module": the tree row to mark, as its data-gs-module attribute carries the name
-        module = id_text(split_call_name(self.selected)[0]) if self.selected is not None else ""
-        self._set(marks={"selected": ids, **scene.flow(ids), "module": module})
+        module = (
+            display.id_text(split_call_name(self.selected)[0]) if self.selected is not None else ""
+        )
+        self.marks = {"selected": ids, **scene.flow(ids), "module": module}
+        self._touch("marks")
 
     def _box_holding(self, name: str) -> list[str]:
         """The box a collapsed call is drawn in (a parent's box, or a run of boxes)."""
         scene = self.scene
-        for call in self._calls_of(name):
-            for node in self._partitions[call].nodes:
+        for call in self.calls_of(name):
+            for node in self.partitions[call].nodes:
                 element = scene.picture.element_of_node(node, scene.prefix)
                 if element is not None:
                     return [element.id]
         return []
 
-    def _publish_selection(self) -> None:
-        self._mark_selection()
-        self._set(selected=self.selected, selected_node=self.selected_node)
-        self._set(details=self._details_html())
+    # -- what the panels read about the selection ------------------------------------------
 
-    def _details_html(self) -> str:
-        scene = self.scene
-        if self.selected_node is not None:
-            node = self.selected_node
-            element = scene.picture.element_of_node(node, scene.prefix) or (
-                scene.picture.element_of_node(node)
-            )
-            tooltip = element.tooltip if element is not None else "not drawn (glue)"
-            if element is not None and element.kind == "box":
-                tooltip = f"in the collapsed box {element.label.splitlines()[0]}"
-            chain = self._chain_of_node(node)
-            rows = [
-                ["node", f"<code>{d.escape(node)}</code>"],
-                ["module", " › ".join(_name(c) for c in chain) or "(top level)"],
-                ["drawn", f'<span class="gs-pre">{d.escape(tooltip)}</span>'],
-            ]
-            return _fields_table(rows)
-        if self.selected is None:
-            return (
-                '<span class="gs-muted">Click a module or a node in the picture or the tree.</span>'
-            )
-        name = self.selected
-        fqn, _ = split_call_name(name)
-        info = self._tree.get(fqn) if fqn in self._tree else None
-        rows = [["module", f"<code>{_name(name)}</code>"]]
-        if info is not None:
-            rows.append(["type", d.escape(info.qualified_type or info.type_name)])
-            calls = ", ".join(_name(c) for c in info.call_names[:20])
-            more = f", … {len(info.call_names) - 20:,} more" if len(info.call_names) > 20 else ""
-            rows.append(["calls", (calls + more) or "none (a container)"])
-            rows.append(["nodes", f"{info.num_nodes:,}"])
-            rows.append(["parameters", f"{info.num_parameters:,}"])
-            verdict = (
-                d.badge("swappable", "ok")
-                if info.swappable
-                else f"{d.badge('not swappable', 'bad')} {d.escape(info.reason or '')}"
-            )
-            rows.append(["swap", verdict])
-        replacement = self.surgery.replacements.get(name)
-        if replacement is not None:
-            rows.append(["swapped for", d.escape(type(replacement).__name__)])
-        elif name in self.surgery.fused:
-            rows.append(["fused", "yes: its nodes run as one call"])
-        calls = self._calls_of(name)
-        if calls:
-            # the module's own argument names, as export recorded them
-            signature = program_index(self.surgery.program).call_text(calls[0], wrap=48)
-            if signature:
-                rows.append(["called as", f'<span class="gs-pre">{d.escape(signature)}</span>'])
-            source = self._source_of(calls[0])
-            if source:
-                rows.append(["source", f'<span class="gs-pre">{d.escape(source)}</span>'])
-        return _fields_table(rows)
+    def module_info(self, name: str) -> ModuleInfo | None:
+        """The module tree's row of the module that ``name`` (a module or a call) names."""
+        return self.tree.get(split_call_name(name)[0])
 
-    def _source_of(self, call: str) -> str:
+    def call_text(self, call: str, replacement: torch.nn.Module | None = None) -> str:
+        """How the program makes ``call``: ``(x: f32[1, 16, 64]) → f32[1, 16, 64]``, the
+        arguments named as ``replacement``'s forward names them (default: the original's);
+        '' when the call's signature was not preserved."""
+        if self.partitions[call].signature is None:
+            return ""
+        return program_index(self.surgery.program).call_text(call, module=replacement, wrap=48)
 
+    def source_of(self, call: str) -> str:
+        """Where the first op of ``call`` comes from (``model.py:12``), or ''."""
         by_name = program_index(self.surgery.program).by_name
-        for name in self._partitions[call].nodes:
+        for name in self.partitions[call].nodes:
             node = by_name.get(name)
             if node is not None and node.op == "call_function":
                 text = _meta.source_text(node)
                 if text:
                     return text
         return ""
-
-    # -- the module tree ------------------------------------------------------------------
-
-    def _publish_tree(self) -> None:
-        parameters = {fqn: info.num_parameters for fqn, info in self._tree.items()}
-        html = d.module_tree_html(self._tree, parameters, open_depth=1, selectable=True)
-        swapped = set(self.surgery.replacements) | set(self.surgery.fused)
-        self._set(tree=html, swapped=sorted(swapped))
 
     # -- replacements ---------------------------------------------------------------------
 
@@ -646,7 +564,7 @@ class SurgeryModel:
         for key, value in namespace.items():
             if key.startswith("_"):
                 continue
-            if isinstance(value, torch.nn.Module) and not _is_program_module(value):
+            if isinstance(value, torch.nn.Module) and not isinstance(value, torch.fx.GraphModule):
                 found.append(Candidate(f"ns:{key}", f"{key}: {type(value).__name__} (instance)"))
             elif (
                 isinstance(value, type)
@@ -656,20 +574,21 @@ class SurgeryModel:
                 found.append(Candidate(f"ns:{key}", f"{key}: class, built as {key}()"))
         return found
 
-    def _publish_candidates(self) -> None:
-        # the picker (choice_key), the preview and the Swap button (can_swap) are published
-        # from the same state, together: they cannot disagree
-        self._set(
-            candidates=[{"key": c.key, "label": c.label} for c in self.candidates()],
-            choice=self.replacement_label,
-            choice_key=self.replacement_key,
-            can_swap=self.selected is not None and self.replacement is not None,
-            preview=self._preview_html(),
-        )
+    @property
+    def can_swap(self) -> bool:
+        """Whether Swap has what it needs: a selection and a replacement chosen for it."""
+        return self.selected is not None and self.replacement is not None
+
+    @property
+    def replacement_module(self) -> torch.nn.Module | None:
+        """The module chosen, as the preview names its arguments (None: a copy of the
+        original, or nothing chosen)."""
+        return None if self.replacement is _COPY else self.replacement
 
     def _choose(self, replacement: Any, label: str, key: str) -> None:
         self.replacement, self.replacement_label, self.replacement_key = replacement, label, key
         self.replacement_for = self.selected if replacement is not None else None
+        self._touch("choice")
 
     def _for_selection(self, verb: str) -> str:
         if self.selected is None:
@@ -686,7 +605,6 @@ class SurgeryModel:
         the selection: selecting another module clears it."""
         if key is None or key == "":
             self._choose(None, "", "")
-            self._publish_candidates()
             return
         self._for_selection("choose")
         if key == "copy":
@@ -701,7 +619,6 @@ class SurgeryModel:
             self._choose(_module_from(namespace[name], name), name, key)
         else:
             raise WidgetError(f"choose: unknown replacement {key!r}")
-        self._publish_candidates()
 
     def choose_expression(self, text: str) -> None:
         """Evaluate ``text`` (``MyAttn(dim=64)``) in the user's namespace: the module (or
@@ -719,14 +636,12 @@ class SurgeryModel:
                 f"the expression {text!r} failed: {type(error).__name__}: {error}"
             ) from error
         self._choose(_module_from(value, text), text, "expression")
-        self._publish_candidates()
 
     def use(self, module: torch.nn.Module, label: str | None = None) -> None:
         """Make ``module`` the replacement the next swap of the selection uses."""
         self._for_selection("use")
         label = label or type(module).__name__
         self._choose(_module_from(module, label), label, "module")
-        self._publish_candidates()
 
     def _resolved_replacement(self, name: str) -> torch.nn.Module:
         if self.replacement is None:
@@ -747,33 +662,6 @@ class SurgeryModel:
         if self.surgery.model is None:
             self._busy("rebuilding the program's modules…")  # once: the Surgery keeps them
         return self.surgery.original(name)
-
-    def _preview_html(self) -> str:
-        name = self.selected
-        if name is None:
-            return '<span class="gs-muted">Select a module to swap.</span>'
-        calls = self._calls_of(name)
-        if not calls:
-            return f'<span class="gs-muted">{_name(name)} has no calls of its own: pick one of its submodules.</span>'
-        info = self._tree.get(split_call_name(name)[0])
-        removed = sum(self._partitions[c].num_nodes for c in calls)
-        text = [
-            f"Swapping <code>{_name(name)}</code> removes {removed:,} fx nodes "
-            f"({len(calls)} call{'s' if len(calls) != 1 else ''})"
-        ]
-        if info is not None:
-            text[0] += f" and {info.num_parameters:,} parameter elements"
-            if not info.swappable:
-                text.append(f"{d.badge('not swappable', 'bad')} {d.escape(info.reason or '')}")
-        replacement = None if self.replacement is _COPY else self.replacement
-        signature = _call_signature(self._partitions[calls[0]], replacement, self.surgery.program)
-        if signature:
-            text.append(
-                f'The replacement is called as <span class="gs-pre">{d.escape(signature)}</span>'
-            )
-        if self.replacement_label:
-            text.append(f"Replacement: <b>{d.escape(self.replacement_label)}</b>")
-        return "<br>".join(text)
 
     # -- operations -----------------------------------------------------------------------
 
@@ -805,10 +693,12 @@ class SurgeryModel:
         self._after_change()
 
     def undo(self) -> None:
+        """Go back one step of the Surgery."""
         self.surgery.undo()
         self._after_change()
 
     def redo(self) -> None:
+        """Go forward again over an undone step."""
         self.surgery.redo()
         self._after_change()
 
@@ -818,41 +708,17 @@ class SurgeryModel:
         self._after_change()
 
     def _after_change(self, show: str | None = None) -> None:
-        self._seen = self._state_key()
+        self._seen = self.surgery.version
         if show is not None and self.view == "program":
             self.view = show
-        if not self.surgery.replacements:
+        if not self.can_diff:
             self.view = "program"
         self.comparison = None
         self.report = self.surgery.last_verify
         self.stepper = None
         self.last_step = None
-        self._publish_everything()
-
-    def _publish_history(self) -> None:
-        s = self.surgery
-        rows = []
-        for i, step in enumerate(s.steps, start=1):
-            undone = i > s.position
-            mark = d.badge("undone", "warn") if undone else d.badge(f"step {i}", "ok")
-            rows.append(
-                [
-                    mark,
-                    d.escape(step.action),
-                    f"<code>{_name(step.name)}</code>",
-                    d.escape(step.replacement_type),
-                ]
-            )
-        html = (
-            d.table(["", "action", "module", "replacement"], rows, raw=range(4))
-            if rows
-            else '<span class="gs-muted">No swaps yet.</span>'
-        )
-        self._set(
-            history=html,
-            can_undo=s.can_undo,
-            can_redo=s.can_redo,
-        )
+        self._touch(*PARTS)
+        self._render()
 
     # -- checks ---------------------------------------------------------------------------
 
@@ -870,7 +736,7 @@ class SurgeryModel:
         self._inputs("verify")
         self._busy("verifying against the eager reference…")
         self.report = self.surgery.verify()
-        self._publish_checks()
+        self._touch("checks")
         return self.report
 
     def compare(self) -> Comparison:
@@ -881,20 +747,8 @@ class SurgeryModel:
             raise WidgetError("compare: nothing is swapped; swap a module first")
         self._busy("comparing each swapped call with the original…")
         self.comparison = s.compare(args, kwargs)
-        self._publish_checks()
+        self._touch("checks")
         return self.comparison
-
-    def _publish_checks(self) -> None:
-        html = ""
-        if self.report is not None:
-            html = self.report._repr_html_() + (
-                '<div class="gs-muted">The program against the eager model with the same '
-                "replacements: the swap itself is faithful. Compare checks each replacement "
-                "against the module it replaced.</div>"
-            )
-        else:
-            html = '<span class="gs-muted">Not verified in this state.</span>'
-        self._set(verify=html, compare=_comparison_html(self.comparison))
 
     # -- stepping -------------------------------------------------------------------------
 
@@ -903,14 +757,10 @@ class SurgeryModel:
         if self.stepper is None or self._stepper_module is not module:
             args, kwargs = self._inputs("step")
             self._busy("preparing the stepper…")
-            program = self.surgery.module
-            self.stepper = Stepper(program, *args, **kwargs)
+            self.stepper = Stepper(self.surgery.module, *args, **kwargs)
             self._stepper_module = module
             self.last_step = None
-            for kind, name in self._breakpoints:
-                self._add_breakpoint(kind, name)
-            if self.break_on_nan:
-                self.stepper.breakpoints.nan_or_inf()
+            self._sync_breakpoints()
         return self.stepper
 
     def _drawn(self) -> Callable[[Any], bool]:
@@ -945,7 +795,7 @@ class SurgeryModel:
             )
         self.last_step = result
         self._reveal_current()
-        self._publish_stepper()
+        self._touch("stepper")
         return result
 
     def step(self) -> StepResult:
@@ -953,15 +803,19 @@ class SurgeryModel:
         return self._move(lambda st: st.step(), "step")
 
     def step_over(self) -> StepResult:
+        """Run the next node, or the whole module call it starts."""
         return self._move(lambda st: st.step_over(), "step over")
 
     def step_into(self) -> StepResult:
+        """Enter the fused or swapped call about to run."""
         return self._move(lambda st: st.step_into(), "step into")
 
     def step_out(self) -> StepResult:
+        """Run to the end of the current module call."""
         return self._move(lambda st: st.step_out(), "step out")
 
     def continue_(self) -> StepResult:
+        """Run to the next breakpoint or the end."""
         return self._move(lambda st: st.continue_(), "continue")
 
     def run_to_selection(self) -> StepResult:
@@ -978,7 +832,7 @@ class SurgeryModel:
         stepper.reset()
         self.last_step = None
         self._mark_current()
-        self._publish_stepper()
+        self._touch("stepper")
 
     def toggle_breakpoint(self) -> None:
         """Stop before the selected node, or on entering the selected module; again: remove."""
@@ -986,34 +840,31 @@ class SurgeryModel:
             wanted = ("node", self.selected_node)
         else:
             wanted = ("enter", self._target(None, "breakpoint"))
-        if wanted in self._breakpoints:
-            self._breakpoints.remove(wanted)
+        if wanted in self.breakpoints:
+            self.breakpoints.remove(wanted)
         else:
-            self._breakpoints.append(wanted)
+            self.breakpoints.append(wanted)
         if self.stepper is not None:
             self._sync_breakpoints()
-        self._publish_stepper()
+        self._touch("stepper")
 
     def set_break_on_nan(self, on: bool) -> None:
         """Stop after any node whose value holds a NaN or an Inf."""
         self.break_on_nan = bool(on)
         if self.stepper is not None:
             self._sync_breakpoints()
-        self._publish_stepper()
+        self._touch("stepper")
 
     def _sync_breakpoints(self) -> None:
-        stepper = self.stepper
-        stepper.breakpoints.clear()
-        for kind, name in self._breakpoints:
-            self._add_breakpoint(kind, name)
+        breakpoints = self.stepper.breakpoints
+        breakpoints.clear()
+        for kind, name in self.breakpoints:
+            if kind == "node":
+                breakpoints.node(name)
+            else:
+                breakpoints.enter(name)
         if self.break_on_nan:
-            stepper.breakpoints.nan_or_inf()
-
-    def _add_breakpoint(self, kind: str, name: str) -> None:
-        if kind == "node":
-            self.stepper.breakpoints.node(name)
-        else:
-            self.stepper.breakpoints.enter(name)
+            breakpoints.nan_or_inf()
 
     def _current_element(self) -> str:
         stepper = self.stepper
@@ -1028,14 +879,13 @@ class SurgeryModel:
                 element = picture.element_of_node(node, scene.prefix)
                 if element is not None:
                     return element.id
-            ids = scene.elements(call)
+            ids = scene.elements([call])
             return ids[0] if ids else ""
         element = picture.element_of_node(stepper.current.name, scene.prefix)
         return element.id if element is not None else ""
 
     def _call_node(self, call: str) -> str | None:
-        from ..rewrite import swap_info
-
+        """The node of the current program that runs swapped or fused ``call``, or None."""
         info = swap_info(self.surgery.module)
         if info is not None and call in info.call_nodes:
             return info.call_nodes[call]
@@ -1051,9 +901,9 @@ class SurgeryModel:
                 # layout for the whole call, not one per submodule the steps go through);
                 # close again what was opened for calls the stepper has left
                 outer = stepper.stack[0]
-                inside = self._partitions[outer].fqn + "." if outer in self._partitions else None
+                inside = self.partitions[outer].fqn + "." if outer in self.partitions else None
                 needed = set(stepper.stack) | {
-                    c for c, p in self._partitions.items() if inside and p.fqn.startswith(inside)
+                    c for c, p in self.partitions.items() if inside and p.fqn.startswith(inside)
                 }
                 opened = self._opened()
                 left = self._stepper_opened - needed
@@ -1064,73 +914,29 @@ class SurgeryModel:
 
     def _mark_current(self) -> None:
         current = self._current_element()
-        if current != self.fields.get("current"):
-            self._set(current=current, scroll_current=self.fields.get("scroll_current", 0) + 1)
+        if current != self.current:
+            self.current = current
+            self.scroll_current += 1
+            self._touch("current")
 
-    def _publish_stepper(self) -> None:
+    def summaries(self) -> list[Summary]:
+        """The values the next node reads, then the last value computed (what the stepper
+        panel shows; a value the stepper no longer keeps is left out)."""
         stepper = self.stepper
-        breakpoints = [
-            f"{'before' if k == 'node' else 'entering'} {shown(n, _PANEL_NAME_LIMIT)}"
-            for k, n in self._breakpoints
-        ]
-        if self.break_on_nan:
-            breakpoints.append("a NaN or an Inf")
-        parts = []
         if stepper is None:
-            parts.append(
-                '<span class="gs-muted">Press step to start running the program node by node.</span>'
-            )
-        else:
-            if stepper.done:
-                parts.append(f"{d.badge('finished', 'ok')} all {stepper.total:,} nodes ran")
-            else:
-                node = stepper.current
-                where = " › ".join(shown(c, _PANEL_NAME_LIMIT) for c in stepper.stack)
-                where = where or "(top level)"
-                parts.append(
-                    f"next: <code>{d.escape(node.name)}</code> "
-                    f'<span class="gs-muted">{d.escape(_op_of(node))} in {d.escape(where)} · '
-                    f"node {stepper.position + 1:,} of {stepper.total:,}</span>"
-                )
-            result = self.last_step
-            if result is not None:
-                reason = {"breakpoint": "stopped at a breakpoint", "end": "reached the end"}
-                line = f"ran {len(result.ran):,} node{'s' if len(result.ran) != 1 else ''}"
-                if result.reason in reason:
-                    line += f"; {reason[result.reason]}"
-                if result.breakpoints:
-                    line += ": " + ", ".join(str(b) for b in result.breakpoints)
-                parts.append(d.escape(line))
-                if result.note:
-                    parts.append(f'<span class="gs-muted">{d.escape(result.note)}</span>')
-            summaries = self._summaries(stepper)
-            if summaries:
-                parts.append(summary_table(summaries))
-        if breakpoints:
-            parts.append("breakpoints: " + d.escape("; ".join(breakpoints)))
-        self._set(
-            stepper="<br>".join(parts),
-            stepping=stepper is not None and not stepper.done,
-            break_on_nan=self.break_on_nan,
-        )
-
-    def _summaries(self, stepper: Stepper) -> list:
-        """The values the next node reads, then the last value computed."""
+            return []
         names: list[str] = []
         if not stepper.done:
             names += [n.name for n in stepper.current.all_input_nodes]
         if self.last_step is not None and self.last_step.ran:
             names.append(self.last_step.ran[-1])
-        summaries, seen = [], set()
-        for name in names:
-            if name in seen:
-                continue
-            seen.add(name)
+        summaries = []
+        for name in dict.fromkeys(names):
             try:
                 summaries.append(stepper.summary(name))
             except GraphSurgeonError:
                 continue  # a value not kept (or of another frame): nothing to show
-        return summaries[:12]
+        return summaries[:_SUMMARIES]
 
     # -- saving ---------------------------------------------------------------------------
 
@@ -1151,13 +957,6 @@ class _CopyMarker:
 
 
 _COPY = _CopyMarker()
-_MISSING = object()
-
-
-def _fields_table(rows: list[list[str]]) -> str:
-    """A two-column table of (field, HTML value) rows, without a header."""
-    body = "".join(f"<tr><td>{d.escape(k)}</td><td>{v}</td></tr>" for k, v in rows)
-    return f'<table class="gs-table"><tbody>{body}</tbody></table>'
 
 
 def _module_from(value: Any, label: str) -> torch.nn.Module:
@@ -1174,81 +973,4 @@ def _module_from(value: Any, label: str) -> torch.nn.Module:
     raise WidgetError(
         f"{label} is {type(value).__name__}, not an nn.Module: a replacement is a module "
         "(an instance, or a class built with no arguments)"
-    )
-
-
-def _is_program_module(value: torch.nn.Module) -> bool:
-    return isinstance(value, torch.fx.GraphModule)
-
-
-def _op_of(node: Any) -> str:
-    """What a node runs, as the stepper and the picture's tooltips write it."""
-    if node.op in ("placeholder", "output"):
-        return node.op
-    weights = {n.name for n in node.all_input_nodes if n.op in ("get_attr", "placeholder")}
-    return _meta.node_call_text(node, "full", weights)
-
-
-def _error_fields(error: BaseException) -> dict[str, str]:
-    text = str(error).strip() or type(error).__name__
-    first, _, rest = text.partition("\n")
-    return {
-        "type": type(error).__name__,
-        "message": first,
-        "details": (rest + "\n\n" if rest else "")
-        + "".join(traceback.format_exception(type(error), error, error.__traceback__)),
-    }
-
-
-def _errors_cells(values_compared: bool, max_abs: float, max_rel: float) -> str:
-    """The max abs and max rel cells of a compare row; on meta, where no values were compared,
-    say so instead of printing nan."""
-    if not values_compared:
-        return '<td class="gs-num gs-muted" colspan="2">no values compared</td>'
-    return f'<td class="gs-num">{d.number(max_abs)}</td><td class="gs-num">{d.number(max_rel)}</td>'
-
-
-def _comparison_html(comparison: Comparison | None) -> str:
-    if comparison is None:
-        return '<span class="gs-muted">Not compared in this state.</span>'
-    first = comparison.first_divergence
-    head = (
-        d.badge("every swapped call matches", "ok")
-        if comparison.ok
-        else d.badge(
-            f"first divergence: {shown(first, _PANEL_NAME_LIMIT)}" if first else "outputs differ",
-            "bad",
-        )
-    )
-    rows = []
-    for call in comparison.calls:
-        mark = d.badge("ok", "ok") if call.ok else d.badge("differs", "bad")
-        rows.append(
-            f'<tr data-gs-call="{d.escape(id_text(call.call_name))}" class="gs-row'
-            f'{" gs-first" if call.call_name == first else ""}">'
-            f"<td>{mark}</td><td><code>{_name(call.call_name)}</code></td>"
-            f"<td>{d.escape(call.replacement)}</td>"
-            + _errors_cells(call.values_compared, call.max_abs, call.max_rel)
-            + f'<td class="gs-num">{d.number(call.input_drift) if call.values_compared else ""}</td>'
-            f"<td>{d.escape(call.problem)}</td></tr>"
-        )
-    outputs = comparison.outputs
-    mark = d.badge("ok", "ok") if outputs.ok else d.badge("differs", "bad")
-    rows.append(
-        f"<tr><td>{mark}</td><td>(outputs)</td><td></td>"
-        + _errors_cells(
-            outputs.values_compared,
-            outputs.max_abs,
-            max((leaf.max_rel for leaf in outputs.leaves), default=0.0),
-        )
-        + "<td></td><td></td></tr>"
-    )
-    header = "".join(
-        f"<th>{h}</th>"
-        for h in ("", "call", "replacement", "max abs", "max rel", "input drift", "what differs")
-    )
-    return (
-        f'<div>{head} <span class="gs-muted">click a row to select the call</span></div>'
-        f'<table class="gs-table"><thead><tr>{header}</tr></thead>'
-        f"<tbody>{''.join(rows)}</tbody></table>"
     )
