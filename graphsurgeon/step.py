@@ -814,6 +814,15 @@ class Stepper:
         return tuple(frames)
 
     @property
+    def call_graph(self) -> GraphModule | None:
+        """The graph being stepped in the innermost entered call (a swapped call: its
+        replacement as exported on the inputs it received; a fused call: the program's own
+        nodes), or None in the program's own graph. Its node names are those ``current``,
+        ``env`` and ``"call/node"`` use inside the call."""
+        active = self._active()
+        return active._gm if active is not self else None
+
+    @property
     def done(self) -> bool:
         return self._pos >= self._total
 

@@ -780,6 +780,7 @@ def test_run_to_a_node_inside_a_replacement_enters_the_call(chain):
     model, x, ep = chain
     swapped = gs.swap(ep, {"act": CleanedLog()})
     stepper = Stepper(swapped, x)
+    assert stepper.call_graph is None
     result = stepper.run_to("act/mul")  # the replacement's own node, as its graph names it
     assert result.reason == "target" and stepper.frames == ("act",)
     assert stepper.current.name == "mul" and stepper.current.target is torch.ops.aten.mul.Tensor
@@ -801,6 +802,7 @@ def test_a_breakpoint_inside_a_replacement_stops_there_from_anywhere(chain):
     result = stepper.continue_()
     assert result.reason == "breakpoint" and result.breakpoints == (Breakpoint("node", "mul"),)
     assert stepper.frames == ("act",) and stepper.current.name == "mul"
+    assert stepper.current.graph is stepper.call_graph.graph  # what a view draws inside
     assert inner in stepper.breakpoints
     assert stepper.continue_().reason == "end"
     # from the call node itself (a move never stops where it starts, but it runs the call)
