@@ -879,7 +879,7 @@ class ProgramIndex:
             if readers:
                 return self._aliased_output(node, root, members, readers)
         if nodes:
-            blocker = self._convexity_breaker(nodes, members)
+            blocker = self.convexity_breaker(nodes, members)
             if blocker is not None:
                 return (
                     f"not convex: node {blocker.name!r} outside it both uses its results and "
@@ -1005,7 +1005,9 @@ class ProgramIndex:
                 return True
         return False
 
-    def _convexity_breaker(self, nodes: list[Node], members: set[Node]) -> Node | None:
+    def convexity_breaker(self, nodes: list[Node], members: set[Node]) -> Node | None:
+        """A node outside ``members`` (``nodes``, in graph order) that reads their values and
+        feeds them, if any: then they cannot be one call."""
         lo, hi = self.order[nodes[0]], self.order[nodes[-1]]
         tainted: set[Node] = set()
         for node in self.nodes[lo : hi + 1]:

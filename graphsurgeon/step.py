@@ -543,6 +543,10 @@ class _Layout:
             if node.op == "call_module" and (_meta.FUSED in node.meta or _meta.SWAPPED in node.meta)
         }
         self.call_position: dict[str, int] = {call: i for i, call in self.calls_at.items()}
+        for i, call in self.calls_at.items():  # a region's call is no module's: its node alone
+            if call not in self.members:
+                self.members[call] = [i]
+                self.fqn_calls.setdefault(call, [call])
         self.program_fqns: set[str] = set()
         # the program's index, where names are read as every entry point reads them
         self.index = None
@@ -1338,6 +1342,8 @@ class Stepper:
         layout = self._layout
         if not isinstance(module, str):
             raise StepError(f"expected a module name such as 'layers.0', got {module!r}")
+        if module in layout.call_position and module not in layout.program_fqns:
+            return [module]  # a region made one call (Surgery.replace, swap_region)
         if layout.index is not None:
             resolved = layout.index.resolve(module)  # an unknown name: UnknownModuleError
             calls = [call for call in resolved.calls if call in layout.members]

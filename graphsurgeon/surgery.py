@@ -41,6 +41,7 @@ from .compare import Comparison, compare
 from .errors import ConflictError, ExportError, SurgeryError, VerifyError, a_type
 from .export import export, quiet_export
 from .partition import ModuleTree, call_name, module_tree, program_index
+from .region import RegionPlan, example_inputs, region_of
 from .rewrite import FUSE, Diff, Region, check_module, rewrite, safe_path, swap_info
 from .verify import VerifyReport, eager_reference, verify
 
@@ -387,6 +388,64 @@ class Surgery:
         """The regions of ops a :meth:`replace` made calls, that are replaced now, by name."""
         state = self._states[self._position]
         return {name: region for name, region in self._regions.items() if name in state}
+
+    def region_signature(self, nodes: Any, name: str | None = None) -> RegionPlan:
+        """What the ops ``nodes`` (node names of the program, as the picture names them) would
+        be as one call: its name, the values it takes and returns, and ``call_text``, the call
+        a replacement must accept (``(linear: f32[2, 4]) → f32[2, 4]``). Raises
+        :class:`SurgeryError` saying which node is in the way when they cannot be one call (not
+        convex, a part of a module call, a value that is no tensor). See
+        :mod:`graphsurgeon.region`."""
+        return region_of(program_index(self.program), nodes, name, taken=self._regions)
+
+    def fuse_region(self, nodes: Any, name: str | None = None) -> Surgery:
+        """Make the ops ``nodes`` one call that runs the program's own nodes (a fused region,
+        drawn as one box, stepped into like a fused module call); one step, undone by
+        :meth:`undo`. Named ``name``, by default ``"region:<the call it sits in>"``."""
+        plan = self.region_signature(nodes, name)
+        return self._region_step(plan, FUSE, HistoryEntry("fuse", plan.region.name, "fused"))
+
+    def swap_region(
+        self, nodes: Any, replacement: torch.nn.Module, name: str | None = None
+    ) -> Surgery:
+        """Replace the ops ``nodes`` by one call of ``replacement``, whose forward takes the
+        region's inputs and returns its results (:meth:`region_signature` says which): checked
+        at the call, verified, drawn, stepped into and compared as a swapped module is.
+
+        Example:
+            >>> import torch, graphsurgeon as gs
+            >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh())
+            >>> s = gs.Surgery.from_model(model, (torch.randn(2, 4),))
+            >>> s.swap_region(["tanh"], torch.nn.Sigmoid()).history[-1].name
+            'region:1'
+        """
+        plan = self.region_signature(nodes, name)
+        check_module(plan.region.name, replacement)
+        entry = HistoryEntry("swap", plan.region.name, type(replacement).__name__)
+        return self._region_step(plan, replacement, entry)
+
+    def find_similar(self, nodes: Any) -> Any:
+        """Where else the program computes what the ops ``nodes`` compute: the region traced as
+        a pattern (its own nodes, with the program's weights) and looked for with
+        :func:`graphsurgeon.find`; the region itself is one of the matches. Sizes are those the
+        region ran with, so identical layers match; near-misses say what differs."""
+        from .find import find
+        from .rewrite import cut_call
+        from .rewrite._plan import region_partition
+
+        index = program_index(self.program)
+        plan = self.region_signature(nodes)
+        pattern = cut_call(index, plan.region.name, partition=region_partition(index, plan.region))
+        return find(self.program, pattern, example_inputs(index, plan))
+
+    def _region_step(self, plan: RegionPlan, value: Any, entry: HistoryEntry) -> Surgery:
+        region = plan.region
+        state = dict(self._states[self._position])
+        state[region.name] = value
+        known = {**self._regions, region.name: region}
+        module = rewrite(self.program, state, regions=known)  # raises before anything changes
+        self._regions = known
+        return self._commit(state, entry, module)
 
     def _overlapping(self, state: Mapping[str, Any], name: str, value: Any) -> list[str]:
         """The requests of ``state`` that the new request ``name`` covers entirely (calls of

@@ -18,8 +18,10 @@ from .find import Match, Matches, NearMiss
 from .locate import Location
 from .overlay import OverlayValues
 from .partition import ModuleInfo, ModuleTree, Partition, Resolved
+from .region import RegionPlan
 from .render import GraphView
 from .render.picture import Picture, PictureCluster, PictureEdge, PictureNode
+from .rewrite import Region
 from .step import Breakpoint, Breakpoints, StepResult, Summary
 from .surgery import HistoryEntry
 from .swap import Diff, SwapInfo
@@ -50,6 +52,8 @@ __all__ = [
     "PictureCluster",
     "PictureEdge",
     "PictureNode",
+    "Region",
+    "RegionPlan",
     "Resolved",
     "StepResult",
     "Summary",

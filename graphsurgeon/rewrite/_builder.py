@@ -232,6 +232,7 @@ class _Builder(_GraphWriter):
                 request.call_name,
                 state=self._state_value,
                 mutations=self.mutation_targets,
+                partition=request.partition if request.region is not None else None,
             )
         else:
             request.module = request.replacement

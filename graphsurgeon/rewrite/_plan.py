@@ -83,10 +83,9 @@ def _plan(
         if replacement is not FUSE:
             check_module(name, replacement)
         if name in regions:
-            if replacement is FUSE:
-                raise SwapError(f"fuse: {name!r} is a region of ops, not a module call")
             request = _region_request(index, regions[name], replacement)
-            _check_call(index, request)
+            if not request.fused:
+                _check_call(index, request)
             requests.append(request)
             continue
         resolved = index.resolve(name)

@@ -1,0 +1,149 @@
+"""Regions chosen by hand (graphsurgeon.region, Surgery.fuse_region / swap_region /
+find_similar): a set of a program's ops made one call, checked against eager references."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import graphsurgeon as gs
+from graphsurgeon import _meta
+from graphsurgeon.errors import ConflictError, SurgeryError, UnknownNodeError
+from graphsurgeon.step import Stepper
+
+
+def swish(t):
+    return t * torch.sigmoid(t)
+
+
+class Gated(nn.Module):
+    """``lin``, then an inline gate (called through an attribute, so a reference can patch it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.gate = swish
+
+    def forward(self, x):
+        return self.gate(self.lin(x)) + 1
+
+
+class Stack(nn.Module):
+    #   x -> blocks[0] (lin, gate) -> blocks[1] -> blocks[2] -> head
+    def __init__(self, n: int = 3):
+        super().__init__()
+        self.blocks = nn.ModuleList(Gated() for _ in range(n))
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+class ShiftedSiLU(nn.Module):
+    def forward(self, h):
+        return nn.functional.silu(h) * 0.5
+
+
+@pytest.fixture
+def stack():
+    torch.manual_seed(0)
+    model = Stack().eval()
+    x = torch.randn(3, 4)
+    return model, x, gs.Surgery.from_model(model, (x,))
+
+
+def gate_nodes(surgery, block: int) -> list[str]:
+    """The sigmoid and mul of ``blocks.<block>``'s gate, by what they compute."""
+    index_nodes = surgery.program.graph.nodes
+    calls = gs.partition(surgery.program)
+    members = set(calls[f"blocks.{block}"].nodes)
+    return [
+        n.name
+        for n in index_nodes
+        if n.name in members
+        and n.target in (torch.ops.aten.sigmoid.default, torch.ops.aten.mul.Tensor)
+    ]
+
+
+def test_a_fused_region_computes_what_its_nodes_did(stack):
+    model, x, s = stack
+    nodes = gate_nodes(s, 1)
+    assert len(nodes) == 2  # precondition: the gate's two ops
+    s.fuse_region(nodes)
+    (name,) = s.fused
+    assert name == "region:blocks.1" and s.regions[name].nodes == tuple(nodes)
+    fused = [n for n in s.module.graph.nodes if n.meta.get(_meta.FUSED) == name]
+    assert len(fused) == 1 and not set(nodes) & {n.name for n in s.module.graph.nodes}
+    with torch.no_grad():
+        assert torch.equal(s.module(x), model(x))
+    s.undo()
+    assert s.fused == () and s.regions == {}
+
+
+def test_a_swapped_region_equals_the_eager_model_with_its_code_patched(stack):
+    model, x, s = stack
+    plan = s.region_signature(gate_nodes(s, 0))
+    assert plan.inputs == ("linear",) and plan.outputs == ("mul",)
+    assert plan.call_text == "(linear: f32[3, 4]) → f32[3, 4]"
+    s.swap_region(plan.nodes, ShiftedSiLU())
+    patched = copy.deepcopy(model)
+    patched.blocks[0].gate = ShiftedSiLU()
+    with torch.no_grad():
+        assert not torch.allclose(patched(x), model(x))  # precondition: it changes the output
+        torch.testing.assert_close(s.module(x), patched(x))
+    report = s.verify()  # against the original model: no eager module holds a region
+    assert not report and report.original is None and "patch the function" in report.against
+    # stepped into as a swapped call is, and exported again
+    stepper = Stepper(s, x)
+    stepper.run_to("region:blocks.0")
+    assert stepper.step_into().note == "entered swapped call 'region:blocks.0'"
+    stepper.continue_()
+    torch.testing.assert_close(stepper.output, patched(x))
+    again = s.export()
+    torch.testing.assert_close(again.module()(x), patched(x))
+
+
+def test_find_similar_finds_the_region_in_every_layer(stack):
+    _, _, s = stack
+    found = s.find_similar(gate_nodes(s, 1))
+    assert [m.call for m in found] == ["blocks.0", "blocks.1", "blocks.2"]
+    assert any(set(m.nodes) >= set(gate_nodes(s, 1)) for m in found)
+
+
+def test_a_region_that_cannot_be_one_call_says_which_node_is_in_the_way(stack):
+    _, _, s = stack
+    index = {n.name: n for n in s.program.graph.nodes}
+    sigmoid, mul = gate_nodes(s, 0)
+    linear = index[sigmoid].args[0].name
+    # linear and mul without the sigmoid between them: the sigmoid reads and feeds the region
+    with pytest.raises(SurgeryError, match=rf"`{sigmoid}`, outside it, reads its values and feeds"):
+        s.region_signature([linear, mul])
+    # blocks.0's sigmoid with blocks.1's first op: a part of module call blocks.0
+    add = next(u.name for u in index[mul].users)
+    next_linear = gate_nodes(s, 1)[0]
+    next_linear = index[next_linear].args[0].name
+    with pytest.raises(SurgeryError, match=r"1 of the 4 ops of module call 'blocks\.0'"):
+        s.region_signature([sigmoid, next_linear])
+    with pytest.raises(SurgeryError, match=r"not an op"):
+        s.region_signature([index[linear].args[1].name])
+    with pytest.raises(SurgeryError, match=r"not an op"):
+        s.region_signature(["x"])
+    with pytest.raises(UnknownNodeError, match=r"'nope'"):
+        s.region_signature(["nope"])
+    with pytest.raises(SurgeryError, match=r"list of node names"):
+        s.region_signature("mul")
+    assert s.region_signature([sigmoid, mul, add]).outputs == (add,)
+
+
+def test_a_region_overlapping_a_swap_is_refused_and_nothing_changes(stack):
+    _, _, s = stack
+    s.swap("blocks.0", Gated())
+    version = s.version
+    with pytest.raises(ConflictError):
+        s.swap_region(gate_nodes(s, 0), ShiftedSiLU())
+    assert s.version == version and s.regions == {}
