@@ -79,6 +79,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 import graphsurgeon as gs
+from graphsurgeon.export import export_notes
 
 __all__ = [
     "FEATURES",
@@ -705,6 +706,9 @@ class Facts:
 
     calls: dict[str, tuple[str, ...]]
     blocked: dict[str, str]
+    # fqn -> the shapes and dtypes of what its first call returned: a replacement serves two
+    # modules only if they return alike (a block returning a buffer returns no batch)
+    returns: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def refused(self, request: str) -> list[str]:
         """The blocked calls a request covers."""
@@ -752,6 +756,7 @@ def analyze(spec: BlockSpec, second_input: str = "none") -> Facts:
     calls: dict[str, list[str]] = {}
     pending: list[tuple[str, list[torch.Tensor]]] = []
     returned_unchanged: list[tuple[str, int, torch.Tensor]] = []  # (call, end time, tensor)
+    returns: dict[str, str] = {}
 
     def before(fqn):
         def hook(module, args, kwargs):
@@ -765,6 +770,8 @@ def analyze(spec: BlockSpec, second_input: str = "none") -> Facts:
 
     def after(module, args, kwargs, output):
         name, inputs = pending.pop()
+        fqn = name.partition("@")[0]
+        returns.setdefault(fqn, _shapes_text(output))
         end = next(log.clock)
         existing = [*inputs, *module.parameters(), *module.buffers()]  # from before the call
         for leaf in _tensor_leaves(output):
@@ -785,7 +792,14 @@ def analyze(spec: BlockSpec, second_input: str = "none") -> Facts:
             blocked.setdefault(name, "returns a tensor from before it that the model returns")
         elif log.last_read.get(id(tensor), -1) > end:
             blocked.setdefault(name, "returns a tensor from before it that is read after the call")
-    return Facts({fqn: tuple(names) for fqn, names in calls.items()}, blocked)
+    return Facts({fqn: tuple(names) for fqn, names in calls.items()}, blocked, returns)
+
+
+def _shapes_text(value) -> str:
+    """The structure of ``value`` with its tensors' shapes and dtypes."""
+    leaves, spec = pytree.tree_flatten(value)
+    shapes = [(tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else t for t in leaves]
+    return f"{spec} {shapes}"
 
 
 def model_inputs(second_input: str, batch: int) -> tuple[tuple, dict]:
@@ -1247,7 +1261,7 @@ def swap_sets(
         (a, b)
         for group in by_interface.values()
         for a, b in itertools.permutations(group, 2)
-        if not overlap(a, b)
+        if not overlap(a, b) and facts.returns.get(a) == facts.returns.get(b)
     ]
     if pairs and ("same_replacement" in require or chance(draw, 4)):
         shared = draw(st.sampled_from(pairs))
@@ -1284,6 +1298,7 @@ def swap_sets(
             n
             for n, (source, _) in enumerate(replacements)
             if interface(specs.get(source)) == interface(specs.get(fqn))
+            and facts.returns.get(source) == facts.returns.get(fqn)
         ]
         if request in apart:
             compatible = [n for n in compatible if n not in {swaps.get(r) for r in apart}]
@@ -1573,6 +1588,15 @@ def _check_verdicts(ep, facts: Facts, exporter: str) -> None:
                 f"{fqn!r}: call {blocked[0]} {facts.blocked[blocked[0]]}, but "
                 f"module_tree says swappable={info.swappable}, reason={info.reason!r}"
             )
+        notes = export_notes(ep)
+        if notes is not None and fqn in notes.dropped:
+            # the export could not keep its signature, and said why: so must module_tree
+            if info.swappable or notes.dropped[fqn] not in (info.reason or ""):
+                raise Mismatch(
+                    f"{fqn!r}: its signature was dropped, but module_tree says "
+                    f"swappable={info.swappable}, reason={info.reason!r}"
+                )
+            continue
         if not blocked and not info.swappable:
             raise UnexpectedRefusal(
                 f"{fqn!r}: no call of it must be refused, but module_tree says "
@@ -1624,11 +1648,15 @@ def _precondition(changes_output: bool, request: str) -> None:
     raise Unobservable(f"the replacement for {request!r} does not change the output")
 
 
-def _check_refusal(ep, replacements, conflicts, blocked) -> None:
+def _check_refusal(ep, replacements, conflicts, blocked, not_kept=()) -> None:
     """The engine must refuse the swap, naming a call it must refuse: a ConflictError for an
-    overlapping pair of requests, a NotSwappableError for a blocked call."""
+    overlapping pair of requests, a NotSwappableError for a blocked call, a NotPreservedError
+    for a module whose signature the export could not keep (its notes say so)."""
     try:
         gs.swap(ep, replacements)
+    except gs.errors.NotPreservedError as refusal:
+        if not any(f"'{split_request(name)[0]}" in str(refusal) for name in not_kept):
+            raise
     except gs.errors.ConflictError as refusal:
         names = {split_request(r)[0] for pair in conflicts for r in pair}
         if not any(f"'{name}" in str(refusal) for name in names):
@@ -1726,8 +1754,14 @@ def check_case(case: Case) -> CaseResult:
         for name in replacements
         if case.exporter == "torch" and (calls := facts.refused(name))
     }
-    if conflicts or blocked:
-        _check_refusal(ep, replacements, conflicts, blocked)
+    # gs.export keeps every module's signature it can, and notes why not where torch fails
+    # (a module returning its input that a later module writes in place, in rare programs):
+    # a swap of such a module is refused, saying so
+    notes = export_notes(ep)
+    dropped = notes.dropped if notes is not None else {}
+    not_kept = [name for name in replacements if split_request(name)[0] in dropped]
+    if conflicts or blocked or not_kept:
+        _check_refusal(ep, replacements, conflicts, blocked, not_kept)
         _check_verdicts(ep, facts, case.exporter)
         return CaseResult(True, 0, facts)
 
