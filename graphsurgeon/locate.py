@@ -293,7 +293,7 @@ def _locate(record: CallRecord) -> Location:
             kind,
         )
     originals = _original_values(record)
-    verdicts = {node: _judge(value, originals) for node, value in replacement_run.values.items()}
+    verdicts = _verdicts(graph_module, replacement_run.values, originals)
     given = {n for n in graph_module.graph.nodes if n.op in ("placeholder", "get_attr")}
     given |= _own_constants(graph_module, verdicts)
     differing_outputs = _differing_outputs(graph_module, record)
@@ -537,6 +537,97 @@ def _judge(value: Any, originals: _Values) -> _Verdict:
         if not verdict.matches:
             return verdict
     return verdicts[0] if len(verdicts) == 1 else _Verdict(True)
+
+
+def _verdicts(gm: GraphModule, values: dict[Node, Any], originals: _Values) -> dict[Node, _Verdict]:
+    """Each value of the replacement judged against the original's, in graph order.
+
+    A replacement that stacks values the original keeps apart (q and k rotated in one pass:
+    ``torch.cat((q, k), dim=1)``) computes nothing the original has until it splits them
+    again, so such a value is judged in its pieces: a ``cat`` of values that match carries its
+    pieces (the dim and sizes), and every value computed from one with the same size along that
+    dim (an elementwise op, a layout op along other dims) is split the same way and matches when
+    each piece matches. The op that first makes a piece the original never has is then the one
+    to blame, not the ``cat``."""
+    verdicts: dict[Node, _Verdict] = {}
+    pieces: dict[Node, list[tuple[int, tuple[int, ...]]]] = {}
+    for node in gm.graph.nodes:
+        if node not in values:
+            continue
+        value = values[node]
+        verdict = _judge(value, originals)
+        if node.op == "call_function":
+            inherited = _inherited_pieces(node, value, pieces)
+            stacked = _stacked(node, value, verdicts)
+            specs = inherited + ([stacked] if stacked and stacked not in inherited else [])
+            if specs:
+                pieces[node] = specs
+            if not verdict.matches and stacked is not None:
+                verdict = _Verdict(True, "its inputs, stacked")
+            elif not verdict.matches and inherited:
+                verdict = _piecewise(value, inherited, originals) or verdict
+        verdicts[node] = verdict
+    return verdicts
+
+
+def _stacked(
+    node: Node, value: Any, verdicts: dict[Node, _Verdict]
+) -> tuple[int, tuple[int, ...]] | None:
+    """For ``cat`` of values that all match (or are inputs, weights: given), its pieces."""
+    if node.target is not torch.ops.aten.cat.default or not isinstance(value, torch.Tensor):
+        return None
+    parts = node.args[0]
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    if not isinstance(parts, (list, tuple)) or not all(isinstance(p, Node) for p in parts):
+        return None
+    if not all(
+        p.op in ("placeholder", "get_attr") or verdicts.get(p, _NEUTRAL).matches for p in parts
+    ):
+        return None
+    sizes = tuple(p.meta["val"].shape[dim] if "val" in p.meta else None for p in parts)
+    if any(not isinstance(size, int) for size in sizes):
+        return None
+    return dim % value.dim(), sizes
+
+
+def _inherited_pieces(
+    node: Node, value: Any, pieces: dict[Node, list[tuple[int, tuple[int, ...]]]]
+) -> list[tuple[int, tuple[int, ...]]]:
+    """The pieces of its inputs this value has too: the same size along their dim."""
+    leaves = _tensors(value)
+    found: list[tuple[int, tuple[int, ...]]] = []
+    if not leaves:
+        return found
+    for source in node.all_input_nodes:
+        for dim, sizes in pieces.get(source, ()):
+            fits = all(leaf.dim() > dim and leaf.shape[dim] == sum(sizes) for leaf in leaves)
+            if fits and (dim, sizes) not in found:
+                found.append((dim, sizes))
+    return found
+
+
+def _piecewise(
+    value: Any, specs: list[tuple[int, tuple[int, ...]]], originals: _Values
+) -> _Verdict | None:
+    """A match when, cut along one of ``specs`` (or along all of them), every piece of every
+    tensor of ``value`` matches a value of the original."""
+    cuts = [[spec] for spec in specs] + ([specs] if len(specs) > 1 else [])
+    for cut in cuts:
+        labels = []
+        for leaf in _tensors(value):
+            if not _comparable(leaf):
+                return None
+            parts = [leaf.detach()]
+            for dim, sizes in cut:
+                parts = [piece for part in parts for piece in part.split(list(sizes), dim=dim)]
+            verdicts = [originals.match(part.contiguous()) for part in parts]
+            if not all(v.matches for v in verdicts):
+                labels = None
+                break
+            labels += [v.nearest for v in verdicts]
+        if labels is not None:
+            return _Verdict(True, ", ".join(labels[:2]) + (", ..." if len(labels) > 2 else ""))
+    return None
 
 
 def _close(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import html
+import importlib
 import inspect
 import math
 import re
@@ -738,6 +739,46 @@ def test_locate_in_a_hugging_face_llama_attention(llama, bug):
     _, found = locate_planted(model, args, ep, name, make, bug, kwargs)
     assert found.source == planted_line(LlamaSdpa, bug)
     assert any("modeling_llama.py:" in i for i in found.inputs), "the original's values, by line"
+
+
+class StackedRope(nn.Module):
+    """Hugging Face's apply_rotary_pos_emb with q and k rotated in one pass: stacked along the
+    heads, one multiply-add, split again (no value of the original until the split)."""
+
+    def __init__(self, bug: str = ""):
+        super().__init__()
+        self.bug = bug
+
+    def forward(self, q, k, cos, sin):
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        both = torch.cat((q, k), dim=1)
+        if self.bug == "flipped rotation":
+            rotated = both * cos - rotate_half(both) * sin  # planted: flipped rotation
+        else:
+            rotated = both * cos + rotate_half(both) * sin
+        q_embed, k_embed = rotated.split((q.shape[1], k.shape[1]), dim=1)
+        return q_embed, k_embed
+
+
+def test_locate_judges_values_the_replacement_stacks_piece_by_piece(llama):
+    model, args, kwargs, _ = llama
+    module = importlib.import_module(type(model).__module__)
+    example = (
+        torch.randn(1, 4, 5, 16),
+        torch.randn(1, 2, 5, 16),
+        torch.randn(1, 5, 16),
+        torch.randn(1, 5, 16),
+    )
+    s = gs.Surgery.from_model(model, args, kwargs)
+    s.replace(module.apply_rotary_pos_emb, StackedRope(), example)
+    assert s.compare().first_divergence is None, "precondition: stacked, it is right"
+    s.undo().replace(module.apply_rotary_pos_emb, StackedRope("flipped rotation"), example)
+    comparison = s.compare()
+    assert comparison.first_divergence == "apply_rotary_pos_emb:model.layers.0.self_attn"
+    found = comparison.locate()
+    # was the cat: the stacked q and k match no single value of the original
+    assert found.source == planted_line(StackedRope, "flipped rotation")
+    assert found.op.startswith("aten.sub.Tensor")
 
 
 def interleaved(weight: torch.Tensor, heads: int) -> torch.Tensor:
