@@ -15,6 +15,7 @@ import inspect
 import operator
 import os
 import re
+import sys
 import warnings
 from collections.abc import Container, Iterator, Mapping
 from typing import Any
@@ -512,6 +513,29 @@ _TORCH_DIR = os.path.dirname(torch.__file__)
 _TORCH_PATH = re.compile(r"[\\/]site-packages[\\/]torch[\\/]")
 
 
+def file_line_text(path: str, line: int | str) -> str:
+    """Where a line of code is, as every view writes it: ``model.py:42`` (the file name, never
+    its path); for code typed in a notebook cell, ``In [7]:42`` (the cell as IPython numbers
+    it, read from a running IPython when there is one; else the cell file's name)."""
+    name = os.path.basename(path.replace(chr(92), "/"))
+    if "ipykernel_" in path or name.startswith("<ipython-input-"):
+        number = _cell_number(path)
+        if number is not None:
+            return f"In [{number}]:{line}"
+    return f"{name}:{line}"
+
+
+def _cell_number(path: str) -> int | None:
+    """The execution count of the notebook cell whose code IPython compiled as file ``path``
+    (IPython is read only when the user runs it: never imported here)."""
+    ipython = sys.modules.get("IPython")
+    get = getattr(ipython, "get_ipython", None)
+    shell = get() if callable(get) else None
+    names = getattr(getattr(shell, "compile", None), "_filename_map", None)
+    number = names.get(path) if isinstance(names, dict) else None
+    return number if isinstance(number, int) else None
+
+
 def source_text(node: Any) -> str:
     """The user's source lines behind a node (from its ``stack_trace``): the innermost frame
     outside torch with its code, then up to three callers; file names only, never paths."""
@@ -526,7 +550,7 @@ def _source_of_trace(trace: str) -> str:
         path = match.group("path")
         if path.startswith(_TORCH_DIR) or _TORCH_PATH.search(path):
             continue  # torch's own frames (nn.Linear.forward...) say nothing about the model
-        where = f"{os.path.basename(path.replace(chr(92), '/'))}:{match.group('line')}"
+        where = file_line_text(path, match.group("line"))
         frames.append((where, match.group("function"), (match.group("code") or "").strip()))
     if not frames:
         return ""

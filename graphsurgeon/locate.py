@@ -879,7 +879,7 @@ class _SourceFrame:
 
     @property
     def where(self) -> str:
-        return f"{os.path.basename(self.path.replace(chr(92), '/'))}:{self.line}"
+        return _meta.file_line_text(self.path, self.line)
 
 
 def _is_torch(path: str) -> bool:

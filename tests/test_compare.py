@@ -1058,3 +1058,17 @@ def test_locate_in_a_gpt2_attention_passes_over_a_mask_the_original_never_makes(
     _, found = locate_planted(model, args, ep, name, make, "wrong scale", kwargs)
     assert found.source == planted_line(Gpt2Attention, "wrong scale")
     assert found.op.startswith("aten.div.Tensor") and "other=16" in found.op
+
+
+def test_a_line_typed_in_a_notebook_cell_is_named_by_its_cell(monkeypatch):
+    from types import SimpleNamespace
+
+    from graphsurgeon._meta import file_line_text
+
+    path = "/tmp/ipykernel_4242/3141592653.py"
+    monkeypatch.delitem(sys.modules, "IPython", raising=False)
+    assert file_line_text(path, 4) == "3141592653.py:4"  # no IPython running: the file
+    shell = SimpleNamespace(compile=SimpleNamespace(_filename_map={path: 7}))
+    monkeypatch.setitem(sys.modules, "IPython", SimpleNamespace(get_ipython=lambda: shell))
+    assert file_line_text(path, 4) == "In [7]:4"
+    assert file_line_text("/home/me/kernels.py", 42) == "kernels.py:42"
