@@ -505,6 +505,17 @@ def _op_text(node: Node) -> str:
     return _meta.node_call_text(node, "full", weights)
 
 
+def _next_text(node: Node) -> str:
+    """The node about to run, every argument of its op written out (those left at their
+    default too: ``is_causal=False``), tensors by their node names: the full form, for the
+    one node a stepper's user is looking at."""
+    if node.op != "call_function":
+        return _op_text(node)
+    arguments = _meta.arguments_text(node, "full")
+    name = _meta.op_text(node, "full")
+    return f"{name}({arguments})" if arguments else name
+
+
 class _Layout:
     """Everything about the graph that stepping needs, computed once per stepper."""
 
@@ -916,7 +927,7 @@ class Stepper:
             inside = f" in {stack[-1]}" if stack and stack[-1] != frame.call else ""
             text = (
                 f"in {frame.kind} call {frame.call!r}: at {inner._pos}/{inner._total}: next "
-                f"{node.name!r} ({_op_text(node)}){inside}"
+                f"{node.name!r} ({_next_text(node)}){inside}"
             )
             if inner._error is not None:
                 text += f"; it raised {type(inner._error.cause).__name__}"
@@ -926,7 +937,7 @@ class Stepper:
         node = self.current
         stack = self.stack
         inside = f" in {stack[-1]}" if stack else " at the top level"
-        text = f"at {self._pos}/{self._total}: next {node.name!r} ({_op_text(node)}){inside}"
+        text = f"at {self._pos}/{self._total}: next {node.name!r} ({_next_text(node)}){inside}"
         if self._error is not None:
             text += f"; it raised {type(self._error.cause).__name__}"
         return text

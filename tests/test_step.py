@@ -879,3 +879,12 @@ def test_steps_never_stop_in_the_glue_around_swapped_calls(gpt):
     while not stepper.done:
         stepper.step()
         assert stepper.done or _meta.computes(stepper.current)
+
+
+def test_where_writes_out_every_argument_of_the_next_op(gpt):
+    _, tokens, _, swapped = gpt
+    stepper = Stepper(swapped, tokens)
+    stepper.run_to("layers.0.attn/scaled_dot_product_attention")
+    assert stepper.current.target is torch.ops.aten.scaled_dot_product_attention.default
+    # those given (is_causal=True) and those left at their default (attn_mask=None)
+    assert "is_causal=True" in stepper.where() and "attn_mask=None" in stepper.where()
