@@ -350,10 +350,10 @@ class Comparison:
                     row["call"],
                     row["replacement"],
                     str(row["leaves"]),
-                    _number(row["max_abs"]) if measured else "no values compared",
-                    _number(row["max_rel"]) if measured else "",
+                    _meta.number_text(row["max_abs"]) if measured else "no values compared",
+                    _meta.number_text(row["max_rel"]) if measured else "",
                     tolerance_text(row["tolerance_ratio"]) if measured else "",
-                    "" if outputs or not measured else _number(row["input_drift"]),
+                    "" if outputs or not measured else _meta.number_text(row["input_drift"]),
                     verdict,
                 )
             )
@@ -391,7 +391,7 @@ class Comparison:
             lines.append(f"  {first!r} ({call.replacement}): {call.problem}")
             if call.input_drift and call.input_drift > 0:
                 lines.append(
-                    f"  (its inputs had already drifted by {_number(call.input_drift)}, "
+                    f"  (its inputs had already drifted by {_meta.number_text(call.input_drift)}, "
                     "but it was compared on exactly what it received)"
                 )
             lines.append(f"  {self._location_text()}")
@@ -404,7 +404,7 @@ class Comparison:
         return "\n".join(lines)
 
     def _drift_without_divergence(self) -> str:
-        drift = _number(self.outputs.max_abs)
+        drift = _meta.number_text(self.outputs.max_abs)
         drift = f"no call diverges on its own, but the outputs drift by {drift}"
         if self.random_ops:  # then a different random stream explains it as well as any
             return drift
@@ -425,7 +425,7 @@ class Comparison:
         first = self.first_divergence
         verdict = f"first divergence {first!r}" if first else "no divergence"
         drift = (
-            "outputs match" if self.outputs.ok else f"outputs drift {_number(self.outputs.max_abs)}"
+            "outputs match" if self.outputs.ok else f"outputs drift {_meta.number_text(self.outputs.max_abs)}"
         )
         calls = f"{len(self.calls)} swapped call{'' if len(self.calls) == 1 else 's'}"
         if not self.values_compared:
@@ -447,7 +447,7 @@ class Comparison:
         outputs = (
             d.badge("outputs match", "ok")
             if self.outputs.ok
-            else d.badge(f"outputs drift {_number(self.outputs.max_abs)}", "warn")
+            else d.badge(f"outputs drift {_meta.number_text(self.outputs.max_abs)}", "warn")
         )
         if not self.outputs.ok and not self.outputs.values_compared:
             outputs = d.badge("outputs differ (no values compared)", "warn")
@@ -469,7 +469,7 @@ class Comparison:
                 d.number(c.max_abs) if c.values_compared else "no values compared",
                 d.number(c.max_rel) if c.values_compared else "",
                 tolerance_text(c.tolerance_ratio) if c.values_compared else "",
-                _number(c.input_drift) if c.values_compared else "",
+                _meta.number_text(c.input_drift) if c.values_compared else "",
                 c.problem,
             ]
             for c in ordered
@@ -483,7 +483,7 @@ class Comparison:
             note += (
                 f'<div class="gs-muted">{d.escape(first)} was compared on exactly what it '
                 f"received; its inputs had already drifted by "
-                f"{_number(self[first].input_drift)}.</div>"
+                f"{_meta.number_text(self[first].input_drift)}.</div>"
             )
         elif first is None and not self.outputs.ok and not self.random_ops:
             note = (
@@ -520,12 +520,6 @@ class Comparison:
         from . import display
 
         return display.bundle(self._repr_html_(), repr(self), include, exclude)
-
-
-def _number(x: float) -> str:
-    if isinstance(x, float) and math.isnan(x):
-        return "nan"
-    return "0" if x == 0 else f"{x:.3g}"
 
 
 def _up_to(spec: pytree.TreeSpec, value: Any) -> list[Any] | None:
