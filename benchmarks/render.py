@@ -5,7 +5,8 @@ every attention preserved), and an 80-layer Llama-3-70B-shaped decoder built on 
 (no weights are allocated). For each program it times:
 
 * the default view (``collapse="auto"``): ``to_dot`` alone, and DOT + ``dot -Tsvg``;
-* the fully expanded view (``collapse=None``): the same;
+* the fully expanded view (``collapse=None``): the same (a stack of many open layers is laid
+  out a layer at a time: target 2 s for the 80-layer decoder);
 * FxGraphDrawer on the same program (``ep.graph_module``): DOT building (pydot) + ``dot -Tsvg``.
 
 Run: ``python benchmarks/render.py`` (``--quick`` for 8 and 32 layers only). FxGraphDrawer needs
@@ -203,15 +204,18 @@ def main(argv: list[str] | None = None) -> int:
     slowest = max(r["default_svg"] for r in rows)
     per_k = max(max(per_thousand(r, "default_dot"), per_thousand(r, "full_dot")) for r in rows)
     largest = max(r["default_drawn"] for r in rows)
+    expanded = max(r["full_svg"] for r in rows)
     print(
         f"\ndefault view SVG: at most {seconds(slowest)} (target 1 s); to_dot: at most "
         f"{per_k:.0f} ms per 1,000 nodes (target 50); largest default view: {largest} nodes "
-        f"(budget {render.AUTO_MAX_NODES})"
+        f"(budget {render.AUTO_MAX_NODES}); expanded SVG: at most {seconds(expanded)} "
+        "(target 2 s)"
     )
     slower = [r["program"] for r in rows if r.get("fx_svg") and r["full_svg"] > r["fx_svg"]]
     if slower:
         print(f"expanded view slower than FxGraphDrawer on: {', '.join(slower)}")
     missed = slowest > 1.0 or per_k > 50 or largest > render.AUTO_MAX_NODES or slower
+    missed = missed or expanded > 2.0
     return 1 if missed else 0
 
 

@@ -46,6 +46,7 @@ __all__ = [
     "id_text",
     "inline_svg",
     "label_text",
+    "legend_html",
     "name_of_id_text",
     "picture_html",
     "picture_script",
@@ -154,6 +155,7 @@ _TREE_STYLE = """<style>
 .gs-out .gs-tree .gs-leaf .gs-name::before{content:"   "}
 .gs-out .gs-tree .gs-head{font-weight:600;border-bottom:1px solid rgba(127,127,127,.45)}
 .gs-out .gs-tree .gs-num{text-align:right;font-variant-numeric:tabular-nums}
+.gs-out .gs-tree.gs-valued summary,.gs-out .gs-tree.gs-valued .gs-leaf{grid-template-columns:minmax(180px,2fr) minmax(90px,1fr) 44px 56px 64px 76px minmax(120px,3fr)}
 </style>"""
 
 
@@ -172,14 +174,20 @@ def module_tree_html(
     parameters: dict[str, int] | None = None,
     open_depth: int = 1,
     selectable: bool = False,
+    overlay: Any = None,
 ) -> str:
     """A module tree as foldable rows: each module with its type, calls, nodes, parameters
     and whether it can be swapped (or why not). Modules down to ``open_depth`` start open,
     and so do containers (nn.ModuleList) there, so the first modules that compute show.
-    ``parameters``: fqn -> parameter elements in that module and its submodules."""
+    ``parameters``: fqn -> parameter elements in that module and its submodules.
+    ``overlay``: an overlay's values (:class:`graphsurgeon.overlay.OverlayValues`): each module
+    then shows its value, its calls' taken together as the picture takes a box's (the worst
+    error, the sum of the times), a container its submodules', the root the whole program's;
+    an error beyond the tolerance is marked."""
     parameters = parameters or {}
     infos = dict(tree.items())
     swappable = sum(1 for i in infos.values() if i.swappable)
+    valued = _module_values(infos, overlay) if overlay is not None else None
 
     def container(info: Any) -> bool:  # never called itself: nn.ModuleList, nn.ModuleDict
         return info.calls == 0 and bool(info.children)
@@ -212,11 +220,19 @@ def module_tree_html(
                 f'title="{escape(shown(fqn, TOOLTIP_NAME_LIMIT) if fqn else "(root)")}">'
             )
             kind = f'<span title="{qualified}">{escape(info.type_name)}</span>'
+        value = ""
+        if valued is not None:
+            number = valued.get(fqn)
+            text = overlay.number(number) if number is not None else ""
+            beyond = overlay.threshold is not None and number is not None
+            beyond = beyond and number >= overlay.threshold
+            shown_value = badge(text, "bad") if beyond else escape(text)
+            value = f'<span class="gs-num" data-gs-value="{text}">{shown_value}</span>'
         return (
             f"{head}<code>{escape(name)}</code></span>{kind}"
             f'<span class="gs-num">{info.calls}</span>'
             f'<span class="gs-num">{info.num_nodes:,}</span>'
-            f'<span class="gs-num">{_count(parameters.get(fqn))}</span><span>{verdict}</span>'
+            f'<span class="gs-num">{_count(parameters.get(fqn))}</span>{value}<span>{verdict}</span>'
         )
 
     def block(fqn: str, depth: int) -> str:
@@ -229,17 +245,50 @@ def module_tree_html(
         head = f"<summary>{cells(fqn, info, depth)}</summary>"
         return f"<details{' open' if opened else ''}>{head}{inner}</details>"
 
+    value_head = ""
+    if valued is not None:
+        value_head = f'<span class="gs-num" title="{escape(overlay.description)}">'
+        value_head += f"{escape(overlay.kind)}</span>"
     header = (
         '<div class="gs-leaf gs-head"><span>module</span><span>type</span>'
         '<span class="gs-num">calls</span><span class="gs-num">nodes</span>'
-        '<span class="gs-num">params</span><span>swappable</span></div>'
+        f'<span class="gs-num">params</span>{value_head}<span>swappable</span></div>'
     )
     title = (
         f'<div class="gs-title">module tree <span class="gs-muted">{len(infos):,} modules, '
         f"{swappable:,} swappable; click a row to fold it</span></div>"
     )
     body = block("", 0) if "" in infos else ""
-    return f'{_TREE_STYLE}{title}<div class="gs-tree">{header}{body}</div>'
+    classes = "gs-tree gs-valued" if valued is not None else "gs-tree"
+    return f'{_TREE_STYLE}{title}<div class="{classes}">{header}{body}</div>'
+
+
+def _module_values(infos: dict[str, Any], overlay: Any) -> dict[str, float]:
+    """Each module's overlay value: its calls' (``blk``, ``blk@1``) combined as the overlay
+    combines a box's members; a module without calls of its own (a container) its
+    submodules'; the root the whole program's nodes'."""
+    of_module: dict[str, list[float]] = {}
+    for call, value in overlay.calls.items():
+        fqn, _, k = call.rpartition("@")
+        of_module.setdefault(fqn if fqn and k.isdigit() else call, []).append(value)
+    found: dict[str, float] = {}
+
+    def visit(fqn: str) -> float | None:
+        children = [visit(c) for c in infos[fqn].children if c in infos]
+        own = of_module.get(fqn)
+        if fqn == "":
+            value = overlay.combine(list(overlay.nodes.values()))
+        elif own:
+            value = overlay.combine(own)
+        else:
+            value = overlay.combine([v for v in children if v is not None])
+        if value is not None:
+            found[fqn] = value
+        return value
+
+    if "" in infos:
+        visit("")
+    return found
 
 
 # -- names in ids and in text ----------------------------------------------------------------
@@ -336,7 +385,25 @@ _PICTURE_STYLE = """<style>
 .gs-drawing .gs-viewport svg{display:block;max-width:100%;height:auto}
 .gs-drawing.gs-zoomed .gs-viewport{max-height:85vh;cursor:grab}
 .gs-drawing.gs-dragging .gs-viewport{cursor:grabbing;user-select:none}
+.gs-drawing .gs-legend{display:flex;gap:8px;align-items:center;flex-wrap:wrap;font-size:11px;margin:0 0 4px}
+.gs-drawing .gs-stop{display:inline-flex;gap:3px;align-items:center}
+.gs-drawing .gs-swatch{display:inline-block;width:14px;height:10px;border:1px solid rgba(127,127,127,.5);border-radius:2px}
 </style>"""
+
+
+def legend_html(title: str, stops: Iterable[tuple[str, str]], note: str | None = None) -> str:
+    """An overlay's legend: ``title``, a swatch per ``(text, colour)`` stop (coolest first)
+    and a ``note`` on what the values are."""
+    swatches = "".join(
+        f'<span class="gs-stop"><span class="gs-swatch" style="background:{escape(colour)}">'
+        f"</span>{escape(text)}</span>"
+        for text, colour in stops
+    )
+    note_html = f' <span class="gs-muted">{escape(note)}</span>' if note else ""
+    return (
+        f'<div class="gs-legend"><span class="gs-title">{escape(title)}</span> '
+        f"{swatches}{note_html}</div>"
+    )
 
 
 @functools.cache
@@ -366,10 +433,21 @@ def inline_svg(svg: str) -> str:
     return re.sub(r'<svg\s+width="[\d.]+pt"\s+height="[\d.]+pt"', pixels, svg, count=1)
 
 
-def picture_html(title: str, caption: str, svg: str, collapsed: int = 0) -> str:
+def picture_html(
+    title: str,
+    caption: str,
+    svg: str,
+    collapsed: int = 0,
+    *,
+    min_scale: float = 0.0,
+    legend: str = "",
+) -> str:
     """A laid-out picture (dot's SVG) as inline HTML that fits the output's width and zooms
     (Ctrl+wheel, the +/- buttons) and pans (drag): its tooltips and element ids stay.
-    ``collapsed``: how many modules the picture draws as boxes (said after the caption)."""
+    ``collapsed``: how many modules the picture draws as boxes (said after the caption).
+    ``min_scale``: the picture is never fitted smaller than this (its text stays readable): a
+    wider one scrolls inside its frame. ``legend``: HTML shown under the toolbar (an overlay's
+    colours), made by the caller."""
     if collapsed:
         caption += f"; {collapsed:,} modules collapsed (boxes)"
     tools = (
@@ -377,11 +455,19 @@ def picture_html(title: str, caption: str, svg: str, collapsed: int = 0) -> str:
         '<button data-gs="in" title="zoom in">+</button>'
         '<button data-gs="fit" title="fit to the width">fit</button>'
     )
+    picture = inline_svg(svg)
+    smallest = ""
+    if min_scale > 0:
+        width = svg_size(svg)[0]
+        smallest = f' data-gs-min-scale="{min_scale:g}"'
+        picture = picture.replace(
+            "<svg ", f'<svg style="min-width:{round(width * min_scale)}px" ', 1
+        )
     return (
-        f'<div class="gs-drawing">{_PICTURE_STYLE}'
+        f'<div class="gs-drawing"{smallest}>{_PICTURE_STYLE}'
         f'<div class="gs-toolbar"><span class="gs-title">{escape(title)}</span>'
         f'<span class="gs-muted">{escape(caption)} · Ctrl+wheel zooms, drag pans'
-        f"</span>{tools}</div>"
-        f'<div class="gs-viewport">{inline_svg(svg)}</div>'
+        f"</span>{tools}</div>{legend}"
+        f'<div class="gs-viewport">{picture}</div>'
         f"<script>{picture_script()}</script></div>"
     )

@@ -7,7 +7,10 @@ fits the width of the output, and a small vendored script (no network) zooms and
 
 Left to itself (``collapse="auto"`` with no ``max_nodes``), draw picks the most detailed view
 that still fits a notebook: it lays the picture out with the usual budget of nodes and, while
-the picture scaled to the output's width is taller than about two screens, collapses further.
+the picture fitted to the output's width is taller than about two screens, or would shrink its
+text below :data:`MIN_SCALE` of its size, collapses further. The layer stack always stays in
+view (every layer a box, or a run of layers one box). A picture wider than the output even
+then is not shrunk below :data:`MIN_SCALE`: it scrolls inside its frame.
 
 Example:
     >>> import torch, graphsurgeon as gs
@@ -22,13 +25,13 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from . import display
 from .errors import RenderError
-from .render import AUTO_MAX_NODES, GraphView, graph_view
+from .render import AUTO_MAX_NODES, GraphView, graph_view, legend_html, overlay_of
 from .render.graphviz import layout
 from .render.picture import Picture
 
@@ -38,6 +41,11 @@ __all__ = ["Drawing", "draw"]
 FIT_WIDTH = 820
 #: The height, once fitted to that width, past which draw() collapses more: about two screens.
 MAX_HEIGHT = 1600
+#: The smallest scale a picture is shown at: a wider one scrolls rather than shrink its text.
+MIN_SCALE = 0.6
+#: The height up to which draw() keeps a stack of layers one box each rather than fold runs of
+#: them into one box: about four screens (32 layers of a decoder).
+MAX_STACK_HEIGHT = 3200
 # The budgets draw() tries, most detailed first, when it chooses the view itself.
 _BUDGETS = (AUTO_MAX_NODES, 200, 120, 80, 50, 30, 20)
 
@@ -59,12 +67,31 @@ class Drawing:
         self.width, self.height = display.svg_size(svg)
 
     @property
+    def scale(self) -> float:
+        """The scale the picture is shown at in an output :data:`FIT_WIDTH` pixels wide: fitted
+        to the width, never below :data:`MIN_SCALE` (a wider picture scrolls)."""
+        return fitted_scale(self.width)
+
+    @property
     def dot(self) -> str:
         return self.view.dot
 
     @property
     def picture(self) -> Picture:
         return self.view.picture
+
+    @property
+    def overlay(self) -> Mapping[str, float]:
+        """With ``overlay=``: each drawn node's and box's value by element id (``node:add_3``,
+        ``module:layers.2``, ``ops:model``); a box's is the worst of its members (errors) or
+        their sum (latency). Empty without an overlay."""
+        return self.view.overlay
+
+    @property
+    def overlay_values(self) -> Any:
+        """The :class:`graphsurgeon.overlay.OverlayValues` drawn (every node's and call's
+        value, its kind, unit and tolerance), or None."""
+        return self.view.overlay_values
 
     def save(self, path: str | Path) -> Path:
         """Write the picture to ``path``: its suffix says how (.svg, .dot, .png, .pdf)."""
@@ -91,7 +118,14 @@ class Drawing:
 
     def _repr_html_(self) -> str:
         view = self.view
-        return display.picture_html(self.name, self.caption(), self.svg, len(view.collapsed))
+        return display.picture_html(
+            self.name,
+            self.caption(),
+            self.svg,
+            len(view.collapsed),
+            min_scale=MIN_SCALE,
+            legend=legend_html(view.picture),
+        )
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
         return display.bundle(self._repr_html_(), repr(self), include, exclude)
@@ -105,16 +139,41 @@ def draw(
     diff: Any = None,
     max_nodes: int | None = None,
     show_parameters: bool = False,
+    show_checks: bool = False,
+    overlay: Any = None,
+    args: tuple | None = None,
+    kwargs: Mapping[str, Any] | None = None,
 ) -> Drawing:
     """Draw ``program`` as :func:`graphsurgeon.to_svg` does, as an object a notebook displays.
 
     The arguments are :func:`graphsurgeon.to_dot`'s. With ``collapse="auto"`` and no
     ``max_nodes``, the budget is chosen so the picture, fitted to a notebook's output width,
-    is at most about two screens tall (collapsing more on larger programs). Needs graphviz's
+    is at most about two screens tall and its text at least :data:`MIN_SCALE` of its size
+    (collapsing more on larger programs, never below the layer stack). Needs graphviz's
     ``dot`` (:class:`~graphsurgeon.MissingDependencyError` otherwise).
+
+    ``overlay=`` paints values on the picture, with a legend: ``"error"``, ``"own error"``,
+    ``"latency"`` (these run the program: pass ``args``/``kwargs``, or draw a Surgery, which
+    has its inputs) or ``{node or module name: value}``; :attr:`Drawing.overlay` maps the
+    drawn ids to values.
+
+    Example:
+        >>> import torch, graphsurgeon as gs
+        >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+        >>> x = torch.randn(2, 4)
+        >>> s = gs.Surgery.from_model(model, (x,)).swap("1", torch.nn.Sigmoid())
+        >>> pic = gs.draw(s, overlay="error")
+        >>> pic.overlay["node:linear"], pic.overlay["node:swapped_1"] > 1
+        (0.0, True)
     """
+    values = overlay_of(program, overlay, args, kwargs)  # computed once, drawn at each budget
     options = dict(
-        highlight=highlight, collapse=collapse, diff=diff, show_parameters=show_parameters
+        highlight=highlight,
+        collapse=collapse,
+        diff=diff,
+        show_parameters=show_parameters,
+        show_checks=show_checks,
+        overlay=values,
     )
     choose = collapse == "auto" and max_nodes is None
     budgets = _BUDGETS if choose else (max_nodes or AUTO_MAX_NODES,)
@@ -123,9 +182,38 @@ def draw(
         candidate = graph_view(program, max_nodes=budget, **options)
         if view is not None and candidate.drawn_nodes >= view.drawn_nodes:
             continue  # this budget draws no less: try a smaller one
+        if (  # the next step folds layers into runs: one box a layer is worth a longer picture
+            view is not None
+            and _has_runs(candidate)
+            and not _has_runs(view)
+            and _fits(*display.svg_size(svg), height_limit=MAX_STACK_HEIGHT)
+        ):
+            break
         view, chosen = candidate, budget
         svg = layout(view.dot, "svg").decode()
-        width, height = display.svg_size(svg)
-        if height * min(1.0, FIT_WIDTH / width) <= MAX_HEIGHT:
+        if _fits(*display.svg_size(svg)):
             break
     return Drawing(view, svg, view.picture.name, chosen if choose else None)
+
+
+def _has_runs(view: GraphView) -> bool:
+    """Whether a view draws a run of sibling calls (layers) as one box."""
+    return any(node.kind == "box" and len(node.calls) > 1 for node in view.picture.nodes)
+
+
+def fitted_scale(width: float) -> float:
+    """The scale a picture ``width`` pixels wide is shown at in an output :data:`FIT_WIDTH`
+    wide: fitted to it, but never below :data:`MIN_SCALE`.
+
+    Example:
+        >>> fitted_scale(410), fitted_scale(1025), fitted_scale(4000)
+        (1.0, 0.8, 0.6)
+    """
+    return max(MIN_SCALE, min(1.0, FIT_WIDTH / width))
+
+
+def _fits(width: float, height: float, *, height_limit: float = MAX_HEIGHT) -> bool:
+    """Whether a picture shows whole in a notebook's output: its text at least
+    :data:`MIN_SCALE` of its size once fitted to the width, at most ``height_limit`` (about
+    two screens) tall."""
+    return FIT_WIDTH / width >= MIN_SCALE and height * fitted_scale(width) <= height_limit

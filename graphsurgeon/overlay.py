@@ -20,9 +20,10 @@ kind, the unit, the tolerance, a short description). The kinds:
   the program's names and made the same type.
 
 The values are keyed by the fx node names of the program as it is drawn (for a swap result its
-own node names; a swapped call by its ``call_module`` node's name) and, in :attr:`calls`, by
-call name (``"layers.0"``, ``"blk@1"``): the worst of its nodes for errors, the sum for
-latency. Values that are not tensors, or have no counterpart in the original, are absent.
+own node names; a swapped call by its ``call_module`` node's name; a fused call by the original
+nodes it runs, which the picture draws in its place) and, in :attr:`calls`, by call name
+(``"layers.0"``, ``"blk@1"``): the worst of its nodes for errors, the sum for latency. Nothing
+is rewritten to compute them: the program drawn is the program run. Values that are not tensors, or have no counterpart in the original, are absent.
 Each program runs as it is, on private copies of its buffers: a swapped program whose buffers
 a run in training mode wrote (batch norm statistics) is compared with those, and the error
 overlay shows them at those buffers.
@@ -49,7 +50,7 @@ import time
 import types
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +63,7 @@ from . import _meta
 from ._exec import (
     PrivateStateInterpreter,
     RandomState,
+    _placeholder_signature,
     bind_inputs,
     clone_inputs,
     keep_state,
@@ -78,8 +80,8 @@ from .errors import (
     did_you_mean,
     unknown_name,
 )
-from .partition import CallIndex, call_index, program_index, split_call_name
-from .rewrite import SwapInfo, _forget_source_with, rewrite, swap_info
+from .partition import call_index, program_index, split_call_name
+from .rewrite import SwapInfo, _forget_source_with, swap_info
 from .verify import compare_leaf, in_order_of
 
 __all__ = ["KINDS", "OverlayValues", "overlay_values"]
@@ -164,6 +166,27 @@ class OverlayValues(Mapping[str, float]):
         ranked = sorted(enumerate(values.items()), key=lambda item: (-item[1][1], item[0]))
         return [pair for _, pair in ranked[: max(0, n)]]
 
+    def describe(self, value: float) -> str:
+        """``value`` as a tooltip says it: ``error: 37.2x tolerance``, ``latency: 12.5% of
+        the forward``, ``values: 0.25``."""
+        if self.unit == _LATENCY_UNIT:
+            return f"{self.kind}: {self._number(value)} of the forward"
+        if self.unit == _TOLERANCE_UNIT:
+            number = self._number(value)  # "0", "inf" or "37.2x"
+            return f"{self.kind}: {number}" + (" tolerance" if number.endswith("x") else "")
+        return f"{self.kind}: {self._number(value)}"
+
+    def combine(self, values: list[float]) -> float | None:
+        """The value of a box drawing ``values``' elements: the worst of them (``aggregate``
+        ``"max"``, or None), or their sum (``"sum"``); None for no values."""
+        if not values:
+            return None
+        return math.fsum(values) if self.aggregate == "sum" else max(values)
+
+    def number(self, value: float) -> str:
+        """``value`` in few characters, in the overlay's unit: ``37.2x``, ``12.5%``, ``0.25``."""
+        return self._number(value)
+
     def _number(self, value: float) -> str:
         if self.unit == _LATENCY_UNIT:
             return f"{value:.1%}"
@@ -221,9 +244,9 @@ class OverlayValues(Mapping[str, float]):
 @dataclass(frozen=True)
 class _Target:
     """The program as the picture draws it: the original program alone (``module`` None:
-    nothing is swapped), or the swapped program ``module`` (for a program with fused calls,
-    the program with its swaps only: a fused call computes exactly its own nodes, and the
-    picture draws them)."""
+    nothing is swapped), or a swap or fuse result ``module``, drawn from its own graph with each
+    fused call as the original nodes it runs (the values are keyed the same way; no rewrite
+    runs here, as none runs to draw it)."""
 
     ep: ExportedProgram
     module: GraphModule | None
@@ -236,28 +259,43 @@ class _Target:
         return (self.module if self.module is not None else self.ep).graph
 
     @property
-    def calls(self) -> CallIndex:
-        return call_index(self.module if self.module is not None else self.ep)
+    def fused(self) -> dict[str, str]:
+        """The ``call_module`` node of each fused call -> the call."""
+        info = self.info
+        if info is None:
+            return {}
+        return {info.call_nodes[c]: c for c in info.fused if c in info.call_nodes}
 
+    def drawn(self) -> tuple[list[str], dict[str, tuple[str, ...]]]:
+        """The node names as the picture draws them, in order, and the module calls each sits
+        in: a fused call's node is drawn as the original nodes it runs (by their names)."""
+        program = self.module if self.module is not None else self.ep
+        chains = dict(call_index(program).chains)
+        fused = self.fused
+        if not fused:
+            return [node.name for node in self.graph.nodes], chains
+        original = call_index(self.ep).chains
+        names: list[str] = []
+        for node in self.graph.nodes:
+            call = fused.get(node.name)
+            if call is None:
+                names.append(node.name)
+                continue
+            inner = [n for n in self.info.partitions[call].nodes if n in original]
+            names += inner
+            chains.update((n, original[n]) for n in inner)
+        return names, chains
 
-# a program with fused calls -> the same program with its swaps only (None: no swaps), made once
-_UNFUSED: weakref.WeakKeyDictionary[GraphModule, GraphModule | None] = weakref.WeakKeyDictionary()
-
-
-def _swapped(info: SwapInfo, module: GraphModule) -> GraphModule | None:
-    """The program drawn for a swap or fuse result: itself, or without its fused calls (the
-    picture draws a fused call as its own nodes); None when only fused calls remain."""
-    if not info.fused:
-        return module
-    if module not in _UNFUSED:
-        fused_modules = {split_call_name(c)[0] for c in info.fused}
-        swaps = {
-            name: replacement
-            for name, replacement in info.requests.items()
-            if name not in info.fused and name not in fused_modules
-        }
-        _UNFUSED[module] = rewrite(info.program, swaps) if swaps else None
-    return _UNFUSED[module]
+    def members(self) -> dict[str, list[str]]:
+        """Each module call's nodes, as the picture draws them (see :meth:`drawn`)."""
+        names, chains = self.drawn()
+        members: dict[str, list[str]] = {}
+        for name in names:
+            for call in chains.get(name, ()):
+                members.setdefault(call, []).append(name)
+        program = self.module if self.module is not None else self.ep
+        order = call_index(program).calls
+        return {c: members[c] for c in [*order, *members] if c in members}
 
 
 def _target(program: Any, args: Any, kwargs: Any) -> _Target:
@@ -270,18 +308,16 @@ def _target(program: Any, args: Any, kwargs: Any) -> _Target:
                 f"overlay: this {type(program).__name__} was not made by gs.swap or gs.fuse; "
                 "pass the ExportedProgram it came from, a swap result or a Surgery"
             )
-        module = _swapped(info, program)
-        return _Target(info.program, module, swap_info(module) if module else None, args, kwargs)
+        return _Target(info.program, program, info, args, kwargs)
     original = getattr(program, "program", None)
     replacements = getattr(program, "replacements", None)
     if isinstance(original, ExportedProgram) and isinstance(replacements, Mapping):
         if args is None:  # a Surgery: its own inputs
             args = getattr(program, "args", None)
             kwargs = getattr(program, "kwargs", None) if kwargs is None else kwargs
-        if not replacements:
+        if not replacements and not getattr(program, "fused", ()):
             return _Target(original, None, None, args, kwargs)
-        found = _target(program.module, args, kwargs)
-        return found
+        return _target(program.module, args, kwargs)
     raise RenderError(
         f"overlay: expected an ExportedProgram (gs.export(model, args)), a gs.swap or gs.fuse "
         f"result or a Surgery, got {a_type(program)}"
@@ -311,13 +347,15 @@ def _inputs(target: _Target, kind: str) -> tuple[tuple, dict]:
     return args, dict(kwargs or {})
 
 
-def _aggregate(calls: CallIndex, nodes: Mapping[str, float], how: str | None) -> dict[str, float]:
+def _aggregate(
+    members: Mapping[str, list[str]], nodes: Mapping[str, float], how: str | None
+) -> dict[str, float]:
     """Each call's value from its nodes' values: the worst (``"max"``) or the sum."""
     found: dict[str, float] = {}
     if how is None:
         return found
-    for name, members in calls.members.items():
-        values = [nodes[m] for m in members if m in nodes]
+    for name, inside in members.items():
+        values = [nodes[m] for m in inside if m in nodes]
         if values:
             found[name] = max(values) if how == "max" else math.fsum(values)
     return found
@@ -388,10 +426,20 @@ class _Walk:
     of its own: two walks interleaved each see the random numbers they would see alone.
 
     ``before(node)`` may return the random state to run that node from instead; ``capture``:
-    nodes before which the random state is kept in ``captured``.
+    nodes before which the random state is kept in ``captured``. ``expand``: the
+    ``call_module`` nodes run one node at a time (fused calls, drawn as the nodes they run):
+    their nodes and values are in ``inner`` after the step that ran them, and
+    ``inner_before`` is their ``before``.
     """
 
-    def __init__(self, module: GraphModule, values: list[Any], start: RandomState, which: str):
+    def __init__(
+        self,
+        module: GraphModule,
+        values: list[Any],
+        start: RandomState,
+        which: str,
+        expand: Iterable[str] = (),
+    ):
         self.interpreter = PrivateStateInterpreter(module)
         self.interpreter.env = {}
         self.interpreter.args_iter = iter(values)
@@ -403,6 +451,9 @@ class _Walk:
         self.before: Callable[[Node], RandomState | None] | None = None
         self.capture: set[Node] = set()
         self.captured: dict[Node, RandomState] = {}
+        self.expand = set(expand)
+        self.inner: list[tuple[Node, Any]] = []
+        self.inner_before: Callable[[Node], RandomState | None] | None = None
 
     def step(self) -> tuple[Node, Any] | None:
         interpreter = self.interpreter
@@ -418,7 +469,10 @@ class _Walk:
             (chosen or self.random).restore()
             if node in self.capture:
                 self.captured[node] = RandomState()
-            value = interpreter.run_node(node)
+            if node.name in self.expand:
+                value = self._run_inside(node, chosen or self.random)
+            else:
+                value = interpreter.run_node(node)
         except GraphSurgeonError:
             raise  # the program refused its inputs (GuardError, ...): that error says it best
         except Exception as error:
@@ -432,6 +486,23 @@ class _Walk:
         interpreter.env[node] = value
         self.count += 1
         return node, value
+
+    def _run_inside(self, node: Node, start: RandomState) -> Any:
+        """Run a fused call's GraphModule one node at a time (each kept in ``inner``): what
+        the call computes, node by node, as the picture draws it."""
+        module = self.interpreter.fetch_attr(node.target)
+        args, kwargs = self.interpreter.fetch_args_kwargs_from_env(node)
+        values = bind_inputs(module, tuple(args), dict(kwargs), CompareError)
+        walk = _Walk(module, values, start, self.which)
+        walk.before = self.inner_before
+        self.inner = []
+        result = None
+        while (step := walk.step()) is not None:
+            if step[0].op == "output":
+                result = step[1]
+            else:
+                self.inner.append(step)
+        return result
 
 
 def _seeded(node: Node) -> bool:
@@ -449,6 +520,12 @@ def _side_by_side(
     ep, module, info = target.ep, target.module, target.info
     original, same = runnable_original(ep), original_nodes(ep)
     position = {node: i for i, node in enumerate(original.graph.nodes)}
+    # the nodes each fused call runs, drawn by the original's names: fused node -> their nodes
+    fused = target.fused
+    inside = {
+        call_node: {n: same[n] for n in info.partitions[call].nodes if n in same}
+        for call_node, call in fused.items()
+    }
     # swapped node name -> the original nodes whose value it holds
     holders: dict[str, list[Node]] = {}
     for old, new in info.node_map.items():
@@ -467,6 +544,7 @@ def _side_by_side(
     original_output = next(n for n in reversed(original.graph.nodes) if n.op == "output")
     needed = Counter(o for found in holders.values() for o in found)
     needed.update(o for leaves in outputs.values() for o, _ in leaves if o is not None)
+    needed.update(o for nodes in inside.values() for o in nodes.values())
     needed[original_output] += 1
 
     start = RandomState()
@@ -478,6 +556,7 @@ def _side_by_side(
                 bind_inputs(module, clone_inputs(args), clone_inputs(kwargs), CompareError),
                 start,
                 "swapped program",
+                expand=fused,
             )
             original_walk = _Walk(
                 original,
@@ -504,11 +583,22 @@ def _side_by_side(
                     del pending[node]
                 return value
 
+            inner_original = {n: o for nodes in inside.values() for n, o in nodes.items()}
             if own:
                 _align_random(info, same, holders, swapped_calls, original_walk)
                 swapped_walk.before = _random_of_original(
                     info, same, holders, swapped_calls, original_walk, advance_to
                 )
+                original_walk.capture.update(o for o in inner_original.values() if _seeded(o))
+
+                def inner_before(node: Node) -> RandomState | None:
+                    counterpart = inner_original.get(node.name)
+                    if counterpart is None or not _seeded(counterpart):
+                        return None
+                    advance_to(counterpart)
+                    return original_walk.captured.get(counterpart)
+
+                swapped_walk.inner_before = inner_before
             env = swapped_walk.interpreter.env
             while (step := swapped_walk.step()) is not None:
                 node, value = step
@@ -518,6 +608,16 @@ def _side_by_side(
                     if worst is not None:
                         values[node.name] = worst
                     break
+                if node.name in inside:  # a fused call: its own nodes, by the original's names
+                    counterparts = inside[node.name]
+                    for inner, inner_value in swapped_walk.inner:
+                        counterpart = counterparts.get(inner.name)
+                        if counterpart is None:
+                            continue
+                        worst = _ratio(inner_value, original_value(counterpart), rtol, atol)
+                        if worst is not None:
+                            values[inner.name] = worst
+                    swapped_walk.inner = []
                 call = swapped_calls.get(node.name)
                 if call is not None:
                     leaves = [
@@ -619,21 +719,31 @@ def _unswapped_errors(ep: ExportedProgram) -> dict[str, float]:
 _TIMED: weakref.WeakKeyDictionary[GraphModule, tuple] = weakref.WeakKeyDictionary()
 
 
-def _timed(module: GraphModule) -> tuple[GraphModule, list[str]]:
+def _timed(
+    module: GraphModule, inline: Mapping[str, Iterable[str]] | None = None
+) -> tuple[GraphModule, list[str]]:
     """A copy of ``module`` that also returns the clock (``time.perf_counter_ns``) read before
     its first node and after every node, and the names of the nodes timed. Its code is the
     module's own, made by the same code generator, with a clock read between the nodes: it runs
-    about as fast as the module does. Made once per module."""
+    about as fast as the module does. ``inline``: the ``call_module`` nodes (fused calls) whose
+    GraphModule's nodes are copied in and timed one by one, each with the names of the nodes
+    timed by name (the others are timed, unnamed: ``""``). Made once per module."""
     cached = _TIMED.get(module)
     if cached is not None and cached[0]() is module.graph:
         return cached[1], cached[2]
+    inline = inline or {}
     graph = torch.fx.Graph()
     codegen = module.graph._codegen
     if getattr(codegen, "pytree_info", None) is None:  # a code generator of its own kind
         graph.set_codegen(copy.copy(codegen))
-    env: dict[Node, Node] = {}
+    env: dict[Node, Any] = {}
     stamps: list[Node] = []
     timed: list[str] = []
+
+    def stamp(name: str) -> None:
+        stamps.append(graph.call_function(time.perf_counter_ns))
+        timed.append(name)
+
     for node in module.graph.nodes:
         if node.op == "output":
             result = torch.fx.node.map_arg(node.args[0], env.__getitem__)
@@ -641,22 +751,59 @@ def _timed(module: GraphModule) -> tuple[GraphModule, list[str]]:
             break
         if node.op != "placeholder" and not stamps:
             stamps.append(graph.call_function(time.perf_counter_ns))
+        if node.op == "call_module" and node.name in inline:
+            named = set(inline[node.name])
+            args = torch.fx.node.map_arg(node.args, env.__getitem__)
+            kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
+            for inner, value in _copied_inside(graph, module, node, args, kwargs):
+                if inner is None:
+                    env[node] = value
+                else:
+                    stamp(inner if inner in named else "")
+            continue
         env[node] = graph.node_copy(node, env.__getitem__)
         if node.op != "placeholder":
-            stamps.append(graph.call_function(time.perf_counter_ns))
-            timed.append(node.name)
+            stamp(node.name)
     copied = GraphModule(module, graph, class_name="TimedProgram")
     _forget_source_with(copied)
     _TIMED[module] = (weakref.ref(module.graph), copied, timed)
     return copied, timed
 
 
+def _copied_inside(
+    graph: torch.fx.Graph, module: GraphModule, node: Node, args: Any, kwargs: Any
+) -> Iterator[tuple[str | None, Any]]:
+    """Copy the nodes of ``node``'s GraphModule (a fused call of ``module``) into ``graph``, on
+    ``args`` and ``kwargs`` (nodes of ``graph``), yielding each copied node's name in the
+    GraphModule as it is copied, and at the end ``(None, what it returns)``."""
+    inner_module = module.get_submodule(str(node.target))
+    bound = _placeholder_signature(inner_module).bind(*args, **kwargs)
+    bound.apply_defaults()
+    inner_env: dict[Node, Any] = {}
+    for inner in inner_module.graph.nodes:
+        if inner.op == "placeholder":
+            inner_env[inner] = bound.arguments[str(inner.target).lstrip("*")]
+        elif inner.op == "output":
+            yield None, torch.fx.node.map_arg(inner.args[0], inner_env.__getitem__)
+            return
+        else:
+            copied = graph.node_copy(inner, inner_env.__getitem__)
+            if inner.op in ("get_attr", "call_module"):  # an attribute of the fused call's own
+                copied.target = f"{node.target}.{inner.target}"
+            inner_env[inner] = copied
+            yield inner.name, copied
+
+
 def _latency(
-    module: GraphModule, args: tuple, kwargs: dict, repeat: int
+    module: GraphModule,
+    args: tuple,
+    kwargs: dict,
+    repeat: int,
+    inline: Mapping[str, Iterable[str]] | None = None,
 ) -> tuple[dict[str, float], float]:
     """Each node's share of the forward (median over ``repeat`` runs after one warm-up run),
-    and the forward's time in seconds (median)."""
-    timed, names = _timed(module)
+    and the forward's time in seconds (median). ``inline``: see :func:`_timed`."""
+    timed, names = _timed(module, inline)
     values = bind_inputs(module, clone_inputs(args), clone_inputs(kwargs), CompareError)
     shares: list[list[float]] = [[] for _ in names]
     totals: list[float] = []
@@ -683,7 +830,7 @@ def _latency(
                     shares[i].append((stamps[i + 1] - stamps[i]) / total)
     finally:
         start.restore()
-    found = {name: statistics.median(s) for name, s in zip(names, shares)}
+    found = {name: statistics.median(s) for name, s in zip(names, shares) if name}
     return found, statistics.median(totals)
 
 
@@ -717,8 +864,8 @@ def _given(
 ) -> tuple[dict[str, float], dict[str, float]]:
     """The user's ``{node or module name: value}`` as node values and call values."""
     index = program_index(target.ep)
-    drawn = target.graph
-    node_names = {node.name for node in drawn.nodes}
+    drawn, _ = target.drawn()
+    node_names = set(drawn)
     nodes: dict[str, float] = {}
     whole: dict[str, float] = {}  # a module's value, for each of its calls
     one: dict[str, float] = {}  # one call's value: wins over its module's
@@ -753,10 +900,11 @@ def _given(
             continue
         wanted = resolved.name
         one[wanted] = number
-    calls = _aggregate(target.calls, nodes, aggregate)
+    members = target.members()
+    calls = _aggregate(members, nodes, aggregate)
     calls.update(whole)
     calls.update(one)
-    order = {name: i for i, name in enumerate(target.calls.calls)}
+    order = {name: i for i, name in enumerate(members)}
     ordered = dict(sorted(calls.items(), key=lambda item: order.get(item[0], len(order))))
     return nodes, ordered
 
@@ -865,16 +1013,21 @@ def overlay_values(
     if kind == "latency":
         args, kwargs = _inputs(target, kind)
         runnable = target.module if target.module is not None else runnable_original(target.ep)
-        timed, seconds = _latency(runnable, args, kwargs, repeat)
+        inline = {node: target.info.partitions[call].nodes for node, call in target.fused.items()}
+        timed, seconds = _latency(runnable, args, kwargs, repeat, inline)
         if target.module is None:  # keyed by the program's own node names
             name_of = {node.name: name for name, node in original_nodes(target.ep).items()}
             timed = {name_of[n]: v for n, v in timed.items() if n in name_of}
-        for node in target.graph.nodes:  # the inputs and the output compute nothing
-            if node.op in ("placeholder", "output"):
-                timed.setdefault(node.name, 0.0)
-        order = {node.name: i for i, node in enumerate(target.graph.nodes)}
+        for node in target.graph.nodes:
+            # the inputs, parameters, buffers and the output compute nothing: what a clock
+            # read beside them measures is the clock's own time
+            if node.op in ("placeholder", "output", "get_attr"):
+                timed[node.name] = 0.0
+        drawn, _ = target.drawn()
+        order = {name: i for i, name in enumerate(drawn)}
         nodes = dict(sorted(timed.items(), key=lambda item: order.get(item[0], len(order))))
-        calls = _aggregate(target.calls, nodes, "sum")
+        nodes = {name: value for name, value in nodes.items() if name in order}
+        calls = _aggregate(target.members(), nodes, "sum")
         return OverlayValues(
             kind, _LATENCY_UNIT, texts[kind], nodes, calls, "sum", forward_seconds=seconds
         )
@@ -884,9 +1037,10 @@ def overlay_values(
     else:
         args, kwargs = _inputs(target, kind)
         found = _side_by_side(target, args, kwargs, rtol, atol, own=kind == "own error")
-        nodes = {n.name: found[n.name] for n in target.graph.nodes if n.name in found}
+        drawn, _ = target.drawn()
+        nodes = {name: found[name] for name in drawn if name in found}
         description = texts[kind]
-    calls = _aggregate(target.calls, nodes, "max")
+    calls = _aggregate(target.members(), nodes, "max")
     return OverlayValues(
         kind, _TOLERANCE_UNIT, description, nodes, calls, "max", 1.0, rtol=rtol, atol=atol
     )

@@ -358,3 +358,61 @@ def test_a_long_verify_report_keeps_a_short_plain_form():
     assert len(plain.splitlines()) == 12 and plain.endswith("and 20 more leaves")
     # every leaf is in the HTML: 12 shown, 18 folded, and the two tables' header rows
     assert page.count("tr") == 32 and page.count("details") == 1
+
+
+def test_the_module_tree_shows_an_overlay_aggregated_per_module(gpt):
+    import re
+
+    from graphsurgeon.display import module_tree_html
+    from graphsurgeon.overlay import overlay_values
+
+    _, tokens, ep, swapped = gpt
+    tree = gs.module_tree(ep)
+    assert "data-gs-value" not in module_tree_html(tree), "precondition: no overlay, no column"
+    error = overlay_values(swapped, (tokens,), kind="error")
+    html = module_tree_html(tree, overlay=error)
+    page = Elements(html)
+    assert page.balanced and page.count("div", **{"class": "gs-valued"}) == 1
+    shown = dict(re.findall(r'title="([^"]*)"><code>.*?data-gs-value="([^"]*)"', html))
+    number = error.number
+    assert shown["layers.0.mlp"] == number(error.calls["layers.0.mlp"])  # beyond: marked
+    assert shown["layers.0.attn"] == "0", "before the first swap: nothing"
+    every = max(error.calls[c] for c in error.calls if c.startswith("layers."))
+    assert shown["layers"] == number(every), "a container: the worst of its modules"
+    assert shown["(root)"] == number(max(error.nodes.values()))
+    row = html[html.index('title="layers.0.mlp"') :]
+    assert 'class="gs-badge gs-bad"' in row[: row.index("</div>")]
+    latency = overlay_values(ep, (tokens,), kind="latency", repeat=1)
+    times = dict(
+        re.findall(
+            r'title="([^"]*)"><code>.*?data-gs-value="([^"]*)"',
+            module_tree_html(tree, overlay=latency),
+        )
+    )
+    assert times["layers.0"] == latency.number(latency.calls["layers.0"]), "a sum of shares"
+
+
+class Wide(nn.Module):
+    """x ──▶ 40 parallel Linear heads ──▶ stack: wider than a notebook fully open."""
+
+    def __init__(self):
+        super().__init__()
+        self.heads = nn.ModuleList(nn.Linear(2, 2) for _ in range(40))
+
+    def forward(self, x):
+        return torch.stack([head(x).relu() for head in self.heads])
+
+
+@needs_dot
+def test_a_wide_picture_scrolls_rather_than_shrink_its_text_below_60_percent():
+    from graphsurgeon.drawing import FIT_WIDTH, MIN_SCALE
+
+    torch.manual_seed(0)
+    drawing = gs.draw(gs.export(Wide(), (torch.randn(1, 2),)), collapse=None)
+    assert FIT_WIDTH / drawing.width < MIN_SCALE, "precondition: fitted, its text would shrink"
+    assert drawing.scale == MIN_SCALE
+    html = drawing._repr_html_()
+    svg = next(a for t, a in Elements(html).tags if t == "svg")
+    assert svg["style"] == f"min-width:{round(drawing.width * MIN_SCALE)}px"
+    assert f'data-gs-min-scale="{MIN_SCALE:g}"' in html
+    assert "Math.max(smallest," in html, "the script keeps it when it fits the width again"

@@ -357,3 +357,50 @@ def test_the_profiled_copy_is_made_once_and_keeps_nothing_alive():
     del gm
     gc.collect()
     assert collected() is None  # the cache of profiled copies does not keep the program alive
+
+
+class Residual(nn.Module):
+    # input ──▶ lin ──▶ add ◀── input ;  add ──▶ head ──▶ out  (an argument named after a builtin)
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+        self.head = nn.Linear(2, 2)
+
+    def forward(self, input):
+        return self.head(self.lin(input) + input)
+
+
+def test_a_fused_program_is_valued_as_drawn_from_its_own_graph_without_a_rewrite(monkeypatch):
+    torch.manual_seed(0)
+    x = torch.randn(1, 2)
+    ep = gs.export(Residual(), (x,))
+    s = gs.Surgery(ep, args=(x,)).fuse("head").swap("lin", nn.Identity())
+    program = s.module
+    assert swap_info(program).fused == ("head",), "precondition: a fused call"
+    from graphsurgeon._exec import runnable_original
+
+    runnable_original(ep)  # the original's one runnable copy, made once per program
+    made = []
+    real_init = torch.fx.GraphModule.__init__
+
+    def counting_init(self, *args, **kwargs):
+        made.append(type(self).__name__)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.fx.GraphModule, "__init__", counting_init)
+    error = overlay_values(s, kind="error")
+    own = overlay_values(s, kind="own error")
+    assert made == [], "valuing a fused program made a program: it ran the rewrite"
+    monkeypatch.undo()
+    nodes, calls = drawn(s)
+    assert "input_1" in nodes and "linear_1" in nodes, "its own names, the fused call's nodes"
+    for values in (error, own, overlay_values(s, kind="latency", repeat=1)):
+        assert all(n in values.nodes for n in nodes), values.kind
+        assert set(values.nodes) <= {n.name for n in program.graph.nodes} | {"linear_1"}
+        assert all(c in values.calls for c in calls), values.kind
+    # the fused call's own node: computed exactly as the original (its input moved: identity)
+    with torch.no_grad():
+        original = ep.module()(x)
+        expected = tolerance_ratio(program(x), original)
+    assert error.nodes["linear_1"] == pytest.approx(expected, rel=1e-6) and expected > 1
+    assert own.nodes["linear_1"] == 0.0 and own.calls["lin"] > 1

@@ -6,6 +6,7 @@ import ast
 import dataclasses
 import gc
 import inspect
+import math
 import re
 import shutil
 import subprocess
@@ -98,9 +99,9 @@ digraph "Outer" {
 """
 
 X = '  "x" [id="node:x", class="input", label="x\\nf32[1, 2]", tooltip="x: input of the program\\nf32[1, 2]", style=filled, fillcolor="#e5e7eb"];\n'
-LINEAR = '    "linear" [id="node:linear", class="op module", label="block.lin: Linear\\naten.linear\\nf32[1, 2]\\n+ weight, bias", tooltip="block.lin: torch.nn.modules.linear.Linear\\n1 node, 6 parameters\\nswappable\\n\\nlinear = aten.linear.default\\nf32[1, 2]\\nparameter block.lin.weight f32[2, 2]\\nparameter block.lin.bias f32[2]", fillcolor="#f7dee8"];\n'
+LINEAR = '    "linear" [id="node:linear", class="op module", label="block.lin: Linear\\naten.linear\\nf32[1, 2]\\n+ weight, bias", tooltip="block.lin: torch.nn.modules.linear.Linear\\n1 node, 6 parameters\\nswappable\\n\\nlinear = aten.linear.default\\nf32[1, 2]\\nparameter block.lin.weight f32[2, 2]\\nparameter block.lin.bias f32[2]", fillcolor="#e1def7"];\n'
 RELU = '    "relu" [id="node:relu", class="op", label="aten.relu\\nf32[1, 2]", tooltip="relu = aten.relu.default\\nf32[1, 2]"];\n'
-HEAD = '  "linear_1" [id="node:linear_1", class="op module", label="head: Linear\\naten.linear\\nf32[1, 2]\\n+ weight, bias", tooltip="head: torch.nn.modules.linear.Linear\\n1 node, 6 parameters\\nswappable\\n\\nlinear_1 = aten.linear.default\\nf32[1, 2]\\nparameter head.weight f32[2, 2]\\nparameter head.bias f32[2]", fillcolor="#f7eede"];\n'
+HEAD = '  "linear_1" [id="node:linear_1", class="op module", label="head: Linear\\naten.linear\\nf32[1, 2]\\n+ weight, bias", tooltip="head: torch.nn.modules.linear.Linear\\n1 node, 6 parameters\\nswappable\\n\\nlinear_1 = aten.linear.default\\nf32[1, 2]\\nparameter head.weight f32[2, 2]\\nparameter head.bias f32[2]", fillcolor="#e1def7"];\n'
 OUTPUT = '  "output" [id="node:output", class="output", label="output", tooltip="output of the program", style=filled, fillcolor="#e5e7eb"];\n'
 
 
@@ -116,7 +117,7 @@ def test_to_dot_draws_one_cluster_per_module_and_inlines_single_node_modules(out
     label="block: Inner";
     tooltip="block: <tests>.Inner\\n2 nodes, 6 parameters\\nswappable";
     style="filled";
-    fillcolor="#f7e0de";
+    fillcolor="#f7def1";
     color="#9ca3af";
     penwidth=0.8;
 """)
@@ -146,7 +147,7 @@ def test_highlight_gives_the_cluster_a_bold_border_and_a_stronger_fill(outer):
     label="block: Inner";
     tooltip="block: <tests>.Inner\\n2 nodes, 6 parameters\\nswappable";
     style="filled";
-    fillcolor="#f7a5a1";
+    fillcolor="#f7a1e3";
     color="#c026d3";
     penwidth=2.5;
 """)
@@ -155,7 +156,7 @@ def test_highlight_gives_the_cluster_a_bold_border_and_a_stronger_fill(outer):
     # nothing else changes
     unhighlighted = (
         expected.replace("module highlighted", "module")
-        .replace("#f7a5a1", "#f7e0de")
+        .replace("#f7a1e3", "#f7def1")
         .replace('color="#c026d3";\n    penwidth=2.5;', 'color="#9ca3af";\n    penwidth=0.8;')
     )
     assert dot.replace(expected, unhighlighted) == plain
@@ -165,7 +166,7 @@ def test_highlight_gives_the_cluster_a_bold_border_and_a_stronger_fill(outer):
 def test_highlight_of_a_single_node_module_marks_the_node(outer):
     dot = to_dot(outer, highlight="head")
     assert '"linear_1" [id="node:linear_1", class="op module highlighted"' in dot
-    assert 'fillcolor="#f7d7a1", color="#c026d3", penwidth=2.5];' in dot
+    assert 'fillcolor="#aaa1f7", color="#c026d3", penwidth=2.5];' in dot
 
 
 def test_collapse_depth_draws_each_top_level_module_as_one_box(outer):
@@ -173,8 +174,8 @@ def test_collapse_depth_draws_each_top_level_module_as_one_box(outer):
     expected = (
         X
         + qualified("""\
-  "module:block" [id="module:block", class="module collapsed", label="block: Inner\\n2 nodes · 6 params", tooltip="block: <tests>.Inner\\n2 nodes, 6 parameters\\nswappable\\ncollapsed", shape=box3d, margin="0.1,0.06", style=filled, fillcolor="#f7e0de"];
-  "module:head" [id="module:head", class="module collapsed", label="head: Linear\\n1 node · 6 params", tooltip="head: torch.nn.modules.linear.Linear\\n1 node, 6 parameters\\nswappable\\ncollapsed", shape=box3d, margin="0.1,0.06", style=filled, fillcolor="#f7eede"];
+  "module:block" [id="module:block", class="module collapsed", label="block: Inner\\n2 nodes · 6 params", tooltip="block: <tests>.Inner\\n2 nodes, 6 parameters\\nswappable\\ncollapsed", shape=box3d, margin="0.1,0.06", style=filled, fillcolor="#f7def1"];
+  "module:head" [id="module:head", class="module collapsed", label="head: Linear\\n1 node · 6 params", tooltip="head: torch.nn.modules.linear.Linear\\n1 node, 6 parameters\\nswappable\\ncollapsed", shape=box3d, margin="0.1,0.06", style=filled, fillcolor="#e1def7"];
 """)
         + OUTPUT
         + """\
@@ -192,7 +193,7 @@ def test_collapse_a_set_of_modules_boxes_exactly_those(outer):
     expected = (
         X
         + qualified("""\
-  "module:block" [id="module:block", class="module collapsed", label="block: Inner\\n2 nodes · 6 params", tooltip="block: <tests>.Inner\\n2 nodes, 6 parameters\\nswappable\\ncollapsed", shape=box3d, margin="0.1,0.06", style=filled, fillcolor="#f7e0de"];
+  "module:block" [id="module:block", class="module collapsed", label="block: Inner\\n2 nodes · 6 params", tooltip="block: <tests>.Inner\\n2 nodes, 6 parameters\\nswappable\\ncollapsed", shape=box3d, margin="0.1,0.06", style=filled, fillcolor="#f7def1"];
 """)
         + HEAD
         + OUTPUT
@@ -276,8 +277,8 @@ def test_repeated_calls_a_folded_buffer_constants_and_getitem_glue(shared):
     expected = """\
   "c_lifted_tensor_0" [id="node:c_lifted_tensor_0", class="constant", label="lifted_tensor_0\\nf32[4]", tooltip="c_lifted_tensor_0: constant lifted_tensor_0\\nf32[4]", shape=note, style=filled, fillcolor="#f3f4f6"];
   "x" [id="node:x", class="input", label="x\\nf32[3, 4]", tooltip="x: input of the program\\nf32[3, 4]", style=filled, fillcolor="#e5e7eb"];
-  "linear" [id="node:linear", class="op module", label="lin: Linear\\naten.linear\\nf32[3, 4]\\n+ weight, bias", tooltip="lin: torch.nn.modules.linear.Linear\\n1 node, 20 parameters\\nswappable\\n\\nlinear = aten.linear.default\\nf32[3, 4]\\nparameter lin.weight f32[4, 4]\\nparameter lin.bias f32[4]", fillcolor="#eedef7"];
-  "linear_1" [id="node:linear_1", class="op module", label="lin@1: Linear\\naten.linear\\nf32[3, 4]\\n+ weight, bias", tooltip="lin@1: torch.nn.modules.linear.Linear\\n1 node, 20 parameters\\nswappable\\n\\nlinear_1 = aten.linear.default\\nf32[3, 4]\\nparameter lin.weight f32[4, 4]\\nparameter lin.bias f32[4]", fillcolor="#eedef7"];
+  "linear" [id="node:linear", class="op module", label="lin: Linear\\naten.linear\\nf32[3, 4]\\n+ weight, bias", tooltip="lin: torch.nn.modules.linear.Linear\\n1 node, 20 parameters\\nswappable\\n\\nlinear = aten.linear.default\\nf32[3, 4]\\nparameter lin.weight f32[4, 4]\\nparameter lin.bias f32[4]", fillcolor="#e1def7"];
+  "linear_1" [id="node:linear_1", class="op module", label="lin@1: Linear\\naten.linear\\nf32[3, 4]\\n+ weight, bias", tooltip="lin@1: torch.nn.modules.linear.Linear\\n1 node, 20 parameters\\nswappable\\n\\nlinear_1 = aten.linear.default\\nf32[3, 4]\\nparameter lin.weight f32[4, 4]\\nparameter lin.bias f32[4]", fillcolor="#e1def7"];
   "split" [id="node:split", class="op", label="aten.split\\n[f32[3, 2], f32[3, 2]]", tooltip="split = aten.split.Tensor\\nsplit_size=2, dim=1\\n[f32[3, 2], f32[3, 2]]"];
   "cat" [id="node:cat", class="op", label="aten.cat\\nf32[3, 4]", tooltip="cat = aten.cat.default\\ndim=1\\nf32[3, 4]"];
   "mul" [id="node:mul", class="op", label="aten.mul\\nf32[3, 4]\\n+ scale", tooltip="mul = aten.mul.Tensor\\nf32[3, 4]\\nbuffer scale f32[4]"];
@@ -356,7 +357,7 @@ def test_diff_merged_greys_removed_nodes_and_marks_the_added_box(outer, swapped)
     label="block: Inner → Doubler";
     tooltip="block: <tests>.Inner\\n2 nodes, 6 parameters\\nswappable";
     style="filled,dashed";
-    fillcolor="#f7e0de";
+    fillcolor="#f7def1";
     color="#c2410c";
     penwidth=1.5;
 """)
@@ -978,7 +979,7 @@ def test_the_picture_is_semantic_and_to_dot_owns_every_dot_style(outer, swapped)
             assert not re.search(r"#[0-9a-f]{6}|penwidth|fillcolor|\[id=|;$", text), element
             style = getattr(element, "style", (getattr(element, "mark", "") or None,))
             assert set(style) - {None} <= tokens, element
-    assert views[0].picture["cluster:block"].color == "block"
+    assert views[0].picture["cluster:block"].color == "Inner", "coloured by type"
     assert views[0].picture["cluster:block"].style == ("highlighted",)
     # a picture made of records alone: to_dot decides the text
     node = ("node:x", "input", "x", (), ("input",), "x", "x: input", None, (), None, ())
@@ -1028,3 +1029,479 @@ def test_buffers_nothing_reads_are_not_drawn_and_one_readers_fold_into_it(train)
         assert "num_batches_tracked" not in dot
     shown = to_dot(ep, collapse=None, show_parameters=True)
     assert 'id="node:b_bn_running_mean"' in shown, "show_parameters draws them, with edges"
+
+
+# -- real models: the default view ------------------------------------------------------------
+#
+# Hugging Face models built from small configs (no download), an encoder of
+# nn.MultiheadAttention and a ResNet: mask and position building in the model's own forward,
+# runtime checks, stacks of identical layers.
+
+
+class PatchEncoder(nn.Module):
+    """A ViT-like encoder: patches ─▶ + class token, positions ─▶ nn.TransformerEncoder ─▶ head."""
+
+    def __init__(self, dim: int = 32, layers: int = 4):
+        super().__init__()
+        self.patch = nn.Conv2d(3, dim, 4, 4)
+        self.cls = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos = nn.Parameter(torch.zeros(1, 17, dim))
+        layer = nn.TransformerEncoderLayer(dim, 2, 64, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, 10)
+
+    def forward(self, x):
+        x = self.patch(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], 1) + self.pos
+        return self.head(self.norm(self.encoder(x))[:, 0])
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int = 1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(
+                nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)
+            )
+
+    def forward(self, x):
+        y = self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
+        return torch.relu(y + (x if self.down is None else self.down(x)))
+
+
+class SmallResNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, 8, 3, 1, 1, bias=False), nn.BatchNorm2d(8), nn.ReLU()
+        )
+        self.layer1 = nn.Sequential(BasicBlock(8, 8), BasicBlock(8, 8))
+        self.layer2 = nn.Sequential(BasicBlock(8, 16, 2), BasicBlock(16, 16))
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x):
+        return self.fc(self.layer2(self.layer1(self.stem(x))).mean((2, 3)))
+
+
+def _hf(kind: str, layers: int):
+    import transformers  # the dev extra installs it
+
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    if kind == "gpt2":  # its default attention: the mask is built in GPT2Model.forward
+        config = transformers.GPT2Config(
+            n_layer=layers, n_embd=32, n_head=2, vocab_size=100, n_positions=32
+        )
+        model = transformers.GPT2LMHeadModel(config).eval()
+        return model, (torch.randint(0, 100, (1, 8)),), {"use_cache": False}
+    if kind == "llama":
+        config = transformers.LlamaConfig(
+            vocab_size=128,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+        )
+        model = transformers.LlamaForCausalLM(config).eval()
+        mask = torch.ones(2, 12, dtype=torch.long)
+        mask[1, 9:] = 0
+        ids = torch.randint(0, 128, (2, 12))
+        return model, (ids,), {"attention_mask": mask, "use_cache": False}
+    config = transformers.BertConfig(
+        num_hidden_layers=layers,
+        hidden_size=32,
+        num_attention_heads=2,
+        intermediate_size=64,
+        vocab_size=100,
+        max_position_embeddings=32,
+    )
+    model = transformers.BertModel(config).eval()
+    mask = torch.ones(2, 8, dtype=torch.long)
+    mask[1, 6:] = 0
+    return model, (torch.randint(0, 100, (2, 8)),), {"attention_mask": mask}
+
+
+# name -> (how to build it, its layers' fqn pattern, the number of layers, a layer's attention)
+REAL_MODELS = {
+    "gpt2": (lambda: _hf("gpt2", 4), "transformer.h.{}", 4, ".attn"),
+    "llama": (lambda: _hf("llama", 4), "model.layers.{}", 4, ".self_attn"),
+    "llama-32": (lambda: _hf("llama", 32), "model.layers.{}", 32, ".self_attn"),
+    "bert": (lambda: _hf("bert", 4), "encoder.layer.{}", 4, ".attention"),
+    "vit": (
+        lambda: (PatchEncoder().eval(), (torch.randn(2, 3, 16, 16),), {}),
+        "encoder.layers.{}",
+        4,
+        ".self_attn",
+    ),
+    "resnet": (
+        lambda: (SmallResNet().eval(), (torch.randn(1, 3, 16, 16),), {}),
+        "layer2.{}",
+        2,
+        ".conv1",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def real_models():
+    made = {}
+
+    def get(name: str):
+        if name not in made:
+            build, *_ = REAL_MODELS[name]
+            model, args, kwargs = build()
+            made[name] = gs.export(model, args, kwargs)
+        return made[name]
+
+    return get
+
+
+def dot_edges(dot: str) -> list[tuple[str, str]]:
+    """The (tail, head) DOT names of every edge statement."""
+    return re.findall(r'^\s*"((?:[^"\\]|\\.)*)" -> "((?:[^"\\]|\\.)*)"', dot, flags=re.M)
+
+
+def has_cycle(edges: list[tuple[str, str]]) -> bool:
+    """Whether the edges close a cycle (Kahn's algorithm leaves nodes behind)."""
+    heads: dict[str, list[str]] = {}
+    indegree: dict[str, int] = {}
+    for tail, head in edges:
+        heads.setdefault(tail, []).append(head)
+        indegree[head] = indegree.get(head, 0) + 1
+        indegree.setdefault(tail, 0)
+    ready = [n for n, d in indegree.items() if d == 0]
+    seen = 0
+    while ready:
+        node = ready.pop()
+        seen += 1
+        for head in heads.get(node, ()):
+            indegree[head] -= 1
+            if indegree[head] == 0:
+                ready.append(head)
+    return seen < len(indegree)
+
+
+@needs_dot
+@pytest.mark.parametrize("name", list(REAL_MODELS))
+def test_a_real_model_shows_every_layer_without_cycles_in_readable_text(name, real_models):
+    from graphsurgeon.display import svg_size
+    from graphsurgeon.drawing import FIT_WIDTH, MIN_SCALE
+
+    ep = real_models(name)
+    _, pattern, count, attention = REAL_MODELS[name]
+    layers = [pattern.format(i) for i in range(count)]
+    assert all(layer in gs.partition(ep) for layer in layers), "precondition: its layers"
+    drawing = gs.draw(ep)
+    view = drawing.view
+    for layer in layers:  # each a box of its own (up to 32 layers: no run), or open
+        (element,) = drawing.picture.elements_of_call(layer)
+        assert element in (f"module:{layer}", f"cluster:{layer}"), (element, view.caption())
+    assert not has_cycle(dot_edges(drawing.dot))
+    width, _ = svg_size(drawing.svg)
+    assert min(1.0, FIT_WIDTH / width) >= MIN_SCALE and drawing.scale >= MIN_SCALE, width
+    # showing a layer's attention (the stepper about to run it) draws that layer more, only:
+    # in draw's view (the budget it chose) and in graph_view's
+    layer = layers[1]
+    for default in (view, graph_view(ep)):
+        budget = drawing.max_nodes if default is view else render.AUTO_MAX_NODES
+        shown = graph_view(ep, highlight=layer + attention, max_nodes=budget)
+        opened = set(shown.clusters) - set(default.clusters)
+        assert shown.picture.elements_of_call(layer + attention), "drawn, not in a box"
+        assert all(c == layer or c.startswith(layer + ".") for c in opened), opened
+        assert shown.drawn_nodes - default.drawn_nodes <= len(gs.partition(ep)[layer].nodes)
+        assert not has_cycle(dot_edges(shown.dot))
+    assert layer in set(
+        graph_view(ep, highlight=layer + attention, max_nodes=drawing.max_nodes).clusters
+    )
+
+
+def test_the_mask_building_of_a_decoder_is_one_box_that_opens_like_a_module(real_models):
+    from graphsurgeon.partition import call_index
+
+    ep = real_models("gpt2")
+    # the precondition: GPT2Model.forward builds its mask itself, in ~45 ops of no submodule
+    chains = call_index(ep).chains
+    assert sum(1 for chain in chains.values() if chain[-1:] == ("transformer",)) > 40
+    view = graph_view(ep, max_nodes=20)
+    box = view.picture["ops:transformer"]
+    assert box.kind == "ops" and box.calls == ("transformer",) and len(box.members) >= 30
+    assert box.label.startswith("GPT2Model: ") and " ops\n" in box.label
+    assert view.folded_ops == ("ops:transformer",)
+    assert [e.tail for e in view.picture.edges_in("ops:transformer")] == ["node:input_ids"]
+    assert all(layer in view.collapsed for layer in ("transformer.h.0", "transformer.h.3"))
+    # opened like a module: by name, fully open, by depth
+    opened = graph_view(ep, collapse={"transformer.h.0"})
+    assert not opened.folded_ops and all(f"node:{n}" in opened.picture for n in box.members)
+    assert not graph_view(ep, collapse=None).folded_ops
+    assert graph_view(ep, collapse=2).folded_ops == ("ops:transformer",)
+    assert graph_view(ep, collapse=3).folded_ops == ()
+    with pytest.raises(gs.errors.UnknownModuleError, match="transfromer"):
+        graph_view(ep, collapse={"ops:transfromer"})
+    assert graph_view(ep, highlight="ops:transformer", max_nodes=20).folded_ops == ()
+
+
+class Positions(nn.Module):
+    #   (arange ─▶ unsqueeze ─▶ float ─▶ mul: positions from nothing ─▶ add ◀── x) ─▶ lin
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        positions = torch.arange(x.shape[1]).unsqueeze(0).float() * 0.5
+        return self.lin(x + positions)
+
+
+def test_the_top_level_own_ops_are_a_box_too():
+    ep = exported(Positions(), torch.randn(2, 4))
+    assert graph_view(ep).folded_ops == (), "a small program: everything open, as before"
+    view = graph_view(ep, collapse=1)
+    assert view.folded_ops == ("ops:",)
+    box = view.picture["ops:"]
+    assert box.calls == () and box.label.startswith("Positions: 5 ops")
+    assert box.members == ("arange", "unsqueeze", "to", "mul", "add"), "from the inputs alone"
+    assert [e.head for e in view.picture.edges_out("ops:")] == ["module:lin"]
+    assert [e.tail for e in view.picture.edges_in("ops:")] == ["node:x"]
+    assert graph_view(ep, collapse={"ops:"}).folded_ops == ("ops:",)
+
+
+def test_checks_are_hidden_unless_asked(real_models):
+    ep = real_models("llama")
+    checks = [n.name for n in ep.graph.nodes if "_assert_tensor_metadata" in str(n.target)]
+    assert checks, "precondition: the program records run-time checks"
+    hidden = to_dot(ep, collapse=None)
+    assert not any(f'id="node:{name}"' in hidden for name in checks)
+    shown = to_dot(ep, collapse=None, show_checks=True)
+    assert all(f'id="node:{name}"' in shown for name in checks)
+
+
+def test_run_boxes_only_over_chains_and_never_a_cycle():
+    torch.manual_seed(0)
+    model = TinyGPT(4).eval()
+    ep = gs.export(model, (model.example_input(),))
+    attention = ["layers.1.attn.q", "layers.1.attn.k", "layers.1.attn.v", "layers.1.attn.o"]
+    # the precondition: q, k, v, o are siblings of one type in a row, and so are embed, pos;
+    # but only v feeds o (through the attention), and the projection reads what q, k, v made
+    calls = list(gs.partition(ep))
+    assert calls[calls.index(attention[0]) : calls.index(attention[0]) + 4] == attention
+    for budget in (8, 20, 30, 50):
+        view = graph_view(ep, highlight="layers.1.attn", max_nodes=budget)
+        runs = [e for e in view.picture.nodes if e.kind == "box" and len(e.calls) > 1]
+        for run in runs:
+            assert not {"layers.1.attn.q", "layers.1.attn.o"} <= set(run.calls), run.label
+            assert not {"embed", "pos"} <= set(run.calls), run.label
+        assert not has_cycle(dot_edges(view.dot)), budget
+    stacked = graph_view(ep, max_nodes=4)
+    assert "layers.0 … layers.3: Block × 4" in stacked.dot, "a chain of layers is one run"
+
+
+def test_identical_layers_have_one_colour_and_stay_in_model_order(real_models):
+    view = graph_view(real_models("llama"), collapse=2)
+    fills = {
+        e.id: re.search(r'fillcolor="(#\w+)"', line).group(1)
+        for e in view.picture.nodes
+        if e.id.startswith("module:model.layers.")
+        for line in view.dot.splitlines()
+        if f'id="{e.id}"' in line
+    }
+    assert len(fills) == 4 and len(set(fills.values())) == 1, fills
+    if shutil.which("dot"):
+        root = ET.fromstring(to_svg(real_models("llama"), collapse=2))
+        tops = []
+        for i in range(4):
+            group = next(
+                g for g in root.iter(f"{SVG}g") if g.get("id") == f"module:model.layers.{i}"
+            )
+            points = next(group.iter(f"{SVG}polygon")).get("points").split()
+            tops.append(min(float(p.split(",")[1]) for p in points))
+        assert tops == sorted(tops), "layers.0 drawn above layers.1, and so on"
+
+
+# -- overlays: values painted on the picture --------------------------------------------------
+
+
+class NoCausalMask(FusedAttention):
+    """FusedAttention that forgets ``is_causal``: wrong from its first token on."""
+
+    def forward(self, x):
+        batch, tokens, hidden = x.shape
+        q, k, v = (
+            self.qkv(x)
+            .view(batch, tokens, 3, self.heads, hidden // self.heads)
+            .permute(2, 0, 3, 1, 4)
+        )
+        out = nn.functional.scaled_dot_product_attention(q, k, v)
+        return self.o(out.transpose(1, 2).reshape(batch, tokens, hidden))
+
+
+@pytest.fixture(scope="module")
+def ten_swaps():
+    """A Surgery of a 5-layer decoder with 10 swaps: exact copies, but for a wrong attention
+    in layer 1 and an approximate MLP in layer 3."""
+    import copy
+
+    from graphsurgeon.examples import GeluTanhMLP
+
+    torch.manual_seed(0)
+    model = TinyGPT(5).eval()
+    tokens = model.example_input()
+    s = gs.Surgery.from_model(model, (tokens,))
+    for i, layer in enumerate(model.layers):
+        s.swap(
+            f"layers.{i}.attn", NoCausalMask(layer.attn) if i == 1 else copy.deepcopy(layer.attn)
+        )
+        s.swap(f"layers.{i}.mlp", GeluTanhMLP(layer.mlp) if i == 3 else copy.deepcopy(layer.mlp))
+    return s
+
+
+@needs_dot
+def test_the_error_overlay_marks_the_first_wrong_swap_and_nothing_drawn_before_it(ten_swaps):
+    s = ten_swaps
+    assert len(s.replacements) == 10, "precondition"
+    assert not gs.verify(s.program, s.module, s.args), "precondition: two swaps are wrong"
+    drawing = gs.draw(s, overlay="error", collapse=None)
+    overlay, picture = drawing.overlay, drawing.picture
+    assert overlay and set(overlay) <= set(picture), "keyed by the ids drawn"
+    marked = next(i for i in picture if overlay.get(i, 0) > 1)
+    assert marked == "node:swapped_layers_1_attn"
+    before = [overlay[i] for i in list(picture)[: list(picture).index(marked)] if i in overlay]
+    assert len(before) > 10 and max(before) <= 1e-6
+    values = drawing.overlay_values
+    assert overlay[marked] == values.nodes["swapped_layers_1_attn"] > 1e3
+    # heat colours: hottest beyond the tolerance; the tooltip says the value
+    line = next(x for x in drawing.dot.splitlines() if 'id="node:swapped_layers_1_attn"' in x)
+    assert 'fillcolor="#f87171"' in line and "error: 4.7" in line
+    html = drawing._repr_html_()
+    assert 'class="gs-legend"' in html and "error overlay" in html
+    # a box by the worst of its members: a module, a run of layers
+    boxed = graph_view(s, overlay=values, collapse=1)
+    assert boxed.overlay["module:layers.1"] == values.calls["layers.1"] >= overlay[marked]
+    assert values.calls["layers.1"] == max(
+        values.nodes[n] for n in boxed.picture["module:layers.1"].members if n in values.nodes
+    )
+    assert boxed.overlay["module:layers.0"] == 0.0 and boxed.overlay_values is values
+    run = graph_view(s, overlay=values, max_nodes=4)
+    assert run.overlay["modules:layers.0..layers.4"] == max(values.nodes.values())
+    assert drawing.view.overlay == graph_view(s, overlay=values, collapse=None).overlay
+
+
+def test_latency_boxes_sum_their_members_and_values_of_ones_own_show_as_given():
+    from graphsurgeon.overlay import overlay_values
+
+    torch.manual_seed(0)
+    model = TinyGPT(2).eval()
+    tokens = model.example_input()
+    ep = gs.export(model, (tokens,))
+    latency = overlay_values(ep, (tokens,), kind="latency", repeat=1)
+    view = graph_view(ep, overlay=latency, collapse=1)
+    members = view.picture["module:layers.0"].members
+    assert view.overlay["module:layers.0"] == pytest.approx(
+        math.fsum(latency.nodes[n] for n in members if n in latency.nodes)
+    )
+    assert view.picture.heat.low == 0 and view.picture.heat.high == max(view.overlay.values())
+    mine = graph_view(ep, overlay={"layers.1": 3.0, "layers.0.attn": 0.5}, collapse=1)
+    assert mine.overlay["module:layers.1"] == 3.0 and "values: 3" in mine.dot
+    assert mine.overlay["module:layers.0"] == 0.5, "the worst of what it holds"
+    with pytest.raises(RenderError, match="runs the program: pass its inputs"):
+        to_dot(ep, overlay="latency")
+    assert 'id="node:tokens"' in to_dot(ep, overlay="latency", args=(tokens,), collapse=None)
+
+
+# -- a stack of layers, laid out one layer at a time ------------------------------------------
+
+
+def _positions(svg: str, cluster: str) -> list[tuple[float, float]]:
+    """The first text position of every node inside ``cluster``'s box, relative to its corner."""
+    root = ET.fromstring(svg)
+    groups = {g.get("id"): g for g in root.iter(f"{SVG}g")}
+    points = next(groups[cluster].iter(f"{SVG}polygon")).get("points").split()
+    left = min(float(p.split(",")[0]) for p in points)
+    top = min(float(p.split(",")[1]) for p in points)
+    bottom = max(float(p.split(",")[1]) for p in points)
+    found = []
+    for group_id, group in groups.items():
+        if not (group_id or "").startswith("node:"):
+            continue
+        text = next(group.iter(f"{SVG}text"), None)
+        if text is None:
+            continue
+        x, y = float(text.get("x")), float(text.get("y"))
+        if top <= y <= bottom and x >= left:
+            found.append((round(x - left, 1), round(y - top, 1)))
+    return sorted(found)
+
+
+@needs_dot
+def test_a_stack_of_identical_layers_is_laid_out_one_layer_at_a_time(monkeypatch):
+    from graphsurgeon.render import _stack
+
+    monkeypatch.setattr(_stack, "MIN_NODES", 0)  # a small stack, to keep the test quick
+    monkeypatch.setattr(graphviz_runner, "_STACKED_MIN_TEXT", 0)
+    torch.manual_seed(0)
+    model = TinyGPT(10).eval()
+    ep = gs.export(model, (model.example_input(),))
+    view = graph_view(ep, collapse=None)
+    assert len(view.clusters) == 30 and "layers.9.mlp" in view.clusters, "precondition: open"
+    runs = []
+    real_run = graphviz_runner.run
+
+    def counting_run(texts, arguments, program="dot"):
+        runs.append((program, len(texts)))
+        return real_run(texts, arguments, program)
+
+    monkeypatch.setattr(graphviz_runner, "run", counting_run)
+    graphviz_runner._LAYOUTS.clear()
+    svg = graphviz_runner.layout(view.dot).decode()
+    # a few layouts of one layer each, the picture around the stack, then drawn as one
+    assert runs[0][0] == "dot" and runs[0][1] < 10 and runs[1:] == [("dot", 1), ("neato", 1)]
+    whole = subprocess.run(["dot", "-Tsvg"], input=view.dot.encode(), capture_output=True)
+    ids = set(re.findall(r'<g id="([^"]+)"', svg))
+    assert ids == set(re.findall(r'<g id="([^"]+)"', whole.stdout.decode())), "the same picture"
+    # one column in model order, identical layers laid out alike
+    root = ET.fromstring(svg)
+    boxes = []
+    for i in range(10):
+        group = next(g for g in root.iter(f"{SVG}g") if g.get("id") == f"cluster:layers.{i}")
+        points = [p.split(",") for p in next(group.iter(f"{SVG}polygon")).get("points").split()]
+        xs, ys = [float(x) for x, _ in points], [float(y) for _, y in points]
+        boxes.append((min(xs), max(xs), min(ys), max(ys)))
+    assert len({(round(a), round(b)) for a, b, _, _ in boxes}) == 1, "one column"
+    assert [top for _, _, top, _ in boxes] == sorted(top for _, _, top, _ in boxes)
+    assert _positions(svg, "cluster:layers.2") == _positions(svg, "cluster:layers.7")
+    # no stack, no parts: laid out whole
+    assert _stack._stack(graph_view(exported(Outer(), torch.randn(1, 2))).picture) is None
+
+
+def test_a_replaced_region_of_ops_is_drawn_before_and_after_like_a_swap():
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x):
+            h = self.lin(x)
+            return h * torch.sigmoid(h)  # SiLU, written inline: no module's
+
+    def silu(x):
+        return x * torch.sigmoid(x)
+
+    torch.manual_seed(0)
+    s = gs.Surgery.from_model(nn.Sequential(Block(), Block()), (torch.randn(2, 4),))
+    s.replace(silu, nn.SiLU(), (torch.randn(3, 4),))
+    assert list(s.regions) == ["silu:0", "silu:1"]  # precondition: two regions, no modules
+    # was KeyError: 'silu:0' (a diff opens the swapped calls, and the original has no such call)
+    for diff in (True, "split"):
+        dot = to_dot(s, diff=diff, collapse=None)
+        assert "(x: f32[2, 4]) → f32[2, 4]" in dot and "(?)" not in dot
+    merged = graph_view(s, diff=True, collapse=None).picture
+    inside = set(merged.inside("cluster:silu:0"))
+    removed = set(s.regions["silu:0"].nodes)
+    assert {f"node:{name}" for name in removed} <= inside  # what it replaced, in its box
+    assert not {f"node:{name}" for name in s.regions["silu:1"].nodes} & inside

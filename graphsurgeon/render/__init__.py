@@ -3,8 +3,9 @@
 What a picture shows:
 
 * one nested cluster per module call, from ``nn_module_stack``, labelled ``fqn: TypeName`` and
-  filled with a pale color derived from the fqn (the same color on every run and machine);
-  a module call that holds a single node is drawn as that node, filled with the module's color;
+  filled with a pale color derived from the type's name (the same color on every run and
+  machine, and for every layer of one type); a module call that holds a single node is drawn as
+  that node, filled with the module's color;
 * one node per fx node, labelled by op (``aten.linear``) and its output (``f32[1, 16, 64]``);
   user inputs, buffers and constants have their own shapes, parameters are folded into the
   node that uses them (``+ weight, bias``); pytree glue (``getitem`` chains, the swap's checks)
@@ -13,12 +14,21 @@ What a picture shows:
 * a fused call (:func:`graphsurgeon.fuse`) as the program's own nodes it runs, in one box
   marked "fused" unless opened;
 * a collapsed module call as one box with its node and parameter counts, its edges aggregated;
+  a run of sibling calls of one type that feed each other (a decoder's layers) as one box
+  (``layers.0 … layers.31: Block × 32``): only a chain, so that a box never closes a cycle;
+* the ops a module call runs in its own forward from the program's inputs alone (a decoder's
+  mask and position building, dozens of ops wide) as one box, ``LlamaModel: 45 ops``, that
+  opens and closes like a module (``ops:<call>``; ``ops:`` for the top level);
+* no run-time checks (``_assert_tensor_metadata``; ``show_checks=True`` draws them);
+* with ``overlay=``, each node and box filled with its value's heat colour
+  (:func:`graphsurgeon.overlay.overlay_values`: error, own error, latency, or your own);
 * a value used by more than 8 drawn nodes or boxes (rotary tables, masks fed to every layer)
   without its edges: it says ``→ 80 users`` and each user names it (``shared: slice_1``).
 
 Every node, cluster and edge carries a stable ``id`` that graphviz copies into the SVG:
 ``node:<fx node name>``, ``cluster:<call name>`` (an open module call), ``module:<call name>``
-(a collapsed one), ``modules:<first>..<last>`` (a run of collapsed siblings) and
+(a collapsed one), ``modules:<first>..<last>`` (a run of collapsed siblings), ``ops:<call>``
+(a call's own ops, folded) and
 ``edge:<tail>-><head>`` (tail and head are DOT node names: the fx node name, or the ``module:``
 id of a box; a repeated pair gets ``:2``, ``:3`` ...). The two pictures of a side-by-side diff
 prefix all of these with ``before/`` and ``after/``. A name that an id cannot carry as it is (NUL,
@@ -30,7 +40,8 @@ middle (``…``). Tooltips carry the fx node name, the full op and the source li
 The stages, one module each: ``_scene`` (the graph's analysis, the scene, the collapse plan
 and the names a caller gives), ``_writer`` (scene -> a semantic
 :class:`~graphsurgeon.render.picture.Picture`), ``picture`` (the records, their lookups, and
-the lowering to DOT that owns every DOT style) and ``graphviz`` (the one ``dot`` runner).
+the lowering to DOT that owns every DOT style), ``graphviz`` (the one ``dot`` runner) and
+``_stack`` (a large picture with a stack of open layers, laid out a layer at a time).
 
 Example:
     >>> import torch, graphsurgeon as gs
@@ -49,13 +60,16 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterable
+import math
+import types
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import display
 from ..errors import RenderError
 from ._scene import (
+    OPS_PREFIX,
     _analysis,
     _drawn,
     _Marks,
@@ -67,15 +81,17 @@ from ._scene import (
     _resolve,
     _state,
     _swaps_named,
+    ops_key,
 )
 from ._writer import _Context, _picture, _Writer
-from .graphviz import layout
-from .picture import Picture
+from .graphviz import layout, remember
+from .picture import Heat, Picture
 
 __all__ = ["AUTO_MAX_NODES", "GraphView", "RenderError", "graph_view", "to_dot", "to_svg"]
 
 #: How many nodes ``collapse="auto"`` draws at most (boxes included), unless told otherwise.
 AUTO_MAX_NODES = 300
+
 
 @dataclass(frozen=True)
 class GraphView:
@@ -95,6 +111,13 @@ class GraphView:
         swapped: the swapped calls of the program (empty for an ExportedProgram).
         fused: the fused calls of the program (:func:`graphsurgeon.fuse`): each is drawn as
             the program's own nodes, one box marked "fused" unless opened.
+        folded_ops: the own-ops boxes drawn (``"ops:model"``, ``"ops:"`` for the top level):
+            the ops a module call runs in its own forward from the program's inputs alone
+            (mask and position building), folded into one box; named in ``collapse=`` and
+            ``highlight=`` as they are here.
+        overlay: with ``overlay=``, each drawn node's and box's value by element id (a box:
+            the worst of its members for errors, their sum for latency); empty without one.
+        overlay_values: the :class:`graphsurgeon.overlay.OverlayValues` drawn, or None.
     """
 
     dot: str = field(repr=False)
@@ -106,6 +129,9 @@ class GraphView:
     highlighted: tuple[str, ...]
     swapped: tuple[str, ...]
     fused: tuple[str, ...] = ()
+    folded_ops: tuple[str, ...] = ()
+    overlay: Mapping[str, float] = field(default_factory=dict, repr=False)
+    overlay_values: Any = field(default=None, repr=False)
 
     def caption(self) -> str:
         """What the picture shows, in a line: ``57 of 349 fx nodes drawn, 1 swapped``."""
@@ -120,8 +146,28 @@ class GraphView:
         """Shown as its picture, laid out (as :func:`graphsurgeon.draw` shows it)."""
         name = self.picture.name
         svg = layout(self.dot, "svg").decode()
-        html = display.picture_html(name, self.caption(), svg, len(self.collapsed))
+        html = display.picture_html(
+            name, self.caption(), svg, len(self.collapsed), legend=legend_html(self.picture)
+        )
         return display.bundle(html, f"<Drawing of {name}: {self.caption()}>", include, exclude)
+
+
+def legend_html(picture: Picture) -> str:
+    """The legend of a picture's overlay (its colours and what they mean), '' without one."""
+    heat = picture.heat
+    if heat is None:
+        return ""
+    return display.legend_html(f"{heat.kind} overlay", heat.legend(), _HEAT_NOTES.get(heat.kind))
+
+
+_HEAT_NOTES = {
+    "error": "the worst error against the original, relative to the tolerance; a box: the worst "
+    "of its members",
+    "own error": "each node's own error, on the original's inputs; a box: the worst of its members",
+    "latency": "each node's share of the forward, coloured against the largest drawn; a box: "
+    "the sum of its members",
+    "values": "your values; a box: the aggregate of its members",
+}
 
 
 # -- arguments -------------------------------------------------------------------------------
@@ -169,6 +215,10 @@ def graph_view(
     diff: Any = None,
     max_nodes: int = AUTO_MAX_NODES,
     show_parameters: bool = False,
+    show_checks: bool = False,
+    overlay: Any = None,
+    args: tuple | None = None,
+    kwargs: Mapping[str, Any] | None = None,
 ) -> GraphView:
     """Draw ``program`` as DOT text and say what the picture shows. See :func:`to_dot`.
 
@@ -185,8 +235,25 @@ def graph_view(
     _check_collapse(collapse)
     if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes < 1:
         raise RenderError(f"max_nodes: expected a positive int, got {max_nodes!r}")
+    values = overlay_of(program, overlay, args, kwargs)
     with _without_cyclic_gc():
-        return _view(source, mode, highlight, collapse, max_nodes, show_parameters)
+        return _view(
+            source, mode, highlight, collapse, max_nodes, show_parameters, show_checks, values
+        )
+
+
+def overlay_of(program: Any, overlay: Any, args: Any = None, kwargs: Any = None) -> Any:
+    """The values ``overlay=`` asks for (:class:`graphsurgeon.overlay.OverlayValues`), or None:
+    computed by :func:`graphsurgeon.overlay.overlay_values` (``"error"``, ``"own error"`` and
+    ``"latency"`` run the program on ``args``/``kwargs``; a Surgery brings its own), or given
+    already computed."""
+    if overlay is None:
+        return None
+    from ..overlay import OverlayValues, overlay_values  # runs programs: only when asked
+
+    if isinstance(overlay, OverlayValues):
+        return overlay
+    return overlay_values(program, args, kwargs, kind=overlay)
 
 
 @contextlib.contextmanager
@@ -209,6 +276,8 @@ def _view(
     collapse: Any,
     max_nodes: int,
     show_parameters: bool,
+    show_checks: bool,
+    values: Any = None,
 ) -> GraphView:
     ep = source.ep
     state = _state(ep)
@@ -216,31 +285,59 @@ def _view(
     after = _drawn(source, before, state) if source.module is not None else None
     swapped = tuple(source.swapped)
     marks = _Marks()
-    scene, pictures = _pictures(mode, before, after, source, marks, show_parameters)
+    scene, pictures = _pictures(mode, before, after, source, marks, show_parameters, show_checks)
 
     highlight_names = _names(highlight, "highlight")
-    marks.highlighted = set(_resolve(highlight_names, scene, source, "highlight"))
+    resolved = _resolve(highlight_names, scene, source, "highlight")
+    marks.highlighted = {name for name in resolved if isinstance(name, str)}
     chosen_swaps = _swaps_named(highlight_names, swapped)
     if mode is None:  # the swapped module has no cluster here: its box stands out instead
         marks.highlighted_vertices = {source.swapped[c] for c in chosen_swaps}
-    collapsed: set[str] = set()
+    collapsed: set = set()
     if collapse is not None and not isinstance(collapse, (int, str)):
         collapsed = set(_resolve(_names(collapse, "collapse"), scene, source, "collapse"))
-    forced = scene.ancestors(n for n in swapped if mode is not None)
+    # a swapped call is opened in a diff; a region of ops (Surgery.replace) has no call of its
+    # own in the original: the call that holds it is opened
+    regions = source.info.regions if source.info is not None else {}
+    holders = [regions[n].call if n in regions else n for n in swapped]
+    forced = scene.ancestors(c for c in holders if mode is not None and c)
+    # an own-ops box named in highlight is opened, in its module
+    for key in resolved:
+        if not isinstance(key, str):
+            forced |= {key} | scene.ancestors([key[1]] if key[1] else [])
+    shown = set()
     if collapse == "auto" or isinstance(collapse, int):
-        forced |= scene.ancestors(marks.highlighted)
-    open_, runs = _plan(scene, collapse, collapsed, forced, max_nodes)
+        shown = marks.highlighted
     marks.fused = set(source.fused)
-    if collapse == "auto" or isinstance(collapse, int):
-        # a fused call is one call now: one box, unless highlighted (or opened by name)
-        open_ -= marks.fused - forced
-
-    context = _Context(source, state)
-    writers = [_Writer(s, open_, runs, marks, context, p, e) for s, p, e in pictures]
-    for writer in writers:
-        writer.write()
+    context = _Context(source, state, before.root_type)
     name = before.root_type.rsplit(".", 1)[-1] or "program"
-    picture = _picture(name, writers, scene.aliases)
+    no_runs: set[str] = set()
+    while True:
+        open_, runs = _plan(scene, collapse, collapsed, forced, max_nodes, shown, no_runs)
+        if collapse == "auto" or isinstance(collapse, int):
+            # a fused call is one call now: one box, unless highlighted (or opened by name)
+            open_ -= marks.fused - forced - scene.ancestors(shown)
+        writers = [
+            # in a split diff the overlay is the swapped program's: the "after" picture's
+            _Writer(s, open_, runs, marks, context, p, e, values if p != "before/" else None)
+            for s, p, e in pictures
+        ]
+        for writer in writers:
+            writer.write()
+        # Boxes never close a cycle (a run over siblings that are not a chain, a module whose
+        # nodes interleave with the rest): a run found on one is drawn as its calls, any
+        # other box is opened, and the picture is drawn again.
+        cyclic, broken = set(), set()
+        for writer in writers:
+            boxes, runs_on_cycles = _boxes_on_cycles(writer)
+            cyclic |= boxes - forced
+            broken |= runs_on_cycles - no_runs
+        if not cyclic and not broken:
+            break
+        no_runs |= broken
+        forced |= cyclic | scene.ancestors(c for c in cyclic if isinstance(c, str))
+    heat = _heat(values, writers) if values is not None else None
+    picture = _picture(name, writers, scene.aliases, heat)
 
     graph_nodes = len(ep.graph.nodes)
     if source.module is not None:
@@ -251,8 +348,11 @@ def _view(
     present = set(scene.present)
     boxes = {b for w in writers for b in w.boxes}
     clusters = {c for w in writers for c in w.clusters}
+    folded = {o for w in writers for o in w.folded_ops}
+    dot = picture.to_dot()
+    remember(dot, picture)  # laying the text out may then lay the picture out in parts
     return GraphView(
-        dot=picture.to_dot(),
+        dot=dot,
         picture=picture,
         graph_nodes=graph_nodes,
         drawn_nodes=sum(w.drawn for w in writers),
@@ -265,7 +365,90 @@ def _view(
         ),
         swapped=swapped,
         fused=tuple(source.fused),
+        folded_ops=tuple(OPS_PREFIX + o for o in ["", *scene.present] if o in folded),
+        overlay=types.MappingProxyType(dict(picture.overlay)),
+        overlay_values=values,
     )
+
+
+def _heat(values: Any, writers: list[_Writer]) -> Heat:
+    """How the overlay is coloured: errors around their threshold (the tolerance); latency
+    and values of one's own from the smallest to the largest drawn (latency: from 0, so each
+    colour is a share of the hottest)."""
+    drawn = [v for writer in writers for v in writer.overlay.values() if math.isfinite(v)]
+    high = max(drawn, default=0.0)
+    low = 0.0 if values.kind == "latency" else min(drawn, default=0.0)
+    return Heat(values.kind, values.unit, values.threshold, low, high)
+
+
+def _on_cycles(edges: list[tuple]) -> set[str]:
+    """The nodes that lie on a cycle of ``edges`` (rows of PictureEdge fields): those in a
+    strongly connected component of more than one node (Tarjan's algorithm, iteratively)."""
+    heads: dict[str, list[str]] = {}
+    for _, tail, head, *_ in edges:
+        heads.setdefault(tail, []).append(head)
+        heads.setdefault(head, [])
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: set[str] = set()
+    for start in heads:
+        if start in index:
+            continue
+        work = [(start, 0)]
+        while work:
+            node, i = work.pop()
+            if i == 0:
+                index[node] = low[node] = len(index)
+                stack.append(node)
+                on_stack.add(node)
+            successors = heads[node]
+            if i < len(successors):
+                work.append((node, i + 1))
+                successor = successors[i]
+                if successor not in index:
+                    work.append((successor, 0))
+                elif successor in on_stack:
+                    low[node] = min(low[node], index[successor])
+                continue
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.update(component)
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+    return found
+
+
+def _boxes_on_cycles(writer: _Writer) -> tuple[set, set[str]]:
+    """The boxes on a cycle of ``writer``'s edges: the calls (and own-ops keys) of boxes, and
+    the calls of run boxes."""
+    if not (writer.boxes or writer.folded_ops):
+        return set(), set()
+    on_cycles = _on_cycles(writer.edges)
+    if not on_cycles:
+        return set(), set()
+    boxes: set = set()
+    runs: set[str] = set()
+    for element_id in on_cycles:
+        row = writer.rows.get(element_id)
+        if row is None or row[1] not in ("box", "ops"):
+            continue
+        if row[1] == "ops":
+            boxes.add(ops_key(row[3][0] if row[3] else ""))
+        elif len(row[3]) > 1:
+            runs.update(row[3])
+        else:
+            boxes.update(row[3])
+    return boxes, runs
 
 
 def to_dot(
@@ -276,6 +459,10 @@ def to_dot(
     diff: Any = None,
     max_nodes: int = AUTO_MAX_NODES,
     show_parameters: bool = False,
+    show_checks: bool = False,
+    overlay: Any = None,
+    args: tuple | None = None,
+    kwargs: Mapping[str, Any] | None = None,
 ) -> str:
     """The DOT text of ``program`` drawn with its module partitions. Pure: no binary needed.
 
@@ -291,16 +478,22 @@ def to_dot(
             :class:`~graphsurgeon.UnknownModuleError`.
         collapse: which module calls are drawn as one box (node count, edges aggregated):
 
-            * ``"auto"`` (default): as much detail as fits in ``max_nodes`` drawn nodes. Starts
-              with every top-level module collapsed, then opens whole groups of modules of one
-              type at a time (every ``Block``, then every ``MLP``...), cheapest first, while the
-              picture stays within budget. Highlighted modules (and their parents) stay open.
-              If the top-level boxes alone are too many, runs of sibling modules of one type
-              become one box. Nodes that belong to no module are always drawn.
+            * ``"auto"`` (default): as much detail as fits in ``max_nodes`` drawn nodes. The
+              layer stack (the outermost runs of sibling calls of one type that feed each
+              other: a decoder's layers, a ResNet's stages) is always visible: the calls around
+              it are open, each layer at least a box. Then whole groups of modules of one type
+              open at a time (every ``Block``, then every ``MLP``...; the own-ops boxes of one
+              type of module are a group too), cheapest first, while the picture stays within
+              budget. If those boxes alone are too many, runs of layers become one box each,
+              and nothing else opens. Highlighted modules are opened with their parents on
+              top of that view (the layer of a highlighted attention, and nothing else).
+              Nodes that belong to no module are always drawn.
             * ``None``: nothing collapsed.
             * a depth ``d >= 1``: calls ``d`` levels deep are boxes (``1``: every top-level
-              module); highlighted modules stay open.
-            * a set of fqns or call names: exactly those are boxes.
+              module), and the own ops of calls ``d - 1`` levels deep (``1``: the top level's);
+              highlighted modules stay open.
+            * a set of fqns or call names: exactly those are boxes; ``"ops:<call>"`` (``"ops:"``
+              for the top level) names the own-ops box of a call.
 
         diff: compare a swapped program with the program it was made from:
             ``"merged"`` (or ``True``) draws one picture: the removed nodes greyed and dashed
@@ -311,6 +504,18 @@ def to_dot(
         max_nodes: the budget of ``collapse="auto"`` (per picture).
         show_parameters: draw parameters as nodes of their own instead of folding them into
             the node that uses them.
+        show_checks: draw the run-time checks torch.export records (``_assert_tensor_metadata``,
+            ``sym_constrain_range``): they compute nothing, and are left out unless asked.
+        overlay: paint values on the picture (:func:`graphsurgeon.overlay.overlay_values`):
+            ``"error"`` (the swapped program against the original, relative to the
+            tolerance), ``"own error"`` (each node on the original's inputs), ``"latency"``
+            (each node's share of a profiled forward), a mapping ``{node or module name:
+            value}`` of your own, or values already computed (an ``OverlayValues``). Each node
+            and box is filled with its value's heat colour and says it in its tooltip; a box
+            (a collapsed call, a run of calls, an own-ops box) by the worst of its members for
+            errors, their sum for latency. :attr:`GraphView.overlay` maps ids to values.
+        args, kwargs: the model's inputs, for the overlays that run the program (a Surgery
+            brings its own).
 
     Example:
         >>> import torch, graphsurgeon as gs
@@ -330,6 +535,10 @@ def to_dot(
         diff=diff,
         max_nodes=max_nodes,
         show_parameters=show_parameters,
+        show_checks=show_checks,
+        overlay=overlay,
+        args=args,
+        kwargs=kwargs,
     ).dot
 
 
@@ -341,6 +550,10 @@ def to_svg(
     diff: Any = None,
     max_nodes: int = AUTO_MAX_NODES,
     show_parameters: bool = False,
+    show_checks: bool = False,
+    overlay: Any = None,
+    args: tuple | None = None,
+    kwargs: Mapping[str, Any] | None = None,
 ) -> str:
     """The SVG of :func:`to_dot`'s picture, laid out by graphviz's ``dot`` (cached by DOT text).
 
@@ -354,12 +567,17 @@ def to_svg(
         >>> 'id="node:linear"' in svg and svg.rstrip().endswith("</svg>")
         True
     """
-    dot = to_dot(
+    view = graph_view(
         program,
         highlight=highlight,
         collapse=collapse,
         diff=diff,
         max_nodes=max_nodes,
         show_parameters=show_parameters,
+        show_checks=show_checks,
+        overlay=overlay,
+        args=args,
+        kwargs=kwargs,
     )
-    return layout(dot, "svg").decode()
+    # the view lives while its text is laid out: a stack of layers is laid out in parts
+    return layout(view.dot, "svg").decode()

@@ -18,6 +18,7 @@ Only names are kept (never fx nodes): the cache of analyses must not keep progra
 
 from __future__ import annotations
 
+import copy
 import operator
 import weakref
 from collections.abc import Iterable, Mapping
@@ -164,6 +165,8 @@ class _Analysis:
         self.by_name: dict[str, _Vertex] = {}
         self.calls: dict[str, _Call] = {}
         self.drawn: Any = None  # this graph drawn with its fused calls opened (see _drawn)
+        # what a picture of these vertices finds out about them, by the scene's options
+        self.scenes: dict[tuple, dict[str, Any]] = {}
         more_users = more_users or {}
         for info in index.calls.values():
             self.calls[info.name] = _Call(info.name, info.parent, info.depth, info.type)
@@ -314,11 +317,12 @@ def _state(ep: ExportedProgram) -> dict[str, tuple[str, str]]:
 class _Drawn:
     """The vertices of a program as drawn, in order, and by name."""
 
-    __slots__ = ("by_name", "vertices")
+    __slots__ = ("by_name", "scenes", "vertices")
 
     def __init__(self, vertices: list[_Vertex]):
         self.vertices = vertices
         self.by_name = {vertex.name: vertex for vertex in vertices}
+        self.scenes: dict[tuple, dict[str, Any]] = {}  # as _Analysis.scenes
 
 
 def _drawn(
@@ -436,10 +440,34 @@ def _with_fused_calls(
 
 # -- which modules are open ----------------------------------------------------------------
 
+#: The fewest ops a module's own forward must run, apart from its submodules and from inputs
+#: alone, for them to be folded into one box (``ops:<call>``): fewer are drawn as they are.
+MIN_OWN_OPS = 3
+
+
+#: How names and ids call a module call's own-ops box: ``ops:layers.0``; ``ops:`` (the root's).
+OPS_PREFIX = "ops:"
+
+
+#: In a plan's open set: every own-ops box is open (a fully open picture need not find them).
+ALL_OPS = ("ops", None)
+
+
+def ops_key(call: str) -> tuple[str, str]:
+    """The key of call ``call``'s own-ops box in the plan's open set (``""``: the root's)."""
+    return ("ops", call)
+
 
 class _Scene:
     """The vertices of one picture (a program, or the merged before/after of a diff) and the
-    module calls they sit in: everything the collapse planner and the writer need."""
+    module calls they sit in: everything the collapse planner and the writer need.
+
+    ``own_ops`` are, for each module call (``""`` for the root), the ops its own forward runs
+    (not a submodule) that depend on the program's inputs, parameters and constants alone:
+    the mask and position building of a decoder's forward. They can be folded into one box
+    (``ops:<call>``) that opens like a module; they never depend on a submodule's result, so
+    the box only feeds the picture and cannot close a cycle.
+    """
 
     def __init__(
         self,
@@ -448,12 +476,20 @@ class _Scene:
         chains: Mapping[str, tuple[str, ...]] | None = None,
         show_parameters: bool = False,
         aliases: Mapping[str, str] | None = None,
+        show_checks: bool = False,
+        cache: dict[str, Any] | None = None,
     ):
+        # what is found out about these vertices, kept with them (by the caller) when they
+        # are an analysis's own: the next picture of the graph does not find it out again
+        self._cache = cache if cache is not None else {}
         self.chains = dict(chains or {})
         # original name -> name in the swapped program, for the original's edges in a diff
         self.aliases = dict(aliases or {})
         self.vertices = [
-            v for v in vertices if (v.kind != _PARAMETER and not v.folded) or show_parameters
+            v
+            for v in vertices
+            if ((v.kind != _PARAMETER and not v.folded) or show_parameters)
+            and (v.kind != _CHECK or show_checks)
         ]
         self.show_parameters = show_parameters
         self.calls = calls
@@ -462,18 +498,74 @@ class _Scene:
         present: set[str] = set()
         for vertex in self.vertices:
             chain = self.chain(vertex)
-            self.direct[chain[-1] if chain else ""] = (
-                self.direct.get(chain[-1] if chain else "", 0) + 1
-            )
+            owner = chain[-1] if chain else ""
+            self.direct[owner] = self.direct.get(owner, 0) + 1
             present.update(chain)
         self.present = [name for name in calls if name in present]  # model order
         self.children = {
             name: [c for c in calls[name].children if c in present] for name in self.present
         }
         self.top = [name for name in self.present if calls[name].parent == ""]
+        self._positions: dict[str, int] | None = None
+        self._inside: dict[str, list[int]] | None = None
+        self._users: list[list[int]] | None = None
 
     def chain(self, vertex: _Vertex) -> tuple[str, ...]:
         return self.chains.get(vertex.name, vertex.chain)
+
+    @property
+    def own_ops(self) -> dict[str, list[str]]:
+        """Each call's own ops that can be folded into its box (see the class docstring)."""
+        if "own ops" not in self._cache:
+            self._cache["own ops"] = self._own_ops()
+        return self._cache["own ops"][0]
+
+    @property
+    def ops_owner(self) -> dict[str, str]:
+        """The call each of :attr:`own_ops` belongs to, by vertex name."""
+        self.own_ops  # noqa: B018  (made with them)
+        return self._cache["own ops"][1]
+
+    def _own_ops(self) -> tuple[dict[str, list[str]], dict[str, str]]:
+        # ops that read only inputs, state and the ops of a box: never a submodule's result,
+        # nor a value drawn outside a box (that would close a cycle)
+        foldable: set[str] = {v.name for v in self.vertices if v.kind in (_INPUT, *_STATE)}
+        chains = self.chains
+        candidates: list[tuple[_Vertex, str]] = []  # (vertex, the call it sits in)
+        kinds = (_OP, _GLUE)
+        for vertex in self.vertices:
+            if vertex.kind not in kinds:
+                continue
+            for source, _ in vertex.inputs:
+                if source not in foldable:
+                    break
+            else:
+                foldable.add(vertex.name)
+                chain = chains.get(vertex.name, vertex.chain)
+                candidates.append((vertex, chain[-1] if chain else ""))
+        while True:
+            by_owner: dict[str, list[str]] = {}
+            for vertex, owner in candidates:
+                by_owner.setdefault(owner, []).append(vertex.name)
+            settled = {
+                owner
+                for owner, names in by_owner.items()
+                # a module with no submodule drawn is its own box already (rotary tables)
+                if len(names) >= MIN_OWN_OPS and (owner == "" or self.children[owner])
+            }
+            if settled == set(by_owner):
+                break
+            # the ops of the calls left out are drawn as they are: what reads them is not
+            # foldable any more (only what was can be: a subset, in the same order)
+            kept: list[tuple[_Vertex, str]] = []
+            for vertex, owner in candidates:
+                if owner in settled and all(s in foldable for s, _ in vertex.inputs):
+                    kept.append((vertex, owner))
+                else:
+                    foldable.discard(vertex.name)
+            candidates = kept
+        owner_of = {name: owner for owner, names in by_owner.items() for name in names}
+        return by_owner, owner_of
 
     def ancestors(self, names: Iterable[str]) -> set[str]:
         closed = set()
@@ -483,18 +575,151 @@ class _Scene:
                 name = self.calls[name].parent
         return closed
 
-    def count(self, open_: set[str]) -> int:
+    def depth(self, owner: str) -> int:
+        return self.calls[owner].depth if owner else 0
+
+    def own_cost(self, name: str, open_: set) -> int:
+        """Nodes drawn directly in open call ``name`` (its own-ops box counts one if closed)."""
+        drawn = self.direct.get(name, 0)
+        folded = len(self.own_ops.get(name, ()))
+        if folded and ops_key(name) not in open_:
+            drawn -= folded - 1
+        return drawn
+
+    def count(self, open_: set) -> int:
         """Nodes drawn when exactly the calls in ``open_`` are open (each other one is a box)."""
 
         def cost(name: str) -> int:
             if name not in open_:
                 return 1
-            return self.direct.get(name, 0) + sum(cost(c) for c in self.children[name])
+            return self.own_cost(name, open_) + sum(cost(c) for c in self.children[name])
 
-        return self.direct[""] + sum(cost(name) for name in self.top)
+        return self.own_cost("", open_) + sum(cost(name) for name in self.top)
 
-    def opening_cost(self, name: str) -> int:
-        return self.direct.get(name, 0) + len(self.children[name]) - 1
+    def opening_cost(self, name: str | tuple[str, str]) -> int:
+        """More nodes drawn once ``name`` (a closed call, or an own-ops key) is opened."""
+        if isinstance(name, tuple):
+            return len(self.own_ops[name[1]]) - 1
+        return self.own_cost(name, set()) + len(self.children[name]) - 1
+
+    # -- runs of sibling calls: only chains --------------------------------------------------
+
+    def _index(self) -> None:
+        """Vertex positions, the vertices inside each call, and each vertex's readers."""
+        if "index" in self._cache:
+            self._positions, self._inside, self._users = self._cache["index"]
+            return
+        vertices = self.vertices
+        positions = {v.name: i for i, v in enumerate(vertices)}
+        inside: dict[str, list[int]] = {}
+        users: list[list[int]] = [[] for _ in vertices]
+        aliases, chains = self.aliases, self.chains
+        for i, vertex in enumerate(vertices):
+            for name in chains.get(vertex.name, vertex.chain):
+                found = inside.get(name)
+                if found is None:
+                    inside[name] = [i]
+                else:
+                    found.append(i)
+            for source, _ in vertex.inputs:
+                j = positions.get(aliases.get(source, source)) if aliases else positions.get(source)
+                if j is not None and j != i:
+                    users[j].append(i)
+        self._positions, self._inside, self._users = positions, inside, users
+        self._cache["index"] = (positions, inside, users)
+
+    def _feeds(self, first: str, second: str) -> bool:
+        """Whether call ``second`` reads what call ``first`` computes (directly, or through
+        ops that are in neither)."""
+        inside, users = self._inside, self._users
+        targets = set(inside[second])
+        last = max(targets)
+        frontier = list(inside[first])
+        seen = set(frontier)
+        while frontier:
+            i = frontier.pop()
+            for j in users[i]:
+                if j in targets:
+                    return True
+                if j not in seen and j <= last:
+                    seen.add(j)
+                    frontier.append(j)
+        return False
+
+    def _contractible(self, members: list[str]) -> bool:
+        """Whether drawing ``members`` as one box keeps the picture free of cycles: no path
+        leaves them and comes back."""
+        inside, users = self._inside, self._users
+        within = {i for m in members for i in inside[m]}
+        last = max(within)
+        reached: set[int] = set()
+        frontier = [j for i in within for j in users[i] if j not in within]
+        while frontier:
+            j = frontier.pop()
+            if j in reached or j > last:
+                continue
+            reached.add(j)
+            for k in users[j]:
+                if k in within:
+                    return False
+                if k not in reached:
+                    frontier.append(k)
+        return True
+
+    def chain_runs(self, siblings: list[str], allowed: Any = None) -> list[list[str]]:
+        """The runs (2 or more) of consecutive ``siblings`` of one type where each feeds the
+        next, and that can be drawn as one box without a cycle (``layers.0 … layers.31``; not
+        the parallel ``q, k, v`` nor the projection after them). ``allowed``: which siblings
+        may be in a run (all when None)."""
+        if self._positions is None:
+            self._index()
+        runs: list[list[str]] = []
+        run: list[str] = []
+        calls = self.calls
+        for name in [*siblings, None]:
+            ok = name is not None and (allowed is None or allowed(name))
+            if run and (
+                not ok or calls[name].type != calls[run[0]].type or not self._feeds(run[-1], name)
+            ):
+                runs += self._contractible_parts(run)
+                run = []
+            if ok:
+                run.append(name)
+        return runs
+
+    def _contractible_parts(self, run: list[str]) -> list[list[str]]:
+        if len(run) < 2:
+            return []
+        if self._contractible(run):
+            return [run]
+        parts, part = [], [run[0]]
+        for name in run[1:]:
+            if self._contractible([*part, name]):
+                part.append(name)
+            else:
+                if len(part) > 1:
+                    parts.append(part)
+                part = [name]
+        return parts + ([part] if len(part) > 1 else [])
+
+    def stacks(self) -> list[list[str]]:
+        """The layer stacks: the outermost chains of sibling calls of one type (a decoder's
+        layers, a ResNet's stages), each looked for from the top down."""
+        if "stacks" in self._cache:
+            return self._cache["stacks"]
+        found: list[list[str]] = []
+
+        def visit(siblings: list[str]) -> None:
+            runs = self.chain_runs(siblings)
+            found.extend(runs)
+            in_runs = {name for run in runs for name in run}
+            for name in siblings:
+                if name not in in_runs:
+                    visit(self.children[name])
+
+        visit(self.top)
+        self._cache["stacks"] = found
+        return found
 
 
 @dataclass
@@ -509,65 +734,136 @@ class _Marks:
 
 
 def _plan(
-    scene: _Scene, collapse: Any, collapsed: set[str], forced: set[str], budget: int
-) -> tuple[set[str], dict[str, list[str]]]:
-    """The open calls, and the runs of sibling boxes drawn as one ``{first call: members}``."""
+    scene: _Scene,
+    collapse: Any,
+    collapsed: set,
+    forced: set,
+    budget: int,
+    shown: set[str] = frozenset(),
+    no_runs: set[str] = frozenset(),
+) -> tuple[set, dict[str, list[str]]]:
+    """The open calls (and own-ops keys, :func:`ops_key`), and the runs of sibling boxes drawn
+    as one ``{first call: members}``.
+
+    ``forced``: calls (and own-ops keys) drawn open whatever the budget. ``shown``: calls the
+    caller asked to see (highlighted), opened with their parents on top of the view chosen
+    without them, so that showing a layer's attention draws that layer more and nothing else.
+    ``no_runs``: calls never drawn in a run box.
+    """
     present = scene.present
     if collapse is None:
-        return set(present), {}
+        return set(present) | {ALL_OPS}, {}
+    all_ops = {ops_key(owner) for owner in scene.own_ops}
     if isinstance(collapse, int):
-        return {n for n in present if scene.calls[n].depth < collapse} | forced, {}
+        open_ = {n for n in present if scene.calls[n].depth < collapse}
+        open_ |= {ops_key(o) for o in scene.own_ops if scene.depth(o) + 1 < collapse}
+        return open_ | forced | scene.ancestors(shown), {}
     if collapse != "auto":
-        return {n for n in present if n not in collapsed or n in forced}, {}
-    open_ = set(forced)
+        return {n for n in (*present, *all_ops) if n not in collapsed or n in forced}, {}
+    # The layer stack is always visible: every layer a box (or a run box), never one box for
+    # the whole model however wide the glue around it is.
+    stacked = scene.stacks()
+    keep = set(forced) | scene.ancestors(scene.calls[run[0]].parent for run in stacked)
+    open_ = set(keep)
     drawn = scene.count(open_)
     runs: dict[str, list[str]] = {}
     if drawn > budget:  # even the outermost boxes are too many
-        runs, drawn = _runs(scene, open_, drawn, budget, forced)
+        runs, drawn = _runs(scene, open_, drawn, budget, keep | set(no_runs))
+    _open_groups(scene, open_, runs, drawn, budget)
+    extra = scene.ancestors(shown) - open_
+    if extra:
+        open_ |= extra
+        runs = _split_runs(runs, open_)
+        # inside what was opened to show it: single-node calls as their node, and as much
+        # more of it as fits
+        _open_groups(scene, open_, runs, scene.count(open_), budget, within=extra)
+    return open_, runs
+
+
+def _open_groups(
+    scene: _Scene,
+    open_: set,
+    runs: dict[str, list[str]],
+    drawn: int,
+    budget: int,
+    within: set[str] | None = None,
+) -> None:
+    """Open whole groups of modules of one type at a time, cheapest first, while the picture
+    stays within budget: pictures stay regular (every attention open, or none) and the budget
+    buys the most detail. A call's own-ops box is a group with the other boxes of its type's
+    own ops. ``within``: only calls inside these (and their own ops)."""
+    present = scene.present
     in_runs = {name for members in runs.values() for name in members}
     order = {name: i for i, name in enumerate(present)}
+    order[""] = -1
+    calls = scene.calls
+
+    def inside(name: str) -> bool:
+        if within is None:
+            return True
+        while name:
+            if name in within:
+                return True
+            name = calls[name].parent
+        return False
+
     while True:
-        # Open whole groups of modules of one type at a time, cheapest first: pictures stay
-        # regular (every attention open, or none) and the budget buys the most detail.
-        groups: dict[str, list[str]] = {}
+        groups: dict[Any, list] = {}
         for name in present:
-            parent = scene.calls[name].parent
+            parent = calls[name].parent
             closed = name not in open_ and name not in in_runs
-            if closed and (parent == "" or parent in open_):
-                groups.setdefault(scene.calls[name].type, []).append(name)
+            if closed and (parent == "" or parent in open_) and inside(name):
+                groups.setdefault(calls[name].type, []).append(name)
+        for owner in scene.own_ops:
+            key = ops_key(owner)
+            if key not in open_ and (owner == "" or owner in open_) and inside(owner):
+                owner_type = calls[owner].type if owner else ""
+                groups.setdefault(("ops", owner_type), []).append(key)
         best = None
         for members in groups.values():
             cost = sum(scene.opening_cost(n) for n in members)
             if cost > 0 and drawn + cost > budget:
                 continue
-            key = (cost, min(scene.calls[n].depth for n in members), order[members[0]])
+            first = members[0]
+            if isinstance(first, tuple):
+                depth, position = scene.depth(first[1]) + 1, order[first[1]]
+            else:
+                depth, position = min(calls[n].depth for n in members), order[first]
+            key = (cost, depth, position)
             if best is None or key < best[0]:
                 best = (key, members)
         if best is None:
-            break
+            return
         open_.update(best[1])
         drawn += best[0][0]
-    return open_, runs
+
+
+def _split_runs(runs: dict[str, list[str]], open_: set) -> dict[str, list[str]]:
+    """The runs without their open members: what is left of each, in pieces of 2 or more."""
+    kept: dict[str, list[str]] = {}
+    for members in runs.values():
+        piece: list[str] = []
+        for name in [*members, None]:
+            if name is None or name in open_:
+                if len(piece) > 1:
+                    kept[piece[0]] = piece
+                piece = []
+            else:
+                piece.append(name)
+    return kept
 
 
 def _runs(
-    scene: _Scene, open_: set[str], drawn: int, budget: int, keep: set[str]
+    scene: _Scene, open_: set, drawn: int, budget: int, keep: set
 ) -> tuple[dict[str, list[str]], int]:
-    """When even the outermost boxes are too many: runs of sibling boxes of one type
-    (``layers.0 … layers.999``) become one box each, longest runs first, until the picture
-    fits. Returns the runs ``{first call: members}`` and the nodes then drawn."""
+    """When even the outermost boxes are too many: runs of sibling boxes of one type that
+    form a chain (``layers.0 … layers.999``, each feeding the next) become one box each,
+    longest runs first, until the picture fits. Returns the runs ``{first call: members}`` and
+    the nodes then drawn."""
     candidates = []
-    for parent in [""] + [n for n in scene.present if n in open_]:
+    for parent in ["", *(n for n in scene.present if n in open_)]:
         siblings = scene.top if parent == "" else scene.children[parent]
-        run: list[str] = []
-        for name in [*siblings, None]:
-            boxed = name is not None and name not in open_ and name not in keep
-            if run and (not boxed or scene.calls[name].type != scene.calls[run[0]].type):
-                if len(run) > 1:
-                    candidates.append(run)
-                run = []
-            if boxed:
-                run.append(name)
+        candidates += scene.chain_runs(siblings, lambda n: n not in open_ and n not in keep)
     candidates.sort(key=lambda r: -len(r))  # stable: equal lengths stay in model order
     runs = {}
     for run in candidates:
@@ -588,18 +884,31 @@ def _pictures(
     source: _Program,
     marks: _Marks,
     show_parameters: bool,
+    show_checks: bool = False,
 ) -> tuple[_Scene, list[tuple[_Scene, str, list[tuple[str, str, str]]]]]:
     """The scene the collapse plan is made on, and the pictures drawn with that plan, as
     ``(scene, id prefix, extra edges)``. Sets the diff markings of ``marks``."""
     if mode is None:
-        scene = _Scene((after or before).vertices, before.calls, {}, show_parameters)
+        drawn = after or before
+        cache = drawn.scenes.setdefault((show_parameters, show_checks), {})
+        scene = _Scene(drawn.vertices, before.calls, {}, show_parameters, None, show_checks, cache)
         return scene, [(scene, "", [])]
     # In a diff the swapped box is drawn inside its module's boundary, in both pictures.
     boundary_chains = {
         v.name: (*v.chain, v.swap_call) for v in after.vertices if v.kind == _SWAPPED
     }
+    # a region of ops replaced as one call (Surgery.replace) is no module call of the original:
+    # it gets a call of its own in the call that holds it, and its removed nodes are drawn in it
+    regions = source.info.regions if source.info is not None else {}
+    calls = {**before.calls, **_region_calls(before.calls, regions, source.swapped)}
+    merged_chains = dict(boundary_chains)
+    for name in source.swapped:
+        if name in regions:
+            for node in regions[name].nodes:
+                if node in before.by_name:
+                    merged_chains[node] = (*before.by_name[node].chain, name)
     vertices, removed, removed_edges, aliases = _merge_programs(before, after, source)
-    merged = _Scene(vertices, before.calls, boundary_chains, show_parameters, aliases)
+    merged = _Scene(vertices, calls, merged_chains, show_parameters, aliases, show_checks)
     marks.boundaries = set(source.swapped)
     marks.status = dict.fromkeys(removed, "removed")
     marks.status.update(
@@ -610,9 +919,39 @@ def _pictures(
     if mode == "merged":
         return merged, [(merged, "", removed_edges)]
     return merged, [
-        (_Scene(before.vertices, before.calls, {}, show_parameters), "before/", []),
-        (_Scene(after.vertices, before.calls, boundary_chains, show_parameters), "after/", []),
+        (
+            _Scene(before.vertices, before.calls, {}, show_parameters, None, show_checks),
+            "before/",
+            [],
+        ),
+        (
+            _Scene(after.vertices, calls, boundary_chains, show_parameters, None, show_checks),
+            "after/",
+            [],
+        ),
     ]
+
+
+def _region_calls(
+    calls: Mapping[str, _Call], regions: Mapping[str, Any], swapped: Iterable[str]
+) -> dict[str, _Call]:
+    """A call for each replaced region of ops, a child of the call that holds it (that call
+    copied with the new child: the analysis's own calls are not changed)."""
+    made: dict[str, _Call] = {}
+    for name in swapped:
+        region = regions.get(name)
+        if region is None:
+            continue
+        parent = region.call if region.call in calls else ""
+        depth = calls[parent].depth + 1 if parent else 1
+        call = _Call(name, parent, depth, f"pattern {region.type_name}")
+        call.nodes = len(region.nodes)
+        made[name] = call
+        if parent:
+            holder = made.get(parent) or copy.copy(calls[parent])
+            holder.children = [*holder.children, name]
+            made[parent] = holder
+    return made
 
 
 def _merge_programs(
@@ -690,12 +1029,14 @@ def _names(value: Any, argument: str) -> list[str]:
     )
 
 
-def _resolve(names: list[str], scene: _Scene, program: _Program, argument: str) -> list[str]:
+def _resolve(names: list[str], scene: _Scene, program: _Program, argument: str) -> list:
     """Module or call names -> the calls of the picture they stand for, in model order.
 
     Names are read as every entry point reads them (:meth:`ProgramIndex.resolve`: ``"blk@0"``
     is ``"blk"``). A module stands for each of its calls; a module without calls of its own (a
-    container such as nn.ModuleList) for the outermost calls of its submodules.
+    container such as nn.ModuleList) for the outermost calls of its submodules. ``"ops:<name>"``
+    stands for the own-ops box of each of those calls (``"ops:"``: the root's), as its key
+    (:func:`ops_key`), after the calls.
     """
     calls = scene.calls
     index = program_index(program.ep)
@@ -703,7 +1044,12 @@ def _resolve(names: list[str], scene: _Scene, program: _Program, argument: str) 
     for call in calls.values():
         by_fqn.setdefault(call.fqn, []).append(call.name)
     wanted: set[str] = set()
+    owners: list[str] = []
     for name in names:
+        if name.startswith(OPS_PREFIX):
+            owner = name[len(OPS_PREFIX) :]
+            owners += [""] if owner == "" else _resolve([owner], scene, program, argument)
+            continue
         if name == "":
             raise RenderError(
                 f"{argument}: the root module '' is the whole picture; name a submodule"
@@ -724,7 +1070,8 @@ def _resolve(names: list[str], scene: _Scene, program: _Program, argument: str) 
         for call in calls.values():
             if call.fqn.startswith(fqn + ".") and _outermost(call, fqn, calls):
                 wanted.add(call.name)
-    return [name for name in calls if name in wanted]
+    resolved = [name for name in calls if name in wanted]
+    return resolved + [ops_key(owner) for owner in dict.fromkeys(owners)]
 
 
 def _outermost(call: _Call, prefix: str, calls: Mapping[str, _Call]) -> bool:

@@ -27,10 +27,13 @@ from ._scene import (
     _OUTPUT,
     _PARAMETER,
     _SWAPPED,
+    ALL_OPS,
+    OPS_PREFIX,
     _Marks,
     _Program,
     _Scene,
     _Vertex,
+    ops_key,
 )
 from .picture import ADDED, FUSED, HIGHLIGHTED, REMOVED, SIDE, SWAPPED_BOUNDARY, Picture
 
@@ -77,7 +80,10 @@ def call_signature(part: Partition, replacement: Any, ep: ExportedProgram) -> st
     signature was not preserved)."""
     if part.signature is None:
         return ""
-    return program_index(ep).call_text(part.call_name, module=replacement, wrap=48)
+    index = program_index(ep)
+    if part.call_name not in index.signatures:  # a region of ops: its call as its pattern's
+        return part.call_text or ""
+    return index.call_text(part.call_name, module=replacement, wrap=48)
 
 
 # -- what the writer looks up ------------------------------------------------------------------
@@ -86,9 +92,12 @@ def call_signature(part: Partition, replacement: Any, ep: ExportedProgram) -> st
 class _Context:
     """What the writer looks up about the program: targets, parameters, partitions."""
 
-    def __init__(self, program: _Program, state: Mapping[str, tuple[str, str]]):
+    def __init__(
+        self, program: _Program, state: Mapping[str, tuple[str, str]], root_type: str = ""
+    ):
         self.program = program
         self.info = program.info
+        self.root_name = root_type.rsplit(".", 1)[-1] or "program"  # the model's type
         self.targets = {name: target for name, (_, target) in state.items()}
         # fx nodes by name, of both programs: the result's copies have the same meta
         self.nodes = {n.name: n for n in program.ep.graph.nodes}
@@ -147,8 +156,12 @@ class _Writer:
         context: _Context,
         prefix: str = "",
         extra_edges: Iterable[tuple[str, str, str]] = (),
+        values: Any = None,
     ):
         self.scene = scene
+        # an overlay's values (graphsurgeon.overlay.OverlayValues), or None
+        self.values = values
+        self.overlay: dict[str, float] = {}  # element id -> its value
         self.calls = scene.calls
         self.open = open_
         self.runs = runs
@@ -169,6 +182,7 @@ class _Writer:
         self.refs: dict[str, str] = {}
         self.boxes: list[str] = []  # calls drawn as boxes
         self.clusters: list[str] = []  # calls drawn as clusters
+        self.folded_ops: list[str] = []  # calls ("" the root) whose own ops are one box
         self.removed_boxes: set[str] = set()  # boxes holding only removed nodes
         self.fanout: dict[str, int] = {}  # drawn node -> users, for values shared by many
         self.shared: dict[str, list[str]] = {}  # drawn node -> the shared values it uses
@@ -182,6 +196,7 @@ class _Writer:
         seen: set[str] = set()
         box_status: dict[str, bool] = {}  # box -> every node in it removed
         removed = self.marks.status
+        ops_owner = {} if ALL_OPS in self.open else self.scene.ops_owner
         for vertex in self.scene.vertices:
             container, ref = "", None
             for name in self.scene.chain(vertex):
@@ -201,8 +216,15 @@ class _Writer:
                     members[name] = []
                 container = name
             if ref is None:
-                ref = self.prefix + id_text(vertex.name)
-                members[container].append(("vertex", vertex.name))
+                owner = ops_owner.get(vertex.name)
+                if owner is not None and ops_key(owner) not in self.open:
+                    ref = self._ops_ref(owner)
+                    if ref not in self.box_nodes:
+                        members[container].append(("ops", owner))
+                    self.box_nodes.setdefault(ref, []).append(vertex.name)
+                else:
+                    ref = self.prefix + id_text(vertex.name)
+                    members[container].append(("vertex", vertex.name))
             self.refs[vertex.name] = ref
         self.removed_boxes = {box for box, all_removed in box_status.items() if all_removed}
         edges = self._collect_edges()
@@ -217,6 +239,8 @@ class _Writer:
                 ids.append(self._vertex(self.vertices[key], parent))
             elif what == "box":
                 ids.append(self._box(key, parent))
+            elif what == "ops":
+                ids.append(self._ops_box(key, parent))
             elif self._inline(key, members[key]):
                 ids.append(self._vertex(self.vertices[members[key][0][1]], parent, module=key))
             else:
@@ -250,6 +274,11 @@ class _Writer:
             classes.append("highlighted")
             style.append(HIGHLIGHTED)
         cluster_id = f"{self.prefix}cluster:{id_text(name)}"
+        tooltip = self._module_tooltip(name)
+        if self.values is not None:  # its members carry the values; it says theirs together
+            value = self.values.calls.get(name)
+            if value is not None:
+                tooltip += "\n" + self.values.describe(value)
         self.clusters.append(name)
         self.rows[cluster_id] = ()  # its place in drawing order: before its members
         inside = self._container(name, members, cluster_id)
@@ -258,10 +287,10 @@ class _Writer:
             name,
             tuple(classes),
             title,
-            self._module_tooltip(name),
+            tooltip,
             parent,
             tuple(inside),
-            self.calls[name].fqn,
+            self._color_of(name),
             tuple(style),
         )
         return cluster_id
@@ -285,7 +314,7 @@ class _Writer:
             classes.append("module")
             label = f"{self._module_title(module)}\n{label}"
             tooltip = f"{self._module_tooltip(module)}\n\n{tooltip}"
-            color = self.calls[module].fqn
+            color = self._color_of(module)
         if highlighted:
             classes.append("highlighted")
             style.append(HIGHLIGHTED)
@@ -298,6 +327,8 @@ class _Writer:
             label = "+ " + label
         node_id = f"{self.prefix}node:{local}"
         calls = (module,) if module is not None else ()
+        if self.values is not None:
+            tooltip = self._valued(node_id, tooltip, [vertex.name], [])
         self.rows[node_id] = (  # PictureNode's fields
             node_id,
             kind,
@@ -379,7 +410,12 @@ class _Writer:
         if fused:
             title += " (fused)"
             tooltip += "\nfused: one call of a GraphModule of these nodes; opens into them"
-        label = _lines(title, counts, self._sharing(ref))
+        # a box says what reads it in its label; what it reads of values shared by many, in
+        # its tooltip: a stack of layers is one line shorter a layer
+        label = _lines(title, counts, self._sharing(ref, reads=False))
+        tooltip = _lines(tooltip, self._sharing(ref, users=False))
+        if self.values is not None:
+            tooltip = self._valued(ref, tooltip, self.box_nodes.get(first, ()), members)
         classes = ["module", "collapsed"]
         style = []
         for token, on in ((FUSED, fused), (HIGHLIGHTED, highlighted), (REMOVED, removed)):
@@ -396,8 +432,83 @@ class _Writer:
             tooltip,
             parent,
             tuple(self.box_nodes.get(first, ())),
-            calls[0].fqn,
+            self._color_of(first),
             tuple(style),
+        )
+        return ref
+
+    def _valued(
+        self, element_id: str, tooltip: str, nodes: Iterable[str], calls: Iterable[str]
+    ) -> str:
+        """Give an element its overlay value (its node's, or the aggregate of the calls it
+        draws, else of the calls inside them, else of its fx nodes) and say it in its
+        tooltip."""
+        values = self.values
+        calls = list(calls)
+        given = [values.calls[c] for c in calls if c in values.calls]
+        if not given and calls:  # values given for calls inside it only
+            given = [v for c, v in values.calls.items() if self._inside(c, calls)]
+        if not given and values.aggregate is not None:
+            given = [values.nodes[n] for n in nodes if n in values.nodes]
+        value = values.combine(given)
+        if value is None:
+            return tooltip
+        self.overlay[element_id] = value
+        return f"{tooltip}\n{values.describe(value)}"
+
+    def _inside(self, call: str, outer: list[str]) -> bool:
+        """Whether ``call`` is inside one of the calls ``outer``."""
+        info = self.calls.get(call)
+        parent = info.parent if info is not None else ""
+        while parent:
+            if parent in outer:
+                return True
+            parent = self.calls[parent].parent
+        return False
+
+    def _ops_ref(self, owner: str) -> str:
+        return f"{self.prefix}{OPS_PREFIX}{id_text(owner)}"
+
+    def _ops_box(self, owner: str, parent: str | None) -> str:
+        """The box of the ops a module call runs in its own forward from the program's inputs
+        alone (mask and position building): ``LlamaModel: 45 ops``."""
+        self.drawn += 1
+        self.folded_ops.append(owner)
+        ref = self._ops_ref(owner)
+        names = self.box_nodes[ref]
+        counts: dict[str, int] = {}
+        for name in names:
+            op = _meta.op_text(self.nodes[name]).removeprefix("aten.")
+            counts[op] = counts.get(op, 0) + 1
+        common = sorted(counts, key=lambda op: -counts[op])  # stable: ties in graph order
+        kind = self._type_name(owner) if owner else shown(self.context.root_name)
+        where = f"{shown(owner, TOOLTIP_NAME_LIMIT)}: {kind}" if owner else f"(root): {kind}"
+        label = _lines(
+            f"{kind}: {_plural(len(names), 'op')}",
+            _meta.shorten(", ".join(common[:3]) + (", …" if len(common) > 3 else ""), 40),
+            self._sharing(ref),
+        )
+        summary = ", ".join(f"{op} × {counts[op]}" if counts[op] > 1 else op for op in common)
+        tooltip = _lines(
+            f"{where}\n{_plural(len(names), 'op')} of its own forward (in no submodule), "
+            "computed from the program's inputs alone (masks, positions)",
+            _meta.shorten(summary, TOOLTIP_NAME_LIMIT),
+            "folded: opens like a module",
+        )
+        if self.values is not None:
+            tooltip = self._valued(ref, tooltip, names, [])
+        self.rows[ref] = (  # PictureNode's fields
+            ref,
+            "ops",
+            None,
+            (owner,) if owner else (),
+            ("ops", "collapsed"),
+            label,
+            tooltip,
+            parent,
+            tuple(names),
+            None,
+            (),
         )
         return ref
 
@@ -411,6 +522,12 @@ class _Writer:
 
     def _type_name(self, name: str) -> str:
         return shown(self.calls[name].type.rsplit(".", 1)[-1] or "?")
+
+    def _color_of(self, name: str) -> str:
+        """What a module's colour is made from: its type's name, so that identical layers
+        look alike (and the same in every process: not its qualified name, which depends on
+        where the class was imported from)."""
+        return self.calls[name].type.rsplit(".", 1)[-1] or "?"
 
     def _module_title(self, name: str) -> str:
         return f"{shown(name)}: {self._type_name(name)}"
@@ -483,19 +600,25 @@ class _Writer:
         ``module:x``)."""
         return ref[len(self.prefix) :]
 
-    def _sharing(self, ref: str) -> str:
-        """The label line of a node or box that uses, or is, a value shared by many."""
+    def _sharing(self, ref: str, users: bool = True, reads: bool = True) -> str:
+        """The label lines of a node or box that is (``users``), or reads (``reads``), a
+        value shared by many."""
         lines = []
-        if ref in self.fanout:
+        if users and ref in self.fanout:
             lines.append(f"{self._name_of_ref(ref)} → {self.fanout[ref]} users")
-        if ref in self.shared:
+        if reads and ref in self.shared:
             names = [self._name_of_ref(tail) for tail in self.shared[ref]]
             lines.append("shared: " + _meta.shorten(", ".join(names), 40))
         return "\n".join(lines)
 
     def _name_of_ref(self, ref: str) -> str:
-        """What a label calls a drawn node: its fx node or module name, as labels show names."""
-        return shown(name_of_id_text(self._local(ref).removeprefix("module:")))
+        """What a label calls a drawn node: its fx node or module name, as labels show names
+        (an own-ops box: ``layers.0 ops``)."""
+        local = self._local(ref)
+        if local.startswith(OPS_PREFIX):
+            owner = name_of_id_text(local[len(OPS_PREFIX) :])
+            return f"{shown(owner)} ops" if owner else "top-level ops"
+        return shown(name_of_id_text(local.removeprefix("module:")))
 
     def element_id(self, ref: str) -> str:
         """The element id of a drawn node: ``before/linear`` -> ``before/node:linear``; a box's
@@ -525,11 +648,17 @@ _MAX_FANOUT = 8
 # -- the picture -----------------------------------------------------------------------------
 
 
-def _picture(name: str, writers: list[_Writer], aliases: Mapping[str, str]) -> Picture:
-    """The Picture of one drawing, or of the two sides of a split diff."""
+def _picture(
+    name: str, writers: list[_Writer], aliases: Mapping[str, str], heat: Any = None
+) -> Picture:
+    """The Picture of one drawing, or of the two sides of a split diff; ``heat``: how an
+    overlay's values are coloured (its values are the writers')."""
+    overlay = {k: v for writer in writers for k, v in writer.overlay.items()}
     if len(writers) == 1:
         (writer,) = writers
-        return Picture(name, tuple(writer.top), writer.rows, tuple(writer.edges))
+        return Picture(
+            name, tuple(writer.top), writer.rows, tuple(writer.edges), overlay=overlay, heat=heat
+        )
     rows: dict[str, tuple] = {}
     top, edges = [], []
     for writer, title in zip(writers, ("before", "after")):
@@ -544,7 +673,9 @@ def _picture(name: str, writers: list[_Writer], aliases: Mapping[str, str]) -> P
         top.append(side)
         edges += [(*row[:-1], side) for row in writer.edges]
     rank_same = _alignment(*writers, aliases)
-    return Picture(name, tuple(top), rows, tuple(edges), rank_same, split=True)
+    return Picture(
+        name, tuple(top), rows, tuple(edges), rank_same, split=True, overlay=overlay, heat=heat
+    )
 
 
 # Where a row keeps the id of the cluster it is in: PictureNode rows have 11 fields, PictureCluster 9.

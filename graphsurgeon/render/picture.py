@@ -35,7 +35,9 @@ from __future__ import annotations
 import colorsys
 import functools
 import hashlib
-from collections.abc import Iterator, Mapping
+import itertools
+import math
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from ..display import id_text, label_text
@@ -45,6 +47,7 @@ __all__ = [
     "ADDED",
     "FUSED",
     "HIGHLIGHTED",
+    "Heat",
     "REMOVED",
     "SIDE",
     "SWAPPED_BOUNDARY",
@@ -78,17 +81,20 @@ class PictureNode:
             ``modules:layers.0..layers.3``; prefixed ``before/`` or ``after/`` in a split diff).
         kind: ``"op"``, ``"input"``, ``"output"``, ``"buffer"``, ``"constant"``, ``"parameter"``,
             ``"swapped"`` (a replacement's call), ``"glue"``, ``"check"``; ``"box"`` for a
-            collapsed module call. The kind says its shape.
+            collapsed module call; ``"ops"`` for the ops a module call runs in its own forward
+            from the program's inputs alone (mask and position building), folded into one
+            box (``ops:<call>``, ``ops:`` for the top level). The kind says its shape.
         node: the fx node it draws (None for a box).
-        calls: the module calls it stands for: a box's calls, or the module a single-node
-            call is drawn as; else empty.
+        calls: the module calls it stands for: a box's calls, the module a single-node call is
+            drawn as, or the call whose own ops an ``"ops"`` box folds; else empty.
         classes: the classes it carries in the SVG (``op module highlighted``).
         label: its text, lines separated by newlines.
         tooltip: its tooltip text.
         cluster: the id of the cluster it is drawn in, or None at the top.
         members: for a box, the fx nodes collapsed into it (in graph order); else empty.
-        color: the module whose colour fills it (its fqn: a box's first call, the module a
-            single-node call is drawn as), or None for the colour of its kind.
+        color: the module type whose colour fills it (the name of its type, so that identical
+            layers look alike: a box's first call's, the module a single-node call is drawn
+            as), or None for the colour of its kind.
         style: its style tokens (:data:`HIGHLIGHTED`, :data:`REMOVED`, :data:`ADDED`,
             :data:`FUSED`).
     """
@@ -118,7 +124,8 @@ class PictureCluster:
         tooltip: its tooltip text.
         cluster: the id of the cluster it is drawn in, or None at the top.
         members: the ids of what is drawn directly inside it, in drawing order.
-        color: the module whose colour fills it (its fqn), or None (a side of a split diff).
+        color: the module type whose colour fills it (the name of its type), or None (a side
+            of a split diff).
         style: its style tokens (:data:`HIGHLIGHTED`, :data:`SWAPPED_BOUNDARY`,
             :data:`FUSED`; :data:`SIDE` for a side of a split diff).
     """
@@ -159,6 +166,60 @@ Element = PictureNode | PictureCluster | PictureEdge
 
 
 @dataclass(frozen=True)
+class Heat:
+    """How an overlay's values are coloured: decided with the picture, drawn by
+    :meth:`Picture.to_dot` (and by a legend, :meth:`legend`).
+
+    Attributes:
+        kind: ``"error"``, ``"own error"``, ``"latency"`` or ``"values"`` (the user's own).
+        unit: the values' unit (``"x tolerance"``, ``"share of the forward"``, or ``""``).
+        threshold: for errors, the value from which something is wrong (1.0: the tolerance);
+            else None.
+        low, high: the smallest and largest value drawn (latency and values are coloured
+            from ``low`` to ``high``; errors on a log scale around ``threshold``).
+    """
+
+    kind: str
+    unit: str
+    threshold: float | None
+    low: float
+    high: float
+
+    def level(self, value: float) -> float:
+        """Where ``value`` lies on the colour scale, from 0 (coolest) to 1 (hottest). Errors:
+        0 at or below 1/1000 of the threshold, 0.5 just below it, 1 at 1000 times it."""
+        if self.threshold is not None:
+            ratio = value / self.threshold if self.threshold > 0 else math.inf
+            if not ratio > 0:
+                return 0.0
+            if math.isinf(ratio):
+                return 1.0
+            decades = math.log10(ratio)
+            if ratio < 1:
+                return min(0.499, max(0.0, (decades + 3) / 6))
+            return 0.5 + min(0.5, decades / 6)
+        span = self.high - self.low
+        if not span > 0:
+            return 1.0 if value > self.low else 0.0
+        return min(1.0, max(0.0, (value - self.low) / span))
+
+    def color(self, value: float) -> str:
+        """The fill colour of an element valued ``value``."""
+        return _heat_color(self.level(value), self.threshold is not None)
+
+    def legend(self) -> tuple[tuple[str, str], ...]:
+        """``((text, colour), ...)``: the scale's stops, coolest first, for a legend."""
+        if self.threshold is not None:  # in multiples of the threshold (the tolerance)
+            t = self.threshold
+            stops = [(0.0, "0"), (t * 0.01, "0.01x"), (t * 0.999, "< 1x")]
+            stops += [(t, "1x: beyond"), (t * 30, "30x"), (t * 1e3, "≥ 1000x")]
+            return tuple((text, self.color(v)) for v, text in stops)
+        steps = [self.low + (self.high - self.low) * f for f in (0, 0.25, 0.5, 0.75, 1)]
+        latency = self.unit == "share of the forward"
+        return tuple((f"{v:.1%}" if latency else f"{v:.4g}", self.color(v)) for v in steps)
+
+
+@dataclass(frozen=True)
 class Picture:
     """A whole drawing: its clusters, nodes and edges by id, and how they nest.
 
@@ -172,6 +233,10 @@ class Picture:
         top: the ids drawn at the top level, in order.
         rank_same: pairs of node ids drawn level with each other (a split diff).
         split: whether it is a side-by-side diff (two top-level clusters).
+        overlay: with an overlay (``gs.draw(s, overlay="error")``), each drawn node's and
+            box's value by element id (a box: the worst, or the sum, of its members); empty
+            without one. Clusters have none (their tooltips say their members' aggregate).
+        heat: how the overlay's values are coloured (:class:`Heat`), or None.
     """
 
     name: str
@@ -182,6 +247,9 @@ class Picture:
     edge_rows: tuple[tuple, ...] = field(repr=False)
     rank_same: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     split: bool = False
+    # an overlay: element id -> value (its nodes and boxes), and how values are coloured
+    overlay: Mapping[str, float] = field(default_factory=dict, repr=False)
+    heat: Heat | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_edge_index", {row[0]: row for row in self.edge_rows})
@@ -190,7 +258,7 @@ class Picture:
         boxes: dict[str, str] = {}
         for element_id, row in self.rows.items():
             if len(row) == _NODE_FIELDS and row[_MEMBERS]:  # a box: its fx nodes
-                prefix = element_id[: element_id.index("module")]
+                prefix = _side_prefix(element_id)
                 for member in row[_MEMBERS]:
                     boxes[prefix + member] = element_id
         object.__setattr__(self, "_box_of", boxes)
@@ -304,14 +372,27 @@ class Picture:
     def to_dot(self) -> str:
         """The DOT text: the clusters nested as drawn, then the edges, then the alignment.
         Every DOT style (colours, shapes, line styles, default attributes) is decided here."""
+        return self._dot()
+
+    def _dot(self, placed: Placed | None = None) -> str:
+        """The DOT text; with ``placed``, every element also carries its position (the form
+        ``neato -n2`` draws as it is, :mod:`graphsurgeon.render._stack`)."""
         lines = [f"digraph {quote(self.name)} {{", _HEADER]
         if self.split:
             lines.append("  newrank=true;")  # lets nodes of the two sides share a rank
+        if self.heat is not None:
+            text = _overlay_title(self.heat)
+            lines.append(f"  label={quote(text)}; labelloc=t; fontsize=11;")
+        if placed is not None:
+            lines.append(f'  bb="{placed.bb}";')
+            if placed.lp is not None:
+                lines.append(f"  lp={quote(placed.lp)};")
         edges: dict[str | None, list[str]] = {}
         for row in self.edge_rows:
-            edges.setdefault(row[_EDGE_CLUSTER], []).append(_edge_statement(row))
+            extra = placed.edge_attributes(row[0]) if placed is not None else ()
+            edges.setdefault(row[_EDGE_CLUSTER], []).append(_edge_statement(row, extra))
         for element_id in self.top:
-            self._lower(element_id, "  ", lines, edges)
+            self._lower(element_id, "  ", lines, edges, placed)
         lines += ["  " + statement for statement in edges.get(None, ())]
         lines += [
             f"  {{rank=same; {quote(_dot_name(a))}; {quote(_dot_name(b))};}}"
@@ -321,11 +402,17 @@ class Picture:
         return "\n".join(lines) + "\n"
 
     def _lower(
-        self, element_id: str, indent: str, lines: list[str], edges: Mapping[str | None, list]
+        self,
+        element_id: str,
+        indent: str,
+        lines: list[str],
+        edges: Mapping[str | None, list],
+        placed: Placed | None = None,
     ) -> None:
         row = self.rows[element_id]
         if len(row) == _NODE_FIELDS:
-            lines.append(indent + _node_statement(row))
+            extra = placed.node_attributes(element_id) if placed is not None else ()
+            lines.append(indent + _node_statement(row, self._fill(element_id), extra))
             return
         members, style = row[_CLUSTER_MEMBERS], row[_CLUSTER_STYLE]
         if SIDE in style:  # a side of a split diff: its attributes on one line
@@ -342,11 +429,61 @@ class Picture:
             at = element_id.index("cluster:")
             name = "cluster:" + element_id[:at] + element_id[at + 8 :]
             lines.append(f"{indent}subgraph {quote(name)} {{")
-            lines += [f"{indent}  {key}={value};" for key, value in _cluster_attributes(row)]
+            attributes = _cluster_attributes(row, neutral=self.heat is not None)
+            if placed is not None:
+                attributes += placed.cluster_attributes(element_id)
+            lines += [f"{indent}  {key}={value};" for key, value in attributes]
         for member in members:
-            self._lower(member, indent + "  ", lines, edges)
+            self._lower(member, indent + "  ", lines, edges, placed)
         lines += [indent + "  " + statement for statement in edges.get(element_id, ())]
         lines.append(f"{indent}}}")
+
+    def _fill(self, element_id: str) -> str | None:
+        """An element's fill in an overlay: its value's heat colour, or white (no value: the
+        module colours would read as values); None without an overlay."""
+        if self.heat is None:
+            return None
+        value = self.overlay.get(element_id)
+        return _NO_VALUE if value is None else self.heat.color(value)
+
+
+class Placed:
+    """Where every element of a picture was laid out (graphviz's ``pos``, ``bb``, ``lp`` in
+    points), for :meth:`Picture._dot`: made by :mod:`graphsurgeon.render._stack`."""
+
+    def __init__(self) -> None:
+        self.bb = "0,0,0,0"
+        self.lp: str | None = None  # the graph's label
+        self.nodes: dict[str, str] = {}  # element id -> "x,y"
+        self.clusters: dict[str, tuple[str, str | None]] = {}  # id -> (bb, lp)
+        self.edges: dict[str, tuple[str, str | None]] = {}  # id -> (pos, tail_lp)
+
+    def node_attributes(self, element_id: str) -> tuple[tuple[str, str], ...]:
+        pos = self.nodes.get(element_id)
+        return (("pos", quote(pos)),) if pos is not None else ()
+
+    def cluster_attributes(self, element_id: str) -> list[tuple[str, str]]:
+        bb, lp = self.clusters.get(element_id, (None, None))
+        found = [("bb", quote(bb))] if bb is not None else []
+        return found + ([("lp", quote(lp))] if lp is not None else [])
+
+    def edge_attributes(self, edge_id: str) -> tuple[tuple[str, str], ...]:
+        pos, tail_lp = self.edges.get(edge_id, (None, None))
+        found = (("pos", quote(pos)),) if pos is not None else ()
+        return found + ((("tail_lp", quote(tail_lp)),) if tail_lp is not None else ())
+
+
+def _overlay_title(heat: Heat) -> str:
+    """The picture's title when it carries an overlay: ``error overlay (x tolerance)``."""
+    return f"{heat.kind} overlay" + (f" ({heat.unit})" if heat.unit else "")
+
+
+def _side_prefix(element_id: str) -> str:
+    """``"before/"`` or ``"after/"`` for an element of one side of a split diff, else ``""``."""
+    for prefix in ("before/", "after/"):
+        if element_id.startswith(prefix):
+            return prefix
+    return ""
 
 
 # Positions in the rows a Picture keeps (the fields of PictureNode, PictureCluster and
@@ -371,12 +508,32 @@ _SWAP_FILL, _SWAP_LINE = "#fed7aa", "#c2410c"
 _FUSED_LINE = "#1d4ed8"
 _ADDED, _REMOVED = "#15803d", "#9ca3af"
 _CLUSTER_LINE = "#9ca3af"
+# An overlay: what has no value, and the clusters around what has
+_NO_VALUE, _NEUTRAL = "#ffffff", "#f9fafb"
+# heat colours, coolest first: errors (within the tolerance, then beyond it), other values
+_ERROR_STOPS = ((0.0, "#dcfce7"), (0.499, "#fef9c3"), (0.5, "#fed7aa"), (1.0, "#f87171"))
+_VALUE_STOPS = ((0.0, "#fefce8"), (0.5, "#fdba74"), (1.0, "#ef4444"))
+
+
+def _heat_color(level: float, errors: bool) -> str:
+    """The colour at ``level`` (0 to 1) of the heat scale, interpolated between its stops."""
+    stops = _ERROR_STOPS if errors else _VALUE_STOPS
+    for (a, low), (b, high) in itertools.pairwise(stops):
+        if level <= b:
+            t = 0.0 if b == a else (level - a) / (b - a)
+            channels = [
+                round(int(low[i : i + 2], 16) * (1 - t) + int(high[i : i + 2], 16) * t)
+                for i in (1, 3, 5)
+            ]
+            return "#" + "".join(f"{c:02x}" for c in channels)
+    return stops[-1][1]
 
 
 @functools.lru_cache(maxsize=8192)
-def _color(fqn: str, strong: bool = False) -> str:
-    """A pale color derived from the module's name (sha1, so it is the same in every process)."""
-    digest = hashlib.sha1(fqn.encode("utf-8", "surrogatepass")).digest()  # any str is a name
+def _color(name: str, strong: bool = False) -> str:
+    """A pale color derived from a module type's name (sha1, so it is the same in every
+    process)."""
+    digest = hashlib.sha1(name.encode("utf-8", "surrogatepass")).digest()  # any str is a name
     hue = int.from_bytes(digest[:4], "big") / 2**32
     lightness, saturation = (0.80, 0.85) if strong else (0.92, 0.60)
     red, green, blue = colorsys.hls_to_rgb(hue, lightness, saturation)
@@ -414,6 +571,13 @@ _KIND_STYLE: dict[str, list[tuple[str, str]]] = {
     "constant": [("shape", "note"), ("style", "filled"), ("fillcolor", '"#f3f4f6"')],
     "glue": [("shape", "plain"), ("fontcolor", '"#6b7280"')],
     "check": [("shape", "plain"), ("fontcolor", '"#9ca3af"'), ("fontsize", "7")],
+    "ops": [
+        ("shape", "folder"),
+        ("style", "filled"),
+        ("fillcolor", '"#f3f4f6"'),
+        ("color", '"#9ca3af"'),
+        ("fontcolor", '"#374151"'),
+    ],
     "swapped": [
         ("style", quote("filled,bold")),
         ("peripheries", "2"),
@@ -450,7 +614,9 @@ def _merge(attributes: list[tuple[str, str]]) -> str:
     return ", ".join(f"{key}={value}" for key, value in merged.items())
 
 
-def _node_statement(row: tuple) -> str:
+def _node_statement(row: tuple, fill: str | None = None, extra: Iterable = ()) -> str:
+    """A node's statement; ``fill``: an overlay's colour for it (a value's heat, or white),
+    ``extra``: more attributes (its position)."""
     element_id, kind, _, _, classes, label, tooltip, _, _, color, style = row
     highlighted = HIGHLIGHTED in style
     attributes = [
@@ -472,6 +638,9 @@ def _node_statement(row: tuple) -> str:
             attributes += _HIGHLIGHT_STYLE
         if REMOVED in style:
             attributes += _REMOVED_BOX_STYLE
+        if fill is not None:
+            attributes.append(("fillcolor", quote(fill)))
+        attributes += extra
         return f"{quote(element_id)} [{_merge(attributes)}];"
     if color is not None:  # drawn as its module: the module's colour
         attributes.append(("fillcolor", quote(_color(color, highlighted))))
@@ -482,10 +651,17 @@ def _node_statement(row: tuple) -> str:
         attributes += _REMOVED_STYLE
     elif ADDED in style:
         attributes += [("color", quote(_ADDED)), ("penwidth", "2")]
+    if fill is not None and (fill != _NO_VALUE or color is not None):
+        attributes.append(("fillcolor", quote(fill)))
+        if kind in ("glue", "check"):  # drawn as plain text: a fill needs a shape
+            attributes += [("shape", "box"), ("style", quote("rounded,filled"))]
+    attributes += extra
     return f"{quote(_dot_name(element_id))} [{_merge(attributes)}];"
 
 
-def _cluster_attributes(row: tuple) -> list[tuple[str, str]]:
+def _cluster_attributes(row: tuple, neutral: bool = False) -> list[tuple[str, str]]:
+    """A cluster's attributes; ``neutral``: a pale grey fill (an overlay's colours are the
+    values, the modules' would compete with them)."""
     element_id, _, classes, label, tooltip, _, _, color, style = row
     highlighted = HIGHLIGHTED in style
     line_style, line, width = "filled", _CLUSTER_LINE, "0.8"
@@ -501,13 +677,13 @@ def _cluster_attributes(row: tuple) -> list[tuple[str, str]]:
         ("label", quote(label)),
         ("tooltip", _tooltip(tooltip)),
         ("style", quote(line_style)),
-        ("fillcolor", quote(_color(color, highlighted))),
+        ("fillcolor", quote(_NEUTRAL if neutral else _color(color, highlighted))),
         ("color", quote(line)),
         ("penwidth", width),
     ]
 
 
-def _edge_statement(row: tuple) -> str:
+def _edge_statement(row: tuple, extra: Iterable = ()) -> str:
     edge_id, tail, head, path, mark, _ = row
     attributes = [("id", quote(edge_id))]
     if path:
@@ -516,5 +692,6 @@ def _edge_statement(row: tuple) -> str:
         attributes += [("style", "dashed"), ("color", quote(_REMOVED))]
     elif mark == ADDED:
         attributes += [("color", quote(_ADDED)), ("penwidth", "1.5")]
+    attributes += extra
     text = ", ".join(f"{key}={value}" for key, value in attributes)
     return f"{quote(_dot_name(tail))} -> {quote(_dot_name(head))} [{text}];"

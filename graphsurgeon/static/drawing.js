@@ -9,9 +9,11 @@
   var svg = view && view.querySelector("svg");
   if (!svg) return;
   var natural = parseFloat(svg.getAttribute("width")) || svg.getBoundingClientRect().width;
+  // fitted, a picture is never shown smaller than this: a wider one scrolls in its frame
+  var smallest = parseFloat(root.dataset.gsMinScale) || 0;
   var scale = null; // null: fitted to the output's width
   function current() {
-    return scale === null ? Math.min(1, view.clientWidth / natural) : scale;
+    return scale === null ? Math.max(smallest, Math.min(1, view.clientWidth / natural)) : scale;
   }
   function zoom(factor, x, y) {
     var before = current();
@@ -20,6 +22,7 @@
     scale = after;
     root.classList.add("gs-zoomed");
     svg.style.maxWidth = "none";
+    svg.style.minWidth = "0";
     svg.style.width = natural * after + "px";
     var k = after / before;
     view.scrollLeft = (view.scrollLeft + x) * k - x;
@@ -29,6 +32,7 @@
     scale = null;
     root.classList.remove("gs-zoomed");
     svg.style.maxWidth = "";
+    svg.style.minWidth = smallest ? natural * smallest + "px" : "";
     svg.style.width = "";
     view.scrollLeft = 0;
     view.scrollTop = 0;
