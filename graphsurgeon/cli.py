@@ -656,7 +656,12 @@ def _cmd_report(options) -> int:
         options.title or f"{gs.module_tree(program).root.type_name} ({Path(options.program).name})"
     )
     report = build_report(
-        surgery, title=title, sources=sources, rtol=options.rtol, atol=options.atol
+        surgery,
+        title=title,
+        sources=sources,
+        rtol=options.rtol,
+        atol=options.atol,
+        overlay=options.overlay.replace("-", " ") if options.overlay else None,
     )
     to_stdout = options.output == "-"
     if to_stdout:
@@ -924,6 +929,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     report.add_argument(
         "--atol", type=_tolerance, default=1e-5, help="absolute tolerance of the checks (1e-5)"
+    )
+    report.add_argument(
+        "--overlay",
+        choices=("error", "own-error", "latency"),
+        help="also paint the picture: error (the swapped program against the original), "
+        "own-error (each swapped call on the original's inputs) or latency (time per node)",
     )
     report.add_argument("--trust-file", action="store_true", help=_TRUST_HELP)
     report.set_defaults(run=_cmd_report)

@@ -48,6 +48,7 @@ from .compare import Comparison, compare
 from .drawing import draw
 from .errors import GraphSurgeonError, MissingDependencyError, RenderError, a_type
 from .export import export_notes
+from .overlay import overlay_values
 from .partition import module_tree
 from .surgery import Surgery
 from .swap import swap_info
@@ -155,6 +156,7 @@ def build_report(
     sources: Mapping[str, str] | None = None,
     rtol: float = 1e-5,
     atol: float = 1e-5,
+    overlay: str | None = None,
 ) -> Report:
     """The report of ``program`` as a :class:`Report`, its page in ``.html``.
 
@@ -171,6 +173,10 @@ def build_report(
         sources: call name -> where its replacement came from (``"kernels:FusedAttention"``),
             shown next to the replacement's type.
         rtol, atol: the tolerances of verify and compare.
+        overlay: also paint the swapped program's picture with ``"error"`` (its values
+            against the original's), ``"own error"`` (each swapped call on the original's
+            inputs) or ``"latency"`` (time per node, of the program alone too); see
+            :func:`graphsurgeon.overlay.overlay_values`. It needs the inputs.
 
     The swapped program is verified against the original: the eager model when a Surgery
     knows it, else the original program. A check that cannot run (a replacement that raises)
@@ -192,6 +198,9 @@ def build_report(
         checks = _checks_html(model, verified, comparison, skipped, problem, inputs_note)
 
     picture_html, missing = _picture_html(ep, module)
+    overlay_html = None
+    if overlay is not None:
+        overlay_html = _overlay_html(ep, module, overlay, inputs, inputs_note, rtol, atol)
     sections = [
         ("program", "the program", _facts_html(ep, inputs, inputs_note)),
     ]
@@ -201,6 +210,8 @@ def build_report(
         sections.append(("checks", "verify and compare", checks))
     picture_title = "before / after" if info is not None and info.calls else "picture"
     sections.append(("picture", picture_title, picture_html))
+    if overlay_html is not None:
+        sections.append(("overlay", f"{overlay} overlay", overlay_html))
     sections.append(("tree", "module tree", _html_of(module_tree(ep))))
     sections.append(("notes", "export notes", _notes_html(ep)))
 
@@ -425,6 +436,31 @@ def _picture_html(ep: ExportedProgram, module) -> tuple[str, str]:
             "aligned; what a swap removed is greyed, each replacement is one box</div>"
         )
     return note + drawing._repr_html_(), ""
+
+
+OVERLAYS = ("error", "own error", "latency")
+
+
+def _overlay_html(ep, module, kind, inputs, inputs_note, rtol, atol) -> str:
+    """The picture painted with an overlay, or why there is none."""
+    if kind not in OVERLAYS:
+        raise RenderError(
+            f"overlay={kind!r}: expected one of {', '.join(map(repr, OVERLAYS))}, or None"
+        )
+    if module is None and kind != "latency":
+        return f"<div>{d.badge('no overlay', 'warn')} {kind} needs swaps to compare</div>"
+    if inputs is None:
+        return f"<div>{d.badge('no overlay', 'warn')} {d.escape(inputs_note)}</div>"
+    args, kwargs = inputs
+    target = module if module is not None else ep
+    try:
+        values = overlay_values(target, args, kwargs, kind, rtol=rtol, atol=atol)
+        drawing = draw(target, overlay=values)
+    except MissingDependencyError as missing:
+        return f"<div>{d.badge('no picture', 'warn')} {d.escape(missing)}</div>"
+    except Exception as error:  # a replacement that raises: said on the page, as checks are
+        return f"<div>{d.badge('overlay could not run', 'bad')} {d.escape(error)}</div>"
+    return drawing._repr_html_()
 
 
 def _notes_html(ep: ExportedProgram) -> str:

@@ -208,6 +208,21 @@ def test_swaps_give_before_after_verify_and_compare_and_a_factory_gets_the_weigh
     assert "verify: MISMATCH" in html and "first divergence: layers.1.mlp" in html
 
 
+def test_an_overlay_paints_the_swapped_picture_with_its_legend(here, capsys):
+    arguments = ["report", "gpt.pt2", "--swap", f"layers.1.mlp={KERNELS}:tanh_mlp"]
+    assert main([*arguments, "-o", "plain.html"]) == 1  # precondition: a mismatch
+    assert 'id="overlay"' not in (here / "plain.html").read_text()
+    assert main([*arguments, "--overlay", "own-error", "-o", "painted.html"]) == 1
+    html = (here / "painted.html").read_text()
+    overlay = html[html.index('<section id="overlay">') :]
+    assert "own error overlay" in overlay and 'class="gs-legend"' in overlay
+    assert overlay.count("<svg") == 1 and "beyond" in overlay
+    assert_self_contained(html)
+    with pytest.raises(SystemExit):
+        main([*arguments, "--overlay", "colour", "-o", "x.html"])
+    assert "invalid choice: 'colour'" in capsys.readouterr().err
+
+
 def test_the_same_program_gives_the_same_page(here):
     # loaded from a file, the program has no export notes, whose times vary from run to run
     program = torch.export.load("gpt.pt2")
