@@ -20,7 +20,7 @@ from .overlay import OverlayValues
 from .partition import ModuleInfo, ModuleTree, Partition, Resolved
 from .region import RegionPlan
 from .render import GraphView
-from .render.picture import Picture, PictureCluster, PictureEdge, PictureNode
+from .render.picture import Heat, Picture, PictureCluster, PictureEdge, PictureNode
 from .rewrite import Region
 from .step import Breakpoint, Breakpoints, StepResult, Summary
 from .surgery import HistoryEntry
@@ -38,6 +38,7 @@ __all__ = [
     "Drawing",
     "ExportNotes",
     "GraphView",
+    "Heat",
     "HistoryEntry",
     "LeafCheck",
     "Location",
