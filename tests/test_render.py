@@ -1248,6 +1248,19 @@ def test_the_mask_building_of_a_decoder_is_one_box_that_opens_like_a_module(real
     assert graph_view(ep, highlight="ops:transformer", max_nodes=20).folded_ops == ()
 
 
+def test_the_default_view_opens_a_decoders_layers_before_its_mask_building(real_models):
+    ep = real_models("gpt2")
+    # the top level's own ops (~45 mask-building ops) open only when no group of modules fits
+    # any more: they were the cheapest group, opened before the attentions
+    seen = []
+    for budget in range(60, 400, 20):
+        view = graph_view(ep, max_nodes=budget)
+        attentions = {c for c in view.clusters if c.endswith(".attn")}
+        seen.append((bool(view.folded_ops), bool(attentions)))
+    assert (True, True) in seen, "the attentions open while the mask building stays one box"
+    assert (False, True) in seen and (True, False) in seen  # with more room, and with less
+
+
 class Positions(nn.Module):
     #   (arange ─▶ unsqueeze ─▶ float ─▶ mul: positions from nothing ─▶ add ◀── x) ─▶ lin
     def __init__(self):

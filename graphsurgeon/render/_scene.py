@@ -791,7 +791,9 @@ def _open_groups(
     """Open whole groups of modules of one type at a time, cheapest first, while the picture
     stays within budget: pictures stay regular (every attention open, or none) and the budget
     buys the most detail. A call's own-ops box is a group with the other boxes of its type's
-    own ops. ``within``: only calls inside these (and their own ops)."""
+    own ops, opened only when no group of modules fits any more: a decoder's mask building is
+    the last thing a reader wants to see, its attentions the first. ``within``: only calls
+    inside these (and their own ops)."""
     present = scene.present
     in_runs = {name for members in runs.values() for name in members}
     order = {name: i for i, name in enumerate(present)}
@@ -829,13 +831,13 @@ def _open_groups(
                 depth, position = scene.depth(first[1]) + 1, order[first[1]]
             else:
                 depth, position = min(calls[n].depth for n in members), order[first]
-            key = (cost, depth, position)
+            key = (isinstance(first, tuple), cost, depth, position)
             if best is None or key < best[0]:
                 best = (key, members)
         if best is None:
             return
         open_.update(best[1])
-        drawn += best[0][0]
+        drawn += best[0][1]
 
 
 def _split_runs(runs: dict[str, list[str]], open_: set) -> dict[str, list[str]]:
