@@ -425,7 +425,9 @@ class Comparison:
         first = self.first_divergence
         verdict = f"first divergence {first!r}" if first else "no divergence"
         drift = (
-            "outputs match" if self.outputs.ok else f"outputs drift {_meta.number_text(self.outputs.max_abs)}"
+            "outputs match"
+            if self.outputs.ok
+            else f"outputs drift {_meta.number_text(self.outputs.max_abs)}"
         )
         calls = f"{len(self.calls)} swapped call{'' if len(self.calls) == 1 else 's'}"
         if not self.values_compared:
