@@ -9,6 +9,9 @@ change on screen (measured in the page with ``performance.now()``, polled every 
 * step: the Step button until ``gs-current`` moves (median and max over 12 steps; a step into a
   collapsed module opens it, which is a new layout);
 * expand / collapse: a double-click on a box until the new picture is in the page;
+* run to: Run to selection on a layer's attention until ``gs-current`` is there (the stepper
+  opens that layer, one layout);
+* search: a search for every ``linear`` op until the matches are marked;
 * swap: the Swap button (replacement chosen in the picker) until the before/after picture shows;
 * state: the widget's state as the kernel sends it (JSON bytes) for the default view.
 
@@ -33,7 +36,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 from jupyter import browser, jupyterlab, kernel_run, run_notebook, write_notebook  # noqa: E402
 
-TARGETS = {"select": 0.1, "step": 0.1, "expand": 1.0, "collapse": 1.0, "swap": 1.0}
+TARGETS = {
+    "select": 0.1,
+    "step": 0.1,
+    "expand": 1.0,
+    "collapse": 1.0,
+    "run_to": 1.0,
+    "search": 1.0,
+    "swap": 1.0,
+}
 
 SETUP = {
     "decoder": """\
@@ -160,11 +171,29 @@ def measure(page, name: str) -> dict:
     result["step_max"] = max(steps[1:])
     result["first_step"] = steps[0]
 
+    # run to selection: the attention of a layer the picture shows as a box
+    kernel_run(page, f"w.select({target!r})")
+    result["run_to"] = timed(
+        page,
+        "window.__gsCurrent = (root.querySelector('.gs-current') || {}).id;"
+        "root.querySelector('[data-gs-button=\"run_to\"]').click();",
+        "const c = root.querySelector('.gs-current'); return c && c.id !== window.__gsCurrent;",
+    )
+
+    # search: every linear op, marked in the picture and listed
+    result["search"] = timed(
+        page,
+        "const box = root.querySelector('.gs-search'); box.value = 'linear';"
+        "box.dispatchEvent(new KeyboardEvent('keydown', {key: 'Enter', bubbles: true}));",
+        "return root.querySelectorAll('.gs-viewport .gs-match').length > 0;",
+    )
+    kernel_run(page, "w.close_search()")
+
     # swap: select the attention, choose the replacement in the picker, press Swap
     kernel_run(page, f"w.select({target!r})")
     page.select_option(".gs-widget select.gs-picker", "ns:replacement")
-    page.wait_for_function(
-        "() => document.querySelector('.gs-widget .gs-preview').textContent.includes('replacement')"
+    page.wait_for_function(  # chosen: the Swap button is enabled
+        "() => !document.querySelector('.gs-widget [data-gs-button=\"swap\"]').disabled"
     )
     result["swap"] = timed(
         page,
@@ -218,15 +247,16 @@ def main() -> None:
                 )
     print()
     print(
-        "| program | fx nodes | state | select | step (max) | expand | collapse | swap "
-        "| kernel: swap + DOT |"
+        "| program | fx nodes | state | select | step (max) | expand | collapse | run to "
+        "| search | swap | kernel: swap + DOT |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
             f"| {r['program']} | {r['nodes']:,} | {r['state'] / 1e6:.2f} MB "
             f"| {r['select'] * 1e3:.0f} ms | {r['step'] * 1e3:.0f} ms ({r['step_max'] * 1e3:.0f}) "
-            f"| {r['expand']:.2f} s | {r['collapse']:.2f} s | {r['swap']:.2f} s "
+            f"| {r['expand']:.2f} s | {r['collapse']:.2f} s | {r['run_to']:.2f} s "
+            f"| {r['search']:.2f} s | {r['swap']:.2f} s "
             f"| {r['kernel_swap']:.2f} + {r['kernel_dot']:.2f} s |"
         )
     print()

@@ -15,10 +15,12 @@ import re
 import shutil
 import xml.etree.ElementTree as ET
 from html import escape as html_escape
+from html import unescape as html_unescape
 from pathlib import Path
 
 import pytest
 import torch
+import transformers
 from ipywidgets.widgets.tests.utils import setup_test_comm, teardown_test_comm
 from models import Chain, Shared
 from test_render import _imports as import_edges
@@ -92,9 +94,9 @@ class Doubler(nn.Module):
 
 
 class NeedsArgs(nn.Module):
-    def __init__(self, width):
+    def __init__(self, width, depth):
         super().__init__()
-        self.width = width
+        self.width, self.depth = width, depth
 
     def forward(self, x):
         return x
@@ -153,10 +155,13 @@ def test_a_click_on_a_node_selects_the_node_and_its_module(gpt):
     page_event(widget, event="click", id="node:view")
     assert widget.selected_node == "view" and widget.selected == "layers.0.attn"
     assert widget.marks["selected"] == ["node:view"]
-    assert widget.marks["producers"] == ["module:layers.0.attn.q"], "the q projection feeds it"
+    # the q projection, a module of one op, is drawn as that op
+    assert widget.marks["producers"] == ["node:linear"], "the q projection feeds it"
     assert "aten.view" in widget.details
-    page_event(widget, event="click", id="module:layers.0.attn.q")
-    assert widget.selected == "layers.0.attn.q" and widget.selected_node is None
+    page_event(widget, event="click", id="node:linear")
+    assert widget.selected == "layers.0.attn.q" and widget.selected_node is None  # its module
+    page_event(widget, event="click", id="cluster:layers.0.attn")
+    assert widget.selected == "layers.0.attn" and widget.selected_node is None
 
 
 def test_selecting_from_the_tree_or_the_trait_is_the_same_as_a_click(gpt):
@@ -208,24 +213,25 @@ def test_double_click_opens_a_box_and_collapses_a_cluster_again(gpt):
     page_event(widget, event="toggle", id="cluster:layers.1.mlp")
     assert "module:layers.1.mlp" in svg_ids(widget.svg)
     page_event(widget, event="button", name="expand_all")
-    assert "modules collapsed" not in widget.caption
+    assert widget.session.opened_by_user == frozenset(widget.session.partitions)
     assert "cluster:layers.0.attn" in svg_ids(widget.svg)
     page_event(widget, event="button", name="auto")
-    assert widget.error == {} and "modules collapsed" in widget.caption
+    assert widget.error == {} and widget.session.opened_by_user is None
 
 
 def test_a_run_of_boxes_opens_into_one_box_per_call():
     from graphsurgeon.examples import TinyGPT
 
-    model = TinyGPT(24).eval()
+    model = TinyGPT(48).eval()  # too many layers for a box each: runs of them
     tokens = model.example_input()
-    preserve = [f"layers.{i}" for i in range(24)]
+    preserve = [f"layers.{i}" for i in range(48)]
     widget = gs.SurgeryWidget(gs.export(model, (tokens,), preserve=preserve), args=(tokens,))
     run = [i for i in svg_ids(widget.svg) if i.startswith("modules:")]
-    assert run, "precondition: the default view draws the layers as one run"
+    assert run, "precondition: the default view draws the layers as runs"
     page_event(widget, event="toggle", id=run[0])
     ids = svg_ids(widget.svg)
-    assert "module:layers.0" in ids and "module:layers.23" in ids
+    first, last = run[0].removeprefix("modules:").split("..")
+    assert f"module:{first}" in ids and f"module:{last}" in ids
 
 
 def test_save_writes_the_picture_shown_and_the_page_gets_a_download(gpt, tmp_path):
@@ -249,7 +255,7 @@ def test_the_picker_offers_modules_and_classes_of_the_namespace(gpt):
     widget, _, _ = gpt
     keys = [c["key"] for c in widget.candidates]
     assert keys[:2] == ["copy", "identity"]
-    assert {"ns:fast", "ns:tanh_mlp", "ns:Doubler", "ns:NeedsArgs", "ns:model"} <= set(keys)
+    assert {"ns:fast", "ns:tanh_mlp", "ns:Doubler"} <= set(keys)
     assert "ns:not_a_module" not in keys and "ns:nn" not in keys
 
 
@@ -666,22 +672,38 @@ def test_names_that_are_markup_reach_the_page_escaped():
     assert "&lt;img src=x onerror=alert(1)&gt;" in widget.details
 
 
-def test_every_button_can_be_pressed_from_code(gpt):
+def test_every_button_can_be_pressed_from_code(gpt, monkeypatch):
     """``w.click(name)`` presses each button of SurgeryWidget.BUTTONS, as the page does."""
+    from graphsurgeon.widget import _session
+
     widget, _, _ = gpt
     widget.select("layers.1.attn")
     widget.choose("ns:fast")
+    monkeypatch.setattr(_session, "LARGE_LAYOUT", 5)  # "open all" asks first
     order = [
-        "swap", "verify", "compare", "undo", "redo", "expand", "collapse", "expand_all",
-        "auto", "break", "step", "step_over", "run_to", "step_into", "step_out", "continue",
-        "restart", "fuse", "reset",
+        "swap", "verify", "compare", "bisect", "undo", "redo", "expand", "collapse",
+        "expand_all", "confirm_layout", "expand_all", "cancel_layout", "auto", "next_match",
+        "previous_match", "escape", "break", "step", "step_over", "run_to", "step_into",
+        "step_out", "continue", "restart", "find_similar", "swap_region", "clear_region",
+        "fuse_region", "fuse", "reset",
     ]  # fmt: skip
-    assert sorted(order) == sorted(widget.BUTTONS), "every button is pressed below"
+    assert sorted(set(order)) == sorted(widget.BUTTONS), "every button is pressed below"
+    pressed: list[str] = []
     for button in order:
+        pressed.append(button)
         if button == "fuse":
             widget.select("layers.0.mlp")
+        if button == "next_match":
+            widget.search("attn")
+        if button == "find_similar":
+            widget.region(["softmax"])
+            widget.choose("identity")  # for the region
+        if button == "fuse_region":
+            widget.region(["matmul", "div"])
         widget.click(button)
         assert widget.error == {}, (button, widget.error)
+        if button == "expand_all" and "confirm_layout" not in pressed:  # then it is laid out
+            assert widget.pending and "nodes" in widget.warning, "a large picture asks first"
     assert widget.surgery.replacements == {} and widget.can_redo
     with pytest.raises(gs.errors.WidgetError, match="no button 'paste'"):
         widget.click("paste")
@@ -712,6 +734,581 @@ def test_the_compare_panel_on_meta_says_no_values_were_compared():
     w.compare()
     panel = w.compare_html
     assert "no values compared" in panel and "nan" not in panel
+
+
+# -- real models (Hugging Face, built from small configs): what stepping opens ------------------
+
+
+def _llama(layers: int) -> nn.Module:
+    config = transformers.LlamaConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        vocab_size=100,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="module")
+def llama32():
+    """A 32-layer Hugging Face Llama (hidden 32), exported once with every module preserved."""
+    model = _llama(32)
+    ids = torch.randint(0, 100, (1, 8))
+    kwargs = {"use_cache": False}
+    return model, ids, kwargs, gs.export(model, (ids,), kwargs)
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    """A 2-layer Hugging Face GPT-2 with its default (SDPA) attention."""
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        n_layer=2, n_embd=32, n_head=2, vocab_size=100, n_positions=32, bos_token_id=0,
+        eos_token_id=0,
+    )  # fmt: skip
+    model = transformers.GPT2LMHeadModel(config).eval()
+    ids = torch.randint(0, 100, (1, 8))
+    kwargs = {"use_cache": False}
+    return model, ids, kwargs, gs.export(model, (ids,), kwargs)
+
+
+def widget_of(hf, namespace=None) -> gs.SurgeryWidget:
+    model, ids, kwargs, ep = hf
+    surgery = gs.Surgery(ep, model=model, args=(ids,), kwargs=kwargs)
+    return gs.SurgeryWidget(surgery, namespace=namespace or {})
+
+
+def test_run_to_a_layers_attention_draws_at_most_that_layer_more(llama32):
+    widget = widget_of(llama32)
+    session = widget.session
+    layer = "model.layers.5"
+    before, clusters = session.scene.view.drawn_nodes, session.scene.view.clusters
+    assert not any(c.startswith(layer) for c in clusters), "precondition: layer 5 is a box"
+    widget.select(layer + ".self_attn")
+    assert widget.run_to_selection().reason == "target"
+    drawn = session.scene.view.drawn_nodes
+    assert 0 < drawn - before <= session.partitions[layer].num_nodes, (before, drawn)
+    opened = set(session.scene.view.clusters) - set(clusters)
+    assert layer in opened and all(c.startswith(layer) for c in opened), opened
+    assert widget.current == f"node:{widget.stepper.current.name}"
+    assert widget.current in svg_ids(widget.svg), "the stop is a drawn node, marked"
+    layouts = len(sent(widget, "svg"))
+    for _ in range(12):  # through the attention: nothing is laid out again
+        widget.step()
+        assert widget.current == f"node:{widget.stepper.current.name}"
+        assert widget.current in svg_ids(widget.svg)
+    assert len(sent(widget, "svg")) == layouts
+
+
+def test_stepping_keeps_the_users_view_and_closes_what_it_opened(llama32):
+    widget = widget_of(llama32)
+    session = widget.session
+    widget.expand("model.layers.20")  # the user's
+    widget.select("model.layers.5.self_attn").run_to_selection()
+    clusters = set(session.scene.view.clusters)
+    assert {"model.layers.5", "model.layers.20"} <= clusters
+    widget.select("model.layers.6.mlp").run_to_selection()
+    clusters = set(session.scene.view.clusters)
+    assert "model.layers.5" not in clusters, "the layer the stepper left is closed again"
+    assert {"model.layers.6", "model.layers.20"} <= clusters
+    assert widget.current in svg_ids(widget.svg)
+    widget.continue_()
+    assert widget.stepper.done and session.revealed == frozenset()
+    clusters = set(session.scene.view.clusters)
+    assert "model.layers.6" not in clusters and "model.layers.20" in clusters
+
+
+def test_every_stop_is_a_drawn_node_and_a_module_breakpoint_stops_at_its_first_op(gpt2):
+    widget = widget_of(gpt2)
+    session = widget.session
+    call = "transformer.h.1.mlp"
+    by_name = {n.name: n for n in gpt2[3].graph.nodes}
+    ops = [n for n in session.partitions[call].nodes if gs._meta.computes(by_name[n])]
+    widget.select(call).click("break")
+    result = widget.continue_()
+    assert result.reason == "breakpoint" and widget.stepper.current.name == ops[0]
+    assert widget.current == f"node:{ops[0]}" and widget.current in svg_ids(widget.svg)
+    widget.reset_stepper()
+    widget.click("break")  # removed
+    while not widget.stepper.done:
+        widget.step()
+        if not widget.stepper.done:
+            assert widget.current == f"node:{widget.stepper.current.name}"
+            assert widget.current in svg_ids(widget.svg), widget.current
+    assert widget.current == "" and session.revealed == frozenset()
+
+
+def test_open_all_and_open_to_a_depth_ask_before_a_large_layout(llama32, monkeypatch):
+    from graphsurgeon.widget import LARGE_LAYOUT
+
+    widget = widget_of(llama32)
+    session = widget.session
+    svg = widget.svg
+    page_event(widget, event="button", name="expand_all")
+    assert widget.pending and widget.svg == svg, "nothing is laid out before the answer"
+    drawn = session.pending.drawn
+    assert drawn > LARGE_LAYOUT and f"<b>{drawn:,}</b> nodes" in widget.warning
+    page_event(widget, event="button", name="cancel_layout")
+    assert not widget.pending and widget.warning == "" and widget.svg == svg
+    page_event(widget, event="depth", value="2")  # the layers, as boxes
+    ids = svg_ids(widget.svg)
+    assert "cluster:model" in ids and "module:model.layers.3" in ids and not widget.pending
+    page_event(widget, event="depth", value="3")  # each layer open: its attention, its MLP
+    ids = svg_ids(widget.svg)
+    assert "cluster:model.layers.3" in ids and "module:model.layers.3.self_attn" in ids
+    page_event(widget, event="depth", value="4")  # everything
+    assert widget.pending and widget.error == {}
+    page_event(widget, event="button", name="confirm_layout")
+    assert "cluster:model.layers.3.self_attn" in svg_ids(widget.svg) and not widget.pending
+    page_event(widget, event="depth", value="auto")
+    assert session.opened_by_user is None and widget.svg == svg
+    with pytest.raises(gs.errors.WidgetError, match="depth: expected"):
+        widget.expand_to_depth(0)
+
+
+def test_open_all_lays_out_once_confirmed(gpt, monkeypatch):
+    from graphsurgeon.widget import _session
+
+    widget, _, _ = gpt
+    monkeypatch.setattr(_session, "LARGE_LAYOUT", 10)
+    widget.expand_all()
+    assert widget.pending
+    widget.confirm_layout()
+    assert widget.session.opened_by_user == frozenset(widget.session.partitions)
+    assert "cluster:layers.1.attn" in svg_ids(widget.svg)
+    with pytest.raises(gs.errors.WidgetError, match="no layout waits"):
+        widget.confirm_layout()
+    widget.collapse("layers.1")
+    widget.expand_all(force=True)
+    assert not widget.pending and "cluster:layers.1.mlp" in svg_ids(widget.svg)
+
+
+# -- search --------------------------------------------------------------------------------
+
+
+def test_search_by_type_op_initials_and_regex_marks_and_lists_every_match(gpt2):
+    widget = widget_of(gpt2)
+    page_event(widget, event="search", value="LayerNorm")
+    layer_norms = [m.name for m in widget.matches]
+    assert layer_norms[:1] == ["transformer.h.0.ln_1"] and "transformer.ln_f" in layer_norms
+    assert all(widget.session.module_info(n).type_name == "LayerNorm" for n in layer_norms)
+    assert widget.selected == "transformer.h.0.ln_1" and widget.error == {}
+    marked = widget.marks["matches"]
+    assert marked and set(marked) <= svg_ids(widget.svg), "every match is marked"
+    assert f"{len(layer_norms)}</b> matches" in widget.search_html
+    assert widget.search_html.count("data-gs-match=") == len(layer_norms)
+    page_event(widget, event="button", name="next_match")
+    assert widget.selected == layer_norms[1] and widget.marks["selected"]
+    page_event(widget, event="button", name="previous_match")
+    page_event(widget, event="button", name="previous_match")  # before the first: the last
+    assert widget.selected == layer_norms[-1]
+    page_event(widget, event="match", value=2)
+    assert widget.selected == layer_norms[2]
+    widget.search("sdpa")  # initials
+    assert {m.what for m in widget.matches} == {"aten.scaled_dot_product_attention"}
+    assert widget.selected_node == widget.matches[0].name
+    assert widget.current == "" and widget.selected_node in {
+        i.removeprefix("node:") for i in svg_ids(widget.svg)
+    }, "the match's module was opened"
+    widget.search(r"h\.\d+\.mlp$")  # a regular expression
+    assert [m.name for m in widget.matches] == ["transformer.h.0.mlp", "transformer.h.1.mlp"]
+    page_event(widget, event="button", name="escape")  # closes the search
+    assert widget.search_html == "" and widget.marks["matches"] == []
+    assert widget.selected == "transformer.h.0.mlp"
+    page_event(widget, event="button", name="escape")  # then clears the selection
+    assert widget.selected is None
+    with pytest.raises(gs.errors.WidgetError, match="no module or node matches"):
+        widget.search("nothing-like-this")
+
+
+def test_search_finds_ops_and_batch_norms_by_initials(gpt):
+    widget, _, _ = gpt
+    widget.search("aten.gelu")
+    assert [m.what for m in widget.matches] == ["aten.gelu", "aten.gelu"]
+    assert set(widget.marks["matches"]) <= svg_ids(widget.svg)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU()).eval()
+    conv = gs.SurgeryWidget(gs.Surgery.from_model(model, (torch.randn(1, 3, 8, 8),)))
+    conv.search("bn")
+    assert [(m.name, m.kind) for m in conv.matches][:1] == [("1", "module")]
+    assert "BatchNorm2d" in conv.module_types, "the tree's type filter lists it"
+
+
+# -- the layout, the keys, the caption --------------------------------------------------------
+
+
+def test_shortcuts_resets_and_a_caption_that_does_not_change_with_the_view(gpt):
+    widget, model, _ = gpt
+    keys = {a.name: a.key for a in ACTIONS}
+    assert (keys["step_over"], keys["step_into"], keys["step_out"]) == ("F10", "F11", "Shift+F11")
+    assert keys["continue"] == "F8" and keys["escape"] == "Escape"
+    labels = {a.name: a.label for a in ACTIONS}
+    assert labels["reset"] == "Reset surgery" and labels["restart"] == "Restart run"
+    widget.swap(FusedAttention(model.layers[1].attn), name="layers.1.attn")
+    totals = set()
+    for view in ("program", "merged", "split"):
+        widget.show(view)
+        totals.add(widget.caption.split(" · ")[1])
+    widget.expand_all()
+    totals.add(widget.caption.split(" · ")[1])
+    assert totals == {"the program: 77 fx nodes, 28 module calls, 1 swapped"}, totals
+    css = (Path(gs.__file__).parent / "widget" / "static" / "widget.css").read_text()
+    assert "text-overflow: ellipsis" in css, "tree cells never overprint their neighbours"
+
+
+# -- small defects ---------------------------------------------------------------------------
+
+
+def test_a_new_widget_sends_no_busy_line(tiny_gpt):
+    """A busy line sent while the widget is made reached the page after its first picture,
+    which stayed dimmed ("laying out the picture…") until the first click."""
+    model, tokens, ep = tiny_gpt
+    widget = gs.SurgeryWidget(gs.Surgery(ep, model=model, args=(tokens,)), namespace={})
+    assert widget.busy == "" and set(sent(widget, "busy")) <= {""}
+    seen = []
+    widget.observe(lambda change: seen.append(change["new"]), names=["busy"])
+    widget.expand_all()  # after it is made, slow work says so
+    assert any("laying out" in text for text in seen) and widget.busy == ""
+
+
+def test_open_on_an_open_module_keeps_its_one_node_modules_as_nodes(gpt):
+    widget, _, _ = gpt
+    tiny = widget.surgery.program
+    # the precondition: a module of one op, collapsed by name, is a "1 node" box
+    assert 'id="module:layers.0.attn.q"' in gs.to_dot(tiny, collapse={"layers.0.attn.q"})
+    widget.expand("layers.0.attn")
+    widget.expand("layers.0.attn")  # open again: nothing changes
+    ids = svg_ids(widget.svg)
+    assert "cluster:layers.0.attn" in ids and "module:layers.0.attn.q" not in ids
+    assert "node:linear" in ids
+
+
+def test_opening_a_module_keeps_the_own_ops_boxes_folded_until_opened(llama32):
+    widget = widget_of(llama32)
+    assert "ops:model" in svg_ids(widget.svg), "precondition: the mask building is one box"
+    widget.expand("model.layers.0.self_attn")
+    ids = svg_ids(widget.svg)
+    assert "cluster:model.layers.0.self_attn" in ids and "ops:model" in ids
+    page_event(widget, event="toggle", id="ops:model")  # a double-click opens it
+    assert widget.error == {} and "ops:model" not in svg_ids(widget.svg)
+
+
+def test_a_node_a_swap_removed_is_selected_and_says_what_removed_it(gpt):
+    widget, model, _ = gpt
+    widget.swap(FusedAttention(model.layers[1].attn), name="layers.1.attn")
+    assert widget.view == "merged"
+    removed = [n for n in widget.session.partitions["layers.1.attn"].nodes if n.startswith("view")]
+    node = removed[0]
+    assert node not in {n.name for n in widget.surgery.module.graph.nodes}, "precondition"
+    page_event(widget, event="click", id=f"node:{node}")
+    assert widget.error == {} and widget.selected_node == node
+    assert "(top level)" not in widget.details and "layers.1 › layers.1.attn" in widget.details
+    assert "removed" in widget.details and "swap of <code>layers.1.attn</code>" in widget.details
+    widget.show("program")
+    widget.select(node)  # from code, in a view that does not draw it
+    assert widget.selected_node == node and widget.marks["selected"] == []
+
+
+def test_the_notebook_shows_the_live_widget_then_a_static_copy_for_saved_notebooks(
+    gpt, monkeypatch
+):
+    import IPython.display
+
+    widget, _, _ = gpt
+    shown, updates = [], []
+
+    class Handle:  # what display(..., display_id=True) returns
+        def update(self, obj, **options):
+            updates.append(obj)
+
+    def display(obj, **options):
+        shown.append((obj, options))
+        return Handle() if options.get("display_id") else None
+
+    def picture(html):
+        return svg_ids(html[html.index("<svg") : html.index("</svg>") + 6])
+
+    monkeypatch.setattr(IPython.display, "display", display)
+    widget._ipython_display_()
+    (live, live_options), (static, static_options) = shown
+    assert "application/vnd.jupyter.widget-view+json" in live and "text/html" not in live
+    assert live_options["raw"] and static_options["raw"]
+    html = static["text/html"]
+    assert 'class="gs-out gs-static"' in html and f'data-gs-model="{widget.model_id}"' in html
+    assert picture(html) == svg_ids(widget.svg)
+    widget.expand_all()  # the static copy follows the picture shown, for the saved notebook
+    assert updates and picture(updates[-1]["text/html"]) == svg_ids(widget.svg)
+    css = (Path(gs.__file__).parent / "widget" / "static" / "widget.css").read_text()
+    assert ":has(.gs-static)" in css, "a live widget hides its static copy"
+
+
+# -- the picker ------------------------------------------------------------------------------
+
+
+def test_the_picker_offers_what_can_be_built_and_builds_a_class_from_the_original(tiny_gpt):
+    model, tokens, ep = tiny_gpt
+    namespace = {
+        "model": model,
+        "block": model.layers[0],
+        "fast": FusedAttention(model.layers[1].attn),
+        "GeluTanhMLP": GeluTanhMLP,
+        "Doubler": Doubler,
+        "NeedsArgs": NeedsArgs,
+        "TinyGPT": type(model),
+    }
+    widget = gs.SurgeryWidget(gs.Surgery(ep, model=model, args=(tokens,)), namespace=namespace)
+    labels = {c["key"]: c["label"] for c in widget.candidates}
+    assert "ns:model" not in labels and "ns:block" not in labels, "the model, or a part of it"
+    assert "ns:NeedsArgs" not in labels, "a class that cannot be built"
+    assert "ns:TinyGPT" not in labels, "the model's own class: a fresh one is no replacement"
+    assert labels["ns:Doubler"] == "Doubler: class, built as Doubler()"
+    assert labels["ns:GeluTanhMLP"] == "GeluTanhMLP: class, built as GeluTanhMLP(original)"
+    assert "ns:fast" in labels
+    widget.select("layers.0.mlp")
+    page_event(widget, event="choose", value="ns:GeluTanhMLP")
+    page_event(widget, event="button", name="swap")
+    swapped = widget.surgery.replacements["layers.0.mlp"]
+    assert isinstance(swapped, GeluTanhMLP) and widget.error == {}
+    assert torch.equal(swapped.up.weight, model.layers[0].mlp.up.weight), "from the original"
+    reference = eager_reference(model, widget.surgery.replacements)
+    torch.testing.assert_close(widget.surgery.module(tokens), reference(tokens))
+
+    class Later(nn.Module):  # defined in a new cell, after the widget
+        def forward(self, x):
+            return x
+
+    namespace["Later"] = Later
+    page_event(widget, event="candidates")  # the picker got the focus
+    assert "ns:Later" in [c["key"] for c in widget.candidates]
+
+
+# -- the last mile: op arguments, stepping into a replacement, where it differs ---------------
+
+
+def test_op_arguments_in_the_details_and_on_the_stepper_lines(gpt):
+    widget, _, _ = gpt
+    widget.expand("layers.0.attn")
+    page_event(widget, event="click", id="node:transpose_3")
+    assert "aten.transpose(dim0=-2, dim1=-1)" in widget.details  # short: what edges do not show
+    assert "self=transpose_1, dim0=-2, dim1=-1" in widget.details  # full: every argument
+    page_event(widget, event="button", name="run_to")
+    assert widget.stepper.current.name == "transpose_3"
+    text = html_unescape(widget.stepper_html)
+    assert "aten.transpose(dim0=-2, dim1=-1)" in text
+    assert "aten.transpose.int(self=transpose_1, dim0=-2, dim1=-1)" in text
+    widget.step()
+    assert "aten.matmul" in html_unescape(widget.stepper_html)
+
+
+def test_stepping_into_a_swapped_call_draws_its_replacement_beside_the_original(gpt):
+    widget, model, tokens = gpt
+    widget.swap(FusedAttention(model.layers[1].attn), name="layers.1.attn")
+    widget.show("program")
+    widget.select("layers.1.attn").run_to_selection()
+    assert widget.inside_svg == "" and widget.stepper.current.name == "swapped_layers_1_attn"
+    page_event(widget, event="button", name="step_into")
+    stepper = widget.stepper
+    assert stepper.frames == ("layers.1.attn",) and widget.error == {}
+    inside = svg_ids(widget.inside_svg)
+    assert (
+        widget.inside_current == f"node:{stepper.current.name}" and widget.inside_current in inside
+    )
+    assert "FusedAttention" in widget.inside_caption
+    # beside it, the original call's nodes: the before/after picture
+    assert widget.view == "merged" and "cluster:layers.1.attn" in svg_ids(widget.svg)
+    assert widget.current == "node:swapped_layers_1_attn", "the call stays marked"
+    # values for both sides: the replacement's first linear stands for the original's q
+    assert "stands for the original's <code>linear_6</code>" in widget.stepper_html
+    assert widget.stepper_html.count("<table") >= 2
+    page_event(widget, event="button", name="step")
+    assert widget.inside_current == f"node:{stepper.current.name}" != "node:linear"
+    page_event(widget, event="button", name="step_out")
+    assert stepper.frames == () and widget.inside_svg == "" and widget.view == "program"
+    # run to a node inside the replacement, and stop there again at a breakpoint
+    page_event(widget, event="button", name="restart")
+    widget.select("layers.1.attn/scaled_dot_product_attention")
+    assert widget.selected == "layers.1.attn" and "inside the swapped call" in widget.details
+    page_event(widget, event="button", name="run_to")
+    assert stepper.frames == ("layers.1.attn",)
+    assert widget.inside_current == "node:scaled_dot_product_attention"
+    assert "aten.scaled_dot_product_attention" in widget.details, "drawn: its op is known"
+    page_event(widget, event="button", name="break")
+    page_event(widget, event="button", name="restart")
+    page_event(widget, event="button", name="continue")
+    assert stepper.frames == ("layers.1.attn",) and "breakpoint" in widget.stepper_html
+    page_event(widget, event="click_inside", id="node:reshape")
+    assert widget.selected_node == "layers.1.attn/reshape"
+    page_event(widget, event="button", name="continue")
+    assert stepper.done and widget.inside_svg == ""
+    torch.testing.assert_close(stepper.output, widget.surgery.module(tokens))
+
+
+class DoubledMLP(nn.Module):
+    """An MLP replacement that doubles its output: wrong, and the LayerNorm after it does not
+    take it back out."""
+
+    def __init__(self, mlp):
+        super().__init__()
+        self.mlp = mlp
+
+    def forward(self, x):
+        y = self.mlp(x)
+        return y * 2
+
+
+def test_compare_names_the_line_where_the_replacement_differs(gpt):
+    widget, model, _ = gpt
+    widget.swap(DoubledMLP(model.layers[0].mlp), name="layers.0.mlp")
+    widget.compare()
+    panel = html_unescape(widget.compare_html)
+    line = inspect.getsourcelines(DoubledMLP.forward)[1] + 2
+    assert "first differs here, inputs agree" in panel
+    assert f"test_widget.py:{line}" in panel and "return y * 2" in panel
+
+
+# -- overlays and culprits --------------------------------------------------------------------
+
+
+def test_an_overlay_is_painted_recomputed_after_every_edit_and_kept_across_views(gpt):
+    widget, model, _ = gpt
+    widget.swap(DoubledMLP(model.layers[0].mlp), name="layers.0.mlp")
+    assert widget.legend == "" and "data-gs-value" not in widget.tree, "precondition"
+    page_event(widget, event="overlay", value="error")
+    assert widget.overlay == "error" and widget.error == {}
+    assert "error overlay" in widget.legend and "data-gs-value" in widget.tree
+    values = widget.session.overlay_values()
+    swapped = widget.session.scene.view.overlay
+    assert swapped["node:swapped_layers_0_mlp"] > 1, "the wrong swap is hot"
+    widget.show("split")
+    assert widget.overlay == "error" and "error overlay" in widget.legend
+    widget.swap(FusedAttention(model.layers[1].attn), name="layers.1.attn")
+    assert widget.session.overlay_values() is not values, "computed again after the edit"
+    assert widget.overlay == "error" and "error overlay" in widget.legend
+    page_event(widget, event="overlay", value="latency")
+    assert "latency overlay" in widget.legend
+    page_event(widget, event="overlay", value="")
+    assert widget.legend == "" and "data-gs-value" not in widget.tree
+    page_event(widget, event="overlay", value="heat")
+    assert "overlay: expected" in widget.error["message"] and widget.overlay == ""
+
+
+def test_find_culprits_marks_the_wrong_swap_in_the_tree_and_the_picture(gpt):
+    widget, model, _ = gpt
+    widget.swap(FusedAttention(model.layers[1].attn), name="layers.1.attn")
+    widget.swap(DoubledMLP(model.layers[0].mlp), name="layers.0.mlp")
+    widget.swap(copy.deepcopy(model.layers[1].mlp), name="layers.1.mlp")
+    page_event(widget, event="button", name="bisect")
+    assert widget.error == {} and widget.session.bisection.culprits == ("layers.0.mlp",)
+    runs = widget.session.bisection.runs
+    assert "1 culprit" in widget.culprits_html and f"{runs} program runs" in widget.culprits_html
+    assert 'data-gs-call="layers.0.mlp"' in widget.culprits_html
+    assert widget.marks["culprits"] and set(widget.marks["culprits"]) <= svg_ids(widget.svg)
+    assert widget.marks["culprit_modules"] == ["layers.0.mlp"]
+    widget.undo()
+    assert widget.marks["culprits"] == [] and widget.culprits_html == "", "cleared by an edit"
+
+
+# -- regions: ops chosen by hand, fused, swapped, looked for elsewhere --------------------------
+
+
+class Tempered(nn.Module):
+    """A replacement for the softmax of an attention: softmax(x / 2)."""
+
+    def forward(self, x):
+        return torch.softmax(x / 2, dim=-1)
+
+
+def test_a_region_of_shift_clicked_ops_is_swapped_for_the_replacement_picked(tiny_gpt, monkeypatch):
+    model, tokens, ep = tiny_gpt
+    surgery = gs.Surgery(ep, model=model, args=(tokens,))
+    widget = gs.SurgeryWidget(surgery, namespace={"Tempered": Tempered})
+    widget.expand("layers.0.attn")
+    assert not widget.has_region and not widget.can_use_region, "precondition"
+    page_event(widget, event="region", id="node:softmax")  # a shift-click
+    assert widget.has_region and widget.can_use_region and widget.error == {}
+    assert widget.marks["region"] == ["node:softmax"] and widget.selected is None
+    # the picker shows the call the replacement must accept
+    call = "(masked_fill: f32[1, 4, 16, 16]) → f32[1, 4, 16, 16]"
+    assert call in html_unescape(widget.preview) and call in html_unescape(widget.region_html)
+    assert not widget.can_swap_region
+    page_event(widget, event="choose", value="ns:Tempered")
+    assert widget.can_swap_region and not widget.can_swap
+    page_event(widget, event="button", name="swap_region")
+    assert widget.error == {} and not widget.has_region
+    assert list(widget.surgery.replacements) == ["region:layers.0.attn"]
+    # the eager model with the first attention's softmax tempered the same way
+    softmax, calls = torch.softmax, []
+
+    def tempered_first(x, dim):
+        calls.append(dim)
+        return softmax(x / 2, dim=dim) if len(calls) == 1 else softmax(x, dim=dim)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(torch, "softmax", tempered_first)
+        with torch.no_grad():
+            expected = model(tokens)
+    assert len(calls) == 2 and not torch.allclose(expected, model(tokens)), "precondition"
+    torch.testing.assert_close(widget.surgery.module(tokens), expected)
+    # stepped into as a swapped module is
+    widget.select("region:layers.0.attn").run_to_selection()
+    widget.step_into()
+    assert widget.stepper.frames == ("region:layers.0.attn",) and widget.inside_current
+
+
+def test_a_region_is_fused_or_says_why_it_cannot_be_one_call(gpt):
+    widget, model, tokens = gpt
+    widget.expand("layers.0.attn")
+    page_event(widget, event="region", id="node:matmul")
+    page_event(widget, event="region", id="node:softmax")
+    assert not widget.can_use_region and "not convex" in widget.region_html
+    page_event(widget, event="button", name="fuse_region")
+    assert "not convex" in widget.error["message"] and widget.surgery.fused == ()
+    page_event(widget, event="region", id="node:softmax")  # shift-click again: taken out
+    page_event(widget, event="region", id="node:matmul")
+    assert not widget.has_region and widget.region_html.count("Shift-click") == 1
+    widget.region(["matmul", "div"])
+    assert widget.can_use_region
+    page_event(widget, event="button", name="fuse_region")
+    assert widget.error == {} and widget.surgery.fused == ("region:layers.0.attn",)
+    assert torch.equal(widget.surgery.module(tokens), model(tokens)), "fused: bit for bit"
+    assert "1 fused" in widget.caption
+
+
+class GeluTwice(nn.Module):
+    """Two blocks alike but for the GELU's approximation: a near-miss for each other."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c, self.d = (nn.Linear(4, 4) for _ in range(4))
+
+    def forward(self, x):
+        x = x + self.b(nn.functional.gelu(self.a(x)))
+        return x + self.d(nn.functional.gelu(self.c(x), approximate="tanh"))
+
+
+def test_find_similar_marks_the_matches_and_lists_the_near_misses_with_what_differs(gpt):
+    widget, _, _ = gpt
+    widget.expand("layers.0.attn")
+    widget.region(["softmax"])
+    page_event(widget, event="button", name="find_similar")
+    assert widget.error == {} and "<b>2</b> places compute the same" in widget.region_html
+    marked = widget.marks["similar"]
+    assert "node:softmax" in marked and "module:layers.1.attn" in marked, "a box holds one"
+    assert set(marked) <= svg_ids(widget.svg)
+    twice = gs.SurgeryWidget(gs.Surgery.from_model(GeluTwice(), (torch.randn(2, 4),)))
+    twice.region(["gelu"])
+    found = twice.find_similar()
+    assert [m.nodes for m in found.matches] == [("gelu",)]
+    assert twice.marks["near"] == ["node:gelu_1"]
+    assert "near-miss" in twice.region_html and "constant &#x27;tanh&#x27;" in twice.region_html
 
 
 # -- structure: one table of actions, no import circle, no private reach ----------------------

@@ -1,9 +1,14 @@
 """SurgeryWidget in a real JupyterLab and a real Notebook 7, in a real headless Chromium.
 
-For each front end: a notebook shows the widget; a click on a module in the graph selects it
-in the kernel (``w.selected``), the picker swaps it and the before/after picture appears, three
-steps move ``gs-current`` through the picture, and module names that are markup run nothing.
-Screenshots go to out/screenshots/ (one is in the README).
+For each front end, at 1280x900: a notebook shows the widget (not dimmed); a click on a module
+in the graph selects it in the kernel (``w.selected``), the picker swaps it and the
+before/after picture appears, three steps move ``gs-current`` through the picture with the
+stepper's values in view beside it, and module names that are markup run nothing. On a Hugging
+Face Llama built from a small config: the default view, stepping with the keyboard, stepping
+into a swapped call (its replacement drawn beside), the error overlay's heat colours and
+legend, and a region chosen by shift-clicks with its similar places marked. Last, the notebook
+is saved, its kernel shut down and the notebook opened again: the static picture shows where
+the widget was. Screenshots go to out/screenshots/ (one is in the README).
 """
 
 from __future__ import annotations
@@ -53,7 +58,37 @@ torch.export.save(gs.export(Named(), (x,)), "named.pt2")
 named = gs.SurgeryWidget(torch.export.load("named.pt2"), args=(x,))
 named.expand_all()
 named""",
+    """\
+import transformers
+
+config = transformers.LlamaConfig(
+    hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4,
+    num_key_value_heads=2, head_dim=8, vocab_size=100, max_position_embeddings=64,
+    pad_token_id=0, bos_token_id=0, eos_token_id=0,
+)
+config._attn_implementation = "eager"
+torch.manual_seed(0)
+llama = transformers.LlamaForCausalLM(config).eval()
+ids = torch.randint(0, 100, (1, 8))
+
+
+class Louder(nn.Module):
+    "An MLP replacement that is wrong: 1.5 times the original's output."
+
+    def __init__(self, mlp):
+        super().__init__()
+        self.mlp = mlp
+
+    def forward(self, x):
+        return self.mlp(x) * 1.5
+
+
+hf = gs.Surgery.from_model(llama, (ids,), {"use_cache": False}).widget()
+hf""",
 ]
+
+# The widgets of the notebook, in order.
+TINY, NAMED, HF = 0, 1, 2
 
 
 @pytest.fixture(scope="module", params=["lab", "notebook"])
@@ -66,8 +101,10 @@ def page(request, tmp_path_factory):
         dialogs: list[str] = []
         page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
         run_notebook(page, lab, "widget.ipynb")
-        page.wait_for_selector(".gs-widget .gs-viewport svg")
-        page.dialogs, page.app = dialogs, app
+        page.wait_for_function(
+            "() => document.querySelectorAll('.gs-widget .gs-viewport svg').length >= 3"
+        )
+        page.dialogs, page.app, page.lab = dialogs, app, lab
         yield page
 
 
@@ -77,6 +114,41 @@ def in_kernel(page, expression: str):
         return json.loads(out)
     except json.JSONDecodeError:
         raise AssertionError(f"the kernel said: {out}") from None
+
+
+def nth(n: int) -> str:
+    """A page expression for the n-th widget's root."""
+    return f"document.querySelectorAll('.gs-widget')[{n}]"
+
+
+def on_screen(page, n: int, selector: str) -> bool:
+    """Whether ``selector`` in widget ``n`` starts inside the 1280x900 window (a table wider
+    than its panel scrolls sideways inside it: its start is what must show)."""
+    return page.evaluate(
+        f"""() => {{
+            const el = {nth(n)}.querySelector({json.dumps(selector)});
+            if (!el) return false;
+            const box = el.getBoundingClientRect();
+            return box.width > 0 && box.height > 0 && box.left >= 0 && box.top >= 0 &&
+                box.left < window.innerWidth - 40 && box.top < window.innerHeight - 40;
+        }}"""
+    )
+
+
+def to_top(page, n: int) -> None:
+    page.evaluate(f"() => {nth(n)}.scrollIntoView({{block: 'start'}})")
+
+
+def test_a_new_widget_is_shown_ready_not_dimmed(page):
+    busy = page.evaluate(
+        f"() => [{nth(TINY)}.classList.contains('gs-is-busy'), "
+        f"{nth(TINY)}.querySelector('.gs-busy').textContent]"
+    )
+    assert busy == [False, ""], "nothing is being laid out: the picture is not dimmed"
+    hidden = page.evaluate(
+        "() => [...document.querySelectorAll('.gs-static')].every(e => e.offsetParent === null)"
+    )
+    assert hidden, "a live widget hides the static copy of its picture"
 
 
 def test_a_click_in_the_graph_selects_the_module_in_the_kernel(page):
@@ -118,12 +190,14 @@ def test_the_picker_swaps_it_and_the_after_picture_shows_the_replacement(page):
     page.wait_for_function(
         "() => document.querySelector('.gs-widget .gs-verify').textContent.includes('faithful')"
     )
+    widget.locator('[data-gs-button="compare"]').click()
+    page.wait_for_function("() => document.querySelector('.gs-widget .gs-compare table')")
     screenshot(page, f"widget-{page.app}-swapped.png")
-    widget.evaluate("el => el.scrollIntoView({block: 'start'})")  # the widget from its top
+    to_top(page, TINY)
     screenshot(page, f"widget-{page.app}.png")
 
 
-def test_three_steps_move_the_current_node_through_the_picture(page):
+def test_three_steps_move_the_current_node_with_the_values_in_view_beside_it(page):
     widget = page.locator(".gs-widget").first
     if not widget.locator(".gs-views").is_disabled():  # after a swap: back to the program
         widget.locator(".gs-views").select_option("program")
@@ -153,7 +227,30 @@ def test_three_steps_move_the_current_node_through_the_picture(page):
         }"""
     )
     assert in_view, "the current node is scrolled into the picture's view"
-    widget.locator(".gs-viewport").evaluate("el => el.scrollIntoView({block: 'start'})")
+    # the layout: picture and the stepper's values on screen together, at 1280x900
+    to_top(page, TINY)
+    assert on_screen(page, TINY, ".gs-viewport") and on_screen(page, TINY, ".gs-stepper table")
+    # no column of the module tree overprints the next one
+    overlaps = page.evaluate(
+        f"""() => {{
+            let worst = 0;
+            for (const row of {nth(TINY)}.querySelectorAll('.gs-tree-panel summary, .gs-tree-panel .gs-leaf')) {{
+                const cells = [...row.children].filter(c => c.getBoundingClientRect().width > 0);
+                for (let i = 0; i + 1 < cells.length; i++) {{
+                    const a = cells[i].getBoundingClientRect(), b = cells[i + 1].getBoundingClientRect();
+                    if (a.height && b.height) worst = Math.max(worst, a.right - b.left);
+                    worst = Math.max(worst, cells[i].scrollWidth > cells[i].clientWidth + 1 &&
+                        getComputedStyle(cells[i]).overflow === 'visible' ? 1 : 0);
+                }}
+            }}
+            return worst;
+        }}"""
+    )
+    assert overlaps <= 0.5, f"tree cells overprint by {overlaps} px"
+    scrolls = page.evaluate(
+        f"() => getComputedStyle({nth(TINY)}.querySelector('.gs-compare .gs-wide')).overflowX"
+    )
+    assert scrolls in ("auto", "scroll"), "a wide compare table scrolls, it is not clipped"
     screenshot(page, f"widget-{page.app}-stepping.png")
 
 
@@ -172,7 +269,7 @@ def test_a_double_click_opens_a_module_and_errors_show_in_the_widget(page):
 
 
 def test_names_that_are_markup_are_shown_as_text_and_run_nothing(page):
-    named = page.locator(".gs-widget").nth(1)
+    named = page.locator(".gs-widget").nth(NAMED)
     named.locator('[data-gs-module="blocks.<img src=x onerror=alert(1)>"] code').click()
     page.wait_for_function(
         "() => document.querySelectorAll('.gs-widget')[1].querySelector('.gs-details').textContent.includes('onerror')"
@@ -191,3 +288,143 @@ def test_names_that_are_markup_are_shown_as_text_and_run_nothing(page):
         "() => [...document.querySelectorAll('script')].filter(s => s.textContent.includes('alert(')).length"
     )
     assert injected == 0
+
+
+# -- a Hugging Face Llama (4 layers, built from a small config) -------------------------------
+
+
+def test_a_hugging_face_model_shows_every_layer(page):
+    hf = page.locator(".gs-widget").nth(HF)
+    for i in range(4):
+        assert (
+            hf.locator(f'[id="module:model.layers.{i}"], [id="cluster:model.layers.{i}"]').count()
+            + hf.locator('[id^="modules:model.layers"]').count()
+            >= 1
+        )
+    to_top(page, HF)
+    screenshot(page, f"widget-{page.app}-hf-default.png")
+
+
+def test_stepping_with_the_keyboard_opens_only_the_layer_being_run(page):
+    hf = page.locator(".gs-widget").nth(HF)
+    before = in_kernel(page, "hf.session.scene.view.drawn_nodes")
+    in_kernel(page, "hf.select('model.layers.1.self_attn') and None")
+    hf.locator('[data-gs-button="run_to"]').click()
+    page.wait_for_function(f"() => {nth(HF)}.querySelector('.gs-viewport .gs-current')")
+    first = page.evaluate(f"() => {nth(HF)}.querySelector('.gs-viewport .gs-current').id")
+    page.evaluate(f"() => {nth(HF)}.focus()")
+    page.keyboard.press("F10")  # step over
+    page.wait_for_function(
+        f"(first) => {nth(HF)}.querySelector('.gs-viewport .gs-current').id !== first", arg=first
+    )
+    drawn = in_kernel(page, "hf.session.scene.view.drawn_nodes")
+    layer = in_kernel(page, "hf.session.partitions['model.layers.1'].num_nodes")
+    assert 0 <= drawn - before <= layer, "at most that layer more"
+    page.evaluate(f"() => {nth(HF)}.focus()")
+    page.keyboard.press("/")
+    assert page.evaluate("() => document.activeElement.classList.contains('gs-search')")
+    page.keyboard.press("Escape")
+    to_top(page, HF)
+    assert on_screen(page, HF, ".gs-viewport .gs-current") or on_screen(page, HF, ".gs-viewport")
+    assert on_screen(page, HF, ".gs-stepper")
+    screenshot(page, f"widget-{page.app}-hf-stepping.png")
+
+
+def test_stepping_into_a_swapped_call_draws_the_replacement_beside_the_program(page):
+    hf = page.locator(".gs-widget").nth(HF)
+    kernel_run(
+        page,
+        "hf.swap(Louder(hf.surgery.original('model.layers.1.mlp')), name='model.layers.1.mlp')\n"
+        "hf.show('program'); hf.select('model.layers.1.mlp'); hf.run_to_selection()",
+    )
+    page.wait_for_function(
+        f"() => {nth(HF)}.querySelector('.gs-viewport .gs-current') && "
+        f"{nth(HF)}.querySelector('.gs-views').value === 'program'"
+    )
+    page.evaluate(f"() => {nth(HF)}.focus()")
+    page.keyboard.press("F11")  # step into
+    page.wait_for_function(f"() => {nth(HF)}.querySelector('.gs-inside-view svg .gs-current')")
+    assert in_kernel(page, "list(hf.stepper.frames)") == ["model.layers.1.mlp"]
+    assert hf.locator(".gs-inside").is_visible() and hf.locator(".gs-viewport").is_visible()
+    assert "Louder" in hf.locator(".gs-inside-title").inner_text()
+    assert page.evaluate(f"() => {nth(HF)}.querySelector('.gs-views').value") == "merged"
+    assert "stands for the original" in hf.locator(".gs-stepper").inner_text()
+    to_top(page, HF)
+    screenshot(page, f"widget-{page.app}-hf-step-into.png")
+    page.keyboard.press("Shift+F11")  # step out
+    page.wait_for_function(f"() => {nth(HF)}.querySelector('.gs-inside').hidden")
+
+
+def test_the_error_overlay_paints_heat_colours_and_a_legend(page):
+    hf = page.locator(".gs-widget").nth(HF)
+    hf.locator("select.gs-overlay").select_option("error")
+    page.wait_for_function(f"() => {nth(HF)}.querySelectorAll('.gs-legend .gs-swatch').length >= 5")
+    assert "error overlay" in hf.locator(".gs-legend").inner_text()
+    hot, colour = in_kernel(
+        page,
+        "(lambda v, p: max(((k, p.heat.color(x)) for k, x in v.items() if k in p), "
+        "key=lambda kv: v[kv[0]]))(hf.session.scene.view.overlay, hf.session.scene.picture)",
+    )
+    fill = page.evaluate(
+        f"""(id) => {{
+            const g = {nth(HF)}.querySelector(`.gs-viewport [id="${{CSS.escape(id)}}"]`);
+            const shape = g && g.querySelector('polygon, ellipse, path');
+            return shape ? shape.getAttribute('fill') : null;
+        }}""",
+        hot,
+    )
+    assert fill is not None and fill.lower() == colour.lower(), (hot, fill, colour)
+    assert hf.locator(".gs-tree-panel [data-gs-value]").count() > 3, "the tree shows values"
+    to_top(page, HF)
+    screenshot(page, f"widget-{page.app}-hf-overlay.png")
+
+
+def test_a_region_chosen_by_shift_clicks_finds_its_similar_places(page):
+    hf = page.locator(".gs-widget").nth(HF)
+    hf.locator("select.gs-overlay").select_option("")
+    kernel_run(page, "hf.reset_stepper(); hf.expand('model.layers.0.self_attn')")
+    page.wait_for_selector('.gs-widget [id="cluster:model.layers.0.self_attn"]')
+    softmax = in_kernel(
+        page,
+        "[n.name for n in hf.surgery.program.graph.nodes if 'softmax' in str(n.target)][0]",
+    )
+    node = hf.locator(f'.gs-viewport [id="node:{softmax}"]')
+    node.click(modifiers=["Shift"], position={"x": 8, "y": 8})
+    page.wait_for_function(f"() => {nth(HF)}.querySelector('.gs-viewport .gs-region')")
+    assert in_kernel(page, "hf.session.region") == [softmax]
+    assert "The replacement is called as" in hf.locator(".gs-region-panel").inner_text()
+    hf.locator('[data-gs-button="find_similar"]').click()
+    page.wait_for_function(
+        f"() => {nth(HF)}.querySelectorAll('.gs-viewport .gs-similar').length >= 2"
+    )
+    assert "places compute the same" in hf.locator(".gs-region-panel").inner_text()
+    to_top(page, HF)
+    screenshot(page, f"widget-{page.app}-hf-region.png")
+
+
+# -- last: the kernel goes ------------------------------------------------------------------
+
+
+def test_a_saved_notebook_shows_the_static_picture_when_the_kernel_is_gone(page):
+    page.evaluate("async () => { await window.jupyterapp.commands.execute('docmanager:save'); }")
+    page.evaluate(
+        "async () => { await window.jupyterapp.shell.currentWidget.sessionContext.shutdown(); }"
+    )
+    page.goto(page.lab.notebook_url("widget.ipynb"))
+    page.wait_for_function("() => document.querySelectorAll('.gs-static svg').length >= 3")
+    page.wait_for_timeout(2000)  # the widget outputs have tried, and failed, to find their models
+    assert page.locator(".gs-widget").count() == 0, "no live widget without its kernel"
+    static = page.locator(".gs-static").first
+    static.scroll_into_view_if_needed()
+    assert static.is_visible() and static.locator("svg g.node").count() > 5
+    ids = page.evaluate(
+        "() => [...document.querySelector('.gs-static svg').querySelectorAll('g[id]')].map(g => g.id)"
+    )
+    assert any(i.startswith("node:") for i in ids), "the picture keeps its ids"
+    errors = page.evaluate(
+        """() => [...document.querySelectorAll('.jupyter-widgets')]
+            .filter(e => e.textContent.includes('model not found') && e.offsetParent !== null)
+            .length"""
+    )
+    assert errors == 0, "the widget outputs' error line is hidden by the static copy"
+    screenshot(page, f"widget-{page.app}-saved.png")

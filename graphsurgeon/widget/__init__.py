@@ -6,9 +6,18 @@ ipywidgets, no HTML); ``_panels`` writes what the page shows of that state, and
 Importing this package needs ``anywidget`` only for :class:`SurgeryWidget` and ``ACTIONS``.
 """
 
-from ._session import VIEWS, Candidate, SurgerySession
+from ._session import LARGE_LAYOUT, OVERLAYS, VIEWS, Candidate, Match, SurgerySession
 
-__all__ = ["ACTIONS", "VIEWS", "Candidate", "SurgerySession", "SurgeryWidget"]
+__all__ = [
+    "ACTIONS",
+    "LARGE_LAYOUT",
+    "OVERLAYS",
+    "VIEWS",
+    "Candidate",
+    "Match",
+    "SurgerySession",
+    "SurgeryWidget",
+]
 
 
 def __getattr__(name: str):

@@ -1,11 +1,11 @@
-"""What the SurgeryWidget's page shows: pure functions from a session's state to each panel.
+"""What the SurgeryWidget's page shows: pure functions of a session, to HTML.
 
 Each panel (the module tree, the selection's details, the replacement's preview, the history,
-verify, compare, the stepper, the picture's caption) is a function of a
-:class:`~graphsurgeon.widget.SurgerySession` that returns HTML, every name and value escaped,
-written with :mod:`graphsurgeon.display`'s tables and badges so the widget looks as the
-displays do. :func:`page` gathers what changed into the values of the widget's traits. Nothing
-here changes the session.
+verify, compare, culprits, the stepper, the search results, the picture's caption and legend)
+is a function of a :class:`~graphsurgeon.widget.SurgerySession` that returns HTML, every name
+and value escaped, written with :mod:`graphsurgeon.display`'s tables and badges so the widget
+looks as the displays do. :func:`page` gathers what changed into the values of the widget's
+traits. Nothing here changes the session.
 
 Example:
     >>> import torch, graphsurgeon as gs
@@ -27,6 +27,8 @@ from typing import Any
 from .. import _meta
 from .. import display as d
 from ..compare import Comparison
+from ..render import legend_html
+from ..rewrite import swap_info
 from ..step import summary_table
 from ._session import SurgerySession
 
@@ -34,19 +36,25 @@ __all__ = [
     "candidates",
     "caption",
     "compare",
+    "culprits",
     "details",
     "history",
     "page",
     "preview",
+    "region",
+    "search",
     "stepper",
     "tree",
     "verify",
+    "warning",
 ]
 
 # How many characters of a name the panels show (the middle of a longer one gives way to "…").
 _NAME_LIMIT = 120
 # How many calls of a module the details list.
 _CALLS_LISTED = 20
+# How many search matches the results list shows (all are marked in the picture).
+_MATCHES_LISTED = 200
 
 
 def _name(name: str) -> str:
@@ -68,31 +76,88 @@ def _fields(rows: list[list[str]]) -> str:
     return d.table([], rows, raw=(1,))
 
 
+def _state(node: Any) -> set[str]:
+    """The parameters and buffers among a node's inputs (the short forms leave them out)."""
+    return {n.name for n in node.all_input_nodes if n.op in ("get_attr", "placeholder")}
+
+
+def call_line(node: Any, form: str = "short") -> str:
+    """What a node runs, with the arguments its edges do not show: ``aten.transpose(dim0=1,
+    dim1=2)`` (``form="short"``), or every argument of the op's schema, defaults included
+    (``"full"``); inputs and the output as their kind."""
+    if node.op in ("placeholder", "output"):
+        return node.op
+    if form == "short":
+        return _meta.node_call_text(node, "short", _state(node))
+    arguments = _meta.arguments_text(node, "full")
+    name = _meta.op_text(node, "full")
+    return f"{name}({arguments})" if arguments and node.op == "call_function" else name
+
+
 # -- the picture -----------------------------------------------------------------------------
 
 
 def caption(session: SurgerySession) -> str:
-    """What the picture shows, in a line: the picture's own caption, and how many modules
-    are collapsed (``57 of 349 fx nodes drawn, 1 swapped, 12 modules collapsed``)."""
+    """What the picture shows against what the program has, in a line whose totals do not
+    change with the view: ``57 nodes drawn · the program: 349 fx nodes, 24 module calls,
+    1 swapped``."""
     view = session.scene.view
-    text = view.caption()
-    if view.collapsed:
-        text += f", {len(view.collapsed):,} modules collapsed"
+    surgery = session.surgery
+    total = _program_nodes(session)
+    text = (
+        f"{view.drawn_nodes:,} nodes drawn · the program: {total:,} fx nodes, "
+        f"{len(session.partitions):,} module calls"
+    )
+    if surgery.replacements:
+        text += f", {len(surgery.replacements)} swapped"
+    if surgery.fused:
+        text += f", {len(surgery.fused)} fused"
     return text
+
+
+def _program_nodes(session: SurgerySession) -> int:
+    """The fx nodes of the current program, each fused call counted as the nodes it runs."""
+    surgery = session.surgery
+    if not (surgery.replacements or surgery.fused):
+        return len(surgery.program.graph.nodes)
+    module = surgery.module
+    info = swap_info(module)
+    fused = info.partitions if info is not None else {}
+    return len(module.graph.nodes) + sum(
+        len(fused[c].nodes) - 1 for c in surgery.fused if c in fused
+    )
+
+
+def legend(session: SurgerySession) -> str:
+    """The overlay's legend (its colours and what they mean), '' without an overlay."""
+    return legend_html(session.scene.picture)
 
 
 # -- the module tree and the selection ----------------------------------------------------------
 
 
 def tree(session: SurgerySession) -> str:
-    """The module tree: each row's name selects the module (``data-gs-module``)."""
+    """The module tree: each row's name selects the module (``data-gs-module``); with an
+    overlay, each module's value, as the picture aggregates a box's."""
     parameters = {fqn: info.num_parameters for fqn, info in session.tree.items()}
-    return d.module_tree_html(session.tree, parameters, open_depth=1, selectable=True)
+    return d.module_tree_html(
+        session.tree,
+        parameters,
+        open_depth=1,
+        selectable=True,
+        overlay=session.overlay_values(),
+    )
+
+
+def module_types(session: SurgerySession) -> list[str]:
+    """The module types of the tree, for its type filter (sorted)."""
+    return sorted({info.type_name for fqn, info in session.tree.items() if fqn})
 
 
 def details(session: SurgerySession) -> str:
-    """The selection: a node (where it is drawn, its module) or a module (type, calls,
-    nodes, parameters, swappable or why not, how it is called, its source line)."""
+    """The selection: a node (its op and arguments, value, module, where it is drawn) or a
+    module (type, calls, nodes, parameters, swappable or why not, how it is called, its
+    source line)."""
     if session.selected_node is not None:
         return _node_details(session, session.selected_node)
     name = session.selected
@@ -128,26 +193,85 @@ def details(session: SurgerySession) -> str:
 
 
 def _node_details(session: SurgerySession, node: str) -> str:
-    element = session.scene.node_element(node)
-    if element is None:
-        drawn = "not drawn (glue)"
-    elif element.kind == "box":
-        drawn = f"in the collapsed box {element.label.splitlines()[0]}"
+    fx_node = session.node(node)
+    rows = [["node", f"<code>{d.escape(node)}</code>"]]
+    if fx_node is not None:
+        rows.append(["op", _pre(call_line(fx_node, "short"))])
+        if fx_node.op == "call_function":
+            rows.append(["arguments", _pre(_meta.arguments_text(fx_node, "full") or "none")])
+        value = _meta.node_value_text(fx_node)
+        if value:
+            rows.append(["value", _pre(value)])
+    removed = session.removed_by(node) if node not in _current_nodes(session) else None
+    inner_call = session.inner_call(node) if node not in _current_nodes(session) else None
+    if inner_call is not None:
+        module = f"inside the swapped call <code>{_name(inner_call)}</code>"
+        drawn = (
+            "in the replacement's picture"
+            if fx_node is not None
+            else "inside the replacement: run to it (or stop at it) to draw it"
+        )
     else:
-        drawn = element.tooltip
-    chain = session.chain_of_node(node)
-    rows = [
-        ["node", f"<code>{d.escape(node)}</code>"],
-        ["module", " › ".join(_name(c) for c in chain) or "(top level)"],
-        ["drawn", _pre(drawn)],
-    ]
+        chain = session.chain_of_node(node)
+        module = " › ".join(_name(c) for c in chain) or "(top level)"
+        element = session.scene.node_element(node)
+        if element is None:
+            drawn = "not drawn (glue)"
+        elif element.kind == "box":
+            drawn = f"in the collapsed box {element.label.splitlines()[0]}"
+        else:
+            drawn = element.tooltip
+    rows.append(["module", module])
+    if removed is not None:
+        rows.append(
+            [
+                "swapped",
+                f"{d.badge('removed', 'warn')} by the swap of <code>{_name(removed)}</code>: "
+                "the before/after views draw it",
+            ]
+        )
+    rows.append(["drawn", _pre(drawn)])
+    if fx_node is not None and fx_node.op == "call_function":
+        source = _meta.source_text(fx_node)
+        if source:
+            rows.append(["source", _pre(source)])
     return _fields(rows)
+
+
+def _current_nodes(session: SurgerySession) -> set[str]:
+    return {n.name for n in session.drawn_program().graph.nodes}
 
 
 def _swappable(info: Any) -> str:
     if info.swappable:
         return d.badge("swappable", "ok")
     return f"{d.badge('not swappable', 'bad')} {d.escape(info.reason or '')}"
+
+
+# -- search ----------------------------------------------------------------------------------
+
+
+def search(session: SurgerySession) -> str:
+    """The search's matches: which is selected, and one row per match (a click selects it:
+    ``data-gs-match`` is its index)."""
+    if not session.search_text:
+        return ""
+    matches = session.matches
+    head = (
+        f"<div><b>{len(matches):,}</b> match{'es' if len(matches) != 1 else ''} for "
+        f"<code>{d.escape(session.search_text)}</code> · {session.match_index + 1} of "
+        f"{len(matches):,} {_muted('Enter / F3: next, Shift: previous, Esc: close')}</div>"
+    )
+    rows = []
+    for i, match in enumerate(matches[:_MATCHES_LISTED]):
+        mark = ' class="gs-match-current"' if i == session.match_index else ""
+        rows.append(
+            f'<div data-gs-match="{i}"{mark}><code>{_name(match.name)}</code> '
+            f"{_muted(d.escape(match.kind + ' ' + match.what))}</div>"
+        )
+    more = len(matches) - _MATCHES_LISTED
+    tail = _muted(f"… {more:,} more, marked in the picture") if more > 0 else ""
+    return f'{head}<div class="gs-matches">{"".join(rows)}{tail}</div>'
 
 
 # -- replacing -------------------------------------------------------------------------------
@@ -159,8 +283,10 @@ def candidates(session: SurgerySession) -> list[dict[str, str]]:
 
 
 def preview(session: SurgerySession) -> str:
-    """What swapping the selection removes, how the replacement will be called, and the
-    replacement chosen."""
+    """What swapping the selection (or the region) removes, how the replacement will be
+    called, and the replacement chosen."""
+    if session.region:
+        return _region_preview(session)
     name = session.selected
     if name is None:
         return _muted("Select a module to swap.")
@@ -185,6 +311,52 @@ def preview(session: SurgerySession) -> str:
     return "<br>".join(lines)
 
 
+def _region_preview(session: SurgerySession) -> str:
+    plan = session.region_plan
+    count = len(session.region)
+    lines = [f"The region of {count:,} op{'s' if count != 1 else ''}"]
+    if plan is None:
+        lines.append(f"{d.badge('not one call', 'bad')} {d.escape(session.region_problem)}")
+    else:
+        lines[0] += f" becomes the call <code>{_name(plan.region.name)}</code>"
+        lines.append(f"The replacement is called as {_pre(plan.call_text)}")
+    if session.replacement_label:
+        lines.append(f"Replacement: <b>{d.escape(session.replacement_label)}</b>")
+    return "<br>".join(lines)
+
+
+def region(session: SurgerySession) -> str:
+    """The region being chosen (shift-click adds a node): its nodes, the call it would be,
+    and what Find similar found (matches, near-misses with what differs)."""
+    if not session.region:
+        return _muted("Shift-click ops in the picture to choose a region of them.")
+    parts = [_region_preview(session)]
+    shown = ", ".join(f"<code>{d.escape(n)}</code>" for n in session.region[:24])
+    more = len(session.region) - 24
+    parts.append(_muted("nodes: ") + shown + (_muted(f", … {more:,} more") if more > 0 else ""))
+    found = session.similar
+    if found is not None:
+        count = len(found.matches)
+        rows = [
+            f'<div data-gs-node="{d.escape(m.nodes[0])}">{d.badge("match", "ok")} '
+            f"<code>{_name(m.call or '(top level)')}</code> {_muted(d.escape(m.nodes[0]))}</div>"
+            for m in found.matches
+            if m.nodes
+        ]
+        rows += [
+            f'<div data-gs-node="{d.escape(n.nodes[0])}">{d.badge("near-miss", "warn")} '
+            f"<code>{_name(n.call or '(top level)')}</code> {_muted(d.escape(n.reason))}</div>"
+            for n in found.near_misses
+            if n.nodes
+        ]
+        head = (
+            f"<b>{count}</b> place{'s' if count != 1 else ''} compute the same, "
+            f"{len(found.near_misses)} near-miss{'es' if len(found.near_misses) != 1 else ''}"
+        )
+        parts.append(f'<div>{head}</div><div class="gs-similar">{"".join(rows)}</div>')
+    return "<br>".join(parts)
+
+
 def history(session: SurgerySession) -> str:
     """Every step of the Surgery, the undone ones marked."""
     surgery = session.surgery
@@ -203,20 +375,22 @@ def history(session: SurgerySession) -> str:
 
 
 def verify(session: SurgerySession) -> str:
-    """The last verify report of the Surgery's state, with what it checked."""
+    """The last verify report of the Surgery's state: its two verdicts, each with its badge
+    (faithful to the eager model with the same replacements; equal to the original)."""
     report = session.report
     if report is None:
         return _muted("Not verified in this state.")
     return report._repr_html_() + (
-        '<div class="gs-muted">The program against the eager model with the same '
-        "replacements: the swap itself is faithful. Compare checks each replacement "
-        "against the module it replaced.</div>"
+        '<div class="gs-muted">Faithful: the program against the eager model with the same '
+        "replacements (the swap itself). Equal to the original: against the model as it was "
+        "(does it still compute the same?). Compare checks each replacement on its own.</div>"
     )
 
 
 def compare(session: SurgerySession) -> str:
     """Each swapped call against what it replaced; a row's call name selects the call
-    (``data-gs-call``), the first divergence is marked (``data-gs-first``)."""
+    (``data-gs-call``), the first divergence is marked (``data-gs-first``), and the line of
+    the replacement where it first differs is named (:meth:`Comparison.locate`)."""
     comparison: Comparison | None = session.comparison
     if comparison is None:
         return _muted("Not compared in this state.")
@@ -259,7 +433,32 @@ def compare(session: SurgerySession) -> str:
     )
     headers = ["", "call", "replacement", "max abs", "max rel", "input drift", "what differs"]
     table = d.table(headers, rows, numeric=(3, 4, 5), raw=range(7))
-    return f"<div>{head} {_muted('click a row to select the call')}</div>{table}"
+    return (
+        f"<div>{head} {_muted('click a row to select the call')}</div>{_located(comparison)}"
+        f'<div class="gs-wide">{table}</div>'
+    )
+
+
+def _located(comparison: Comparison) -> str:
+    """Where the first diverging call starts to differ: ``my_kernels.py:42 `y = ...`: first
+    differs here, inputs agree``, or why that cannot be said."""
+    if not comparison.first_divergence:
+        return ""
+    location = comparison.location if comparison.location is not None else None
+    if location is None:
+        return ""
+    if not location:
+        return f'<div class="gs-located">{_muted("where: " + d.escape(location.reason))}</div>'
+    where = (
+        f"<code>{d.escape(location.source)}</code> <code>{d.escape(location.line)}</code>"
+        if location.source
+        else f"<code>{d.escape(location.op)}</code>"
+    )
+    return (
+        f'<div class="gs-located">{d.badge("first differs here, inputs agree", "bad")} '
+        f"<code>{_name(location.call)}</code>: {where} "
+        f"{_muted(d.escape(location.op) if location.source else '')}</div>"
+    )
 
 
 def _errors(values_compared: bool, max_abs: float, max_rel: float) -> list[str]:
@@ -270,29 +469,60 @@ def _errors(values_compared: bool, max_abs: float, max_rel: float) -> list[str]:
     return [d.number(max_abs), d.number(max_rel)]
 
 
+def culprits(session: SurgerySession) -> str:
+    """What "Find culprits" found: the swaps to blame (each selects its call), and the
+    program runs it took."""
+    found = session.bisection
+    if found is None:
+        return ""
+    runs = f"{found.runs} program run{'s' if found.runs != 1 else ''}"
+    if not found.culprits:
+        verdict = "no culprits: the program matches the original" if found.matches else ""
+        return f"<div>{d.badge('no culprits', 'ok')} {d.escape(verdict)} {_muted(runs)}</div>"
+    names = ", ".join(
+        f'<code data-gs-call="{d.escape(d.id_text(c))}">{_name(c)}</code>' for c in found.culprits
+    )
+    count = len(found.culprits)
+    head = d.badge(f"{count} culprit{'s' if count != 1 else ''}", "bad")
+    together = [" + ".join(group) for group in found.groups if len(group) > 1]
+    note = _muted(" mismatch only together: " + d.escape("; ".join(together))) if together else ""
+    return (
+        f'<div class="gs-culprits">{head} {names} {_muted(f"among {len(found.swaps)} swaps, {runs}")}'
+        f"{note}</div>"
+    )
+
+
 # -- stepping --------------------------------------------------------------------------------
 
 
 def stepper(session: SurgerySession) -> str:
-    """Where the stepper is (the next node, its op and module), what the last move ran and
-    why it stopped, the values around the next node, and the breakpoints."""
+    """Where the stepper is (the next node, its op and arguments, its module; inside a
+    swapped call, the original node it stands for and that node's value), what the last move
+    ran and why it stopped, the values around the next node, and the breakpoints."""
     running = session.stepper
     parts = []
     if running is None:
-        parts.append(_muted("Press step to start running the program node by node."))
+        parts.append(_muted("Press Step (or F10 / F11) to run the program node by node."))
     else:
         if running.done:
             parts.append(f"{d.badge('finished', 'ok')} all {running.total:,} nodes ran")
         else:
             node = running.current
-            where = " › ".join(d.shown(c, _NAME_LIMIT) for c in running.stack) or "(top level)"
+            where = " › ".join(d.shown(c, _NAME_LIMIT) for c in running.stack) or "the top level"
+            if running.frames:
+                inside = f"inside {d.shown(running.frames[0], _NAME_LIMIT)} · "
+            else:
+                inside = ""
             parts.append(
-                f"next: <code>{d.escape(node.name)}</code> "
+                f"next: <code>{d.escape(node.name)}</code> <code>{d.escape(call_line(node))}</code> "
                 + _muted(
-                    f"{d.escape(_op_of(node))} in {d.escape(where)} · "
-                    f"node {running.position + 1:,} of {running.total:,}"
+                    f"{d.escape(inside)}in {d.escape(where)} · node {running.position + 1:,} of "
+                    f"{running.total:,}"
                 )
             )
+            if node.op == "call_function":
+                parts.append(_muted("all arguments: " + d.escape(call_line(node, "full"))))
+            parts.extend(_counterpart(session, node.name))
         result = session.last_step
         if result is not None:
             reasons = {"breakpoint": "stopped at a breakpoint", "end": "reached the end"}
@@ -318,12 +548,48 @@ def stepper(session: SurgerySession) -> str:
     return "<br>".join(parts)
 
 
-def _op_of(node: Any) -> str:
-    """What a node runs, as the stepper and the picture's tooltips write it."""
-    if node.op in ("placeholder", "output"):
-        return node.op
-    weights = {n.name for n in node.all_input_nodes if n.op in ("get_attr", "placeholder")}
-    return _meta.node_call_text(node, "full", weights)
+def _counterpart(session: SurgerySession, node: str) -> list[str]:
+    """Inside a swapped call: the original node the next node stands for, and its value."""
+    running = session.stepper
+    if session.inside is None or not running.frames:
+        return []
+    original = session.counterpart(node)
+    if original is None:
+        return [_muted("the original call has no node of this op at this place")]
+    line = f"stands for the original's <code>{d.escape(original)}</code>"
+    summary = session.counterpart_summary(original)
+    if summary is None:
+        return [line]
+    return [
+        line + " " + _muted("(the original program, run on the same inputs):"),
+        summary_table([summary]),
+    ]
+
+
+def inside_caption(session: SurgerySession) -> str:
+    """The title of the swapped call's picture the stepper is inside."""
+    inside = session.inside
+    running = session.stepper
+    if inside is None or running is None or not running.frames:
+        return ""
+    call = running.frames[0]
+    replacement = session.surgery.replacements.get(call)
+    kind = type(replacement).__name__ if replacement is not None else "replacement"
+    return (
+        f"inside {d.shown(call, _NAME_LIMIT)}: {kind}, exported on the inputs the call "
+        f"received ({inside.view.drawn_nodes:,} nodes)"
+    )
+
+
+def warning(session: SurgerySession) -> str:
+    """A large layout waiting for a confirmation: what it shows and how many nodes."""
+    pending = session.pending
+    if pending is None:
+        return ""
+    return (
+        f"{d.badge('large picture', 'warn')} {d.escape(pending.what)} draws "
+        f"<b>{pending.drawn:,}</b> nodes: graphviz may take several seconds to lay it out."
+    )
 
 
 # -- the page --------------------------------------------------------------------------------
@@ -338,7 +604,9 @@ def page(session: SurgerySession, parts: set[str]) -> dict[str, Any]:
             svg=session.scene.svg,
             view=session.view,
             caption=caption(session),
+            legend=legend(session),
             can_diff=session.can_diff,
+            overlay=session.overlay,
         )
     if "marks" in parts:
         values["marks"] = session.marks
@@ -352,6 +620,7 @@ def page(session: SurgerySession, parts: set[str]) -> dict[str, Any]:
         surgery = session.surgery
         values.update(
             tree=tree(session),
+            module_types=module_types(session),
             swapped=sorted(set(surgery.replacements) | set(surgery.fused)),
         )
     if "choice" in parts:
@@ -362,6 +631,7 @@ def page(session: SurgerySession, parts: set[str]) -> dict[str, Any]:
             choice=session.replacement_label,
             choice_key=session.replacement_key,
             can_swap=session.can_swap,
+            can_swap_region=session.can_swap_region,
             preview=preview(session),
         )
     if "history" in parts:
@@ -371,8 +641,12 @@ def page(session: SurgerySession, parts: set[str]) -> dict[str, Any]:
             can_redo=session.surgery.can_redo,
         )
     if "checks" in parts:
-        values.update(verify_html=verify(session), compare_html=compare(session))
-    if "stepper" in parts:
+        values.update(
+            verify_html=verify(session),
+            compare_html=compare(session),
+            culprits_html=culprits(session),
+        )
+    if "stepper" in parts or "inside" in parts:
         running = session.stepper
         values.update(
             stepper_html=stepper(session),
@@ -383,4 +657,53 @@ def page(session: SurgerySession, parts: set[str]) -> dict[str, Any]:
         values.update(current=session.current, scroll_current=session.scroll_current)
     if "scroll" in parts:
         values["scroll"] = session.scroll
+    if "search" in parts:
+        values.update(
+            search_html=search(session),
+            search_text=session.search_text,
+            has_matches=bool(session.matches),
+        )
+    if "warning" in parts:
+        values.update(warning=warning(session), pending=session.pending is not None)
+    if "region" in parts:
+        values.update(
+            region_html=region(session),
+            has_region=bool(session.region),
+            can_swap_region=session.can_swap_region,
+            can_use_region=session.region_plan is not None,
+        )
+    if "inside" in parts:
+        inside = session.inside
+        values.update(
+            inside_svg=inside.svg if inside is not None else "",
+            inside_caption=inside_caption(session),
+            inside_current=session.inside_current,
+        )
     return values
+
+
+# -- the saved notebook ----------------------------------------------------------------------
+
+# In JupyterLab and Notebook 7 a widget output whose model is gone (a saved notebook, the kernel
+# not running) shows only "Loading widget..." or "Error displaying widget: model not found": this
+# hides that line when the static copy follows it. A live widget's output holds the widget.
+_STATIC_STYLE = (
+    "<style>.jp-OutputArea-child:has(+ .jp-OutputArea-child .gs-static) > "
+    ".jp-OutputArea-output:not(:has(.gs-widget)){display:none}"
+    ".gs-static .gs-static-view{overflow:auto;max-height:80vh;border:1px solid "
+    "rgba(127,127,127,.25);border-radius:4px}.gs-static svg{display:block;max-width:100%;"
+    "height:auto}</style>"
+)
+
+
+def static(session: SurgerySession, model_id: str) -> str:
+    """The widget's picture as static HTML (what a saved notebook shows when the kernel is
+    gone): its caption, the overlay's legend and the SVG, ids and tooltips kept."""
+    title = f"SurgeryWidget of {session.scene.picture.name}"
+    note = "a static copy of the picture: run the cell for the live widget"
+    return (
+        f'{d.STYLE}{_STATIC_STYLE}<div class="gs-out gs-static" '
+        f'data-gs-model="{d.escape(model_id)}"><div class="gs-title">{d.escape(title)} '
+        f"{_muted(d.escape(note))}</div><div>{_muted(d.escape(caption(session)))}</div>"
+        f'{legend(session)}<div class="gs-static-view">{session.scene.svg}</div></div>'
+    )

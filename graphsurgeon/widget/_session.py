@@ -1,13 +1,18 @@
 """The SurgeryWidget's session: its state and its actions, in plain Python, without HTML.
 
 :class:`SurgerySession` holds a :class:`~graphsurgeon.Surgery`, the view (which calls are open,
-which picture is shown, laid out), the selection, the replacement being chosen and a
-:class:`~graphsurgeon.Stepper`. Each action (a click, a button) is a method that calls the
-Surgery, the renderer or the stepper and updates that state; :attr:`~SurgerySession.changed`
-says which parts of the page it touched. What the page shows of the state (the panels' HTML) is
-written by :mod:`graphsurgeon.widget._panels`, and :class:`~graphsurgeon.SurgeryWidget` only
-routes the page's events here and copies the panels into its traits, so tests drive every
-control without a browser. Nothing here imports ipywidgets or IPython, or writes HTML.
+which picture is shown, laid out, with which overlay), the selection, the search, a region of
+ops chosen by hand, the replacement being chosen and a :class:`~graphsurgeon.Stepper`. Each action (a click, a button)
+is a method that calls the Surgery, the renderer or the stepper and updates that state;
+:attr:`~SurgerySession.changed` says which parts of the page it touched. What the page shows of
+the state (the panels' HTML) is written by :mod:`graphsurgeon.widget._panels`, and
+:class:`~graphsurgeon.SurgeryWidget` only routes the page's events here and copies the panels
+into its traits, so tests drive every control without a browser. Nothing here imports
+ipywidgets or IPython, or writes HTML.
+
+The view is the user's (``auto``: as much as fits, or the calls they opened) with, on top, what
+the stepper and the search need to show: the call being stepped (at most its layer) and the
+modules around a match are opened for as long as they are needed, and closed again after.
 
 It reads the other stages through their public faces only: the Surgery's state (``version``,
 ``position``, ``steps``, ``replacements``...), the Picture's lookups (what draws a call, what
@@ -35,9 +40,11 @@ Example:
 
 from __future__ import annotations
 
+import inspect
+import re
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -63,14 +70,32 @@ from ..step import Stepper, StepResult, Summary
 from ..surgery import Surgery
 from ..verify import VerifyReport
 
-__all__ = ["PARTS", "VIEWS", "Candidate", "Scene", "SurgerySession"]
+__all__ = [
+    "DEPTHS",
+    "LARGE_LAYOUT",
+    "OVERLAYS",
+    "PARTS",
+    "VIEWS",
+    "Candidate",
+    "Match",
+    "PendingLayout",
+    "Scene",
+    "SurgerySession",
+]
 
 #: The pictures the graph panel can show: the current program, or before/after.
 VIEWS = ("program", "merged", "split")
+#: The depths the picture can be opened to (:meth:`SurgerySession.expand_to_depth`).
+DEPTHS = ("auto", "1", "2", "3", "4", "5", "all")
+#: The overlays the picture can be painted with (``""``: none); see
+#: :func:`graphsurgeon.overlay.overlay_values`.
+OVERLAYS = ("", "error", "own error", "latency")
 #: The parts of the page an action can change (:attr:`SurgerySession.changed`): the picture,
-#: the marks in it (selection, producers, consumers), the selection's details, the module
-#: tree, the replacement chosen (picker and preview), the history, the checks, the stepper,
-#: the stepper's current node, and a request to scroll the selection into view.
+#: the marks in it (selection, producers, consumers, matches, culprits), the selection's
+#: details, the module tree, the replacement chosen (picker and preview), the history, the
+#: checks, the stepper, the stepper's current node, a request to scroll the selection into
+#: view, the search and its results, a layout waiting for a confirmation, the picture of
+#: the call the stepper is inside, and the region (its nodes, its call, what is similar).
 PARTS = (
     "picture",
     "marks",
@@ -82,11 +107,24 @@ PARTS = (
     "stepper",
     "current",
     "scroll",
+    "search",
+    "warning",
+    "inside",
+    "region",
 )
+#: Drawn nodes past which a layout the user asks for (open all, a depth, a big module) waits
+#: for a confirmation: about a second of graphviz on a laptop.
+LARGE_LAYOUT = 1_500
 # Pictures kept laid out, so that undo/redo and switching views back cost no new layout.
 _KEPT_PICTURES = 12
 # How many values the stepper panel summarizes (the next node's inputs, the last value).
 _SUMMARIES = 12
+# How many search matches are listed and marked.
+_MATCHES = 1_000
+#: What a replacement chosen for the region (not for a module) is chosen for.
+REGION = "<region>"
+# Characters that make a search text a regular expression.
+_REGEX = set("\\^$[]()*+?|{}")
 
 
 @dataclass(frozen=True)
@@ -95,6 +133,34 @@ class Candidate:
 
     key: str
     label: str
+
+
+@dataclass(frozen=True)
+class Match:
+    """One result of a search: a module (``kind="module"``, its type in ``what``) or an fx
+    node (``"node"``, its op in ``what``)."""
+
+    name: str
+    kind: str
+    what: str
+
+
+@dataclass(frozen=True)
+class PendingLayout:
+    """A layout the user asked for that waits for a confirmation: ``what`` it shows, how many
+    nodes it draws, and the calls it opens."""
+
+    what: str
+    drawn: int
+    open: frozenset[str] = field(repr=False)
+
+
+class _TooLarge(Exception):
+    """Raised by a render that would lay out more than its limit of nodes."""
+
+    def __init__(self, drawn: int):
+        super().__init__(drawn)
+        self.drawn = drawn
 
 
 class Scene:
@@ -125,6 +191,11 @@ class Scene:
         if element is None and self.prefix:
             element = self.picture.element_of_node(node)
         return element
+
+    def shows_node(self, node: str) -> bool:
+        """Whether fx node ``node`` is drawn as a node of its own (not in a box)."""
+        element = self.node_element(node)
+        return element is not None and element.kind not in ("box", "ops")
 
     def flow(self, selected: list[str]) -> dict[str, list[str]]:
         """The selection's producers and consumers, and the edges between them and it."""
@@ -160,12 +231,16 @@ class SurgerySession:
             stepping); the caller clears it when the action is over.
 
     State read by the panels: :attr:`surgery`, :attr:`tree`, :attr:`partitions`,
-    :attr:`view`, :attr:`scene`, :attr:`selected` (a call or module name),
-    :attr:`selected_node` (an fx node), :attr:`marks`, the replacement chosen
+    :attr:`view`, :attr:`scene`, :attr:`overlay`, :attr:`selected` (a call or module name),
+    :attr:`selected_node` (an fx node; ``"call/node"`` inside a swapped call),
+    :attr:`marks`, the search (:attr:`search_text`, :attr:`matches`, :attr:`match_index`),
+    :attr:`pending` (a large layout waiting for a confirmation), the replacement chosen
     (:attr:`replacement_label`, :attr:`replacement_key`, :attr:`can_swap`), :attr:`report`,
-    :attr:`comparison`, :attr:`stepper`, :attr:`last_step`, :attr:`breakpoints`,
-    :attr:`break_on_nan`, :attr:`current` (the element id of the stepper's node), and the
-    scroll requests :attr:`scroll` and :attr:`scroll_current` (counters: bumped, scroll).
+    :attr:`comparison`, :attr:`bisection`, :attr:`stepper`, :attr:`last_step`,
+    :attr:`breakpoints`, :attr:`break_on_nan`, :attr:`current` (the element id of the
+    stepper's node), :attr:`inside` (the picture of the swapped call the stepper is in) and
+    :attr:`inside_current`, and the scroll requests :attr:`scroll` and
+    :attr:`scroll_current` (counters: bumped, scroll).
     """
 
     def __init__(
@@ -186,32 +261,52 @@ class SurgerySession:
         self.changed: set[str] = set(PARTS)
         self.view = "program"
         self._open: set[str] | None = None  # None: the renderer chooses ("auto")
+        # what the stepper and the search open on top of the user's view, by who asked
+        self._reveal: dict[str, frozenset[str]] = {}
         self._pictures: OrderedDict[tuple, Scene] = OrderedDict()
+        self._ops_keys: set[str] = set()  # the own-ops boxes seen (``ops:model``)
         self.scene: Scene | None = None
+        self.pending: PendingLayout | None = None
+        self.overlay = ""
+        self._overlays: OrderedDict[tuple, tuple[Any, Any]] = OrderedDict()
         self.selected: str | None = None  # a call or module name
         self.selected_node: str | None = None  # an fx node, when a node was picked
         self._selected_elements: list[str] = []
         self.marks: dict[str, Any] = {}
+        self.search_text = ""
+        self.matches: list[Match] = []
+        self.match_index = -1
         # The replacement the next swap uses belongs to the selection it was chosen for:
         # selecting another module clears it, so a second Swap never reuses the first's.
         self.replacement: Any = None  # the module (or _COPY), or None: nothing chosen
         self.replacement_label = ""  # what the picker and the preview call it
         self.replacement_key = ""  # its picker key ("copy", "ns:fast"), "expression", "module"
         self.replacement_for: str | None = None  # the selection it was chosen for
+        # a region: nodes chosen by hand (shift-click), made one call by fusing or swapping
+        self.region: list[str] = []
+        self.region_plan: Any = None  # its RegionPlan (call_text: what a replacement takes)
+        self.region_problem = ""  # why the nodes cannot be one call
+        self.similar: Any = None  # what find_similar found (graphsurgeon.find.Matches)
         self.stepper: Stepper | None = None
         self._stepper_module: Any = None
         self.last_step: StepResult | None = None
         self.breakpoints: list[tuple[str, str]] = []  # ("node" | "enter", name), to re-apply
         self.break_on_nan = False
         self._budget: int | None = None  # the node budget of the default view, once chosen
-        self._stepper_opened: set[str] = set()  # calls opened to show the stepper's node
         self.current = ""
+        self.inside: Scene | None = None
+        self.inside_current = ""
+        self._inside_pictures: OrderedDict[int, Scene] = OrderedDict()
+        self._view_before_inside: str | None = None
+        self._original_stepper: Stepper | None = None
         self.scroll = 0
         self.scroll_current = 0
         self.comparison: Comparison | None = None
+        self.bisection: Any = None
         self.report: VerifyReport | None = surgery.last_verify
         self.partitions: dict[str, Partition] = partition(surgery.program)
         self.tree = surgery.tree
+        self._single = _single_node_calls(surgery.program, self.partitions)
         self._seen = surgery.version
         self._render()
 
@@ -246,29 +341,77 @@ class SurgerySession:
         computes the program's own nodes)."""
         return bool(self.surgery.replacements)
 
-    def _collapse(self) -> Any:
-        if self._open is None:
-            return "auto"
-        return {name for name in self.partitions if name not in self._open}
+    @property
+    def opened_by_user(self) -> frozenset[str] | None:
+        """The calls the user opened, or None for the default view (as much as fits)."""
+        return None if self._open is None else frozenset(self._open)
 
-    def _render(self) -> None:
+    @property
+    def revealed(self) -> frozenset[str]:
+        """What is opened on top of the user's view: the call the stepper is in (at most its
+        layer) and the modules around the current search match."""
+        return frozenset().union(*self._reveal.values()) if self._reveal else frozenset()
+
+    def _shown(self, view: str) -> tuple[str, ...]:
+        """The names the picture opens (and highlights) on top of the view: those of
+        :attr:`revealed` that the picture of ``view`` has."""
+        drawn = call_index(self.drawn_program()).calls
+        original = call_index(self.surgery.program).calls
+        return tuple(
+            sorted(
+                name
+                for name in self.revealed
+                if name.startswith("ops:")
+                or name in drawn
+                or (view != "program" and name in original)
+            )
+        )
+
+    def _collapse(self, shown: Iterable[str] = ()) -> Any:
+        """The collapse set of the user's view: every call not opened by the user or shown on
+        top of it (calls drawn as their one node are never boxes), and the own-ops boxes
+        (``ops:<call>``) not opened either."""
+        opened = set(self._open)
+        for name in shown:
+            owner = name[len("ops:") :] if name.startswith("ops:") else name
+            if owner in self.partitions:
+                opened.update(self._ancestors(owner))
+                opened.add(owner)
+            opened.add(name)
+        calls = {c for c in self.partitions if c not in opened and c not in self._single}
+        return calls | {key for key in self._ops_keys if key not in opened}
+
+    def _render(self, limit: int | None = None) -> None:
+        """Show the picture of the current state (a cached one when it was laid out before).
+        ``limit``: raise :class:`_TooLarge` instead of laying out more nodes than that."""
         surgery = self.surgery
         view = self.view if self.can_diff else "program"
-        module = self._drawn_program()
-        key = (view, id(module), None if self._open is None else frozenset(self._open))
+        module = self.drawn_program()
+        shown = self._shown(view)
+        overlay = self._overlay_values()
+        user = None if self._open is None else frozenset(self._open)
+        key = (view, id(module), user, shown, self.overlay)
         scene = self._pictures.get(key)
         if scene is None:
-            self._busy("laying out the picture…")
-            diff = None if view == "program" else view
-            if self._open is None:  # as much detail as fits the width, as gs.draw chooses
-                # the budget is chosen once (draw tries several layouts to choose it); the
-                # next pictures of this program are drawn with it, in one layout each
-                drawing = draw(surgery, diff=diff, max_nodes=self._budget)
-                if self._budget is None:
-                    self._budget = drawing.max_nodes
+            options = dict(
+                diff=None if view == "program" else view, highlight=shown, overlay=overlay
+            )
+            if self._open is None and self._budget is None:
+                # as much detail as fits the width, as gs.draw chooses; the budget is chosen
+                # once (draw tries several layouts to choose it), the next pictures of this
+                # program are drawn with it, in one layout each
+                self._busy("laying out the picture…")
+                drawing = draw(surgery, **options)
+                self._budget = drawing.max_nodes
                 graph, svg = drawing.view, drawing.svg
             else:
-                graph = graph_view(surgery, collapse=self._collapse(), diff=diff)
+                if self._open is None:
+                    graph = graph_view(surgery, max_nodes=self._budget, **options)
+                else:
+                    graph = graph_view(surgery, collapse=self._collapse(shown), **options)
+                if limit is not None and graph.drawn_nodes > limit:
+                    raise _TooLarge(graph.drawn_nodes)
+                self._busy(f"laying out the picture ({graph.drawn_nodes:,} nodes)…")
                 svg = layout(graph.dot, "svg").decode()
             prefix = "after/" if view == "split" else ""
             scene = Scene(graph, display.inline_svg(svg), prefix, module)
@@ -276,12 +419,42 @@ class SurgerySession:
             while len(self._pictures) > _KEPT_PICTURES:
                 self._pictures.popitem(last=False)
         self._pictures.move_to_end(key)
+        self._ops_keys.update(scene.view.folded_ops)  # what the user's view keeps folded
         self.scene = scene
         self.view = view
         self._touch("picture")
-        # the selection and the stepper's node are marked again in the new picture
+        # the selection, the matches and the stepper's node are marked again in the new picture
         self._mark_selection()
         self._mark_current()
+
+    def _show_open(self, opened: set[str] | None, what: str, force: bool = False) -> None:
+        """Show the user's view with ``opened`` open (None: auto). A layout of more than
+        :data:`LARGE_LAYOUT` nodes waits for :meth:`confirm_layout` unless ``force``."""
+        before = self._open
+        self._open = opened
+        try:
+            self._render(limit=None if force or opened is None else LARGE_LAYOUT)
+        except _TooLarge as large:
+            self._open = before
+            self.pending = PendingLayout(what, large.drawn, frozenset(opened or ()))
+            self._touch("warning")
+            return
+        if self.pending is not None:
+            self.pending = None
+            self._touch("warning")
+
+    def confirm_layout(self) -> None:
+        """Lay out the large picture that waits for a confirmation (see :attr:`pending`)."""
+        pending = self.pending
+        if pending is None:
+            raise WidgetError("no layout waits for a confirmation")
+        self._busy(f"laying out {pending.drawn:,} nodes…")
+        self._show_open(set(pending.open), pending.what, force=True)
+
+    def cancel_layout(self) -> None:
+        """Keep the picture as it is: the large layout waiting for a confirmation is dropped."""
+        self.pending = None
+        self._touch("warning")
 
     def set_view(self, view: str) -> None:
         """Show ``"program"`` (the current program), or before/after: ``"merged"`` (one
@@ -294,7 +467,55 @@ class SurgerySession:
                 "swap a module first"
             )
         self.view = view
+        self._view_before_inside = None  # the user chose: stepping out leaves it so
         self._render()
+
+    # -- overlays -------------------------------------------------------------------------
+
+    def set_overlay(self, kind: str | None) -> None:
+        """Paint the picture and the module tree with ``"error"``, ``"own error"`` or
+        ``"latency"`` (see :func:`graphsurgeon.overlay.overlay_values`); ``""`` or None: no
+        overlay. The values are computed again after every edit; the overlay stays on across
+        views."""
+        kind = kind or ""
+        if kind not in OVERLAYS:
+            raise WidgetError(
+                f"overlay: expected one of {', '.join(repr(k) for k in OVERLAYS)}, got {kind!r}"
+            )
+        if kind:
+            self._inputs("overlay")
+        before = self.overlay
+        self.overlay = kind
+        try:
+            self._render()
+        except Exception:
+            self.overlay = before
+            raise
+        self._touch("tree")
+
+    def overlay_values(self) -> Any:
+        """The :class:`graphsurgeon.overlay.OverlayValues` painted now, or None."""
+        return self._overlay_values()
+
+    def _overlay_values(self) -> Any:
+        if not self.overlay:
+            return None
+        module = self.drawn_program()
+        key = (self.overlay, id(module))
+        kept = self._overlays.get(key)
+        if kept is None:
+            from ..overlay import overlay_values  # runs the program: only when asked
+
+            self._busy(f"computing the {self.overlay} overlay…")
+            args, kwargs = self._inputs("overlay")
+            values = overlay_values(self.surgery, args, kwargs, kind=self.overlay)
+            kept = (module, values)  # the module keeps its id from being reused
+            self._overlays[key] = kept
+            while len(self._overlays) > 4:
+                self._overlays.popitem(last=False)
+        return kept[1]
+
+    # -- names ----------------------------------------------------------------------------
 
     def calls_of(self, name: str) -> list[str]:
         """The calls a module or call name stands for, read as every entry point reads it
@@ -305,8 +526,14 @@ class SurgerySession:
             return []
 
     def _opened(self) -> set[str]:
-        if self._open is None:  # take over what the renderer chose
-            return set(self.scene.view.clusters)
+        """The calls open in the user's view (in the default view: those the renderer chose,
+        without what the stepper or the search opened on top of it)."""
+        if self._open is None:
+            if not self.revealed:
+                return set(self.scene.view.clusters)
+            base = self._pictures.get((self.view, id(self.drawn_program()), None, (), self.overlay))
+            clusters = base.view.clusters if base is not None else self.scene.view.clusters
+            return set(clusters)
         return set(self._open)
 
     def _ancestors(self, call: str) -> list[str]:
@@ -317,39 +544,67 @@ class SurgerySession:
         chain = call_index(self.surgery.program).chains.get(part.nodes[0], ())
         return list(chain[: chain.index(call)]) if call in chain else list(chain)
 
-    def expand(self, name: str | None = None) -> None:
+    def _inside_call(self, name: str, call: str) -> bool:
+        """Whether ``name`` (a call, or an own-ops id) is ``call`` or one of its inner calls."""
+        owner = name[len("ops:") :] if name.startswith("ops:") else name
+        return owner == call or call in self._ancestors(owner)
+
+    # -- opening and collapsing -----------------------------------------------------------
+
+    def expand(self, name: str | None = None, force: bool = False) -> None:
         """Open module (or call) ``name`` (default: the selection), and the modules around
         it, in the picture."""
-        calls = self._calls_or_raise(self._target(name, "expand"))
+        target = self._target(name, "expand")
+        calls = self._calls_or_raise(target)
         opened = self._opened()
         for call in calls:
             opened.update(self._ancestors(call))
             opened.add(call)
-        self._stepper_opened -= opened  # what the user opens stays open
-        self._open = opened
-        self._render()
+        self._show_open(opened, f"open {target}", force)
 
     def collapse(self, name: str | None = None) -> None:
         """Draw module (or call) ``name`` (default: the selection) as one box again."""
         calls = self._calls_or_raise(self._target(name, "collapse"))
         opened = self._opened()
         for call in calls:  # the call and everything inside it
-            inside = self.partitions[call].fqn + "."
-            opened = {
-                c for c in opened if c != call and not self.partitions[c].fqn.startswith(inside)
-            }
+            opened = {c for c in opened if not self._inside_call(c, call)}
+            for source, names in list(self._reveal.items()):  # the user's choice wins
+                kept = frozenset(n for n in names if not self._inside_call(n, call))
+                self._reveal[source] = kept
         self._open = opened
+        self.pending = None
+        self._touch("warning")
         self._render()
 
-    def expand_all(self) -> None:
-        """Open every module (can be slow on a large program)."""
-        self._open = set(self.partitions)
-        self._render()
+    def expand_all(self, force: bool = False) -> None:
+        """Open every module. A picture of more than :data:`LARGE_LAYOUT` nodes waits for
+        :meth:`confirm_layout` (``force``: lay it out at once)."""
+        self._show_open(set(self.partitions), "open every module", force)
+
+    def expand_to_depth(self, depth: int | str, force: bool = False) -> None:
+        """Open every module down to ``depth`` levels (1: the top-level modules are boxes,
+        as ``collapse=1`` draws them); ``"all"``: every module; ``"auto"``: the default
+        view. A picture of more than :data:`LARGE_LAYOUT` nodes waits for
+        :meth:`confirm_layout` (``force``: lay it out at once)."""
+        if depth == "auto":
+            self.auto()
+            return
+        if depth == "all":
+            self.expand_all(force)
+            return
+        try:
+            level = int(depth)
+        except (TypeError, ValueError):
+            level = 0
+        if isinstance(depth, bool) or level < 1:
+            raise WidgetError(f"depth: expected 1, 2, 3..., 'all' or 'auto', got {depth!r}")
+        # a top-level module is at level 1: at depth 1 it is a box, at depth 2 it is open
+        opened = {c for c in self.partitions if len(self._ancestors(c)) + 1 < level}
+        self._show_open(opened, f"open {level} level{'s' if level != 1 else ''}", force)
 
     def auto(self) -> None:
         """Back to the view the renderer chooses: as much detail as fits."""
-        self._open = None
-        self._render()
+        self._show_open(None, "the default view")
 
     def toggle(self, element_or_name: str) -> None:
         """Open a collapsed box (a run of boxes becomes one box per call), or collapse an open
@@ -357,24 +612,29 @@ class SurgerySession:
         picture = self.scene.picture
         if element_or_name in picture:
             element = picture[element_or_name]
-            if getattr(element, "kind", None) == "box":
+            kind = getattr(element, "kind", None)
+            if kind == "box":
                 opened = self._opened()
                 # a run of boxes opens into one box per call (nothing opened); a box, its call
                 if len(element.calls) <= 1:
                     for call in element.calls:
                         opened.update(self._ancestors(call))
                         opened.add(call)
-                self._open = opened
-                self._render()
+                elif self._open is None:  # a run in the default view: every call a box
+                    opened |= {a for call in element.calls for a in self._ancestors(call)}
+                self._show_open(opened, f"open {element.label.splitlines()[0]}")
                 return
             call = getattr(element, "call", None)
-            if call is None:
+            if call is None and kind != "ops":
                 calls = getattr(element, "calls", ())
                 call = calls[0] if calls else None
-            if call is None:
+            if call is None and kind != "ops":
                 node = getattr(element, "node", None)
                 chain = self.chain_of_node(node) if node else ()
                 call = chain[-1] if chain else None
+            if kind == "ops":  # the ops a module runs in its own forward: open them
+                self._show_open(self._opened() | {element_or_name}, f"open {element_or_name}")
+                return
             if call is None:
                 raise WidgetError(f"{element_or_name!r} is not in a module: nothing to collapse")
             self.collapse(call)
@@ -395,10 +655,16 @@ class SurgerySession:
         return list(resolved.calls)
 
     def chain_of_node(self, node: str) -> tuple[str, ...]:
-        """The calls around fx node ``node`` of the program drawn, outermost first."""
-        return call_index(self._drawn_program()).chains.get(node, ())
+        """The calls around fx node ``node``, outermost first: in the program drawn, else (a
+        node a swap removed) in the original program."""
+        chains = call_index(self.drawn_program()).chains
+        if node in chains:
+            return chains[node]
+        return call_index(self.surgery.program).chains.get(node, ())
 
-    def _drawn_program(self) -> Any:
+    def drawn_program(self) -> Any:
+        """The program the picture draws: the Surgery's current module once something is
+        swapped or fused, else its ExportedProgram."""
         s = self.surgery
         return s.module if (s.replacements or s.fused) else s.program
 
@@ -422,11 +688,29 @@ class SurgerySession:
         else:
             raise WidgetError(f"{element_id!r} is not a module or a node")
 
+    def click_inside(self, element_id: str) -> None:
+        """Select a node of the swapped call's picture the stepper is inside
+        (:attr:`inside`): it is then ``"call/node"``, which run to selection and the
+        breakpoint button reach."""
+        inside = self.inside
+        frames = self.stepper.frames if self.stepper is not None else ()
+        if inside is None or not frames:
+            raise WidgetError("no call is entered: step into a swapped call first")
+        picture = inside.picture
+        if element_id not in picture:
+            raise WidgetError(f"the call's picture has no element {element_id!r}")
+        node = getattr(picture[element_id], "node", None)
+        if not node:
+            raise WidgetError(f"{element_id!r} is not a node of the call")
+        self._selection_is(frames[0], f"{frames[0]}/{node}", [])
+
     def select(self, name: str | None) -> None:
-        """Select a module or call (``"layers.1"``, ``"shared@1"``), an fx node, or nothing
-        (None). A module inside a collapsed box stays in its box; :meth:`search` opens it.
-        Selecting another module clears the replacement chosen for the previous one. A name
-        the program does not have raises, and the selection stays what it was."""
+        """Select a module or call (``"layers.1"``, ``"shared@1"``), an fx node (of the
+        current program, or one a swap removed), ``"call/node"`` (a node inside a swapped
+        call, as the stepper names it), or nothing (None). A module inside a collapsed box
+        stays in its box; :meth:`search` opens it. Selecting another module clears the
+        replacement chosen for the previous one. A name the program does not have raises,
+        and the selection stays what it was."""
         if name is None or name == "":
             self._selection_is(None, None, [])
             return
@@ -438,42 +722,68 @@ class SurgerySession:
             self._select_call(name, None)
         elif name in self._node_names():
             self._select_node(name, None)
+        elif name in self._program_calls():  # a region made one call: drawn as one node
+            self._selection_is(name, None, self._call_elements(name))
+        elif self.inner_call(name) is not None:
+            self._selection_is(self.inner_call(name), name, [])
         else:
             choices = dict.fromkeys([*self.tree.keys(), *self.partitions])
             raise UnknownNameError(unknown_name(name, choices, kind="module or node"))
 
-    def search(self, text: str) -> None:
-        """Find a module or node by name (exactly, else the first whose name contains the
-        text), open the modules around it and select it; the page scrolls to it."""
-        text = (text or "").strip()
-        if not text:
-            raise WidgetError("search: type a module or node name")
-        name = self._find(text)
-        calls = self.calls_of(name)
-        if calls:
-            wanted = {a for c in calls for a in self._ancestors(c)}
-        else:
-            wanted = set(self.chain_of_node(name))
-        if wanted - self._opened():
-            self._open = self._opened() | wanted
-            self._render()
-        self.select(name)
-        self.scroll += 1
-        self._touch("scroll")
+    def _program_calls(self) -> set[str]:
+        """The swapped and fused calls of the current program (regions included)."""
+        info = swap_info(self.surgery.module) if self.can_diff or self.surgery.fused else None
+        return set(info.call_nodes) if info is not None else set()
 
-    def _find(self, text: str) -> str:
-        names = [*self.tree.keys(), *self.partitions]
-        nodes = self._node_names()
-        if text in names or text in nodes:
-            return text
-        lowered = text.lower()
-        for name in [*names, *nodes]:
-            if lowered in name.lower():
-                return name
-        raise WidgetError(f"search: no module or node matches {text!r}.{did_you_mean(text, names)}")
+    def inner_call(self, name: str) -> str | None:
+        """The swapped or fused call of ``"call/node"`` (a node inside it, as the stepper
+        names it), or None."""
+        call, slash, node = name.partition("/")
+        info = swap_info(self.surgery.module) if self.can_diff or self.surgery.fused else None
+        if slash and node and info is not None and call in info.call_nodes:
+            return call
+        return None
+
+    def escape(self) -> None:
+        """What Esc does: close the search if one is open, else clear the selection."""
+        if self.search_text:
+            self.close_search()
+        else:
+            self.select(None)
 
     def _node_names(self) -> dict[str, None]:
-        return {n.name: None for n in self._drawn_program().graph.nodes}
+        """The fx nodes a selection can name: the program drawn's, then those only the
+        original has (a swap removed them; the before/after pictures draw them)."""
+        names = {n.name: None for n in self.drawn_program().graph.nodes}
+        if self.surgery.replacements:
+            names.update((n.name, None) for n in self.surgery.program.graph.nodes)
+        return names
+
+    def node(self, name: str) -> torch.fx.Node | None:
+        """The fx node ``name``: of the program drawn, else of the original program (a node a
+        swap removed), else of the swapped call the stepper is inside (``"call/node"``)."""
+        for graph in (self.drawn_program().graph, self.surgery.program.graph):
+            for node in graph.nodes:
+                if node.name == name:
+                    return node
+        call = self.inner_call(name)
+        stepper = self.stepper
+        if call is not None and stepper is not None and stepper.frames[:1] == (call,):
+            inner = name[len(call) + 1 :]
+            for node in stepper.call_graph.graph.nodes:
+                if node.name == inner:
+                    return node
+        return None
+
+    def removed_by(self, node: str) -> str | None:
+        """The swapped call that removed fx node ``node`` of the original program, or None."""
+        info = swap_info(self.surgery.module) if self.can_diff else None
+        if info is None:
+            return None
+        for call, part in info.partitions.items():
+            if node in part.nodes and call not in info.fused:
+                return call
+        return None
 
     def _select_call(self, name: str, elements: list[str] | None) -> None:
         self._selection_is(name, None, elements or [])
@@ -487,22 +797,37 @@ class SurgerySession:
         dropped, then the selection, the picker and the preview change together."""
         self.selected, self.selected_node = name, node
         self._selected_elements = elements
-        if self.replacement_for != name:
+        if self.replacement_for != name and not (self.replacement_for == REGION and self.region):
             self._choose(None, "", "")
         self._touch("selection", "choice")
         self._mark_selection()
 
+    def _ids_of(self, name: str) -> list[str]:
+        """The ids drawing a module, a call or an fx node (the box holding it when it is
+        collapsed); [] when the picture does not show it."""
+        scene = self.scene
+        calls = self.calls_of(name) if name in self.tree or name in self.partitions else []
+        if calls:
+            return scene.elements(calls) or self._box_holding(name)
+        element = scene.node_element(name)
+        return [element.id] if element is not None else []
+
     def _mark_selection(self) -> None:
         scene = self.scene
         if self.selected_node is not None:
-            element = scene.node_element(self.selected_node)
-            ids = [element.id] if element is not None else []
+            node = self.selected_node
+            if self.inner_call(node) is not None and node not in self._node_names():
+                ids = self._ids_of(self.inner_call(node))  # inside a call: the call
+            else:
+                element = scene.node_element(node)
+                ids = [element.id] if element is not None else []
         elif self.selected is not None:
             ids = [e for e in self._selected_elements if e in scene.picture]
             ids = (
                 ids
                 or scene.elements(self.calls_of(self.selected))
                 or self._box_holding(self.selected)
+                or self._call_elements(self.selected)
             )
         else:
             ids = []
@@ -510,8 +835,41 @@ class SurgerySession:
         module = (
             display.id_text(split_call_name(self.selected)[0]) if self.selected is not None else ""
         )
-        self.marks = {"selected": ids, **scene.flow(ids), "module": module}
+        matches = [e for m in self.matches for e in self._ids_of(m.name)]
+        culprits = self.bisection.culprits if self.bisection is not None else ()
+        culprit_ids = [e for c in culprits for e in (self._ids_of(c) or self._call_elements(c))]
+        self.marks = {
+            "selected": ids,
+            **scene.flow(ids),
+            "module": module,
+            "matches": list(dict.fromkeys(matches)),
+            "culprits": list(dict.fromkeys(culprit_ids)),
+            "culprit_modules": [display.id_text(split_call_name(c)[0]) for c in culprits],
+            "match_modules": [display.id_text(m.name) for m in self.matches if m.kind == "module"],
+            "region": self._node_ids(self.region),
+            "similar": self._node_ids(
+                n for m in (self.similar.matches if self.similar else ()) for n in m.nodes
+            ),
+            "near": self._node_ids(
+                n for m in (self.similar.near_misses if self.similar else ()) for n in m.nodes
+            ),
+        }
         self._touch("marks")
+
+    def _node_ids(self, nodes: Iterable[str]) -> list[str]:
+        """The ids drawing fx nodes (a box holding one, once), in order."""
+        found = []
+        for node in nodes:
+            element = self.scene.node_element(node)
+            if element is not None:
+                found.append(element.id)
+        return list(dict.fromkeys(found))
+
+    def _call_elements(self, call: str) -> list[str]:
+        """The element drawing swapped or fused ``call`` as one node of the program drawn."""
+        node = self._call_node(call)
+        element = self.scene.node_element(node) if node is not None else None
+        return [element.id] if element is not None else []
 
     def _box_holding(self, name: str) -> list[str]:
         """The box a collapsed call is drawn in (a parent's box, or a run of boxes)."""
@@ -522,6 +880,119 @@ class SurgerySession:
                 if element is not None:
                     return [element.id]
         return []
+
+    # -- search ---------------------------------------------------------------------------
+
+    def search(self, text: str) -> None:
+        """Find modules and nodes by name, module type (``LayerNorm``), op (``aten.gelu``),
+        initials (``sdpa`` for scaled_dot_product_attention, ``bn`` for BatchNorm2d) or a
+        regular expression (``layers\\.\\d+\\.mlp``): every match is listed and marked in
+        the picture, and the first is selected, with the modules around it opened (an exact
+        name comes first). :meth:`next_match` and :meth:`previous_match` go through them."""
+        text = (text or "").strip()
+        if not text:
+            raise WidgetError("search: type a name, a module type, an op or a regex")
+        matches = self._search(text)
+        if not matches:
+            names = [*self.tree.keys(), *self.partitions]
+            raise WidgetError(
+                f"search: no module or node matches {text!r} (by name, type such as LayerNorm, "
+                f"op such as aten.gelu, initials such as sdpa, or regex).{did_you_mean(text, names)}"
+            )
+        self.search_text, self.matches, self.match_index = text, matches, 0
+        self._touch("search")
+        self._go_to_match()
+
+    def next_match(self) -> None:
+        """Select the next match of the search (after the last: the first)."""
+        self._step_match(1)
+
+    def previous_match(self) -> None:
+        """Select the previous match of the search (before the first: the last)."""
+        self._step_match(-1)
+
+    def go_to_match(self, index: int) -> None:
+        """Select match ``index`` of the search (a click on its row)."""
+        if not self.matches:
+            raise WidgetError("search: nothing found yet; type a search first")
+        if (
+            isinstance(index, bool)
+            or not isinstance(index, int)
+            or not 0 <= index < len(self.matches)
+        ):
+            raise WidgetError(f"search: no match {index!r} (there are {len(self.matches)})")
+        self.match_index = index
+        self._touch("search")
+        self._go_to_match()
+
+    def _step_match(self, by: int) -> None:
+        if not self.matches:
+            raise WidgetError("search: nothing found yet; type a search first")
+        self.match_index = (self.match_index + by) % len(self.matches)
+        self._touch("search")
+        self._go_to_match()
+
+    def close_search(self) -> None:
+        """Forget the search: its marks go, and what it opened closes."""
+        self.search_text, self.matches, self.match_index = "", [], -1
+        self._touch("search")
+        if self._reveal.pop("search", None):
+            self._render()
+        else:
+            self._mark_selection()
+
+    def _go_to_match(self) -> None:
+        match = self.matches[self.match_index]
+        if match.kind == "module":
+            wanted = {a for c in self.calls_of(match.name) for a in self._ancestors(c)}
+        else:
+            wanted = set(self.chain_of_node(match.name)[-1:])
+        if frozenset(wanted) != self._reveal.get("search", frozenset()):
+            self._reveal["search"] = frozenset(wanted)
+            self._render()
+        self.select(match.name)
+        element = None
+        if match.kind == "node":
+            element = self.scene.node_element(match.name)
+        if element is not None and element.kind == "ops":  # its module's own ops: open them
+            self._reveal["search"] = frozenset(wanted | {element.id})
+            self._render()
+        self.scroll += 1
+        self._touch("scroll")
+
+    def _search(self, text: str) -> list[Match]:
+        lowered = text.lower()
+        regex = None
+        if _REGEX & set(text):
+            try:
+                regex = re.compile(text, re.IGNORECASE)
+            except re.error:
+                regex = None
+
+        def hit(fields: Iterable[str], short: Iterable[str] = ()) -> bool:
+            for text_ in fields:
+                if text_ and (lowered in text_.lower() or (regex and regex.search(text_))):
+                    return True
+            return any(lowered == _initials(word) for word in short if word)
+
+        exact: list[Match] = []
+        modules: list[Match] = []
+        for fqn, info in self.tree.items():
+            if not fqn:
+                continue
+            types = (info.type_name, info.qualified_type or "")
+            if hit((fqn, *types), (info.type_name,)):
+                found = Match(fqn, "module", info.type_name)
+                (exact if fqn == text else modules).append(found)
+        nodes: list[Match] = []
+        for node in self.drawn_program().graph.nodes:
+            if not _meta.computes(node):
+                continue
+            short, full = _meta.op_text(node, "short"), _meta.op_text(node, "full")
+            if hit((node.name, short, full), (short.rpartition(".")[2],)):
+                found = Match(node.name, "node", short)
+                (exact if node.name == text else nodes).append(found)
+        return (exact + modules + nodes)[:_MATCHES]
 
     # -- what the panels read about the selection ------------------------------------------
 
@@ -552,7 +1023,10 @@ class SurgerySession:
 
     def candidates(self) -> list[Candidate]:
         """What the picker offers for the selection: a copy of the original, identity, then
-        every nn.Module instance and class in the user's namespace."""
+        the ``nn.Module`` instances of the user's namespace (not the model or one of its own
+        submodules) and the classes that can be built (not the model's own classes): with no
+        arguments, or from the original module (``FusedAttention(original)``, made from
+        ``s.original(name)``)."""
         found = [
             Candidate("copy", "a copy of the original"),
             Candidate("identity", "identity (nn.Identity)"),
@@ -561,23 +1035,44 @@ class SurgerySession:
             namespace = dict(self._namespace())
         except Exception:  # a namespace that cannot be read offers nothing, it is not an error
             namespace = {}
+        model = self.surgery.model
+        own = {id(m) for m in model.modules()} if model is not None else set()
+        # the model's own classes: a fresh one is no replacement ("a copy of the original" is)
+        own_types = {type(m) for m in model.modules()} if model is not None else set()
         for key, value in namespace.items():
             if key.startswith("_"):
                 continue
-            if isinstance(value, torch.nn.Module) and not isinstance(value, torch.fx.GraphModule):
+            if isinstance(value, torch.nn.Module):
+                if isinstance(value, torch.fx.GraphModule) or id(value) in own:
+                    continue  # a program, or the model (or part of it) being operated on
                 found.append(Candidate(f"ns:{key}", f"{key}: {type(value).__name__} (instance)"))
             elif (
                 isinstance(value, type)
                 and issubclass(value, torch.nn.Module)
-                and not value.__module__.startswith(("torch.", "graphsurgeon."))
+                and not _library_class(value)
+                and value not in own_types
             ):
-                found.append(Candidate(f"ns:{key}", f"{key}: class, built as {key}()"))
+                needed = _required_arguments(value)
+                if needed == 0:
+                    found.append(Candidate(f"ns:{key}", f"{key}: class, built as {key}()"))
+                elif needed == 1:
+                    found.append(Candidate(f"ns:{key}", f"{key}: class, built as {key}(original)"))
         return found
 
     @property
     def can_swap(self) -> bool:
         """Whether Swap has what it needs: a selection and a replacement chosen for it."""
-        return self.selected is not None and self.replacement is not None
+        return (
+            self.selected is not None
+            and self.replacement is not None
+            and self.replacement_for == self.selected
+        )
+
+    @property
+    def can_swap_region(self) -> bool:
+        """Whether Swap region has what it needs: nodes that can be one call, and a
+        replacement chosen for them."""
+        return self.region_plan is not None and self.replacement_for == REGION
 
     @property
     def replacement_module(self) -> torch.nn.Module | None:
@@ -587,10 +1082,15 @@ class SurgerySession:
 
     def _choose(self, replacement: Any, label: str, key: str) -> None:
         self.replacement, self.replacement_label, self.replacement_key = replacement, label, key
-        self.replacement_for = self.selected if replacement is not None else None
+        if replacement is None:
+            self.replacement_for = None
+        else:  # while a region is chosen, a replacement is chosen for it
+            self.replacement_for = REGION if self.region else self.selected
         self._touch("choice")
 
     def _for_selection(self, verb: str) -> str:
+        if self.region:
+            return REGION
         if self.selected is None:
             raise WidgetError(
                 f"{verb}: select a module first (click it, or w.select(name)); a replacement "
@@ -598,15 +1098,21 @@ class SurgerySession:
             )
         return self.selected
 
+    def refresh_candidates(self) -> None:
+        """Read the namespace again (the picker got the focus: a class defined in a new cell
+        is offered at once)."""
+        self._touch("choice")
+
     def choose(self, key: str | None) -> None:
         """Pick the replacement the next :meth:`swap` of the selection uses: ``"copy"`` (a
         deep copy of the original module), ``"identity"``, or ``"ns:<name>"`` from the
-        namespace; ``""`` (the picker's first line) or None chooses nothing. It belongs to
-        the selection: selecting another module clears it."""
+        namespace (a class is built with no arguments, or from the original module); ``""``
+        (the picker's first line) or None chooses nothing. It belongs to the selection:
+        selecting another module clears it."""
         if key is None or key == "":
             self._choose(None, "", "")
             return
-        self._for_selection("choose")
+        selected = self._for_selection("choose")
         if key == "copy":
             self._choose(_COPY, "a copy of the original", key)
         elif key == "identity":
@@ -616,15 +1122,17 @@ class SurgerySession:
             namespace = dict(self._namespace())
             if name not in namespace:
                 raise WidgetError(f"the namespace has no {name!r} (any more): pick again")
-            self._choose(_module_from(namespace[name], name), name, key)
+            original = None if selected == REGION else (lambda: self._original(selected))
+            module = _module_from(namespace[name], name, original)
+            self._choose(module, name, key)
         else:
             raise WidgetError(f"choose: unknown replacement {key!r}")
 
     def choose_expression(self, text: str) -> None:
         """Evaluate ``text`` (``MyAttn(dim=64)``) in the user's namespace: the module (or
-        class, then built with no arguments) is the replacement the next swap of the
-        selection uses."""
-        self._for_selection("expression")
+        class, then built with no arguments or from the original module) is the replacement
+        the next swap of the selection uses."""
+        selected = self._for_selection("expression")
         text = (text or "").strip()
         if not text:
             raise WidgetError("expression: type one, such as MyAttn(dim=64)")
@@ -635,7 +1143,8 @@ class SurgerySession:
             raise WidgetError(
                 f"the expression {text!r} failed: {type(error).__name__}: {error}"
             ) from error
-        self._choose(_module_from(value, text), text, "expression")
+        original = None if selected == REGION else (lambda: self._original(selected))
+        self._choose(_module_from(value, text, original), text, "expression")
 
     def use(self, module: torch.nn.Module, label: str | None = None) -> None:
         """Make ``module`` the replacement the next swap of the selection uses."""
@@ -703,22 +1212,136 @@ class SurgerySession:
         self._after_change()
 
     def reset(self) -> None:
-        """Back to the original program (the history is kept: redo still works)."""
+        """The Surgery back to the original program (the history is kept: redo still
+        works). The stepper's restart is :meth:`reset_stepper`."""
         self.surgery.reset()
         self._after_change()
 
+    def _diff_drawable(self) -> bool:
+        """Whether the before/after pictures can be drawn: the renderer cannot yet draw a
+        swapped region in them (it can in the program's own picture)."""
+        regions = self.surgery.regions
+        return not any(name in regions for name in self.surgery.replacements)
+
     def _after_change(self, show: str | None = None) -> None:
         self._seen = self.surgery.version
-        if show is not None and self.view == "program":
+        self._leave_inside(render=False)  # the stepper goes: so does the call it was inside
+        if show is not None and self.view == "program" and self._diff_drawable():
             self.view = show
         if not self.can_diff:
             self.view = "program"
         self.comparison = None
+        self.bisection = None
         self.report = self.surgery.last_verify
         self.stepper = None
+        self._original_stepper = None
         self.last_step = None
+        self._reveal.pop("stepper", None)
+        self.pending = None
+        self.region, self.region_plan, self.region_problem, self.similar = [], None, "", None
+        if self.replacement_for == REGION:
+            self._choose(None, "", "")
+        if self.search_text:  # the same search, in the new program
+            self.matches = self._search(self.search_text)
+            self.match_index = min(self.match_index, len(self.matches) - 1)
+            if not self.matches:
+                self.search_text = ""
+                self._reveal.pop("search", None)
         self._touch(*PARTS)
         self._render()
+
+    # -- regions --------------------------------------------------------------------------
+
+    def toggle_region(self, element_id: str) -> None:
+        """Add what a shift-click hit to the region, or take it out again: a node, or every
+        op of a box or of an open module."""
+        picture = self.scene.picture
+        if element_id not in picture:
+            raise WidgetError(f"the picture has no element {element_id!r}")
+        element = picture[element_id]
+        node = getattr(element, "node", None)
+        if node:
+            nodes = [node]
+        elif getattr(element, "members", ()):
+            nodes = list(element.members)
+        else:
+            nodes = [
+                picture[i].node for i in picture.inside(element_id) if picture[i].node is not None
+            ]
+        graph = {n.name: n for n in self.surgery.program.graph.nodes}
+        nodes = [n for n in nodes if n in graph and _meta.computes(graph[n])]
+        if not nodes:
+            raise WidgetError(f"{element_id!r} holds no op of the program to put in a region")
+        if all(n in self.region for n in nodes):
+            self.set_region([n for n in self.region if n not in nodes])
+        else:
+            self.set_region([*self.region, *nodes])
+
+    def set_region(self, nodes: Iterable[str]) -> None:
+        """Make ``nodes`` (fx node names of the program, as the picture names them) the
+        region: what it would take and return as one call is worked out at once
+        (:attr:`region_plan`), or why it cannot be one call (:attr:`region_problem`)."""
+        nodes = list(dict.fromkeys(nodes or ()))
+        self.region, self.region_plan, self.region_problem, self.similar = nodes, None, "", None
+        if nodes:
+            try:
+                self.region_plan = self.surgery.region_signature(nodes)
+            except GraphSurgeonError as problem:
+                self.region_problem = str(problem)
+        if self.replacement_for == REGION and not nodes:
+            self._choose(None, "", "")
+        self._touch("region", "choice")
+        self._mark_selection()
+
+    def clear_region(self) -> None:
+        """Forget the region (and what Find similar found)."""
+        self.set_region([])
+
+    def _region_plan(self, verb: str) -> Any:
+        if not self.region:
+            raise WidgetError(f"{verb}: shift-click the nodes of a region first")
+        if self.region_plan is None:
+            raise WidgetError(f"{verb}: {self.region_problem}")
+        return self.region_plan
+
+    def fuse_region(self) -> None:
+        """Make the region one call of the program's own nodes (drawn as one box)."""
+        plan = self._region_plan("fuse region")
+        self._busy(f"fusing {plan.region.name}…")
+        self.surgery.fuse_region(list(self.region))
+        self._after_change()
+
+    def swap_region(self, module: torch.nn.Module | None = None) -> None:
+        """Replace the region by one call of ``module`` (default: the replacement chosen in
+        the picker for it), which takes the region's inputs and returns its results (the
+        preview shows the call)."""
+        plan = self._region_plan("swap region")
+        if module is not None:
+            replacement = _module_from(module, type(module).__name__)
+        elif self.replacement_for != REGION or self.replacement is None:
+            raise WidgetError(
+                f"swap region: pick the replacement first (the picker); it is called as "
+                f"{plan.call_text}"
+            )
+        else:
+            replacement = self.replacement
+            if replacement is _COPY:
+                raise WidgetError(
+                    "swap region: a region has no module to copy: pick a module, or fuse it"
+                )
+        self._busy(f"swapping {plan.region.name}…")
+        self.surgery.swap_region(list(self.region), replacement)
+        self._after_change(show="merged")
+
+    def find_similar(self) -> Any:
+        """Where else the program computes what the region computes: the matches are marked
+        in the picture and listed, the near-misses with what differs."""
+        self._region_plan("find similar")
+        self._busy("looking for the region elsewhere…")
+        self.similar = self.surgery.find_similar(list(self.region))
+        self._touch("region")
+        self._mark_selection()
+        return self.similar
 
     # -- checks ---------------------------------------------------------------------------
 
@@ -732,7 +1355,8 @@ class SurgerySession:
         return s.args, dict(s.kwargs)
 
     def verify(self) -> VerifyReport:
-        """Verify the current program against its eager reference on the example inputs."""
+        """Verify the current program against its eager reference on the example inputs
+        (faithful), and against the original model (equal to the original)."""
         self._inputs("verify")
         self._busy("verifying against the eager reference…")
         self.report = self.surgery.verify()
@@ -740,25 +1364,43 @@ class SurgerySession:
         return self.report
 
     def compare(self) -> Comparison:
-        """Compare each swapped call with the original on the same captured inputs."""
+        """Compare each swapped call with the original on the same captured inputs; inside
+        the first that diverges, find the first op of the replacement that differs."""
         args, kwargs = self._inputs("compare")
         s = self.surgery
         if not s.replacements:
             raise WidgetError("compare: nothing is swapped; swap a module first")
         self._busy("comparing each swapped call with the original…")
         self.comparison = s.compare(args, kwargs)
+        if self.comparison.first_divergence:
+            self._busy("finding the first op that differs…")
+            self.comparison.locate()  # computed once; the panel reads it
         self._touch("checks")
         return self.comparison
+
+    def find_culprits(self) -> Any:
+        """Find the smallest set of the Surgery's swaps that explains its mismatch against
+        the original (:meth:`graphsurgeon.Surgery.bisect`): marked in the tree and the
+        picture, with the number of program runs it took."""
+        self._inputs("find culprits")
+        if not self.surgery.replacements:
+            raise WidgetError("find culprits: nothing is swapped; swap a module first")
+        self._busy("bisecting the swaps…")
+        self.bisection = self.surgery.bisect()
+        self._touch("checks", "tree")
+        self._mark_selection()
+        return self.bisection
 
     # -- stepping -------------------------------------------------------------------------
 
     def _ensure_stepper(self) -> Stepper:
-        module = self._drawn_program()
+        module = self.drawn_program()
         if self.stepper is None or self._stepper_module is not module:
             args, kwargs = self._inputs("step")
             self._busy("preparing the stepper…")
             self.stepper = Stepper(self.surgery.module, *args, **kwargs)
             self._stepper_module = module
+            self._original_stepper = None
             self.last_step = None
             self._sync_breakpoints()
         return self.stepper
@@ -774,7 +1416,7 @@ class SurgerySession:
     def _move(self, move: Callable[[Stepper], StepResult], verb: str) -> StepResult:
         stepper = self._ensure_stepper()
         if stepper.done:
-            raise WidgetError(f"{verb}: the program has finished; press reset to run it again")
+            raise WidgetError(f"{verb}: the program has finished; press restart to run it again")
         self._busy(f"{verb}…")
         result = move(stepper)
         if (
@@ -783,7 +1425,7 @@ class SurgerySession:
             and not stepper.frames
             and not self._drawn()(stepper.current)
         ):
-            # glue (input checks, flattening) is not drawn: run on to the next node that is
+            # what the picture does not draw at all: run on to the next node that it does
             rest = stepper.run_to(self._drawn())
             result = StepResult(
                 ran=result.ran + rest.ran,
@@ -794,8 +1436,11 @@ class SurgerySession:
                 note=result.note or rest.note,
             )
         self.last_step = result
+        self._update_inside()
         self._reveal_current()
         self._touch("stepper")
+        if self.selected_node is not None and self.inner_call(self.selected_node):
+            self._touch("selection")  # a node inside a call: drawn once the call is entered
         return result
 
     def step(self) -> StepResult:
@@ -807,7 +1452,8 @@ class SurgerySession:
         return self._move(lambda st: st.step_over(), "step over")
 
     def step_into(self) -> StepResult:
-        """Enter the fused or swapped call about to run."""
+        """Enter the fused or swapped call about to run: a swapped call's replacement is
+        drawn beside the program, its node about to run marked."""
         return self._move(lambda st: st.step_into(), "step into")
 
     def step_out(self) -> StepResult:
@@ -819,23 +1465,30 @@ class SurgerySession:
         return self._move(lambda st: st.continue_(), "continue")
 
     def run_to_selection(self) -> StepResult:
-        """Run until the selected node or module is next (a breakpoint may stop it first)."""
+        """Run until the selected node or module is next (a breakpoint may stop it first); a
+        node inside a swapped call (``"call/node"``) is reached by entering the call."""
         if self.selected_node is not None:
             node = self.selected_node
             return self._move(lambda st: st.run_to(node=node), f"run to {node}")
         name = self._target(None, "run to")
+        if not self.calls_of(name) and self._call_node(name) is not None:
+            node = self._call_node(name)  # a region made one call: its node
+            return self._move(lambda st: st.run_to(node=node), f"run to {name}")
         return self._move(lambda st: st.run_to(module=name), f"run to {name}")
 
     def reset_stepper(self) -> None:
-        """Start stepping again from the first node."""
+        """Restart the run from the first node (the Surgery's reset is :meth:`reset`)."""
         stepper = self._ensure_stepper()
         stepper.reset()
+        self._original_stepper = None
         self.last_step = None
-        self._mark_current()
+        self._update_inside()
+        self._reveal_current()
         self._touch("stepper")
 
     def toggle_breakpoint(self) -> None:
-        """Stop before the selected node, or on entering the selected module; again: remove."""
+        """Stop before the selected node (``"call/node"``: inside a swapped call), or at the
+        first op of the selected module; again: remove."""
         if self.selected_node is not None:
             wanted = ("node", self.selected_node)
         else:
@@ -845,11 +1498,16 @@ class SurgerySession:
         else:
             self.breakpoints.append(wanted)
         if self.stepper is not None:
-            self._sync_breakpoints()
+            try:
+                self._sync_breakpoints()
+            except GraphSurgeonError:
+                self.breakpoints.remove(wanted)
+                self._sync_breakpoints()
+                raise
         self._touch("stepper")
 
     def set_break_on_nan(self, on: bool) -> None:
-        """Stop after any node whose value holds a NaN or an Inf."""
+        """Stop after any node whose value holds a NaN or an Inf (inside swapped calls too)."""
         self.break_on_nan = bool(on)
         if self.stepper is not None:
             self._sync_breakpoints()
@@ -866,22 +1524,40 @@ class SurgerySession:
         if self.break_on_nan:
             breakpoints.nan_or_inf()
 
-    def _current_element(self) -> str:
+    # -- where the stepper is, in the pictures ----------------------------------------------
+
+    def _outer_node(self) -> str | None:
+        """The node of the program drawn that the stepper is at: ``current``, or inside a
+        call entered with step into, the call's node."""
         stepper = self.stepper
         if stepper is None or stepper.done:
+            return None
+        if stepper.frames:
+            return self._call_node(stepper.frames[0])
+        return stepper.current.name
+
+    def _fused_inside(self) -> str | None:
+        """Inside a fused call: its node about to run (the program's own node, drawn when
+        the call is open), else None."""
+        stepper = self.stepper
+        if stepper is None or stepper.done or len(stepper.frames) != 1:
+            return None
+        if stepper.frames[0] not in self.surgery.fused:
+            return None
+        return stepper.current.name
+
+    def _current_element(self) -> str:
+        node = self._outer_node()
+        if node is None:
             return ""
         scene = self.scene
-        picture = scene.picture
-        if stepper.frames:  # inside an entered call: mark the call
-            call = stepper.frames[0]
-            node = self._call_node(call)
-            if node is not None:
-                element = picture.element_of_node(node, scene.prefix)
-                if element is not None:
-                    return element.id
-            ids = scene.elements([call])
+        inner = self._fused_inside()
+        if inner is not None and scene.shows_node(inner):
+            return scene.node_element(inner).id
+        element = scene.picture.element_of_node(node, scene.prefix)
+        if element is None and self.stepper.frames:
+            ids = scene.elements([self.stepper.frames[0]])
             return ids[0] if ids else ""
-        element = picture.element_of_node(stepper.current.name, scene.prefix)
         return element.id if element is not None else ""
 
     def _call_node(self, call: str) -> str | None:
@@ -892,24 +1568,44 @@ class SurgerySession:
         return None
 
     def _reveal_current(self) -> None:
-        """The current node inside a collapsed box: open the modules around it."""
-        stepper = self.stepper
-        if stepper is not None and not stepper.done and not stepper.frames:
-            element = self.scene.picture.element_of_node(stepper.current.name, self.scene.prefix)
-            if element is not None and element.kind == "box":
-                # open the outermost call around the node with everything inside it (one
-                # layout for the whole call, not one per submodule the steps go through);
-                # close again what was opened for calls the stepper has left
-                outer = stepper.stack[0]
-                inside = self.partitions[outer].fqn + "." if outer in self.partitions else None
-                needed = set(stepper.stack) | {
-                    c for c, p in self.partitions.items() if inside and p.fqn.startswith(inside)
-                }
-                opened = self._opened()
-                left = self._stepper_opened - needed
-                self._stepper_opened = (self._stepper_opened & needed) | (needed - opened)
-                self._open = (opened - left) | needed
+        """The stepper's node hidden in a box: open the call it is in, at most its layer;
+        close again what was opened for calls the stepper has left. The user's own view is
+        kept as it is."""
+        node = self._outer_node()
+        before = self._reveal.get("stepper", frozenset())
+        if node is None:
+            wanted: frozenset[str] = frozenset()
+        else:
+            stack = self.chain_of_node(node)
+            layer = _layer_of(stack)
+            scope = layer or (stack[-1] if stack else None)
+            wanted = frozenset(
+                n for n in before if scope is not None and self._inside_call(n, scope)
+            )
+            fused = self.stepper.frames[0] if self._fused_inside() is not None else None
+            if fused is not None:  # a fused call's own nodes: open it
+                wanted |= {fused}
+        for _ in range(4):  # open until the node shows (an own-ops box may be inside)
+            if wanted != self._reveal.get("stepper", frozenset()):
+                self._reveal["stepper"] = wanted
                 self._render()
+            if node is None:
+                break
+            target = self._fused_inside() or node
+            element = self.scene.node_element(target)
+            if element is None or element.kind not in ("box", "ops"):
+                break
+            more = {element.id} if element.kind == "ops" else set()
+            if element.kind == "box":
+                more |= {layer} if layer else set()
+                more |= {stack[-1]} if stack else set()
+                if len(element.calls) == 1 and not stack:
+                    more.add(element.calls[0])
+            if more <= wanted:
+                break
+            wanted = wanted | more
+        if not wanted:
+            self._reveal.pop("stepper", None)
         self._mark_current()
 
     def _mark_current(self) -> None:
@@ -918,6 +1614,108 @@ class SurgerySession:
             self.current = current
             self.scroll_current += 1
             self._touch("current")
+        inside = self._inside_current_element()
+        if inside != self.inside_current:
+            self.inside_current = inside
+            self._touch("inside")
+
+    def _inside_current_element(self) -> str:
+        stepper = self.stepper
+        if self.inside is None or stepper is None or stepper.done or not stepper.frames:
+            return ""
+        element = self.inside.picture.element_of_node(stepper.current.name)
+        return element.id if element is not None else ""
+
+    # -- inside a swapped call --------------------------------------------------------------
+
+    def _update_inside(self) -> None:
+        """Inside a swapped call: its replacement's graph, drawn (once per graph), and the
+        before/after picture, where the nodes it replaced are; outside, neither."""
+        stepper = self.stepper
+        frames = stepper.frames if stepper is not None else ()
+        if not frames or frames[0] in self.surgery.fused:
+            self._leave_inside()
+            return
+        graph = stepper.call_graph
+        if graph is None:
+            self._leave_inside()
+            return
+        scene = self._inside_pictures.get(id(graph))
+        if scene is None:
+            self._busy(f"drawing the replacement of {frames[0]}…")
+            try:
+                view = graph_view(graph, collapse=None)
+            except GraphSurgeonError:
+                self._leave_inside()  # a graph the renderer cannot read: the call stays marked
+                return
+            svg = layout(view.dot, "svg").decode()
+            scene = Scene(view, display.inline_svg(svg), "", graph)
+            self._inside_pictures[id(graph)] = scene
+            while len(self._inside_pictures) > 4:
+                self._inside_pictures.popitem(last=False)
+        if self.inside is not scene:
+            self.inside = scene
+            self._touch("inside")
+        if self.view == "program" and self._view_before_inside is None and self._diff_drawable():
+            # the original call's nodes beside the replacement's: before/after, merged
+            self._view_before_inside = self.view
+            self.view = "merged"
+            self._render()
+
+    def _leave_inside(self, render: bool = True) -> None:
+        if self.inside is None:
+            return
+        self.inside = None
+        self.inside_current = ""
+        self._touch("inside")
+        if self._view_before_inside is not None:
+            self.view, self._view_before_inside = self._view_before_inside, None
+            if render and self.scene is not None:
+                self._render()
+
+    def counterpart(self, node: str) -> str | None:
+        """The node of the original call that node ``node`` of the swapped call's graph (the
+        stepper is inside) stands for: the same op, the same time in order (the k-th
+        ``aten.linear`` of the replacement and of the original call), or None."""
+        stepper = self.stepper
+        if stepper is None or not stepper.frames or stepper.call_graph is None:
+            return None
+        call = stepper.frames[0]
+        if call not in self.partitions:
+            return None
+        inner = [n for n in stepper.call_graph.graph.nodes if _meta.computes(n)]
+        target = next((n for n in inner if n.name == node), None)
+        if target is None:
+            return None
+        op = _meta.op_text(target, "full")
+        k = [n for n in inner if _meta.op_text(n, "full") == op].index(target)
+        by_name = program_index(self.surgery.program).by_name
+        original = [
+            by_name[n]
+            for n in self.partitions[call].nodes
+            if n in by_name and _meta.computes(by_name[n])
+        ]
+        same = [n for n in original if _meta.op_text(n, "full") == op]
+        return same[k].name if k < len(same) else None
+
+    def counterpart_summary(self, node: str) -> Summary | None:
+        """The value of the original program's node ``node`` on the example inputs (a second
+        stepper runs the original program up to it), or None when it cannot be had."""
+        if self.surgery.args is None:
+            return None
+        try:
+            original = self._original_stepper
+            if original is None:
+                args, kwargs = self._inputs("step")
+                original = self._original_stepper = Stepper(self.surgery.program, *args, **kwargs)
+            if node not in original.env:
+                if original.done or original.position > _position_of(original, node):
+                    original.reset()
+                original.run_to(node=node)
+                original.step()
+            return original.summary(node)
+        except GraphSurgeonError:
+            return None
 
     def summaries(self) -> list[Summary]:
         """The values the next node reads, then the last value computed (what the stepper
@@ -959,8 +1757,91 @@ class _CopyMarker:
 _COPY = _CopyMarker()
 
 
-def _module_from(value: Any, label: str) -> torch.nn.Module:
+def _layer_of(stack: tuple[str, ...]) -> str | None:
+    """The layer a stack of calls is in: its outermost call that is an item of a list of
+    modules (``model.layers.5``, ``transformer.h.0``), or None."""
+    for call in stack:
+        if split_call_name(call)[0].rpartition(".")[2].isdigit():
+            return call
+    return None
+
+
+def _initials(word: str) -> str:
+    """``scaled_dot_product_attention`` -> ``sdpa``, ``BatchNorm2d`` -> ``bn``: what a search
+    for an abbreviation matches."""
+    if "_" in word:
+        return "".join(part[0] for part in word.lower().split("_") if part)
+    parts = re.findall(r"[A-Z]+(?![a-z])|[A-Z][a-z]+", word)
+    return "".join(part[0] for part in parts).lower() if len(parts) > 1 else ""
+
+
+def _single_node_calls(program: Any, partitions: Mapping[str, Partition]) -> set[str]:
+    """The calls the picture draws as their one node: they are never collapsed into a box."""
+    by_name = program_index(program).by_name
+    single = set()
+    for call, part in partitions.items():
+        ops = sum(1 for n in part.nodes if n in by_name and _meta.computes(by_name[n]))
+        if ops <= 1:
+            single.add(call)
+    return single
+
+
+# Where the building blocks of models come from: their classes are not replacements to offer
+# (an nn.Linear, a LlamaForCausalLM built from "the original" would be nonsense).
+_LIBRARIES = ("torch", "transformers", "torchvision", "timm", "graphsurgeon")
+
+
+def _library_class(cls: type) -> bool:
+    """Whether ``cls`` is a library's own building block rather than a user's replacement
+    (graphsurgeon's examples are replacements)."""
+    module = cls.__module__ or ""
+    if module.startswith("graphsurgeon.examples"):
+        return False
+    return module.split(".")[0] in _LIBRARIES
+
+
+def _position_of(stepper: Stepper, node: str) -> int:
+    """Where node ``node`` is in the order the stepper runs its graph."""
+    for i, candidate in enumerate(stepper.graph_module.graph.nodes):
+        if candidate.name == node:
+            return i
+    return -1
+
+
+def _required_arguments(factory: Any) -> int | None:
+    """How many positional arguments ``factory`` needs (None: it needs keyword-only ones)."""
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):  # no readable signature: built bare
+        return 0
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    required = [
+        p
+        for p in parameters
+        if p.default is inspect.Parameter.empty
+        and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    ]
+    if any(p.kind == inspect.Parameter.KEYWORD_ONLY for p in required):
+        return None
+    return sum(1 for p in required if p.kind in positional)
+
+
+def _module_from(
+    value: Any, label: str, original: Callable[[], torch.nn.Module] | None = None
+) -> torch.nn.Module:
+    """The replacement ``value`` stands for: a module as it is; a class built with no
+    arguments or, when it takes one, from the original module (``original()``)."""
     if isinstance(value, type) and issubclass(value, torch.nn.Module):
+        needed = _required_arguments(value)
+        if needed == 1 and original is not None:
+            built = f"{label}(original)"
+            try:
+                return value(original())
+            except Exception as error:
+                raise WidgetError(
+                    f"{built} failed ({type(error).__name__}: {error}); type the call in the "
+                    f"expression box, such as {value.__name__}(...)"
+                ) from error
         try:
             return value()
         except TypeError as error:
@@ -972,5 +1853,5 @@ def _module_from(value: Any, label: str) -> torch.nn.Module:
         return value
     raise WidgetError(
         f"{label} is {type(value).__name__}, not an nn.Module: a replacement is a module "
-        "(an instance, or a class built with no arguments)"
+        "(an instance, or a class built with no arguments or from the original module)"
     )

@@ -31,7 +31,7 @@ from .. import display
 from ..errors import WidgetError, a_type
 from ..surgery import Surgery
 from . import _panels
-from ._session import SurgerySession
+from ._session import DEPTHS, OVERLAYS, SurgerySession
 
 __all__ = ["ACTIONS", "Action", "SurgeryWidget"]
 
@@ -75,7 +75,18 @@ ACTIONS: tuple[Action, ...] = (
     Action("collapse", "collapse", "collapse the selected module", "collapse", "toolbar",
            _SELECTION),
     Action("auto", "auto", "the default view: as much as fits", "auto", "toolbar"),
-    Action("expand_all", "open all", "open every module", "expand_all", ""),
+    Action("expand_all", "open all", "open every module (a large picture asks first)",
+           "expand_all", "toolbar"),
+    Action("confirm_layout", "Lay it out", "lay out the large picture anyway", "confirm_layout",
+           "warning", ("pending",)),
+    Action("cancel_layout", "Cancel", "keep the picture as it is", "cancel_layout", "warning",
+           ("pending",)),
+    Action("previous_match", "▲", "the previous match of the search", "previous_match",
+           "search", ("has_matches",), "Shift+F3"),
+    Action("next_match", "▼", "the next match of the search", "next_match", "search",
+           ("has_matches",), "F3"),
+    Action("escape", "Esc", "close the search, or clear the selection", "escape", "",
+           key="Escape"),
     Action("swap", "Swap", "swap the selected module for the chosen replacement", "swap",
            "replace", ("can_swap",)),
     Action("fuse", "Fuse", "make the selected module's nodes one call", "fuse", "replace",
@@ -83,12 +94,22 @@ ACTIONS: tuple[Action, ...] = (
     Action("undo", "Undo", "go back one step", "undo", "replace", ("can_undo",)),
     Action("redo", "Redo", "go forward again over an undone step", "redo", "replace",
            ("can_redo",)),
-    Action("reset", "Reset", "back to the original program (redo still works)", "reset",
-           "replace"),
+    Action("reset", "Reset surgery", "the Surgery back to the original program (redo still "
+           "works)", "reset", "replace"),
+    Action("fuse_region", "Fuse region", "make the region's ops one call of their own",
+           "fuse_region", "region", ("can_use_region",)),
+    Action("swap_region", "Swap region", "replace the region by one call of the chosen "
+           "replacement", "swap_region", "region", ("can_swap_region",)),
+    Action("find_similar", "Find similar", "where else the program computes what the region "
+           "does", "find_similar", "region", ("can_use_region",)),
+    Action("clear_region", "Clear region", "forget the region", "clear_region", "region",
+           ("has_region",)),
     Action("verify", "Verify", "run the program and its eager reference on the example inputs",
            "verify", "check"),
     Action("compare", "Compare", "each swapped call against the original, on the same inputs",
            "compare", "check"),
+    Action("bisect", "Find culprits", "the smallest set of swaps that explains a mismatch "
+           "with the original", "find_culprits", "check", ("can_diff",)),
     Action("step", "Step", "run the next node", "step", "stepper"),
     Action("step_over", "Step over", "run the next node, or the whole module call it starts",
            "step_over", "stepper", key="F10"),
@@ -99,8 +120,9 @@ ACTIONS: tuple[Action, ...] = (
     Action("run_to", "Run to selection", "run until the selected node or module is next",
            "run_to_selection", "stepper", _SELECTION),
     Action("continue", "Continue", "run to the next breakpoint or the end", "continue_", "stepper",
-           key="F9"),
-    Action("restart", "Reset", "start again from the first node", "reset_stepper", "stepper"),
+           key="F8"),
+    Action("restart", "Restart run", "run the program again from its first node (the Surgery "
+           "stays as it is)", "reset_stepper", "stepper"),
     Action("break", "Breakpoint", "stop at the selection (press again to remove)",
            "toggle_breakpoint", "stepper", _SELECTION),
 )
@@ -118,6 +140,12 @@ _EVENTS: dict[str, Callable[[SurgerySession, dict], Any]] = {
     "choose": lambda session, content: session.choose(content.get("value")),
     "expression": lambda session, content: session.choose_expression(content.get("value")),
     "nan": lambda session, content: session.set_break_on_nan(bool(content.get("value"))),
+    "depth": lambda session, content: session.expand_to_depth(content.get("value")),
+    "overlay": lambda session, content: session.set_overlay(content.get("value")),
+    "match": lambda session, content: session.go_to_match(content.get("value")),
+    "click_inside": lambda session, content: session.click_inside(content["id"]),
+    "candidates": lambda session, content: session.refresh_candidates(),
+    "region": lambda session, content: session.toggle_region(content["id"]),
 }
 
 
@@ -162,12 +190,20 @@ class SurgeryWidget(anywidget.AnyWidget):
     """Pick a module in the picture of a program, swap it, see before/after, verify, step.
 
     ``gs.SurgeryWidget(program_or_surgery, args=None)`` (or ``s.widget()``) shows, in one
-    output: the module tree (filter, counts, swappable or why not), the program drawn by
-    module (click selects, double-click opens or collapses a module, zoom, pan, fit, search,
-    save as SVG or DOT), the details of the selection, a replacement picker with a preview of
-    what the swap removes and the call the replacement must accept, Swap / Fuse / Undo / Redo /
-    Reset with a before/after picture, verify and compare panels, and a stepper that marks the
-    node about to run in the picture.
+    output laid out for a 1280x900 window: the module tree (filter by name or type, counts,
+    swappable or why not, an overlay's values), the program drawn by module (click selects,
+    double-click opens or collapses a module, shift-click chooses a region of ops, zoom, pan,
+    fit, open to a depth, search by name, type, op, initials or regex, an error or latency
+    overlay with its legend, save as SVG or DOT), and beside it the panels: the stepper (F10
+    step over, F11 into, Shift+F11 out, F8 continue; stepping into a swapped call draws its
+    replacement beside the program), the selection's details (an op with its arguments), a
+    replacement picker with a preview of what the swap removes and the call the replacement
+    must accept, Swap / Fuse / Undo / Redo / Reset surgery, a region's Fuse / Swap / Find
+    similar, and verify, compare (where the replacement first differs) and find culprits.
+    The stepper opens only the call it is in (at most its layer) and closes it after; a
+    picture of more than ``LARGE_LAYOUT`` nodes waits for a confirmation. Shown in a notebook
+    it is two outputs: the live widget, and its picture as static HTML, which a saved
+    notebook shows once the kernel is gone.
 
     Everything a button does is a method too (``w.select(name)``, ``w.swap(module)``,
     ``w.step()``, ``w.click("undo")``...), and the live objects are ``w.surgery``,
@@ -201,6 +237,7 @@ class SurgeryWidget(anywidget.AnyWidget):
 
     # -- what the page shows (written by _panels from the session) --
     actions = t.List(_page_actions()).tag(sync=True)  # the buttons the page builds
+    menus = t.Dict({"depths": list(DEPTHS), "overlays": list(OVERLAYS)}).tag(sync=True)
     svg = t.Unicode("").tag(sync=True)
     view = t.Unicode("program").tag(sync=True)
     caption = t.Unicode("").tag(sync=True)
@@ -208,8 +245,16 @@ class SurgeryWidget(anywidget.AnyWidget):
     marks = t.Dict().tag(sync=True)  # {"selected": ids, "producers", "consumers", "edges"}
     selected = t.Unicode(None, allow_none=True).tag(sync=True)
     selected_node = t.Unicode(None, allow_none=True).tag(sync=True)
+    legend = t.Unicode("").tag(sync=True)  # the overlay's colours and what they mean
+    overlay = t.Unicode("").tag(sync=True)  # the overlay painted: "", "error", ...
     details = t.Unicode("").tag(sync=True)
     tree = t.Unicode("").tag(sync=True)
+    module_types = t.List().tag(sync=True)  # the tree's type filter
+    search_text = t.Unicode("").tag(sync=True)
+    search_html = t.Unicode("").tag(sync=True)  # the matches, one row each
+    has_matches = t.Bool(False).tag(sync=True)
+    warning = t.Unicode("").tag(sync=True)  # a large layout waiting for a confirmation
+    pending = t.Bool(False).tag(sync=True)
     swapped = t.List().tag(sync=True)
     candidates = t.List().tag(sync=True)
     choice = t.Unicode("").tag(sync=True)  # the chosen replacement's label
@@ -221,12 +266,20 @@ class SurgeryWidget(anywidget.AnyWidget):
     can_redo = t.Bool(False).tag(sync=True)
     verify_html = t.Unicode("").tag(sync=True)
     compare_html = t.Unicode("").tag(sync=True)
+    culprits_html = t.Unicode("").tag(sync=True)
     stepper_html = t.Unicode("").tag(sync=True)
     stepping = t.Bool(False).tag(sync=True)
     break_on_nan = t.Bool(False).tag(sync=True)
     current = t.Unicode("").tag(sync=True)  # the element id of the node about to run
     scroll = t.Int(0).tag(sync=True)  # bumped: scroll the selection into view
     scroll_current = t.Int(0).tag(sync=True)  # bumped: scroll the current node into view
+    region_html = t.Unicode("").tag(sync=True)  # the region: its nodes, its call, similar
+    has_region = t.Bool(False).tag(sync=True)
+    can_use_region = t.Bool(False).tag(sync=True)  # its nodes can be one call
+    can_swap_region = t.Bool(False).tag(sync=True)  # ... and a replacement is chosen for it
+    inside_svg = t.Unicode("").tag(sync=True)  # the swapped call the stepper is inside
+    inside_caption = t.Unicode("").tag(sync=True)
+    inside_current = t.Unicode("").tag(sync=True)  # its node about to run
     error = t.Dict().tag(sync=True)  # {"type", "message", "details"}, or {}
     busy = t.Unicode("").tag(sync=True)
 
@@ -241,11 +294,16 @@ class SurgeryWidget(anywidget.AnyWidget):
         surgery = _surgery(program, args, kwargs)
         super().__init__()
         self._syncing = False
+        # No progress while the widget is made: no page shows it yet, and a busy line sent
+        # now could reach a page after the first picture (shown dimmed until a click).
+        self._constructing = True
+        self._static_copies: list[Any] = []  # the displays of the static copy, updated
         self._session = SurgerySession(
             surgery,
             namespace=(lambda: namespace) if namespace is not None else _user_namespace,
             on_busy=self._show_busy,
         )
+        self._constructing = False
         self._publish(busy="")
         self.observe(self._selected_from_page, names=["selected"])
         self.on_msg(self._on_page_message)
@@ -255,8 +313,15 @@ class SurgeryWidget(anywidget.AnyWidget):
     def _publish(self, **also: Any) -> None:
         """Copy what the last action changed (and ``also``: error, busy) into the traits, in
         one message to the page."""
-        values = _panels.page(self._session, self._session.take_changes())
+        changes = self._session.take_changes()
+        values = _panels.page(self._session, changes)
         values.update(also)
+        if "picture" in changes and self._static_copies:
+            # the saved notebook shows the picture last shown
+            with contextlib.suppress(Exception):
+                bundle = self._static_bundle()
+                for handle in self._static_copies:
+                    handle.update(bundle, raw=True)
         self._syncing = True
         try:
             with self.hold_sync():
@@ -266,7 +331,8 @@ class SurgeryWidget(anywidget.AnyWidget):
             self._syncing = False
 
     def _show_busy(self, text: str) -> None:
-        self.busy = text  # sent at once: the page shows it while the work runs
+        if not self._constructing:
+            self.busy = text  # sent at once: the page shows it while the work runs
 
     def _run(self, action: Callable[[], Any], *, catch: bool = False) -> Any:
         """Run ``action`` as one step of the widget: first catch up with a Surgery changed
@@ -361,8 +427,27 @@ class SurgeryWidget(anywidget.AnyWidget):
         return self
 
     def search(self, text: str) -> SurgeryWidget:
-        """Find a module or node by (part of) its name, open what hides it, select it."""
+        r"""Find modules and nodes by name, type (``"LayerNorm"``), op (``"aten.gelu"``),
+        initials (``"sdpa"``) or regex (``r"layers\.\d+\.mlp"``): every match is marked and
+        listed, the first selected with what hides it opened (:meth:`next_match`)."""
         self._run(lambda: self._session.search(text))
+        return self
+
+    @property
+    def matches(self):
+        """The last search's matches (:class:`~graphsurgeon.widget.Match`), in order."""
+        return list(self._session.matches)
+
+    def next_match(self) -> SurgeryWidget:
+        self._run(self._session.next_match)
+        return self
+
+    def previous_match(self) -> SurgeryWidget:
+        self._run(self._session.previous_match)
+        return self
+
+    def close_search(self) -> SurgeryWidget:
+        self._run(self._session.close_search)
         return self
 
     def toggle(self, name: str) -> SurgeryWidget:
@@ -370,9 +455,11 @@ class SurgeryWidget(anywidget.AnyWidget):
         self._run(lambda: self._session.toggle(name))
         return self
 
-    def expand(self, name: str | None = None) -> SurgeryWidget:
-        """Open module ``name`` (default: the selection) and the modules around it."""
-        self._run(lambda: self._session.expand(name))
+    def expand(self, name: str | None = None, *, force: bool = False) -> SurgeryWidget:
+        """Open module ``name`` (default: the selection) and the modules around it. A picture
+        of more nodes than ``graphsurgeon.widget.LARGE_LAYOUT`` waits for
+        :meth:`confirm_layout` (``w.pending``), unless ``force``."""
+        self._run(lambda: self._session.expand(name, force))
         return self
 
     def collapse(self, name: str | None = None) -> SurgeryWidget:
@@ -380,10 +467,38 @@ class SurgeryWidget(anywidget.AnyWidget):
         self._run(lambda: self._session.collapse(name))
         return self
 
-    def expand_all(self) -> SurgeryWidget:
-        """Open every module (a large program makes a large picture)."""
-        self._run(self._session.expand_all)
+    def expand_all(self, *, force: bool = False) -> SurgeryWidget:
+        """Open every module. A picture of more nodes than
+        ``graphsurgeon.widget.LARGE_LAYOUT`` waits for :meth:`confirm_layout` (``w.pending``
+        and ``w.warning`` say so), unless ``force``."""
+        self._run(lambda: self._session.expand_all(force))
         return self
+
+    def expand_to_depth(self, depth: int | str, *, force: bool = False) -> SurgeryWidget:
+        """Open every module down to ``depth`` levels (1: top-level modules are boxes);
+        ``"all"`` or ``"auto"`` too. A large picture waits as :meth:`expand_all`'s does."""
+        self._run(lambda: self._session.expand_to_depth(depth, force))
+        return self
+
+    def confirm_layout(self) -> SurgeryWidget:
+        """Lay out the large picture waiting for a confirmation."""
+        self._run(self._session.confirm_layout)
+        return self
+
+    def cancel_layout(self) -> SurgeryWidget:
+        self._run(self._session.cancel_layout)
+        return self
+
+    def show_overlay(self, kind: str | None) -> SurgeryWidget:
+        """Paint the picture and the tree with ``"error"``, ``"own error"`` or ``"latency"``
+        (None or ``""``: none); recomputed after every edit, kept across views."""
+        self._run(lambda: self._session.set_overlay(kind))
+        return self
+
+    def find_culprits(self):
+        """Bisect the swaps (:meth:`graphsurgeon.Surgery.bisect`): the culprits are marked in
+        the tree and the picture; returns the :class:`~graphsurgeon.bisect.Bisection`."""
+        return self._run(self._session.find_culprits)
 
     def auto(self) -> SurgeryWidget:
         """Back to the default view: as much detail as fits the width."""
@@ -425,8 +540,30 @@ class SurgeryWidget(anywidget.AnyWidget):
         return self
 
     def reset(self) -> SurgeryWidget:
+        """The Surgery back to the original program ("Reset surgery"; the stepper's restart
+        is :meth:`reset_stepper`)."""
         self._run(self._session.reset)
         return self
+
+    def region(self, nodes) -> SurgeryWidget:
+        """Make fx nodes ``nodes`` the region (as shift-clicks do); ``[]`` forgets it."""
+        self._run(lambda: self._session.set_region(nodes))
+        return self
+
+    def fuse_region(self) -> SurgeryWidget:
+        """Make the region one call of its own nodes (:meth:`graphsurgeon.Surgery.fuse_region`)."""
+        self._run(self._session.fuse_region)
+        return self
+
+    def swap_region(self, module: torch.nn.Module | None = None) -> SurgeryWidget:
+        """Replace the region by one call of ``module`` (default: the picker's choice)."""
+        self._run(lambda: self._session.swap_region(module))
+        return self
+
+    def find_similar(self):
+        """Where else the program computes what the region does: the
+        :class:`graphsurgeon.find.Matches`, marked in the picture and listed."""
+        return self._run(self._session.find_similar)
 
     def verify(self):
         """Verify against the eager reference: the :class:`~graphsurgeon.VerifyReport`."""
@@ -456,6 +593,7 @@ class SurgeryWidget(anywidget.AnyWidget):
         return self._run(self._session.continue_)
 
     def reset_stepper(self) -> SurgeryWidget:
+        """Run the program again from its first node ("Restart run")."""
         self._run(self._session.reset_stepper)
         return self
 
@@ -469,14 +607,36 @@ class SurgeryWidget(anywidget.AnyWidget):
     # -- display --------------------------------------------------------------------------
 
     def _repr_mimebundle_(self, **kwargs: Any):
-        """The live widget, and a static picture (HTML) for front ends without widgets and
-        for saved notebooks."""
+        """The live widget, and a static picture (HTML) for front ends without widgets."""
         bundle = super()._repr_mimebundle_(**kwargs)
         data = bundle[0] if isinstance(bundle, tuple) else bundle
         # the static copy is a courtesy: the widget shows without it
         with contextlib.suppress(Exception):
             data["text/html"] = self._repr_html_()
         return bundle
+
+    def _ipython_display_(self, **kwargs: Any) -> None:
+        """Shown in a notebook as two outputs: the live widget, then its picture as static
+        HTML. JupyterLab and Notebook 7 render a widget output with the widget manager only,
+        which says "model not found" once the kernel is gone (it does not fall back to
+        another type of the output): the second output is what a saved notebook shows then.
+        While the widget is live, its style sheet hides that copy."""
+        from IPython.display import display
+
+        bundle = super()._repr_mimebundle_(**kwargs)
+        data, metadata = bundle if isinstance(bundle, tuple) else (bundle, {})
+        display(data, metadata=metadata, raw=True)
+        with contextlib.suppress(Exception):  # the static copy is a courtesy
+            handle = display(self._static_bundle(), raw=True, display_id=True)
+            if handle is not None:
+                self._static_copies.append(handle)
+
+    def _static_bundle(self) -> dict[str, str]:
+        return {"text/html": self.static_html(), "text/plain": repr(self)}
+
+    def static_html(self) -> str:
+        """The picture shown now as static HTML, for a saved notebook whose kernel is gone."""
+        return _panels.static(self._session, self.model_id)
 
     def _repr_html_(self) -> str:
         """The static picture of the Surgery (history, last verify, before/after)."""

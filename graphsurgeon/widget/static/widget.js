@@ -24,74 +24,120 @@ function buttons(actions, panel) {
   });
 }
 
+// a panel of the right-hand column: a heading that folds it, and its body
+function panel(title, body, open = true) {
+  const box = h("details", { class: "gs-panel" }, [h("summary", { class: "gs-heading", text: title }), ...body]);
+  box.open = open;
+  return box;
+}
+
+function select(cls, title, options) {
+  return h("select", { class: cls, title }, options.map(([value, text]) => h("option", { value, text })));
+}
+
 function render({ model, el }) {
   const send = (message) => model.send(message);
   const actions = model.get("actions") || [];
-  const root = h("div", { class: "gs-widget" });
+  // focusable, so its shortcuts work once clicked; the notebook's own shortcuts (Lumino's,
+  // matched from the focused element up) stop at it
+  const root = h("div", { class: "gs-widget", tabindex: "0", "data-lm-suppress-shortcuts": "true" });
   el.append(root);
 
-  // -- layout --
-  const search = h("input", { type: "search", class: "gs-search", placeholder: "find a module or node", list: "" });
-  const views = h("select", { class: "gs-views", title: "what the picture shows" }, [
-    h("option", { value: "program", text: "program" }),
-    h("option", { value: "merged", text: "before/after (merged)" }),
-    h("option", { value: "split", text: "before/after (split)" }),
+  // -- the toolbar --
+  const search = h("input", { type: "search", class: "gs-search", placeholder: "search: name, type, op, regex  (/)" });
+  const found = h("span", { class: "gs-found gs-muted" });
+  const views = select("gs-views", "what the picture shows", [
+    ["program", "program"], ["merged", "before/after (merged)"], ["split", "before/after (split)"],
   ]);
+  // the menus' choices are the kernel's (its `menus` trait): the page keeps no copy
+  const menus = model.get("menus") || {};
+  const depth = select("gs-depth", "how deep the picture is opened (a large picture asks first)",
+    [["", "depth…"], ...(menus.depths || []).map((d) => [d, d])]);
+  const overlay = select("gs-overlay", "paint the picture and the tree with values",
+    (menus.overlays || []).map((o) => [o, o || "no overlay"]));
   const zoom = [
     h("button", { "data-gs-zoom": "out", title: "zoom out", text: "−" }),
     h("button", { "data-gs-zoom": "in", title: "zoom in", text: "+" }),
     h("button", { "data-gs-zoom": "fit", title: "fit to the width", text: "fit" }),
     h("button", { "data-gs-zoom": "selection", title: "zoom to the selection", text: "zoom to selection" }),
   ];
-  const layoutButtons = buttons(actions, "toolbar");
   const save = [
     h("button", { "data-gs-save": "svg", title: "download the picture as SVG", text: "SVG" }),
     h("button", { "data-gs-save": "dot", title: "download the picture as DOT", text: "DOT" }),
   ];
+  const treeToggle = h("button", { class: "gs-tree-toggle", title: "show or hide the module tree", text: "tree" });
   const busy = h("span", { class: "gs-busy" });
-  const caption = h("span", { class: "gs-caption" });
   const toolbar = h("div", { class: "gs-toolbar" }, [
-    h("b", { text: "graphsurgeon" }), search, views, ...zoom, ...layoutButtons, ...save, busy,
+    h("b", { text: "graphsurgeon" }), treeToggle, search, ...buttons(actions, "search"), found,
+    views, depth, overlay, ...zoom, ...buttons(actions, "toolbar"), ...save, busy,
   ]);
+  const warningText = h("span", { class: "gs-warning-text" });
+  const warning = h("div", { class: "gs-warning", hidden: "" }, [warningText, ...buttons(actions, "warning")]);
   const error = h("div", { class: "gs-error", hidden: "" });
+
+  // -- the module tree (left) --
+  const typeFilter = h("select", { class: "gs-type-filter", title: "show modules of one type" });
   const filter = h("input", { type: "search", class: "gs-filter", placeholder: "filter modules" });
   const tree = h("div", { class: "gs-tree-panel gs-out" });
-  const side = h("div", { class: "gs-side" }, [filter, tree]);
-  const viewport = h("div", { class: "gs-viewport" });
-  const graph = h("div", { class: "gs-graph" }, [caption, viewport]);
-  const main = h("div", { class: "gs-main" }, [side, graph]);
+  const side = h("div", { class: "gs-side" }, [h("div", { class: "gs-filters" }, [typeFilter, filter]), tree]);
 
-  const details = h("div", { class: "gs-details gs-out" });
-  const picker = h("select", { class: "gs-picker", title: "the replacement" });
-  const expression = h("input", { type: "text", class: "gs-expression", placeholder: "or an expression: MyAttn(dim=64)" });
-  const preview = h("div", { class: "gs-preview gs-out" });
-  const replaceButtons = h("div", { class: "gs-actions" }, buttons(actions, "replace"));
-  const history = h("div", { class: "gs-history gs-out" });
-  const swapPanel = h("div", { class: "gs-panel" }, [
-    h("div", { class: "gs-heading", text: "Replace" }), picker, expression, preview, replaceButtons, history,
-  ]);
-  const copyName = h("button", { class: "gs-copy", title: "copy the selected name", text: "copy name" });
-  copyName.addEventListener("click", () => {
-    const name = model.get("selected_node") || model.get("selected");
-    if (name && navigator.clipboard) navigator.clipboard.writeText(name).catch(() => {});
-  });
-  const detailPanel = h("div", { class: "gs-panel" }, [
-    h("div", { class: "gs-heading" }, ["Selection ", copyName]), details,
-  ]);
-  const verify = h("div", { class: "gs-verify gs-out" });
-  const compareOut = h("div", { class: "gs-compare gs-out" });
-  const checkPanel = h("div", { class: "gs-panel" }, [
-    h("div", { class: "gs-heading", text: "Check" }), h("div", { class: "gs-actions" }, buttons(actions, "check")), verify, compareOut,
-  ]);
+  // -- the picture (middle), and the replacement the stepper is inside, beside it --
+  const caption = h("div", { class: "gs-caption" });
+  const legend = h("div", { class: "gs-legend-box gs-out" });
+  const viewport = h("div", { class: "gs-viewport gs-picture" });
+  const insideTitle = h("div", { class: "gs-caption gs-inside-title" });
+  const insideView = h("div", { class: "gs-inside-view gs-picture" });
+  const inside = h("div", { class: "gs-inside", hidden: "" }, [insideTitle, insideView]);
+  const pictures = h("div", { class: "gs-pictures" }, [viewport, inside]);
+  const graph = h("div", { class: "gs-graph" }, [caption, legend, pictures]);
+
+  // -- the panels (right): what is being looked at first --
   const nan = h("input", { type: "checkbox", class: "gs-nan" });
   const stepper = h("div", { class: "gs-stepper gs-out" });
-  const stepPanel = h("div", { class: "gs-panel" }, [
-    h("div", { class: "gs-heading", text: "Step" }),
+  const stepPanel = panel("Step", [
     h("div", { class: "gs-actions" }, [...buttons(actions, "stepper"), h("label", {}, [nan, " stop on NaN/Inf"])]),
     stepper,
   ]);
-  const lower = h("div", { class: "gs-lower" }, [detailPanel, swapPanel, checkPanel, stepPanel]);
-  root.append(toolbar, error, main, lower);
+  const copyName = h("button", { class: "gs-copy", title: "copy the selected name", text: "copy name" });
+  copyName.addEventListener("click", (event) => {
+    event.preventDefault();
+    const name = model.get("selected_node") || model.get("selected");
+    if (name && navigator.clipboard) navigator.clipboard.writeText(name).catch(() => {});
+  });
+  const details = h("div", { class: "gs-details gs-out" });
+  const detailPanel = panel("Selection", [h("div", { class: "gs-actions" }, [copyName]), details]);
+  const picker = h("select", { class: "gs-picker", title: "the replacement (the namespace is read again on focus)" });
+  const expression = h("input", { type: "text", class: "gs-expression", placeholder: "or an expression: MyAttn(dim=64)" });
+  const preview = h("div", { class: "gs-preview gs-out" });
+  const history = h("div", { class: "gs-history gs-out" });
+  const swapPanel = panel("Replace", [picker, expression, preview, h("div", { class: "gs-actions" }, buttons(actions, "replace")), history]);
+  const verify = h("div", { class: "gs-verify gs-out" });
+  const compareOut = h("div", { class: "gs-compare gs-out" });
+  const culprits = h("div", { class: "gs-culprits-panel gs-out" });
+  const checkPanel = panel("Check", [h("div", { class: "gs-actions" }, buttons(actions, "check")), verify, compareOut, culprits]);
+  const regionOut = h("div", { class: "gs-region-panel gs-out" });
+  const regionPanel = panel("Region (shift-click ops)", [h("div", { class: "gs-actions" }, buttons(actions, "region")), regionOut], false);
+  const results = h("div", { class: "gs-results gs-out" });
+  const searchPanel = panel("Search", [results]);
+  searchPanel.hidden = true;
+  const panels = h("div", { class: "gs-panels" }, [searchPanel, stepPanel, detailPanel, swapPanel, regionPanel, checkPanel]);
+  const splitter = h("div", { class: "gs-splitter", title: "drag to resize" });
+  const main = h("div", { class: "gs-main" }, [side, graph, splitter, panels]);
+  root.append(toolbar, warning, error, main);
+
+  // the split between the picture and the panels: dragged, kept per view
+  splitter.addEventListener("pointerdown", (event) => {
+    event.preventDefault();
+    const start = event.clientX, width = panels.getBoundingClientRect().width;
+    const moveSplit = (e) => {
+      const wanted = Math.max(260, Math.min(main.clientWidth * 0.7, width - (e.clientX - start)));
+      root.style.setProperty("--gs-panels", wanted + "px");
+    };
+    const stop = () => { window.removeEventListener("pointermove", moveSplit); window.removeEventListener("pointerup", stop); };
+    window.addEventListener("pointermove", moveSplit);
+    window.addEventListener("pointerup", stop);
+  });
+  treeToggle.addEventListener("click", () => root.classList.toggle("gs-no-tree"));
 
   // -- the picture: zoom and pan without a library --
   let scale = null; // null: fitted to the width
@@ -101,13 +147,16 @@ function render({ model, el }) {
     const svg = svgOf();
     if (!svg) return;
     if (scale === null) {
-      svg.style.width = ""; svg.style.maxWidth = "100%"; root.classList.remove("gs-zoomed");
+      // fitted to the width, but its text never below 60% of its size: a wider one scrolls
+      svg.style.width = ""; svg.style.maxWidth = "100%"; svg.style.minWidth = Math.round(natural * 0.6) + "px";
+      root.classList.remove("gs-zoomed");
     } else {
+      svg.style.minWidth = "";
       svg.style.maxWidth = "none"; svg.style.width = natural * scale + "px"; root.classList.add("gs-zoomed");
     }
   }
   function current() {
-    return scale === null ? Math.min(1, viewport.clientWidth / natural) : scale;
+    return scale === null ? Math.max(0.6, Math.min(1, viewport.clientWidth / natural)) : scale;
   }
   function zoomBy(factor, x, y) {
     const before = current();
@@ -118,24 +167,23 @@ function render({ model, el }) {
     viewport.scrollLeft = (viewport.scrollLeft + x) * k - x;
     viewport.scrollTop = (viewport.scrollTop + y) * k - y;
   }
-  function reveal(element, zoomIn) {
+  function reveal(element, zoomIn, view = viewport) {
     if (!element) return;
     if (zoomIn) {
       const box = element.getBoundingClientRect();
-      const factor = Math.min(viewport.clientWidth / (box.width + 40), viewport.clientHeight / (box.height + 40), 4);
+      const factor = Math.min(view.clientWidth / (box.width + 40), view.clientHeight / (box.height + 40), 4);
       if (factor > 1.1 || factor < 0.9) zoomBy(factor);
     }
     const box = element.getBoundingClientRect();
-    const view = viewport.getBoundingClientRect();
-    const inside = box.top >= view.top && box.bottom <= view.bottom && box.left >= view.left && box.right <= view.right;
-    if (!inside) {
+    const frame = view.getBoundingClientRect();
+    const within = box.top >= frame.top && box.bottom <= frame.bottom && box.left >= frame.left && box.right <= frame.right;
+    if (!within) {
       // centre it; one taller or wider than the view shows from its top left corner (its label)
-      viewport.scrollLeft += box.width > view.width ? box.left - view.left - 8 : box.left + box.width / 2 - (view.left + view.width / 2);
-      viewport.scrollTop += box.height > view.height ? box.top - view.top - 8 : box.top + box.height / 2 - (view.top + view.height / 2);
-      if (!zoomIn) element.scrollIntoView({ block: "nearest", inline: "nearest" });
+      view.scrollLeft += box.width > frame.width ? box.left - frame.left - 8 : box.left + box.width / 2 - (frame.left + frame.width / 2);
+      view.scrollTop += box.height > frame.height ? box.top - frame.top - 8 : box.top + box.height / 2 - (frame.top + frame.height / 2);
     }
   }
-  const find = (id) => (id ? viewport.querySelector(`[id="${CSS.escape(id)}"]`) : null);
+  const find = (id, view = viewport) => (id ? view.querySelector(`[id="${CSS.escape(id)}"]`) : null);
 
   viewport.addEventListener("wheel", (event) => {
     if (!(event.ctrlKey || event.metaKey)) return;
@@ -162,16 +210,23 @@ function render({ model, el }) {
   window.addEventListener("pointermove", onMove);
   window.addEventListener("pointerup", onUp);
 
-  // a click counts only if the pointer did not move (a drag pans)
+  // a click counts only if the pointer did not move (a drag pans); the widget then has the
+  // focus, so its shortcuts work
   const target = (event) => event.target.closest("g.node, g.cluster");
   viewport.addEventListener("click", (event) => {
+    root.focus({ preventScroll: true });
     if (moved) return;
     const hit = target(event);
-    if (hit && hit.id) send({ event: "click", id: hit.id });
+    if (hit && hit.id) send({ event: event.shiftKey ? "region" : "click", id: hit.id });
   });
   viewport.addEventListener("dblclick", (event) => {
     const hit = target(event);
     if (hit && hit.id) { event.preventDefault(); send({ event: "toggle", id: hit.id }); }
+  });
+  insideView.addEventListener("click", (event) => {
+    root.focus({ preventScroll: true });
+    const hit = event.target.closest("g.node");
+    if (hit && hit.id) send({ event: "click_inside", id: hit.id });
   });
 
   // -- marking: a class change, no new layout --
@@ -180,25 +235,41 @@ function render({ model, el }) {
     for (const [node, cls] of marked) node.classList.remove(cls);
     marked = [];
     const marks = model.get("marks") || {};
-    const add = (ids, cls) => {
+    const add = (ids, cls, view = viewport) => {
       for (const id of ids || []) {
-        const node = find(id);
+        const node = find(id, view);
         if (node) { node.classList.add(cls); marked.push([node, cls]); }
       }
     };
+    add(marks.similar, "gs-similar");
+    add(marks.near, "gs-near");
+    add(marks.region, "gs-region");
+    add(marks.matches, "gs-match");
+    add(marks.culprits, "gs-culprit");
     add(marks.selected, "gs-selected");
     add(marks.producers, "gs-producer");
     add(marks.consumers, "gs-consumer");
     add(marks.edges, "gs-flow");
     add([model.get("current")], "gs-current");
-    for (const row of tree.querySelectorAll(".gs-row-selected")) row.classList.remove("gs-row-selected");
+    add([model.get("inside_current")], "gs-current", insideView);
+    // the tree: the selection's row, the matches' and the culprits' rows
+    const rows = (names, cls) => {
+      for (const module of names || []) {
+        const name = tree.querySelector(`[data-gs-module="${CSS.escape(module)}"]`);
+        if (!name) continue;
+        const row = name.parentElement;
+        row.classList.add(cls); marked.push([row, cls]);
+      }
+    };
+    rows(marks.match_modules, "gs-row-match");
+    rows(marks.culprit_modules, "gs-row-culprit");
     // the kernel names the row as its data-gs-module carries the module (escaped as ids are)
     const module = marks.module;
     if (module) {
       const name = tree.querySelector(`[data-gs-module="${CSS.escape(module)}"]`);
       if (name) {
         const row = name.parentElement;
-        row.classList.add("gs-row-selected");
+        row.classList.add("gs-row-selected"); marked.push([row, "gs-row-selected"]);
         // unfold the rows around it, so the selection is visible in the tree too
         for (let p = row.parentElement; p && p !== tree; p = p.parentElement) if (p.tagName === "DETAILS" && p.firstElementChild !== row) p.open = true;
         const box = row.getBoundingClientRect(), view = tree.getBoundingClientRect();
@@ -214,19 +285,55 @@ function render({ model, el }) {
     natural = svg ? parseFloat(svg.getAttribute("width")) || svg.getBoundingClientRect().width : 0;
     applyScale();
     mark();
+    if (!inside.hidden) reveal(find(model.get("current")), false); // the call, beside its inside
+  }
+  // the stepper's panel in view in its column while stepping (the values beside the picture)
+  function showStepper() {
+    stepper.innerHTML = model.get("stepper_html");
+    if (!model.get("stepping")) return;
+    stepPanel.open = true;
+    const box = stepPanel.getBoundingClientRect(), view = panels.getBoundingClientRect();
+    if (box.top < view.top || box.top > view.bottom - 80) panels.scrollTop += box.top - view.top;
+  }
+  function showInside() {
+    const svg = model.get("inside_svg") || "";
+    // entering a call: the program at its natural size around the call, beside the
+    // replacement's picture; leaving it: fitted again
+    if (!!svg !== !inside.hidden) { scale = svg ? 1 : null; applyScale(); }
+    inside.hidden = !svg;
+    root.classList.toggle("gs-stepping-inside", !!svg);
+    insideTitle.textContent = model.get("inside_caption") || "";
+    if (insideView.dataset.svg !== String(svg.length) + insideTitle.textContent) {
+      insideView.innerHTML = svg;
+      insideView.dataset.svg = String(svg.length) + insideTitle.textContent;
+    }
+    mark();
+    reveal(find(model.get("inside_current"), insideView), false, insideView);
+    if (svg) reveal(find(model.get("current")), false);
   }
   function showTree() {
     tree.innerHTML = model.get("tree");
     applyFilter();
     mark();
   }
+  function showTypes() {
+    const kept = typeFilter.value;
+    const types = model.get("module_types") || [];
+    typeFilter.replaceChildren(h("option", { value: "", text: "all types" }), ...types.map((t) => h("option", { value: t, text: t })));
+    typeFilter.value = types.includes(kept) ? kept : "";
+    applyFilter();
+  }
+  // a row shows when its name holds the filter's text and its type is the one chosen; the
+  // rows around a row that shows are unfolded
   function applyFilter() {
     const text = filter.value.trim().toLowerCase();
+    const type = typeFilter.value;
     for (const name of tree.querySelectorAll("[data-gs-module]")) {
       const row = name.parentElement.tagName === "SUMMARY" ? name.parentElement.parentElement : name.parentElement;
-      const hit = !text || name.dataset.gsModule.toLowerCase().includes(text);
+      const kind = name.nextElementSibling ? name.nextElementSibling.textContent : "";
+      const hit = (!text || name.dataset.gsModule.toLowerCase().includes(text)) && (!type || kind === type);
       row.classList.toggle("gs-filtered", !hit);
-      if (text && hit) for (let p = row.parentElement; p && p !== tree; p = p.parentElement) if (p.tagName === "DETAILS") { p.open = true; p.classList.remove("gs-filtered"); }
+      if ((text || type) && hit) for (let p = row.parentElement; p && p !== tree; p = p.parentElement) if (p.tagName === "DETAILS") { p.open = true; p.classList.remove("gs-filtered"); }
     }
   }
   // the picker shows the kernel's choice for the selection, and nothing once it is cleared
@@ -256,12 +363,35 @@ function render({ model, el }) {
     close.addEventListener("click", () => { error.hidden = true; });
     error.replaceChildren(close, body);
   }
+  function showWarning() {
+    warningText.innerHTML = model.get("warning") || "";
+    warning.hidden = !model.get("pending");
+  }
+  function showSearch() {
+    const html = model.get("search_html") || "";
+    results.innerHTML = html;
+    searchPanel.hidden = !html;
+    if (html) searchPanel.open = true;
+    const text = model.get("search_text") || "";
+    if (document.activeElement !== search) search.value = text;
+    const count = results.querySelectorAll("[data-gs-match]").length;
+    const current = results.querySelector(".gs-match-current");
+    found.textContent = html ? `${current ? Number(current.dataset.gsMatch) + 1 : 0} / ${count}${results.textContent.includes("more, marked") ? "+" : ""}` : "";
+    // the current match's row in view, in its own list only (the page does not move)
+    const list = results.querySelector(".gs-matches");
+    if (current && list) {
+      const box = current.getBoundingClientRect(), view = list.getBoundingClientRect();
+      if (box.top < view.top || box.bottom > view.bottom) list.scrollTop += box.top - view.top - view.height / 3;
+    }
+  }
   // an action is enabled when one of its traits holds (none listed: always)
   const enabled = (a) => a.enabled_by.length === 0 || a.enabled_by.some((trait) => !!model.get(trait));
   function showState() {
     views.value = model.get("view");
     views.disabled = !model.get("can_diff");
+    overlay.value = model.get("overlay") || "";
     caption.textContent = model.get("caption");
+    legend.innerHTML = model.get("legend") || "";
     busy.textContent = model.get("busy");
     root.classList.toggle("gs-is-busy", !!model.get("busy"));
     nan.checked = !!model.get("break_on_nan");
@@ -274,15 +404,18 @@ function render({ model, el }) {
   }
   const html = (node, trait) => () => { node.innerHTML = model.get(trait); };
   const bindings = [
-    ["svg", showSvg], ["tree", showTree], ["marks", mark], ["current", mark], ["selected", mark],
+    ["svg", showSvg], ["tree", showTree], ["module_types", showTypes], ["marks", mark],
+    ["current", mark], ["selected", mark], ["inside_svg", showInside], ["inside_current", showInside],
     ["details", html(details, "details")], ["preview", html(preview, "preview")],
     ["history", html(history, "history")], ["verify_html", html(verify, "verify_html")],
-    ["compare_html", html(compareOut, "compare_html")], ["stepper_html", html(stepper, "stepper_html")],
-    ["candidates", showCandidates], ["choice_key", showChoice], ["choice", showChoice],
-    ["error", showError],
+    ["compare_html", html(compareOut, "compare_html")], ["culprits_html", html(culprits, "culprits_html")],
+    ["region_html", () => { regionOut.innerHTML = model.get("region_html") || ""; if (model.get("has_region")) regionPanel.open = true; }],
+    ["stepper_html", showStepper], ["candidates", showCandidates],
+    ["choice_key", showChoice], ["choice", showChoice], ["error", showError],
+    ["warning", showWarning], ["pending", showWarning], ["search_html", showSearch],
   ];
   for (const [trait, show] of bindings) { model.on(`change:${trait}`, show); show(); }
-  const stateTraits = new Set(["view", "can_diff", "caption", "busy", "break_on_nan", "selected", "selected_node"]);
+  const stateTraits = new Set(["view", "can_diff", "caption", "legend", "overlay", "busy", "break_on_nan", "selected", "selected_node"]);
   for (const a of actions) for (const trait of a.enabled_by) stateTraits.add(trait);
   for (const trait of stateTraits) model.on(`change:${trait}`, showState);
   showState();
@@ -312,28 +445,68 @@ function render({ model, el }) {
       send({ event: "select", value: name.dataset.gsModule });
     }
   });
-  // a click anywhere on a compare row selects the call its name cell carries
-  compareOut.addEventListener("click", (event) => {
-    const row = event.target.closest("tr");
-    const call = row && row.querySelector("[data-gs-call]");
+  // a click anywhere on a compare row selects the call its name cell carries; so does a culprit
+  const selectCall = (event) => {
+    const row = event.target.closest("tr, code");
+    const call = row && (row.matches("[data-gs-call]") ? row : row.querySelector("[data-gs-call]"));
     if (call) send({ event: "select", value: call.dataset.gsCall });
+  };
+  compareOut.addEventListener("click", selectCall);
+  culprits.addEventListener("click", selectCall);
+  regionOut.addEventListener("click", (event) => {
+    const row = event.target.closest("[data-gs-node]");
+    if (row) send({ event: "select", value: row.dataset.gsNode });
   });
-  // the actions' shortcuts, while the focus is in the widget (not in a text box or a menu)
+  results.addEventListener("click", (event) => {
+    const row = event.target.closest("[data-gs-match]");
+    if (row) send({ event: "match", value: Number(row.dataset.gsMatch) });
+  });
+  // the actions' shortcuts while the focus is in the widget (not in a text box or a menu);
+  // "/" goes to the search box
   const shortcuts = new Map(actions.filter((a) => a.key).map((a) => [a.key, a]));
+  const press = (key) => {
+    const action = shortcuts.get(key);
+    if (action && enabled(action)) send({ event: "button", name: action.name });
+  };
   root.addEventListener("keydown", (event) => {
     if (event.ctrlKey || event.altKey || event.metaKey) return;
     if (event.target.closest("input, select, textarea")) return;
-    const action = shortcuts.get((event.shiftKey ? "Shift+" : "") + event.key);
-    if (!action) return;
+    if (event.key === "/") {
+      event.preventDefault(); event.stopPropagation();
+      search.focus(); search.select();
+      return;
+    }
+    const key = (event.shiftKey ? "Shift+" : "") + event.key;
+    if (!shortcuts.has(key)) return;
     event.preventDefault();
     event.stopPropagation();
-    if (enabled(action)) send({ event: "button", name: action.name });
+    press(key);
   });
   filter.addEventListener("input", applyFilter);
+  typeFilter.addEventListener("change", applyFilter);
+  // Enter searches (the same text again: what F3 does, the next match; Shift: the previous),
+  // Esc does what Esc does in the widget (closes the search)
   search.addEventListener("keydown", (event) => {
-    if (event.key === "Enter" && search.value.trim()) send({ event: "search", value: search.value });
+    event.stopPropagation(); // the notebook's own shortcuts stay out of the box
+    const text = search.value.trim();
+    if (event.key === "Enter" && text) {
+      event.preventDefault();
+      if (text === model.get("search_text") && model.get("has_matches")) press(event.shiftKey ? "Shift+F3" : "F3");
+      else send({ event: "search", value: text });
+    } else if (event.key === "Escape") {
+      event.preventDefault();
+      search.value = "";
+      press("Escape");
+      root.focus({ preventScroll: true });
+    }
   });
   views.addEventListener("change", () => send({ event: "view", value: views.value }));
+  depth.addEventListener("change", () => { if (depth.value) send({ event: "depth", value: depth.value }); depth.value = ""; });
+  overlay.addEventListener("change", () => {
+    send({ event: "overlay", value: overlay.value });
+    overlay.value = model.get("overlay") || ""; // until the kernel answers
+  });
+  picker.addEventListener("focus", () => send({ event: "candidates" }));
   picker.addEventListener("change", () => {
     const option = picker.selectedOptions[0];
     // the first option clears the choice; the chosen expression is not chosen again
@@ -343,8 +516,10 @@ function render({ model, el }) {
     picker.value = model.get("choice_key") || "";
   });
   expression.addEventListener("keydown", (event) => {
+    event.stopPropagation();
     if (event.key === "Enter") send({ event: "expression", value: expression.value });
   });
+  filter.addEventListener("keydown", (event) => event.stopPropagation());
   nan.addEventListener("change", () => send({ event: "nan", value: nan.checked }));
   model.on("msg:custom", (message) => {
     if (message.event !== "download") return;
