@@ -41,7 +41,7 @@ from .export import export_notes, positional_parameters, qualified_type, record_
 from .partition import program_index, returned_object
 from .rewrite._plan import region_partition
 from .rewrite._pytree import build_structure
-from .rewrite.info import Region
+from .rewrite.info import Region, scheduled
 
 __all__ = [
     "carry_module_types",
@@ -375,6 +375,12 @@ class _Plan:
                 return name
         return self.region_of.get(node.name)
 
+    def region_groups(self) -> list[list[Node]]:
+        """The program's nodes of each replaced region, in graph order."""
+        return [
+            sorted(self.members(name), key=self.index.order.__getitem__) for name in self.paths
+        ]
+
     def path_of(self, child: str) -> str:
         """The module path of a child call: a submodule's fqn, or a region's module."""
         return self.paths.get(child) or split_call_name(child)[0]
@@ -422,6 +428,8 @@ class _Region:
         else:
             self._program_inputs()
             nodes = [n for n in plan.index.nodes if n.op not in ("placeholder", "output")]
+        # a region's call runs at its first node, after what it reads (as the rewrite emits it)
+        nodes = scheduled(nodes, plan.region_groups())
         written = []
         for node in nodes:
             child = plan.child_call(node, self.call)

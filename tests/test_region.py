@@ -104,6 +104,9 @@ def test_a_swapped_region_equals_the_eager_model_with_its_code_patched(stack):
     assert stepper.step_into().note == "entered swapped call 'region:blocks.0'"
     stepper.continue_()
     torch.testing.assert_close(stepper.output, patched(x))
+    stepper.reset()
+    entered = stepper.breakpoints.enter("region:blocks.0")
+    assert stepper.continue_().breakpoints == (entered,) and stepper.current.op == "call_module"
     again = s.export()
     torch.testing.assert_close(again.module()(x), patched(x))
 
@@ -147,3 +150,32 @@ def test_a_region_overlapping_a_swap_is_refused_and_nothing_changes(stack):
     with pytest.raises(ConflictError):
         s.swap_region(gate_nodes(s, 0), ShiftedSiLU())
     assert s.version == version and s.regions == {}
+
+
+def test_a_region_reading_a_value_made_between_its_nodes_runs_after_it():
+    from graphsurgeon.examples import TinyGPT
+
+    torch.manual_seed(0)
+    model = TinyGPT(2).eval()
+    tokens = model.example_input()
+    s = gs.Surgery.from_model(model, (tokens,))
+    order = [n.name for n in s.program.graph.nodes]
+    # precondition: the causal mask (triu) is made after the scale (div) it is applied with
+    assert order.index("div") < order.index("triu") < order.index("masked_fill")
+    plan = s.region_signature(["div", "masked_fill"])
+    assert plan.inputs == ("matmul", "triu")
+    with torch.no_grad():
+        expected = model(tokens)
+    # was TypeError: masked_fill() received (Tensor, NoneType, float): the call came first
+    s.fuse_region(plan.nodes)
+    with torch.no_grad():
+        assert torch.equal(s.module(tokens), expected)
+
+    class ScaleAndMask(nn.Module):
+        def forward(self, scores, mask):
+            return (scores / 4.0).masked_fill(mask, float("-inf"))
+
+    s.undo().swap_region(plan.nodes, ScaleAndMask())
+    with torch.no_grad():
+        torch.testing.assert_close(s.module(tokens), expected)
+        torch.testing.assert_close(s.export().module()(tokens), expected)

@@ -37,6 +37,7 @@ from ._writer import (
     mutation_targets,
     safe_path,
 )
+from .info import scheduled
 
 
 class _Builder(_GraphWriter):
@@ -93,7 +94,7 @@ class _Builder(_GraphWriter):
                     "export without effect tokens"
                 )
         self._inputs(user_leaves)
-        for node in self.index.nodes:
+        for node in self._schedule():
             if node.op == "placeholder":
                 continue
             if node.op == "output":
@@ -116,6 +117,11 @@ class _Builder(_GraphWriter):
             owner = gm.get_submodule(owner_path) if owner_path else gm
             owner._non_persistent_buffers_set.add(leaf)
         return gm
+
+    def _schedule(self) -> list[Node]:
+        """The program's nodes in the order they are copied (see :func:`info.scheduled`)."""
+        groups = [list(r.nodes) for r in self.requests if r.region is not None]
+        return scheduled(self.index.nodes, groups)
 
     def _state(self, spec) -> Any:
         ep, target = self.ep, spec.target

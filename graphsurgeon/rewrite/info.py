@@ -133,6 +133,34 @@ class Region:
     parameters: tuple[str, ...] = ()
 
 
+def scheduled(nodes: list[Any], groups: list[list[Any]]) -> list[Any]:
+    """``nodes`` (fx nodes, in the program's order) in the order a rewrite emits them when each
+    of ``groups`` (the nodes of one region made a call) runs as one call at its first node:
+    what a group reads and the program computes only after that first node comes before it
+    (a causal mask made after the scores it is applied to). Convexity, checked when the region
+    was made, keeps such values free of the group, so they can run before its call. The one
+    rule of the rewrite pass and of the re-export's rebuilt modules."""
+    order = list(nodes)
+    for group in groups:
+        members = set(group)
+        position = {node: i for i, node in enumerate(order)}
+        if group[0] not in position:
+            continue
+        first = position[group[0]]
+        late: set[Any] = set()
+        todo = [i for m in group for i in m.all_input_nodes if i not in members]
+        while todo:
+            node = todo.pop()
+            if node in late or node in members or position.get(node, -1) < first:
+                continue
+            late.add(node)
+            todo += node.all_input_nodes
+        if late:
+            moved = sorted(late, key=position.__getitem__)
+            order = order[:first] + moved + [n for n in order[first:] if n not in late]
+    return order
+
+
 _COMPUTATION = ("call_function", "call_module", "call_method")
 
 
