@@ -135,6 +135,7 @@ def draw(
     program: Any,
     *,
     highlight: str | Iterable[str] = (),
+    show: str | Iterable[str] = (),
     collapse: Any = "auto",
     diff: Any = None,
     max_nodes: int | None = None,
@@ -169,6 +170,7 @@ def draw(
     values = overlay_of(program, overlay, args, kwargs)  # computed once, drawn at each budget
     options = dict(
         highlight=highlight,
+        show=show,
         collapse=collapse,
         diff=diff,
         show_parameters=show_parameters,

@@ -1518,3 +1518,14 @@ def test_a_replaced_region_of_ops_is_drawn_before_and_after_like_a_swap():
     removed = set(s.regions["silu:0"].nodes)
     assert {f"node:{name}" for name in removed} <= inside  # what it replaced, in its box
     assert not {f"node:{name}" for name in s.regions["silu:1"].nodes} & inside
+
+
+def test_show_opens_like_highlight_without_marking(tiny_gpt):
+    _, _, ep = tiny_gpt
+    closed = graph_view(ep, collapse=1)
+    assert "layers.1.attn" not in closed.clusters  # precondition: collapsed at depth 1
+    marked = graph_view(ep, collapse=1, highlight="layers.1.attn")
+    shown = graph_view(ep, collapse=1, show="layers.1.attn")
+    assert shown.clusters == marked.clusters and "layers.1.attn" in shown.clusters
+    assert marked.highlighted and not shown.highlighted
+    assert "highlighted" not in shown.dot

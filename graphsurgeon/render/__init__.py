@@ -211,6 +211,7 @@ def graph_view(
     program: Any,
     *,
     highlight: str | Iterable[str] = (),
+    show: str | Iterable[str] = (),
     collapse: Any = "auto",
     diff: Any = None,
     max_nodes: int = AUTO_MAX_NODES,
@@ -238,7 +239,15 @@ def graph_view(
     values = overlay_of(program, overlay, args, kwargs)
     with _without_cyclic_gc():
         return _view(
-            source, mode, highlight, collapse, max_nodes, show_parameters, show_checks, values
+            source,
+            mode,
+            highlight,
+            collapse,
+            max_nodes,
+            show_parameters,
+            show_checks,
+            values,
+            show,
         )
 
 
@@ -278,6 +287,7 @@ def _view(
     show_parameters: bool,
     show_checks: bool,
     values: Any = None,
+    show: Any = (),
 ) -> GraphView:
     ep = source.ep
     state = _state(ep)
@@ -305,9 +315,14 @@ def _view(
     for key in resolved:
         if not isinstance(key, str):
             forced |= {key} | scene.ancestors([key[1]] if key[1] else [])
+    # show=: opened as a highlight is, without its mark (the calls a stepper is in)
+    opened = _resolve(_names(show, "show"), scene, source, "show")
+    for key in opened:
+        if not isinstance(key, str):
+            forced |= {key} | scene.ancestors([key[1]] if key[1] else [])
     shown = set()
     if collapse == "auto" or isinstance(collapse, int):
-        shown = marks.highlighted
+        shown = marks.highlighted | {name for name in opened if isinstance(name, str)}
     marks.fused = set(source.fused)
     context = _Context(source, state, before.root_type)
     name = before.root_type.rsplit(".", 1)[-1] or "program"
@@ -455,6 +470,7 @@ def to_dot(
     program: Any,
     *,
     highlight: str | Iterable[str] = (),
+    show: str | Iterable[str] = (),
     collapse: Any = "auto",
     diff: Any = None,
     max_nodes: int = AUTO_MAX_NODES,
@@ -476,6 +492,8 @@ def to_dot(
             bold border, stronger fill. A container (``"layers"``) highlights its submodules;
             a swapped module highlights its box. Unknown names raise
             :class:`~graphsurgeon.UnknownModuleError`.
+        show: names opened as ``highlight`` opens them (on top of the view chosen without
+            them, and their parents), without marking them: what a stepper is in, a match.
         collapse: which module calls are drawn as one box (node count, edges aggregated):
 
             * ``"auto"`` (default): as much detail as fits in ``max_nodes`` drawn nodes. The
@@ -531,6 +549,7 @@ def to_dot(
     return graph_view(
         program,
         highlight=highlight,
+        show=show,
         collapse=collapse,
         diff=diff,
         max_nodes=max_nodes,
@@ -546,6 +565,7 @@ def to_svg(
     program: Any,
     *,
     highlight: str | Iterable[str] = (),
+    show: str | Iterable[str] = (),
     collapse: Any = "auto",
     diff: Any = None,
     max_nodes: int = AUTO_MAX_NODES,
@@ -570,6 +590,7 @@ def to_svg(
     view = graph_view(
         program,
         highlight=highlight,
+        show=show,
         collapse=collapse,
         diff=diff,
         max_nodes=max_nodes,

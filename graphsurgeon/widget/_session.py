@@ -353,7 +353,7 @@ class SurgerySession:
         return frozenset().union(*self._reveal.values()) if self._reveal else frozenset()
 
     def _shown(self, view: str) -> tuple[str, ...]:
-        """The names the picture opens (and highlights) on top of the view: those of
+        """The names the picture opens (unmarked: show=) on top of the view: those of
         :attr:`revealed` that the picture of ``view`` has."""
         drawn = call_index(self.drawn_program()).calls
         original = call_index(self.surgery.program).calls
@@ -394,7 +394,7 @@ class SurgerySession:
         scene = self._pictures.get(key)
         if scene is None:
             options = dict(
-                diff=None if view == "program" else view, highlight=shown, overlay=overlay
+                diff=None if view == "program" else view, show=shown, overlay=overlay
             )
             if self._open is None and self._budget is None:
                 # as much detail as fits the width, as gs.draw chooses; the budget is chosen
