@@ -377,9 +377,7 @@ class _Plan:
 
     def region_groups(self) -> list[list[Node]]:
         """The program's nodes of each replaced region, in graph order."""
-        return [
-            sorted(self.members(name), key=self.index.order.__getitem__) for name in self.paths
-        ]
+        return [sorted(self.members(name), key=self.index.order.__getitem__) for name in self.paths]
 
     def path_of(self, child: str) -> str:
         """The module path of a child call: a submodule's fqn, or a region's module."""

@@ -393,9 +393,7 @@ class SurgerySession:
         key = (view, id(module), user, shown, self.overlay)
         scene = self._pictures.get(key)
         if scene is None:
-            options = dict(
-                diff=None if view == "program" else view, show=shown, overlay=overlay
-            )
+            options = dict(diff=None if view == "program" else view, show=shown, overlay=overlay)
             if self._open is None and self._budget is None:
                 # as much detail as fits the width, as gs.draw chooses; the budget is chosen
                 # once (draw tries several layouts to choose it), the next pictures of this
