@@ -34,7 +34,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-from jupyter import browser, jupyterlab, kernel_run, run_notebook, write_notebook  # noqa: E402
+from helpers.jupyter import browser, jupyterlab, kernel_run, run_notebook, write_notebook  # noqa: E402
 
 TARGETS = {
     "select": 0.1,

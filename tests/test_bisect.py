@@ -13,7 +13,7 @@ import math
 
 import pytest
 import torch
-from conftest import eager_reference
+from helpers.references import eager_reference
 from torch import nn
 
 import graphsurgeon as gs

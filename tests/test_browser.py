@@ -1,14 +1,14 @@
 """In a real JupyterLab, in a real browser: every object displays itself, pictures fit the
 output area and keep their tooltips, and module names that are markup run nothing.
 
-One JupyterLab and one headless Chromium for the module (tests/jupyter.py); screenshots go
+One JupyterLab and one headless Chromium for the module (tests/helpers/jupyter.py); screenshots go
 to out/screenshots/ (one of them is in the README).
 """
 
 from __future__ import annotations
 
 import pytest
-from jupyter import MISSING, browser, jupyterlab, run_notebook, screenshot, write_notebook
+from helpers.jupyter import MISSING, browser, jupyterlab, run_notebook, screenshot, write_notebook
 
 pytestmark = pytest.mark.skipif(bool(MISSING), reason=MISSING)
 

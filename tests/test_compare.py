@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers.models import Chain, Scale, Shared
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from models import Chain, Scale, Shared
 from torch import nn
 
 import graphsurgeon as gs

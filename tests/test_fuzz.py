@@ -1,4 +1,4 @@
-"""Random programs and swap sets (tests/fuzzing.py), a bounded run: one test per feature.
+"""Random programs and swap sets (tests/helpers/fuzzing.py), a bounded run: one test per feature.
 
 Each test forces its features into every program it draws and asserts they are there, so a
 change to the strategy cannot quietly stop covering them. The examples are derandomized: every
@@ -8,7 +8,7 @@ run explores the same ones (``python tools/fuzz.py`` explores thousands more, wi
 from __future__ import annotations
 
 import pytest
-from fuzzing import cases, check_case, features
+from helpers.fuzzing import cases, check_case, features
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 

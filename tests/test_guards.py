@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from models import TwoLinear
+from helpers.models import TwoLinear
 from torch import nn
 from torch.export import Dim
 

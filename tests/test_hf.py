@@ -12,7 +12,7 @@ import importlib
 import pytest
 import torch
 import transformers  # the dev extra installs it: a missing install fails here, loudly
-from conftest import check_swap
+from helpers.references import check_swap
 
 import graphsurgeon as gs
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 import torch
-from models import Shared
+from helpers.models import Shared
 from torch import nn
 
 import graphsurgeon as gs

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from conftest import check_swap
+from helpers.references import check_swap
 from torch import nn
 
 import graphsurgeon as gs

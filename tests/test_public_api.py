@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers.imports import circles_but_surgery_widget
 
 import graphsurgeon as gs
 from graphsurgeon import errors, types
@@ -63,3 +64,7 @@ def test_importing_graphsurgeon_loads_no_notebook_packages():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert result.stdout.strip() == "", f"import graphsurgeon loaded {result.stdout.strip()}"
+
+
+def test_no_import_circle_in_the_package_but_surgery_widget():
+    assert circles_but_surgery_widget() == []

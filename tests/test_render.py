@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.imports import import_graph
 from torch import nn
 
 import graphsurgeon as gs
@@ -666,43 +667,9 @@ def test_render_does_not_import_optional_ui_packages():
     assert not imported & {"graphviz", "ipywidgets", "IPython"}
 
 
-def _imports(package: Path) -> dict[str, set[str]]:
-    """Module -> the package's modules it imports, counting imports inside functions (and
-    the package ``__init__`` that importing a submodule runs)."""
-    modules = {}
-    for path in package.rglob("*.py"):
-        parts = list(path.relative_to(package.parent).with_suffix("").parts)
-        is_package = parts[-1] == "__init__"
-        modules[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
-    edges: dict[str, set[str]] = {name: set() for name in modules}
-    for name, (path, is_package) in modules.items():
-        for node in ast.walk(ast.parse(path.read_text())):
-            targets = []
-            if isinstance(node, ast.ImportFrom):
-                base = name.split(".") if is_package else name.split(".")[:-1]
-                if node.level:
-                    base = base[: len(base) - node.level + 1]
-                    target = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    target = node.module or ""
-                for alias in node.names:
-                    sub = f"{target}.{alias.name}"
-                    targets.append(sub if sub in modules else target)
-            elif isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            for target in targets:
-                parts = target.split(".")
-                for i in range(2, len(parts) + 1):
-                    module = ".".join(parts[:i])
-                    own_package = name.startswith(module + ".") and i < len(parts)
-                    if module in modules and module != name and not own_package:
-                        edges[name].add(module)
-    return edges
-
-
 def test_render_and_the_modules_that_show_pictures_import_no_circle():
     # render sits below drawing, report and the widget; display and the name rules below render
-    edges = _imports(Path(render.__file__).parent.parent)
+    edges = import_graph(Path(render.__file__).parent.parent)
     assert "graphsurgeon.render._scene" in edges["graphsurgeon.render"], "precondition"
     mine = {m for m in edges if m.startswith("graphsurgeon.render")}
     mine |= {"graphsurgeon.drawing", "graphsurgeon.display", "graphsurgeon.report"}

@@ -15,7 +15,7 @@ from html.parser import HTMLParser
 
 import pytest
 import torch
-from jupyter import MISSING, browser, screenshot
+from helpers.jupyter import MISSING, browser, screenshot
 from torch import nn
 
 import graphsurgeon as gs

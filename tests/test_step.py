@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers.models import Chain, Shared
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from models import Chain, Shared
 from torch import nn
 
 import graphsurgeon as gs

@@ -13,7 +13,7 @@ import copy
 
 import pytest
 import torch
-from conftest import check_swap, clone_tree, eager_reference
+from helpers.references import check_swap, clone_tree, eager_reference
 from torch import nn
 from torch.export import Dim
 

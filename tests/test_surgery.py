@@ -8,8 +8,8 @@ import logging
 
 import pytest
 import torch
-from conftest import eager_reference
-from models import Scale, TwoLinear
+from helpers.models import Scale, TwoLinear
+from helpers.references import eager_reference
 from torch import nn
 
 import graphsurgeon as gs

@@ -14,8 +14,8 @@ import operator
 import pytest
 import torch
 import torch.utils._pytree as pytree
-from conftest import assert_close_tree, check_swap, clone_tree, eager_reference
-from models import Scale
+from helpers.models import Scale
+from helpers.references import assert_close_tree, check_swap, clone_tree, eager_reference
 from torch import nn
 
 import graphsurgeon as gs

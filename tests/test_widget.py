@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
+from helpers.imports import MODULES, circles_but_surgery_widget, imports_of
+from helpers.models import Chain, Shared
 from ipywidgets.widgets.tests.utils import setup_test_comm, teardown_test_comm
-from models import Chain, Shared
-from test_render import _imports as import_edges
 from torch import nn
 
 import graphsurgeon as gs
@@ -1340,102 +1340,9 @@ def test_the_buttons_click_and_the_page_messages_come_from_one_actions_table(gpt
     assert pressed == names
 
 
-PACKAGE = Path(gs.__file__).parent
-MODULES = {
-    ".".join(["graphsurgeon", *p.relative_to(PACKAGE).with_suffix("").parts]).removesuffix(
-        ".__init__"
-    ): p
-    for p in PACKAGE.rglob("*.py")
-}
-
-
-def _imports(module: str, source: str) -> list[tuple[str, str, str, int]]:
-    """Every import in the ``source`` of graphsurgeon ``module``, inside functions too:
-    (module imported, name imported from it or '' for the module itself, the function or
-    class it is in or '' at the top, line)."""
-    package = module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
-    found: list[tuple[str, str, str, int]] = []
-    scope: list[str] = []
-
-    class Walker(ast.NodeVisitor):
-        def visit_FunctionDef(self, node):
-            scope.append(node.name)
-            self.generic_visit(node)
-            scope.pop()
-
-        visit_AsyncFunctionDef = visit_ClassDef = visit_FunctionDef
-
-        def visit_Import(self, node):
-            for alias in node.names:
-                found.append((alias.name, "", ".".join(scope), node.lineno))
-
-        def visit_ImportFrom(self, node):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                parts = parts[: len(parts) - node.level + 1]
-                base = ".".join(parts + ([node.module] if node.module else []))
-            for alias in node.names:
-                whole = f"{base}.{alias.name}"
-                if whole in MODULES:  # "from . import x": module x itself
-                    found.append((whole, "", ".".join(scope), node.lineno))
-                else:
-                    found.append((base, alias.name, ".".join(scope), node.lineno))
-
-    Walker().visit(ast.parse(source))
-    return found
-
-
-def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected sets of more than one module (Tarjan's), each sorted."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    found: list[list[str]] = []
-
-    def visit(module: str) -> None:
-        index[module] = low[module] = len(index)
-        stack.append(module)
-        for target in sorted(graph[module]):
-            if target not in index:
-                visit(target)
-                low[module] = min(low[module], low[target])
-            elif target in stack:
-                low[module] = min(low[module], index[target])
-        if low[module] == index[module]:
-            members = []
-            while True:
-                member = stack.pop()
-                members.append(member)
-                if member == module:
-                    break
-            if len(members) > 1:
-                found.append(sorted(members))
-
-    for module in sorted(graph):
-        if module not in index:
-            visit(module)
-    return found
-
-
-def _circles_but_surgery_widget() -> list[list[str]]:
-    graph = import_edges(PACKAGE)  # what render's test reads as an import, read alike
-    surgery = _imports("graphsurgeon.surgery", MODULES["graphsurgeon.surgery"].read_text())
-    # imports inside functions count: Surgery.widget() importing the widget is one, and the
-    # one circle allowed (the widget is an optional front end of the Surgery)
-    assert ("graphsurgeon.widget", "SurgeryWidget", "Surgery.widget") in [i[:3] for i in surgery]
-    assert any({"graphsurgeon.surgery", "graphsurgeon.widget"} <= set(c) for c in _circles(graph))
-    graph["graphsurgeon.surgery"].discard("graphsurgeon.widget")
-    return _circles(graph)
-
-
 def test_the_widget_is_in_no_import_circle_but_surgery_widget():
-    circles = _circles_but_surgery_widget()
+    circles = circles_but_surgery_widget()
     assert not [c for c in circles if any(m.startswith("graphsurgeon.widget") for m in c)]
-
-
-def test_no_import_circle_in_the_package_but_surgery_widget():
-    assert _circles_but_surgery_widget() == []
 
 
 # What IPython calls on any object to display it: public, whatever its underscores say.
@@ -1450,7 +1357,7 @@ def _private_reaches(module: str, source: str) -> list[str]:
     ``cls`` or ``super()`` (also through ``getattr``)."""
     own = module.rpartition(".")[0]
     found = []
-    for target, name, _scope, line in _imports(module, source):
+    for target, name, _scope, line in imports_of(module, source):
         if target == "__future__" or target == own or target.startswith(own + "."):
             continue
         parts = target.split(".")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from jupyter import (
+from helpers.jupyter import (
     MISSING,
     browser,
     jupyterlab,

@@ -3,7 +3,7 @@
     python tools/fuzz.py --programs 10000 [--seed N] [--jobs 2]
     python tools/fuzz.py --replay "Case(...)"      # one case again, as printed by a failure
 
-Each job runs hypothesis over ``tests/fuzzing.py``'s ``cases()`` strategy in its own process
+Each job runs hypothesis over ``tests/helpers/fuzzing.py``'s ``cases()`` strategy in its own process
 (one torch thread each), with its own seed derived from ``--seed``: the same command explores
 the same programs. Every drawn case is checked end to end (``fuzzing.check_case``); a failure
 is recorded and the run goes on. At the end it prints how many programs were tried, how many
@@ -30,8 +30,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported, in ev
 TESTS = Path(__file__).resolve().parent.parent / "tests"
 sys.path.insert(0, str(TESTS))
 
-import fuzzing  # noqa: E402
 import torch  # noqa: E402
+from helpers import fuzzing  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 from hypothesis.errors import UnsatisfiedAssumption  # noqa: E402
 

@@ -72,7 +72,6 @@ from dataclasses import dataclass
 
 import torch
 import torch.utils._pytree as pytree
-from conftest import assert_close_tree, clone_tree, differs
 from hypothesis import assume, currently_in_test_context
 from hypothesis import strategies as st
 from torch import nn
@@ -80,6 +79,8 @@ from torch.overrides import TorchFunctionMode
 
 import graphsurgeon as gs
 from graphsurgeon.export import export_notes
+
+from .references import assert_close_tree, clone_tree, differs
 
 __all__ = [
     "FEATURES",
@@ -660,7 +661,7 @@ def reference_model(model: nn.Module, requests: dict[str, nn.Module]) -> Referen
     """What swapping ``requests`` should compute: a deep copy of ``model`` with each replacement
     set by setattr (a request ``"name@k"`` by a :class:`CallRouter` at ``name``).
 
-    Unlike ``conftest.eager_reference``, the model and the replacements are copied in one
+    Unlike ``references.eager_reference``, the model and the replacements are copied in one
     ``deepcopy``, so a replacement serving several requests stays one object (one buffer), as it
     is in the swapped program.
     """
