@@ -37,7 +37,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-SCREENSHOTS = Path(__file__).resolve().parent.parent / "out" / "screenshots"
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "out" / "screenshots"  # the repository's out/
 # What a browser test needs; `make setup` installs both.
 MISSING = (
     "the browser tests need Chromium and graphviz (make setup installs both)"
