@@ -544,6 +544,7 @@ class _Layout:
         for call in self.members:
             fqn, _ = split_call_name(call)
             self.fqn_calls.setdefault(fqn, []).append(call)
+        self._op_texts: dict[Node, str] = {}
         # where moves stop: nodes that compute (ops, swapped and fused calls), never the glue
         # around them, inputs, state or checks (the one rule the pictures draw by)
         self.stops: list[int] = [i for i, node in enumerate(nodes) if _meta.computes(node)]
@@ -591,6 +592,14 @@ class _Layout:
         start, end = self.span(call)
         first = self.next_stop(start)
         return first if first <= end else start
+
+    def op_text(self, node: Node) -> str:
+        """:func:`_op_text` of ``node``, written once per stepper (a memory-light run writes
+        one summary per node, every run)."""
+        text = self._op_texts.get(node)
+        if text is None:
+            text = self._op_texts[node] = _op_text(node)
+        return text
 
     def next_stop(self, position: int) -> int:
         """The first stop at or after ``position`` (the end when none is left)."""
@@ -1409,7 +1418,7 @@ class Stepper:
 
     def _summarize(self, node: Node, value: Any) -> Summary:
         stack = self._layout.stacks[self._layout.position[node]]
-        return Summary.of(value, node.name, _op_text(node), stack[-1] if stack else "")
+        return Summary.of(value, node.name, self._layout.op_text(node), stack[-1] if stack else "")
 
     def _retire(self, node: Node) -> None:
         value = self._env.pop(node, _MISSING)
