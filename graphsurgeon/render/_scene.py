@@ -513,6 +513,11 @@ class _Scene:
     def chain(self, vertex: _Vertex) -> tuple[str, ...]:
         return self.chains.get(vertex.name, vertex.chain)
 
+    def memo(self, what: str) -> dict:
+        """A dict kept with these vertices (an analysis's own: the next picture of the graph
+        reads it too) for what a writer works out about them, such as node texts."""
+        return self._cache.setdefault(what, {})
+
     @property
     def own_ops(self) -> dict[str, list[str]]:
         """Each call's own ops that can be folded into its box (see the class docstring)."""

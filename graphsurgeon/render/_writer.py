@@ -345,10 +345,25 @@ class _Writer:
         return node_id
 
     def _text(self, vertex: _Vertex) -> tuple[str, str]:
-        """(label, tooltip) of a node."""
-        node, kind = self.nodes[vertex.name], vertex.kind
-        if kind == _SWAPPED:
+        """(label, tooltip) of a node; written once per graph and way of drawing it (the next
+        picture of the graph, another view in the widget, reads them back)."""
+        if vertex.kind == _SWAPPED:
             return self._swapped_text(vertex)
+        texts = self.scene.memo("texts")
+        key = (
+            vertex.name,
+            vertex.chain,
+            tuple(vertex.params),
+            tuple(vertex.buffers),
+            self.scene.show_parameters,
+        )
+        found = texts.get(key)
+        if found is None:
+            found = texts[key] = self._written_text(vertex)
+        return found
+
+    def _written_text(self, vertex: _Vertex) -> tuple[str, str]:
+        node, kind = self.nodes[vertex.name], vertex.kind
         value = _value(node, self.context.dims)
         if kind == _INPUT:
             return _lines(node.name, value), _lines(f"{node.name}: input of the program", value)
