@@ -13,6 +13,7 @@ import inspect
 import json
 import re
 import shutil
+import time
 import xml.etree.ElementTree as ET
 from html import escape as html_escape
 from html import unescape as html_unescape
@@ -1048,6 +1049,49 @@ def test_the_notebook_shows_the_live_widget_then_a_static_copy_for_saved_noteboo
     assert updates and picture(updates[-1]["text/html"]) == svg_ids(widget.svg)
     css = (Path(gs.__file__).parent / "widget" / "static" / "widget.css").read_text()
     assert ":has(.gs-static)" in css, "a live widget hides its static copy"
+
+
+def test_clicks_update_the_static_copy_once_a_moment_later_with_the_newest_picture(
+    gpt, monkeypatch
+):
+    """A click's new picture reaches the page first; the static copy (as large as the picture,
+    rendered by the notebook at once) follows when the clicks pause, with the last picture."""
+    import threading
+
+    import IPython.display
+
+    from graphsurgeon.widget import _widget
+
+    widget, _, _ = gpt
+    updates = []
+
+    def picture(html):
+        return svg_ids(html[html.index("<svg") : html.index("</svg>") + 6])
+
+    sent_all = threading.Event()
+
+    class Handle:
+        def update(self, obj, **options):
+            updates.append(obj["text/html"])
+            sent_all.set()
+
+    monkeypatch.setattr(
+        IPython.display,
+        "display",
+        lambda obj, **options: Handle() if options.get("display_id") else None,
+    )
+    monkeypatch.setattr(_widget, "STATIC_COPY_DELAY", 0.3)
+    widget._ipython_display_()
+    first = widget.svg
+    page_event(widget, event="toggle", id="layers.0")  # two double-clicks
+    page_event(widget, event="toggle", id="layers.1")
+    assert widget.svg != first, "precondition: the clicks drew new pictures"
+    assert updates == [], "the copy waits for the clicks to pause"
+    assert sent_all.wait(5), "the copy follows within the delay"
+    time.sleep(0.5)  # nothing more comes: one update for the two clicks
+    assert len(updates) == 1 and picture(updates[0]) == svg_ids(widget.svg)
+    widget.toggle("layers.0")  # from code (a cell): at once, as nbval stores it
+    assert len(updates) == 2 and picture(updates[1]) == svg_ids(widget.svg)
 
 
 # -- the picker ------------------------------------------------------------------------------

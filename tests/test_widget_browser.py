@@ -406,6 +406,20 @@ def test_a_region_chosen_by_shift_clicks_finds_its_similar_places(page):
 
 
 def test_a_saved_notebook_shows_the_static_picture_when_the_kernel_is_gone(page):
+    # the last change is a click in the page: its static copy follows a moment later
+    widget = page.locator(".gs-widget").first
+    to_top(page, 0)
+    ids_of = f"() => [...{nth(0)}.querySelectorAll('.gs-viewport svg g[id]')].map(g => g.id).sort()"
+    before = page.evaluate(ids_of)
+    box = widget.locator('[id^="cluster:layers."] > polygon, [id^="module:layers."]').first
+    box.dblclick(position={"x": 6, "y": 6})
+    page.wait_for_function(
+        f"before => JSON.stringify(({ids_of})()) !== JSON.stringify(before)", arg=before
+    )
+    live = page.evaluate(ids_of)
+    model = in_kernel(page, "w.model_id")
+    assert in_kernel(page, "w.svg.count('<g id=')") == len(live), "precondition: w was clicked"
+    page.wait_for_timeout(2000)  # the copy is sent a second after the last click
     page.evaluate("async () => { await window.jupyterapp.commands.execute('docmanager:save'); }")
     page.evaluate(
         "async () => { await window.jupyterapp.shell.currentWidget.sessionContext.shutdown(); }"
@@ -421,6 +435,11 @@ def test_a_saved_notebook_shows_the_static_picture_when_the_kernel_is_gone(page)
         "() => [...document.querySelector('.gs-static svg').querySelectorAll('g[id]')].map(g => g.id)"
     )
     assert any(i.startswith("node:") for i in ids), "the picture keeps its ids"
+    saved = page.evaluate(
+        f"""() => [...document.querySelectorAll('.gs-static[data-gs-model="{model}"] svg g[id]')]
+            .map(g => g.id).sort()"""
+    )
+    assert saved == live, "the saved copy of the first widget shows the picture of the last click"
     errors = page.evaluate(
         """() => [...document.querySelectorAll('.jupyter-widgets')]
             .filter(e => e.textContent.includes('model not found') && e.offsetParent !== null)
