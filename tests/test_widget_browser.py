@@ -419,7 +419,7 @@ def test_a_saved_notebook_shows_the_static_picture_when_the_kernel_is_gone(page)
     live = page.evaluate(ids_of)
     model = in_kernel(page, "w.model_id")
     assert in_kernel(page, "w.svg.count('<g id=')") == len(live), "precondition: w was clicked"
-    page.wait_for_timeout(2000)  # the copy is sent a second after the last click
+    page.wait_for_timeout(3000)  # the copy is sent two seconds after the last click
     page.evaluate("async () => { await window.jupyterapp.commands.execute('docmanager:save'); }")
     page.evaluate(
         "async () => { await window.jupyterapp.shell.currentWidget.sessionContext.shutdown(); }"

@@ -41,9 +41,10 @@ _STATIC = Path(__file__).parent / "static"
 # A click in the page updates the static copy of the picture this long after the last change
 # that drew a new picture: the copy is a second output of the same size as the picture, and
 # JupyterLab rendering it at once made every layout from a click 50-70 ms slower (the 96-layer
-# decoder's expand 0.08 -> 0.15 s). A change made by code in a cell updates it at once, so a
-# notebook run by nbval or nbclient stores the copy of each cell's picture.
-STATIC_COPY_DELAY = 1.0
+# decoder's expand 0.08 -> 0.15 s). Two seconds: a copy landing during the next click costs that
+# click the same, and clicks come about a second apart. A change made by code in a cell updates
+# it at once, so a notebook run by nbval or nbclient stores the copy of each cell's picture.
+STATIC_COPY_DELAY = 2.0
 
 # The traits that say something is selected (a module, a call or a node).
 _SELECTION = ("selected", "selected_node")

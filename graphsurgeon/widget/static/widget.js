@@ -231,6 +231,15 @@ function render({ model, el }) {
 
   // -- marking: a class change, no new layout --
   let marked = [];
+  // One message from the kernel changes several traits at once (svg, marks, current, ...):
+  // the marks are set again once, after all of them, not once per trait (each pass measures
+  // the page, a reflow of the whole picture).
+  let markQueued = false;
+  function markSoon() {
+    if (markQueued) return;
+    markQueued = true;
+    queueMicrotask(() => { markQueued = false; mark(); });
+  }
   function mark() {
     for (const [node, cls] of marked) node.classList.remove(cls);
     marked = [];
@@ -284,7 +293,7 @@ function render({ model, el }) {
     const svg = svgOf();
     natural = svg ? parseFloat(svg.getAttribute("width")) || svg.getBoundingClientRect().width : 0;
     applyScale();
-    mark();
+    markSoon();
     if (!inside.hidden) reveal(find(model.get("current")), false); // the call, beside its inside
   }
   // the stepper's panel in view in its column while stepping (the values beside the picture)
@@ -307,14 +316,14 @@ function render({ model, el }) {
       insideView.innerHTML = svg;
       insideView.dataset.svg = String(svg.length) + insideTitle.textContent;
     }
-    mark();
+    markSoon();
     reveal(find(model.get("inside_current"), insideView), false, insideView);
     if (svg) reveal(find(model.get("current")), false);
   }
   function showTree() {
     tree.innerHTML = model.get("tree");
     applyFilter();
-    mark();
+    markSoon();
   }
   function showTypes() {
     const kept = typeFilter.value;
@@ -404,8 +413,8 @@ function render({ model, el }) {
   }
   const html = (node, trait) => () => { node.innerHTML = model.get(trait); };
   const bindings = [
-    ["svg", showSvg], ["tree", showTree], ["module_types", showTypes], ["marks", mark],
-    ["current", mark], ["selected", mark], ["inside_svg", showInside], ["inside_current", showInside],
+    ["svg", showSvg], ["tree", showTree], ["module_types", showTypes], ["marks", markSoon],
+    ["current", markSoon], ["selected", markSoon], ["inside_svg", showInside], ["inside_current", showInside],
     ["details", html(details, "details")], ["preview", html(preview, "preview")],
     ["history", html(history, "history")], ["verify_html", html(verify, "verify_html")],
     ["compare_html", html(compareOut, "compare_html")], ["culprits_html", html(culprits, "culprits_html")],
