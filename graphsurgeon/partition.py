@@ -586,7 +586,9 @@ def call_index(program: ExportedProgram | torch.fx.GraphModule | torch.fx.Graph)
     :mod:`graphsurgeon._derived`, under its one rule). For an ExportedProgram, its lifted
     parameters and buffers are placed with the nodes that read them; its user inputs are
     top-level."""
-    graph = program.graph if isinstance(program, (ExportedProgram, torch.fx.GraphModule)) else program
+    graph = (
+        program.graph if isinstance(program, (ExportedProgram, torch.fx.GraphModule)) else program
+    )
 
     def build() -> CallIndex:
         # the program's lifted state, read only when the index is built: a walk of every input
