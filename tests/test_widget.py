@@ -1326,6 +1326,29 @@ def test_a_region_is_fused_or_says_why_it_cannot_be_one_call(gpt):
     assert "1 fused" in widget.caption
 
 
+def test_a_shift_drag_rectangle_adds_every_op_it_holds_to_the_region(gpt):
+    widget, model, tokens = gpt
+    widget.expand("layers.0.attn")
+    assert not widget.has_region, "precondition"
+    # what the page sends for the elements whose centre is inside the rectangle: ops, the
+    # cluster's input and output are not ops and are left out
+    ids = ["node:div", "node:masked_fill", "node:softmax"]
+    assert all(f'id="{i}"' in widget.svg for i in ids), "precondition: they are drawn"
+    page_event(widget, event="region_add", ids=ids)
+    assert widget.error == {} and widget.marks["region"] == ids
+    assert widget.can_use_region, "three ops in a row make one call"
+    page_event(widget, event="region_add", ids=["node:softmax"])  # again: still in, once
+    assert widget.marks["region"] == ids
+    page_event(widget, event="button", name="fuse_region")
+    assert widget.error == {} and widget.surgery.fused == ("region:layers.0.attn",)
+    assert torch.equal(widget.surgery.module(tokens), model(tokens)), "fused: bit for bit"
+    # a rectangle over nothing that computes says so
+    page_event(widget, event="region_add", ids=[])
+    assert "holds no op" in widget.error["message"] and not widget.has_region
+    page_event(widget, event="region_add", ids="node:matmul")  # not a list: refused
+    assert widget.error["type"] == "WidgetError"
+
+
 class GeluTwice(nn.Module):
     """Two blocks alike but for the GELU's approximation: a near-miss for each other."""
 

@@ -402,6 +402,41 @@ def test_a_region_chosen_by_shift_clicks_finds_its_similar_places(page):
     screenshot(page, f"widget-{page.app}-hf-region.png")
 
 
+def test_a_shift_drag_rectangle_adds_the_ops_inside_it_to_the_region(page):
+    hf = page.locator(".gs-widget").nth(HF)
+    kernel_run(page, "hf.region([])")
+    page.wait_for_function(f"() => !{nth(HF)}.querySelector('.gs-viewport .gs-region')")
+    # the softmax and the op that feeds it, in the open attention of the test before
+    names = in_kernel(
+        page,
+        "[(n.args[0].name, n.name) for n in hf.surgery.program.graph.nodes"
+        " if 'softmax' in str(n.target)][0]",
+    )
+    nodes = [hf.locator(f'.gs-viewport [id="node:{name}"]') for name in names]
+    nodes[1].scroll_into_view_if_needed()
+    boxes = [node.bounding_box() for node in nodes]
+    left = min(b["x"] for b in boxes) - 3
+    top = min(b["y"] for b in boxes) - 3
+    right = max(b["x"] + b["width"] for b in boxes) + 3
+    bottom = max(b["y"] + b["height"] for b in boxes) + 3
+    page.keyboard.down("Shift")
+    page.mouse.move(left, top)
+    page.mouse.down()
+    page.mouse.move((left + right) / 2, (top + bottom) / 2, steps=4)
+    page.mouse.move(right, bottom, steps=4)
+    assert hf.locator(".gs-band").is_visible(), "the rectangle shows while dragging"
+    page.mouse.up()
+    page.keyboard.up("Shift")
+    assert hf.locator(".gs-band").count() == 0
+    page.wait_for_function(
+        f"() => {nth(HF)}.querySelectorAll('.gs-viewport .gs-region').length >= 2"
+    )
+    region = in_kernel(page, "hf.session.region")
+    assert set(names) <= set(region), region
+    assert in_kernel(page, "hf.error") == {}
+    screenshot(page, f"widget-{page.app}-hf-region-drag.png")
+
+
 # -- last: the kernel goes ------------------------------------------------------------------
 
 

@@ -326,10 +326,14 @@ def _region_preview(session: SurgerySession) -> str:
 
 
 def region(session: SurgerySession) -> str:
-    """The region being chosen (shift-click adds a node): its nodes, the call it would be,
-    and what Find similar found (matches, near-misses with what differs)."""
+    """The region being chosen (a shift-click adds a node, a shift-drag rectangle every op in
+    it): its nodes, the call it would be, and what Find similar found (matches, near-misses
+    with what differs)."""
     if not session.region:
-        return _muted("Shift-click ops in the picture to choose a region of them.")
+        return _muted(
+            "Shift-click ops in the picture, or shift-drag a rectangle over them, to choose a "
+            "region."
+        )
     parts = [_region_preview(session)]
     shown = ", ".join(f"<code>{d.escape(n)}</code>" for n in session.region[:24])
     more = len(session.region) - 24

@@ -1253,6 +1253,30 @@ class SurgerySession:
     def toggle_region(self, element_id: str) -> None:
         """Add what a shift-click hit to the region, or take it out again: a node, or every
         op of a box or of an open module."""
+        nodes = self._region_nodes(element_id)
+        if not nodes:
+            raise WidgetError(f"{element_id!r} holds no op of the program to put in a region")
+        if all(n in self.region for n in nodes):
+            self.set_region([n for n in self.region if n not in nodes])
+        else:
+            self.set_region([*self.region, *nodes])
+
+    def add_to_region(self, element_ids: Iterable[str]) -> None:
+        """Add the ops of every element a shift-drag's rectangle holds to the region (the
+        inputs, outputs and checks it also holds are left out)."""
+        if isinstance(element_ids, str) or not all(isinstance(i, str) for i in element_ids):
+            raise WidgetError(f"expected a list of element ids, got {element_ids!r}")
+        nodes = [n for element in element_ids for n in self._region_nodes(element)]
+        if not nodes:
+            raise WidgetError(
+                "the rectangle holds no op of the program: drag over the ops (or boxes) to "
+                "put in the region"
+            )
+        self.set_region([*self.region, *nodes])
+
+    def _region_nodes(self, element_id: str) -> list[str]:
+        """The ops of the program an element of the picture stands for: its node, or every
+        op of a box or of an open module."""
         picture = self.scene.picture
         if element_id not in picture:
             raise WidgetError(f"the picture has no element {element_id!r}")
@@ -1267,13 +1291,7 @@ class SurgerySession:
                 picture[i].node for i in picture.inside(element_id) if picture[i].node is not None
             ]
         graph = {n.name: n for n in self.surgery.program.graph.nodes}
-        nodes = [n for n in nodes if n in graph and _meta.computes(graph[n])]
-        if not nodes:
-            raise WidgetError(f"{element_id!r} holds no op of the program to put in a region")
-        if all(n in self.region for n in nodes):
-            self.set_region([n for n in self.region if n not in nodes])
-        else:
-            self.set_region([*self.region, *nodes])
+        return [n for n in nodes if n in graph and _meta.computes(graph[n])]
 
     def set_region(self, nodes: Iterable[str]) -> None:
         """Make ``nodes`` (fx node names of the program, as the picture names them) the

@@ -155,6 +155,7 @@ _EVENTS: dict[str, Callable[[SurgerySession, dict], Any]] = {
     "click_inside": lambda session, content: session.click_inside(content["id"]),
     "candidates": lambda session, content: session.refresh_candidates(),
     "region": lambda session, content: session.toggle_region(content["id"]),
+    "region_add": lambda session, content: session.add_to_region(content.get("ids") or []),
 }
 
 
@@ -201,8 +202,9 @@ class SurgeryWidget(anywidget.AnyWidget):
     ``gs.SurgeryWidget(program_or_surgery, args=None)`` (or ``s.widget()``) shows, in one
     output laid out for a 1280x900 window: the module tree (filter by name or type, counts,
     swappable or why not, an overlay's values), the program drawn by module (click selects,
-    double-click opens or collapses a module, shift-click chooses a region of ops, zoom, pan,
-    fit, open to a depth, search by name, type, op, initials or regex, an error or latency
+    double-click opens or collapses a module, shift-click or a shift-drag rectangle chooses a
+    region of ops, zoom, pan, fit, open to a depth, search by name, type, op, initials or
+    regex, an error or latency
     overlay with its legend, save as SVG or DOT), and beside it the panels: the stepper (F10
     step over, F11 into, Shift+F11 out, F8 continue; stepping into a swapped call draws its
     replacement beside the program), the selection's details (an op with its arguments), a

@@ -116,7 +116,7 @@ function render({ model, el }) {
   const culprits = h("div", { class: "gs-culprits-panel gs-out" });
   const checkPanel = panel("Check", [h("div", { class: "gs-actions" }, buttons(actions, "check")), verify, compareOut, culprits]);
   const regionOut = h("div", { class: "gs-region-panel gs-out" });
-  const regionPanel = panel("Region (shift-click ops)", [h("div", { class: "gs-actions" }, buttons(actions, "region")), regionOut], false);
+  const regionPanel = panel("Region (shift-click or shift-drag ops)", [h("div", { class: "gs-actions" }, buttons(actions, "region")), regionOut], false);
   const results = h("div", { class: "gs-results gs-out" });
   const searchPanel = panel("Search", [results]);
   searchPanel.hidden = true;
@@ -193,20 +193,55 @@ function render({ model, el }) {
   }, { passive: false });
   let drag = null;
   let moved = false;
+  // a drag pans; a shift-drag draws a rectangle, and the ops inside it join the region
+  let band = null;
   viewport.addEventListener("pointerdown", (event) => {
     if (event.button !== 0) return;
     drag = { x: event.clientX, y: event.clientY, left: viewport.scrollLeft, top: viewport.scrollTop };
     moved = false;
+    if (event.shiftKey) {
+      event.preventDefault(); // no text selection
+      band = h("div", { class: "gs-band" });
+      viewport.append(band);
+      placeBand(event);
+    }
   });
+  const bandRect = (event) => ({
+    left: Math.min(drag.x, event.clientX), right: Math.max(drag.x, event.clientX),
+    top: Math.min(drag.y, event.clientY), bottom: Math.max(drag.y, event.clientY),
+  });
+  function placeBand(event) {
+    const r = bandRect(event), view = viewport.getBoundingClientRect();
+    Object.assign(band.style, {
+      left: `${r.left - view.left + viewport.scrollLeft}px`, top: `${r.top - view.top + viewport.scrollTop}px`,
+      width: `${r.right - r.left}px`, height: `${r.bottom - r.top}px`,
+    });
+  }
   const onMove = (event) => {
     if (!drag) return;
     const dx = event.clientX - drag.x, dy = event.clientY - drag.y;
     if (Math.abs(dx) + Math.abs(dy) > 4) moved = true;
-    if (moved && scale !== null) {
+    if (band) placeBand(event);
+    else if (moved && scale !== null) {
       viewport.scrollLeft = drag.left - dx; viewport.scrollTop = drag.top - dy;
     }
   };
-  const onUp = () => { drag = null; };
+  const onUp = (event) => {
+    if (band) {
+      if (moved) {
+        // the boxes and nodes whose centre is inside the rectangle
+        const r = bandRect(event), ids = [];
+        for (const node of viewport.querySelectorAll("g.node")) {
+          const b = node.getBoundingClientRect(), x = (b.left + b.right) / 2, y = (b.top + b.bottom) / 2;
+          if (node.id && x >= r.left && x <= r.right && y >= r.top && y <= r.bottom) ids.push(node.id);
+        }
+        send({ event: "region_add", ids });
+      }
+      band.remove();
+      band = null;
+    }
+    drag = null;
+  };
   window.addEventListener("pointermove", onMove);
   window.addEventListener("pointerup", onUp);
 
