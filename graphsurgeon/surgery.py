@@ -396,7 +396,11 @@ class Surgery:
         :class:`SurgeryError` saying which node is in the way when they cannot be one call (not
         convex, a part of a module call, a value that is no tensor). See
         :mod:`graphsurgeon.region`."""
-        return region_of(program_index(self.program), nodes, name, taken=self._regions)
+        # a name only undone steps used is free again: the next change drops them from redo
+        taken = {n for state in self._states[: self._position + 1] for n in state}
+        return region_of(
+            program_index(self.program), nodes, name, taken=taken & self._regions.keys()
+        )
 
     def fuse_region(self, nodes: Any, name: str | None = None) -> Surgery:
         """Make the ops ``nodes`` one call that runs the program's own nodes (a fused region,

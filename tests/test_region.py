@@ -83,6 +83,15 @@ def test_a_fused_region_computes_what_its_nodes_did(stack):
         assert torch.equal(s.module(x), model(x))
     s.undo()
     assert s.fused == () and s.regions == {}
+    # the undone region's name is free again (a new change drops the undone one for good);
+    # a region kept in the history keeps its name, and the next one is numbered
+    s.swap_region(nodes, ShiftedSiLU())
+    assert s.history[-1].name == name and not s.can_redo
+    assert s.region_signature(nodes).region.name == f"{name}#1"
+    with torch.no_grad():
+        patched = copy.deepcopy(model)
+        patched.blocks[1].gate = ShiftedSiLU()
+        torch.testing.assert_close(s.module(x), patched(x))
 
 
 def test_a_swapped_region_equals_the_eager_model_with_its_code_patched(stack):
