@@ -204,17 +204,17 @@ class SurgeryWidget(anywidget.AnyWidget):
     swappable or why not, an overlay's values), the program drawn by module (click selects,
     double-click opens or collapses a module, shift-click or a shift-drag rectangle chooses a
     region of ops, zoom, pan, fit, open to a depth, search by name, type, op, initials or
-    regex, an error or latency
-    overlay with its legend, save as SVG or DOT), and beside it the panels: the stepper (F10
-    step over, F11 into, Shift+F11 out, F8 continue; stepping into a swapped call draws its
-    replacement beside the program), the selection's details (an op with its arguments), a
-    replacement picker with a preview of what the swap removes and the call the replacement
-    must accept, Swap / Fuse / Undo / Redo / Reset surgery, a region's Fuse / Swap / Find
-    similar, and verify, compare (where the replacement first differs) and find culprits.
-    The stepper opens only the call it is in (at most its layer) and closes it after; a
-    picture of more than ``LARGE_LAYOUT`` nodes waits for a confirmation. Shown in a notebook
-    it is two outputs: the live widget, and its picture as static HTML, which a saved
-    notebook shows once the kernel is gone.
+    regex, an error or latency overlay with its legend, save as SVG or DOT), and beside it the
+    panels: the stepper (F10 step over, F11 into, Shift+F11 out, F8 continue; stepping into a
+    swapped call draws its replacement beside the program), the selection's details (an op
+    with its arguments), a replacement picker with a preview of what the swap removes and the
+    call the replacement must accept, Swap / Fuse / Undo / Redo / Reset surgery, a region's
+    Fuse / Swap / Find similar, and verify, compare (where the replacement first differs) and
+    find culprits. The stepper opens only the call it is in (at most its layer) and closes it
+    after; a picture of more than ``LARGE_LAYOUT`` nodes waits for a confirmation. Shown in a
+    notebook it is two outputs: the live widget, and its picture as static HTML, which a saved
+    notebook shows once the kernel is gone (a click updates it once the clicks pause for
+    ``STATIC_COPY_DELAY`` seconds, a change from code at once).
 
     Everything a button does is a method too (``w.select(name)``, ``w.swap(module)``,
     ``w.step()``, ``w.click("undo")``...), and the live objects are ``w.surgery``,
