@@ -244,6 +244,9 @@ function render({ model, el }) {
   };
   window.addEventListener("pointermove", onMove);
   window.addEventListener("pointerup", onUp);
+  // a drag the browser takes over (a touch scroll, the window losing the pointer) adds nothing
+  const onCancel = () => { if (band) band.remove(); band = null; drag = null; };
+  window.addEventListener("pointercancel", onCancel);
 
   // a click counts only if the pointer did not move (a drag pans); the widget then has the
   // focus, so its shortcuts work
@@ -575,6 +578,7 @@ function render({ model, el }) {
   return () => {
     window.removeEventListener("pointermove", onMove);
     window.removeEventListener("pointerup", onUp);
+    window.removeEventListener("pointercancel", onCancel);
   };
 }
 
