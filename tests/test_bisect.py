@@ -13,6 +13,7 @@ import math
 
 import pytest
 import torch
+from helpers.models import NoCausalMask
 from helpers.references import eager_reference
 from torch import nn
 
@@ -121,17 +122,6 @@ def test_every_run_of_the_log_says_what_its_program_does():
 
 def test_a_tiny_gpt_with_two_wrong_attentions_among_ten_swaps():
     from graphsurgeon.examples import FusedAttention, TinyGPT
-
-    class NoCausalMask(FusedAttention):
-        def forward(self, x):
-            batch, tokens, hidden = x.shape
-            q, k, v = (
-                self.qkv(x)
-                .view(batch, tokens, 3, self.heads, hidden // self.heads)
-                .permute(2, 0, 3, 1, 4)
-            )
-            out = nn.functional.scaled_dot_product_attention(q, k, v)  # forgets is_causal
-            return self.o(out.transpose(1, 2).reshape(batch, tokens, hidden))
 
     torch.manual_seed(0)
     model = TinyGPT(n_layers=10).eval()

@@ -15,7 +15,7 @@ from unittest import mock
 
 import pytest
 import torch
-import transformers  # the dev extra installs it: a missing install fails here, loudly
+from helpers.models import hf_decoder
 from torch import nn
 
 import graphsurgeon as gs
@@ -409,29 +409,10 @@ def test_the_rotary_pattern_of_the_meta_example_occurs_once_per_layer():
 FAMILIES = ["Llama", "Qwen2", "Mistral"]
 
 
-def _decoder(kind: str, layers: int) -> nn.Module:
-    config = getattr(transformers, f"{kind}Config")(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        vocab_size=100,
-        max_position_embeddings=64,
-        pad_token_id=0,
-        bos_token_id=0,
-        eos_token_id=0,
-    )
-    config._attn_implementation = "eager"
-    torch.manual_seed(0)
-    return getattr(transformers, f"{kind}ForCausalLM")(config).eval()
-
-
 @pytest.fixture(scope="module", params=FAMILIES)
 def decoder(request):
     kind = request.param
-    model = _decoder(kind, layers=3)
+    model = hf_decoder(kind, layers=3)
     ids = torch.randint(0, 100, (1, 8))
     kwargs = {"use_cache": False}
     name = kind.lower()

@@ -12,6 +12,7 @@ import importlib
 import pytest
 import torch
 import transformers  # the dev extra installs it: a missing install fails here, loudly
+from helpers.models import hf_decoder
 from helpers.references import check_swap
 
 import graphsurgeon as gs
@@ -147,25 +148,6 @@ def test_the_cache_advice_needs_a_config_with_use_cache():
 # that returns the input itself, so the residual after the norm reads the norm's `to` node.
 
 
-def _decoder(kind: str) -> torch.nn.Module:
-    config = getattr(transformers, f"{kind}Config")(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        vocab_size=100,
-        max_position_embeddings=64,
-        pad_token_id=0,
-        bos_token_id=0,
-        eos_token_id=0,
-    )
-    config._attn_implementation = "eager"
-    torch.manual_seed(0)
-    return getattr(transformers, f"{kind}ForCausalLM")(config).eval()
-
-
 def _moved(norm: torch.nn.Module) -> torch.nn.Module:
     copied = copy.deepcopy(norm)
     with torch.no_grad():
@@ -175,7 +157,7 @@ def _moved(norm: torch.nn.Module) -> torch.nn.Module:
 
 @pytest.mark.parametrize("kind", ["Llama", "Qwen3", "Gemma2"])
 def test_every_rmsnorm_of_a_llama_family_decoder_swaps_as_eager(kind):
-    model = _decoder(kind)
+    model = hf_decoder(kind)
     ids, kwargs = torch.randint(0, 100, (1, 8)), {"use_cache": False}
     ep = gs.export(model, (ids,), kwargs)
     tree = gs.module_tree(ep)
@@ -215,7 +197,7 @@ class Rope(torch.nn.Module):
 
 @pytest.mark.parametrize("kind", ["Llama", "Qwen2"])
 def test_the_rotary_embedding_of_every_layer_is_replaced_as_the_patched_model_computes(kind):
-    model = _decoder(kind)
+    model = hf_decoder(kind)
     ids, kwargs = torch.randint(0, 100, (1, 8)), {"use_cache": False}
     module = importlib.import_module(type(model).__module__)
     s = gs.Surgery.from_model(model, (ids,), kwargs)

@@ -13,7 +13,7 @@ import time
 
 import pytest
 import torch
-from helpers.models import Shared
+from helpers.models import NoCausalMask, Shared
 from torch import nn
 
 import graphsurgeon as gs
@@ -24,20 +24,6 @@ from graphsurgeon.partition import call_index
 from graphsurgeon.swap import swap_info
 
 RTOL = ATOL = 1e-5
-
-
-class NoCausalMask(FusedAttention):
-    """FusedAttention that forgets ``is_causal``: wrong from its first token on."""
-
-    def forward(self, x):
-        batch, tokens, hidden = x.shape
-        q, k, v = (
-            self.qkv(x)
-            .view(batch, tokens, 3, self.heads, hidden // self.heads)
-            .permute(2, 0, 3, 1, 4)
-        )
-        out = nn.functional.scaled_dot_product_attention(q, k, v)
-        return self.o(out.transpose(1, 2).reshape(batch, tokens, hidden))
 
 
 @pytest.fixture(scope="module")

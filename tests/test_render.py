@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers.imports import import_graph
+from helpers.models import NoCausalMask
 from torch import nn
 
 import graphsurgeon as gs
@@ -1305,20 +1306,6 @@ def test_identical_layers_have_one_colour_and_stay_in_model_order(real_models):
 
 
 # -- overlays: values painted on the picture --------------------------------------------------
-
-
-class NoCausalMask(FusedAttention):
-    """FusedAttention that forgets ``is_causal``: wrong from its first token on."""
-
-    def forward(self, x):
-        batch, tokens, hidden = x.shape
-        q, k, v = (
-            self.qkv(x)
-            .view(batch, tokens, 3, self.heads, hidden // self.heads)
-            .permute(2, 0, 3, 1, 4)
-        )
-        out = nn.functional.scaled_dot_product_attention(q, k, v)
-        return self.o(out.transpose(1, 2).reshape(batch, tokens, hidden))
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ import pytest
 import torch
 import transformers
 from helpers.imports import MODULES, circles_but_surgery_widget, imports_of
-from helpers.models import Chain, Shared
+from helpers.models import Chain, Shared, hf_decoder
 from ipywidgets.widgets.tests.utils import setup_test_comm, teardown_test_comm
 from torch import nn
 
@@ -740,29 +740,10 @@ def test_the_compare_panel_on_meta_says_no_values_were_compared():
 # -- real models (Hugging Face, built from small configs): what stepping opens ------------------
 
 
-def _llama(layers: int) -> nn.Module:
-    config = transformers.LlamaConfig(
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        vocab_size=100,
-        max_position_embeddings=64,
-        pad_token_id=0,
-        bos_token_id=0,
-        eos_token_id=0,
-    )
-    config._attn_implementation = "eager"
-    torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(config).eval()
-
-
 @pytest.fixture(scope="module")
 def llama32():
     """A 32-layer Hugging Face Llama (hidden 32), exported once with every module preserved."""
-    model = _llama(32)
+    model = hf_decoder("Llama", 32)
     ids = torch.randint(0, 100, (1, 8))
     kwargs = {"use_cache": False}
     return model, ids, kwargs, gs.export(model, (ids,), kwargs)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from graphsurgeon.examples import FusedAttention
+
 
 #   x ──▶ first (Linear) ──▶ act (ReLU) ──▶ last (Linear) ──▶ out
 class Chain(nn.Module):
@@ -49,3 +51,40 @@ class TwoLinear(nn.Module):
 
     def forward(self, x):
         return self.b(torch.relu(self.a(x)))
+
+
+def hf_decoder(kind: str = "Llama", layers: int = 2) -> nn.Module:
+    """A Hugging Face decoder of family ``kind`` (``"Llama"``, ``"Mistral"``, ``"Qwen2"``...)
+    built from a small config, eager attention, seeded weights, in eval mode."""
+    import transformers
+
+    config = getattr(transformers, f"{kind}Config")(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        vocab_size=100,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    return getattr(transformers, f"{kind}ForCausalLM")(config).eval()
+
+
+class NoCausalMask(FusedAttention):
+    """FusedAttention that forgets ``is_causal``: wrong from its first token on."""
+
+    def forward(self, x):
+        batch, tokens, hidden = x.shape
+        q, k, v = (
+            self.qkv(x)
+            .view(batch, tokens, 3, self.heads, hidden // self.heads)
+            .permute(2, 0, 3, 1, 4)
+        )
+        out = nn.functional.scaled_dot_product_attention(q, k, v)  # forgets is_causal
+        return self.o(out.transpose(1, 2).reshape(batch, tokens, hidden))
