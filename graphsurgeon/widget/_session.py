@@ -1290,8 +1290,8 @@ class SurgerySession:
             nodes = [
                 picture[i].node for i in picture.inside(element_id) if picture[i].node is not None
             ]
-        graph = {n.name: n for n in self.surgery.program.graph.nodes}
-        return [n for n in nodes if n in graph and _meta.computes(graph[n])]
+        by_name = program_index(self.surgery.program).by_name
+        return [n for n in nodes if n in by_name and _meta.computes(by_name[n])]
 
     def set_region(self, nodes: Iterable[str]) -> None:
         """Make ``nodes`` (fx node names of the program, as the picture names them) the
