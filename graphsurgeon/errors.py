@@ -175,6 +175,16 @@ class StepError(GraphSurgeonError):
     """A stepper request that cannot be carried out (the message says what to do)."""
 
 
+class AlreadyRanError(StepError):
+    """A target the run has passed, or a run that has finished: only a run from the start
+    (``reset()``; the widget's Restart run) reaches it. ``what`` says which, without the
+    advice, for front ends that name their own way to start again."""
+
+    def __init__(self, what: str, again: str = "to run from the start"):
+        self.what, self.again = what, again
+        super().__init__(f"{what}; reset() {again}")
+
+
 class UnknownNodeError(UnknownNameError, StepError):
     """A node name the stepped graph does not have, or whose value is not available.
 

@@ -35,6 +35,7 @@ from ._exec import PrivateStateInterpreter, bind_inputs, clone_inputs, runnable_
 from ._meta import describe_value
 from ._program import as_program
 from .errors import (
+    AlreadyRanError,
     NodeError,
     StepError,
     UnknownModuleError,
@@ -1109,9 +1110,8 @@ class Stepper:
         self._check_not_done()
         position = self._layout.call_position[call]
         if position < self._pos:
-            raise StepError(
-                f"call {call!r} already ran (position {position}; the stepper is at "
-                f"{self._pos}); reset() to run from the start"
+            raise AlreadyRanError(
+                f"call {call!r} already ran (position {position}; the stepper is at {self._pos})"
             )
         reached = self._advance(position, "target")
         if self._frame is not None or self._pos != position:  # a breakpoint came first
@@ -1308,7 +1308,7 @@ class Stepper:
 
     def _check_not_done(self) -> None:
         if self._pos >= self._total:
-            raise StepError("the program has finished; reset() to run it again")
+            raise AlreadyRanError("the program has finished", "to run it again")
 
     def _common_depth(self) -> int:
         """How many module calls the last op run and ``current`` share (the frame we are in).
@@ -1336,9 +1336,8 @@ class Stepper:
     def _node_position(self, name: str) -> int:
         position = self._layout.position[self._node(name)]
         if position < self._pos:
-            raise StepError(
-                f"node {name!r} already ran (position {position}; the stepper is at {self._pos}); "
-                "reset() to run from the start"
+            raise AlreadyRanError(
+                f"node {name!r} already ran (position {position}; the stepper is at {self._pos})"
             )
         return position
 
@@ -1398,9 +1397,9 @@ class Stepper:
         starts = sorted(self._layout.entry(call) for call in self._calls_named(module))
         later = [s for s in starts if s >= self._pos]
         if not later:
-            raise StepError(
+            raise AlreadyRanError(
                 f"no call of {module!r} starts at or after the stepper's position {self._pos} "
-                f"(its calls start at {starts}); reset() to run from the start"
+                f"(its calls start at {starts})"
             )
         return later[0]
 

@@ -11,7 +11,12 @@ from torch import nn
 
 import graphsurgeon as gs
 from graphsurgeon import _meta
-from graphsurgeon.errors import GraphSurgeonError, UnknownModuleError, UnknownNameError
+from graphsurgeon.errors import (
+    AlreadyRanError,
+    GraphSurgeonError,
+    UnknownModuleError,
+    UnknownNameError,
+)
 from graphsurgeon.examples import FusedAttention
 from graphsurgeon.step import (
     Breakpoint,
@@ -239,10 +244,13 @@ def test_run_to_a_node_a_module_call_or_a_predicate():
     assert stepper.current.name == "tanh" and stepper.stack == ("mid",)
     stepper.run_to(node="mul")
     assert stepper.current.name == "mul"
-    with pytest.raises(StepError, match=r"already ran"):
+    with pytest.raises(AlreadyRanError, match=r"already ran .*; reset\(\) to run from the start"):
         stepper.run_to("tanh")
-    with pytest.raises(StepError, match=r"no call of 'mid' starts"):
+    with pytest.raises(AlreadyRanError, match=r"no call of 'mid' starts") as behind:
         stepper.run_to("mid")
+    assert (
+        behind.value.what.startswith("no call of 'mid' starts") and "reset" not in behind.value.what
+    )
 
 
 # -- breakpoints ----------------------------------------------------------------------------

@@ -1133,6 +1133,24 @@ def test_op_arguments_in_the_details_and_on_the_stepper_lines(gpt):
     assert "aten.matmul" in html_unescape(widget.stepper_html)
 
 
+def test_running_to_a_module_that_already_ran_names_the_restart_button(gpt):
+    widget, _, _ = gpt
+    widget.select("layers.1.attn").run_to_selection()
+    assert widget.error == {} and "layers.1.attn" in widget.stepper.stack, "precondition"
+    page_event(widget, event="select", value="layers.0.attn")
+    page_event(widget, event="button", name="run_to")
+    message = widget.error["message"]
+    assert widget.error["type"] == "WidgetError", widget.error
+    assert "no call of 'layers.0.attn' starts" in message and "press Restart run" in message
+    assert "reset()" not in message
+    page_event(widget, event="button", name="continue")
+    page_event(widget, event="button", name="step")  # the run is over
+    assert "press Restart run to run it again" in widget.error["message"]
+    page_event(widget, event="button", name="restart")
+    page_event(widget, event="button", name="run_to")
+    assert widget.error == {} and "layers.0.attn" in widget.stepper.stack
+
+
 def test_stepping_into_a_swapped_call_draws_its_replacement_beside_the_original(gpt):
     widget, model, tokens = gpt
     widget.swap(FusedAttention(model.layers[1].attn), name="layers.1.attn")

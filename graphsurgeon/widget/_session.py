@@ -54,6 +54,7 @@ from .._meta import split_call_name
 from ..compare import Comparison
 from ..drawing import draw
 from ..errors import (
+    AlreadyRanError,
     GraphSurgeonError,
     UnknownModuleError,
     UnknownNameError,
@@ -1432,9 +1433,14 @@ class SurgerySession:
     def _move(self, move: Callable[[Stepper], StepResult], verb: str) -> StepResult:
         stepper = self._ensure_stepper()
         if stepper.done:
-            raise WidgetError(f"{verb}: the program has finished; press restart to run it again")
+            raise WidgetError(
+                f"{verb}: the program has finished; press Restart run to run it again"
+            )
         self._busy(f"{verb}…")
-        result = move(stepper)
+        try:
+            result = move(stepper)
+        except AlreadyRanError as error:  # the stepper's advice is code; here it is a button
+            raise WidgetError(f"{verb}: {error.what}; press Restart run {error.again}") from None
         if (
             result.reason in ("step", "target")
             and not stepper.done
