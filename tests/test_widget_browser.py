@@ -268,6 +268,33 @@ def test_a_double_click_opens_a_module_and_errors_show_in_the_widget(page):
     assert in_kernel(page, "w.error['type']") == "WidgetError"
 
 
+def test_going_back_to_a_picture_puts_its_elements_back_with_todays_marks(page):
+    widget = page.locator(".gs-widget").first
+    kernel_run(page, "w.show('program'); w.collapse('layers.0'); w.select('layers.0')")
+    page.wait_for_selector('.gs-widget [id="module:layers.0"].gs-selected')
+    page.evaluate(f"() => {{ window.__gsShown = {nth(TINY)}.querySelector('.gs-viewport svg'); }}")
+    widget.locator('[id="module:layers.0"]').dblclick()
+    page.wait_for_selector('.gs-widget [id="cluster:layers.0"]')
+    kernel_run(page, "w.select('layers.1.mlp')")
+    page.wait_for_selector('.gs-widget [id="module:layers.1.mlp"].gs-selected')
+    kernel_run(page, "w.collapse('layers.0')")
+    page.wait_for_selector('.gs-widget [id="module:layers.0"]')
+    shown = page.evaluate(
+        f"""() => {{
+            const root = {nth(TINY)}, svg = root.querySelector('.gs-viewport svg');
+            return {{
+                same: svg === window.__gsShown,
+                selected: [...svg.querySelectorAll('.gs-selected')].map(e => e.id),
+                inViewport: root.querySelectorAll('.gs-viewport svg').length,
+            }};
+        }}"""
+    )
+    assert shown["inViewport"] == 1
+    assert shown["same"], "the picture shown before the expand is put back, not parsed again"
+    # the marks are the kernel's of now: layers.1.mlp selected, layers.0 (selected then) not
+    assert shown["selected"] == ["module:layers.1.mlp"]
+
+
 def test_names_that_are_markup_are_shown_as_text_and_run_nothing(page):
     named = page.locator(".gs-widget").nth(NAMED)
     named.locator('[data-gs-module="blocks.<img src=x onerror=alert(1)>"] code').click()

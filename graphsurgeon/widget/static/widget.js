@@ -326,8 +326,31 @@ function render({ model, el }) {
   }
 
   // -- traits -> page --
+  // The last pictures shown, parsed, by their text: going back to one (a collapse after an
+  // expand, undo, the view menu) puts its elements back instead of parsing the text again.
+  // The marks live in `marked`, so a picture put away is cleared by the next mark().
+  const parsed = new Map();
+  const KEPT_PICTURES = 4, KEPT_TEXT = 8e6; // pictures, and characters of SVG text in all
+  let shownText = null;
+  function putAway() {
+    if (shownText === null) return;
+    parsed.delete(shownText);
+    parsed.set(shownText, [...viewport.childNodes].filter((n) => !(n.classList && n.classList.contains("gs-band"))));
+    let size = 0;
+    for (const text of parsed.keys()) size += text.length;
+    for (const text of parsed.keys()) {
+      if (parsed.size <= KEPT_PICTURES && size <= KEPT_TEXT) break;
+      parsed.delete(text); size -= text.length;
+    }
+  }
   function showSvg() {
-    viewport.innerHTML = model.get("svg");
+    const text = model.get("svg") || "";
+    if (text === shownText) return;
+    putAway();
+    const kept = parsed.get(text);
+    if (kept) { parsed.delete(text); viewport.replaceChildren(...kept); }
+    else viewport.innerHTML = text;
+    shownText = text;
     const svg = svgOf();
     natural = svg ? parseFloat(svg.getAttribute("width")) || svg.getBoundingClientRect().width : 0;
     applyScale();
@@ -432,6 +455,8 @@ function render({ model, el }) {
     }
   }
   // an action is enabled when one of its traits holds (none listed: always)
+  // every button of an action, found once (the page makes its buttons once, from `actions`)
+  const actionButtons = actions.map((a) => [a, [...root.querySelectorAll(`[data-gs-button="${a.name}"]`)]]);
   const enabled = (a) => a.enabled_by.length === 0 || a.enabled_by.some((trait) => !!model.get(trait));
   function showState() {
     views.value = model.get("view");
@@ -442,9 +467,9 @@ function render({ model, el }) {
     busy.textContent = model.get("busy");
     root.classList.toggle("gs-is-busy", !!model.get("busy"));
     nan.checked = !!model.get("break_on_nan");
-    for (const a of actions) {
+    for (const [a, found] of actionButtons) {
       const on = enabled(a);
-      for (const b of root.querySelectorAll(`[data-gs-button="${a.name}"]`)) b.disabled = !on;
+      for (const b of found) b.disabled = !on;
     }
     picker.disabled = expression.disabled = !model.get("selected");
     copyName.disabled = !model.get("selected") && !model.get("selected_node");
