@@ -456,11 +456,22 @@ class CallIndex:
         interned: dict[tuple[str, ...], tuple[str, ...]] = {}
         chains: dict[str, tuple[str, ...]] = {}
         pending: list[Node] = []  # placed by their users, once those are settled
+        # thousands of nodes record a few hundred distinct stacks: each is read once
+        read: dict[tuple, tuple[str, ...]] = {}
         for node in nodes:
             stack = node.meta.get("nn_module_stack")
             if stack:
-                chain = self._chain(stack)
-                chains[node.name] = interned.setdefault(chain, chain)
+                try:
+                    recorded: tuple | None = tuple(stack.items())
+                    chain = read.get(recorded)  # type: ignore[arg-type]
+                except TypeError:  # an entry that cannot be hashed: read this stack itself
+                    recorded, chain = None, None
+                if chain is None:
+                    chain = self._chain(stack)
+                    chain = interned.setdefault(chain, chain)
+                    if recorded is not None:
+                        read[recorded] = chain
+                chains[node.name] = chain
             elif node.op == "output" or (node.op == "placeholder" and node.name not in state):
                 chains[node.name] = ()
             elif node.op == "call_module" and isinstance(node.target, str):
@@ -483,20 +494,18 @@ class CallIndex:
 
     def _chain(self, stack: Mapping) -> tuple[str, ...]:
         names: list[str] = []
+        entries = self._entries
         for key, value in stack.items():
             if not isinstance(value, tuple) or not value:
                 continue
             path = value[0]
-            if not isinstance(path, str):
+            if not isinstance(path, str) or path == _meta.EMPTY_STACK_KEY:
                 continue
             if path == "":
                 if not self.root_type:
                     self.root_type = _type_text(value[1]) if len(value) > 1 else ""
                 continue
-            if path == _meta.EMPTY_STACK_KEY:
-                continue
-            fqn, index = self._entries[(str(key), path)]
-            name = call_name(fqn, index)
+            fqn, index, name = entries[(str(key), path)]
             if name in names:
                 continue
             if name not in self.calls:
@@ -522,9 +531,9 @@ class CallIndex:
 _ID_KEY = re.compile(r"\d+(?:@\d+)?")
 
 
-def _number_calls(nodes: list[Node]) -> dict[tuple[str, str], tuple[str, int]]:
+def _number_calls(nodes: list[Node]) -> dict[tuple[str, str], tuple[str, int, str]]:
     """The module call each ``nn_module_stack`` entry of ``nodes`` records: ``(key, path)`` ->
-    ``(fqn, call index)``, numbered as torch's non-strict export numbers them.
+    ``(fqn, call index, call name)``, numbered as torch's non-strict export numbers them.
 
     Both exports write ``@k`` on the key of the k-th repeated call, but the strict one counts the
     calls of each *spelling* of the path (``layers.1`` and ``getattr(L['self'].layers, '1')`` are
@@ -533,8 +542,19 @@ def _number_calls(nodes: list[Node]) -> dict[tuple[str, str], tuple[str, int]]:
     several, its calls are numbered again in the order the graph first reaches them, which is
     the order they ran in."""
     seen: dict[tuple[str, str], tuple[str, str, int]] = {}  # in order of first appearance
+    stacks: set[tuple] = set()  # thousands of nodes record a few hundred distinct stacks
     for node in nodes:
-        for key, value in (node.meta.get("nn_module_stack") or {}).items():
+        stack = node.meta.get("nn_module_stack")
+        if not stack:
+            continue
+        try:
+            recorded = tuple(stack.items())
+            if recorded in stacks:
+                continue
+            stacks.add(recorded)
+        except TypeError:  # an entry that cannot be hashed: read this stack itself
+            pass
+        for key, value in stack.items():
             if isinstance(value, tuple) and value and isinstance(value[0], str):
                 entry = (str(key), value[0])
                 if entry not in seen:
@@ -542,13 +562,13 @@ def _number_calls(nodes: list[Node]) -> dict[tuple[str, str], tuple[str, int]]:
     spellings: dict[str, set[str]] = {}
     for fqn, spelling, _ in seen.values():
         spellings.setdefault(fqn, set()).add(spelling)
-    numbered: dict[tuple[str, str], tuple[str, int]] = {}
+    numbered: dict[tuple[str, str], tuple[str, int, str]] = {}
     ranks: dict[str, dict[tuple[str, int], int]] = {}
     for entry, (fqn, spelling, k) in seen.items():
         if len(spellings[fqn]) > 1:
             rank = ranks.setdefault(fqn, {})
             k = rank.setdefault((spelling, k), len(rank))
-        numbered[entry] = (fqn, k)
+        numbered[entry] = (fqn, k, call_name(fqn, k))
     return numbered
 
 
