@@ -33,12 +33,16 @@ def test_a_graph_edited_in_place_is_read_the_same_stale_way_until_forgotten():
     model, x, ep = _program()
     before = runnable_original(ep)
     index = program_index(ep)
+    picture = gs.to_dot(ep, collapse=None)
+    assert "aten.relu" in picture and "aten.sigmoid" not in picture
     relu = next(n for n in ep.graph.nodes if n.target is torch.ops.aten.relu.default)
     relu.target = torch.ops.aten.sigmoid.default  # same nodes, same count: the rule cannot see it
     assert runnable_original(ep) is before and program_index(ep) is index  # all stale, together
     gs.forget(ep)
     after = runnable_original(ep)
     assert after is not before and program_index(ep) is not index  # all fresh, together
+    picture = gs.to_dot(ep, collapse=None)
+    assert "aten.sigmoid" in picture and "aten.relu" not in picture, "the picture is read again"
     with torch.no_grad():
         assert torch.allclose(after(x), torch.sigmoid(model[0](x)))
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers.imports import import_graph
-from helpers.models import NoCausalMask
+from helpers.models import NoCausalMask, hf_decoder
 from torch import nn
 
 import graphsurgeon as gs
@@ -251,6 +251,49 @@ def test_auto_keeps_a_32_layer_decoder_within_budget_and_opens_whole_groups():
     assert graph_view(ep, max_nodes=100).drawn_nodes <= 100
     highlighted = graph_view(ep, highlight="layers.7.attn")
     assert "layers.7.attn" in highlighted.clusters and "layers.7.attn" not in highlighted.collapsed
+
+
+@pytest.mark.parametrize(
+    "what", ["attention", "layer", "fused layer", "fused attention", "three", "llama attention"]
+)
+def test_a_results_pictures_lay_out_the_layers_as_its_own_would(what, monkeypatch):
+    # A swap or fuse result is given its original's layer stacks (worked out once per
+    # original): every picture of it must be what working them out on the result gives.
+    if what.startswith("llama"):
+        model = hf_decoder("Llama", 12)
+        ids = torch.randint(0, 100, (1, 8))
+        ep = gs.export(model, (ids,), {"use_cache": False})
+        s = gs.Surgery(ep)
+        s.swap("model.layers.4.self_attn", model.model.layers[4].self_attn)
+    else:
+        model = TinyGPT(12).eval()
+        preserve = [f"layers.{i}" for i in range(12)] + [f"layers.{i}.attn" for i in range(12)]
+        ep = gs.export(model, (model.example_input(),), preserve=preserve)
+        s = gs.Surgery(ep)
+        if what == "attention":
+            s.swap("layers.4.attn", FusedAttention(model.layers[4].attn))
+        elif what == "layer":
+            s.swap("layers.4", model.layers[4])
+        elif what == "fused layer":
+            s.fuse("layers.4")
+        elif what == "fused attention":
+            s.fuse("layers.4.attn")
+        else:
+            for i in (0, 5, 11):
+                s.swap(f"layers.{i}.attn", FusedAttention(model.layers[i].attn))
+    views = [{}, {"collapse": 1}, {"max_nodes": 10}]
+    if not what.startswith("fused"):  # a diff compares swaps
+        views += [{"diff": "merged"}, {"diff": "split"}, {"diff": "merged", "max_nodes": 10}]
+    given = [to_dot(s, **view) for view in views]
+    given_stacks = [graph_view(s, **view).clusters for view in views]
+    monkeypatch.setattr(render._scene, "_stacks_of_original", lambda *args: None)
+    gs.forget(s.module)
+    gs.forget(s.program)
+    assert given == [to_dot(s, **view) for view in views]
+    assert given_stacks == [graph_view(s, **view).clusters for view in views]
+    assert any("modules:" in text for text in given) or what.startswith("llama"), (
+        "precondition: a run of layers is drawn as one box somewhere"
+    )
 
 
 # x ──▶ lin ──▶ lin@1 (the same Linear, twice) ──▶ split ──[1]──▶ cat ◀──[0]── split

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import copy
 import operator
-import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +29,7 @@ from torch.export import ExportedProgram
 from torch.fx import Graph, GraphModule, Node
 
 from .. import _meta
+from .._derived import cached
 from .._program import as_program
 from ..errors import RenderError, UnknownModuleError
 from ..partition import call_index, program_index, split_call_name
@@ -281,23 +281,19 @@ def _index_path(node: Node) -> str:
     return f"[{key!r}]" if isinstance(key, str) else f"[{key}]"
 
 
-# Analyses of graphs drawn in this process, without keeping the graphs alive.
-_ANALYSES: weakref.WeakKeyDictionary[Graph, _Analysis] = weakref.WeakKeyDictionary()
-
-
 def _analysis(
     program: ExportedProgram | GraphModule,
     state: Mapping[str, tuple[str, str]],
     more_users: Mapping[str, int] | None = None,
 ) -> _Analysis:
-    graph = program.graph
-    cached = _ANALYSES.get(graph)
-    if cached is not None and cached.size == len(graph.nodes):
-        return cached
-    root = program.graph_module if isinstance(program, ExportedProgram) else program
-    analysis = _Analysis(graph, state, root, call_index(program), more_users)
-    _ANALYSES[graph] = analysis
-    return analysis
+    """The analysis of ``program``'s graph, kept in the program's one record
+    (:mod:`graphsurgeon._derived`: ``gs.forget`` drops it with everything else)."""
+
+    def make() -> _Analysis:
+        root = program.graph_module if isinstance(program, ExportedProgram) else program
+        return _Analysis(program.graph, state, root, call_index(program), more_users)
+
+    return cached(program, "render analysis", make)
 
 
 def _state(ep: ExportedProgram) -> dict[str, tuple[str, str]]:
@@ -899,6 +895,8 @@ def _pictures(
         drawn = after or before
         cache = drawn.scenes.setdefault((show_parameters, show_checks), {})
         scene = _Scene(drawn.vertices, before.calls, {}, show_parameters, None, show_checks, cache)
+        if after is not None and not _has_regions(source):
+            _stacks_of_original(scene, before, show_parameters, show_checks)
         return scene, [(scene, "", [])]
     # In a diff the swapped box is drawn inside its module's boundary, in both pictures.
     boundary_chains = {
@@ -916,6 +914,8 @@ def _pictures(
                     merged_chains[node] = (*before.by_name[node].chain, name)
     vertices, removed, removed_edges, aliases = _merge_programs(before, after, source)
     merged = _Scene(vertices, calls, merged_chains, show_parameters, aliases, show_checks)
+    if not regions:
+        _stacks_of_original(merged, before, show_parameters, show_checks)
     marks.boundaries = set(source.swapped)
     marks.status = dict.fromkeys(removed, "removed")
     marks.status.update(
@@ -937,6 +937,36 @@ def _pictures(
             [],
         ),
     ]
+
+
+def _has_regions(source: _Program) -> bool:
+    return bool(source.info is not None and source.info.regions)
+
+
+def _stacks_of_original(
+    scene: _Scene, before: _Analysis, show_parameters: bool, show_checks: bool
+) -> None:
+    """Give ``scene``, a picture of a swap or fuse result of the program ``before`` analyses,
+    the original's layer stacks (made once per original, with its pictures), when every call
+    in them is drawn in ``scene``.
+
+    Why they hold: a swap or a fuse replaces what happens inside one call and keeps what the
+    call reads and what reads its results, so which sibling calls feed the next, and which
+    runs of them are drawn as one box without a cycle, is the original's. A call the result no
+    longer draws (inside a swapped module, or a swapped layer drawn as its box) makes the
+    scene find its own. Regions of ops (``Surgery.replace``) add calls: they are not given."""
+    if "stacks" in scene._cache:
+        return
+    cache = before.scenes.setdefault((show_parameters, show_checks), {})
+    if "stacks" not in cache:
+        original = _Scene(
+            before.vertices, before.calls, {}, show_parameters, None, show_checks, cache
+        )
+        original.stacks()
+    stacks = cache["stacks"]
+    present = set(scene.present)
+    if all(name in present for run in stacks for name in run):
+        scene._cache["stacks"] = stacks
 
 
 def _region_calls(
