@@ -791,6 +791,27 @@ def test_run_to_a_layers_attention_draws_at_most_that_layer_more(llama32):
     assert len(sent(widget, "svg")) == layouts
 
 
+def test_stepping_through_a_layer_lays_it_out_once_as_the_run_enters_it(llama32):
+    widget = widget_of(llama32)
+    session = widget.session
+    layer = "model.layers.5"
+    inside = set(session.partitions[layer].nodes)
+    widget.select(layer + ".input_layernorm").run_to_selection()
+    assert widget.stepper.current.name in inside, "precondition: the run is at the layer's start"
+    assert widget.current in svg_ids(widget.svg)
+    layouts, calls = len(sent(widget, "svg")), set()
+    while widget.stepper.current.name in inside:
+        assert len(sent(widget, "svg")) == layouts, (
+            "the layer was laid out whole as the run entered"
+        )
+        calls.add(session.chain_of_node(widget.stepper.current.name)[-1])
+        assert widget.current == f"node:{widget.stepper.current.name}"
+        assert widget.current in svg_ids(widget.svg), "each stop is a drawn node"
+        widget.step()
+    assert {layer + ".self_attn", layer + ".mlp"} <= calls, "through norm, attention and MLP"
+    assert len(sent(widget, "svg")) == layouts + 1, "the next layer: one layout"
+
+
 def test_stepping_keeps_the_users_view_and_closes_what_it_opened(llama32):
     widget = widget_of(llama32)
     session = widget.session

@@ -1619,7 +1619,9 @@ class SurgerySession:
                 break
             more = {element.id} if element.kind == "ops" else set()
             if element.kind == "box":
-                more |= {layer} if layer else set()
+                # the whole layer at once: one layout as the run enters it, none as it goes
+                # from the layer's norm into its attention and on into its MLP
+                more |= self._calls_within(layer) if layer else set()
                 more |= {stack[-1]} if stack else set()
                 if len(element.calls) == 1 and not stack:
                     more.add(element.calls[0])
@@ -1629,6 +1631,18 @@ class SurgerySession:
         if not wanted:
             self._reveal.pop("stepper", None)
         self._mark_current()
+
+    def _calls_within(self, call: str) -> set[str]:
+        """``call`` and every call inside it, in the program drawn."""
+        calls = call_index(self.drawn_program()).calls
+        within = set()
+        for name, info in calls.items():
+            parent = info.parent
+            while name != call and parent and parent != call:
+                parent = calls[parent].parent if parent in calls else ""
+            if name == call or parent == call:
+                within.add(name)
+        return within
 
     def _mark_current(self) -> None:
         current = self._current_element()
