@@ -30,6 +30,7 @@ import torch
 
 import graphsurgeon as gs
 import graphsurgeon.render as render
+from graphsurgeon import _derived
 from graphsurgeon.examples import LlamaLike, TinyGPT
 from graphsurgeon.render import _scene, graphviz
 
@@ -67,7 +68,8 @@ def cold(function: Callable[[], object]) -> Callable[[], object]:
     """Run ``function`` with graphsurgeon's caches emptied: every run analyses and lays out anew."""
 
     def run() -> object:
-        _scene._ANALYSES.clear()
+        for record in list(_derived._RECORDS.values()):  # every program's picture analysis
+            record.values.pop(_scene.ANALYSIS_KEY, None)
         graphviz._LAYOUTS.clear()
         return function()
 

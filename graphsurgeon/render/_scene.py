@@ -281,6 +281,10 @@ def _index_path(node: Node) -> str:
     return f"[{key!r}]" if isinstance(key, str) else f"[{key}]"
 
 
+#: The key of a picture's analysis in its program's record (see :mod:`graphsurgeon._derived`).
+ANALYSIS_KEY = "render analysis"
+
+
 def _analysis(
     program: ExportedProgram | GraphModule,
     state: Mapping[str, tuple[str, str]],
@@ -293,7 +297,7 @@ def _analysis(
         root = program.graph_module if isinstance(program, ExportedProgram) else program
         return _Analysis(program.graph, state, root, call_index(program), more_users)
 
-    return cached(program, "render analysis", make)
+    return cached(program, ANALYSIS_KEY, make)
 
 
 def _state(ep: ExportedProgram) -> dict[str, tuple[str, str]]:
