@@ -1590,9 +1590,9 @@ class SurgerySession:
         return None
 
     def _reveal_current(self) -> None:
-        """The stepper's node hidden in a box: open the call it is in, at most its layer;
-        close again what was opened for calls the stepper has left. The user's own view is
-        kept as it is."""
+        """The stepper's node hidden in a box: open its layer whole (one layout as the run
+        enters it), or outside a layer the call it is in; close again what was opened for
+        calls the stepper has left. The user's own view is kept as it is."""
         node = self._outer_node()
         before = self._reveal.get("stepper", frozenset())
         if node is None:
