@@ -177,13 +177,18 @@ class _Analysis:
         self.through: dict[str, tuple[str, str]] = {}
         through = self.through
         chains = index.chains
+        # nodes per chain (the index shares one tuple among a chain's nodes), then per call
+        counted: dict[int, list] = {}
         for node in graph.nodes:
             kind = _kind(node, state, root)
             kinds[node.name] = kind
             chain = chains[node.name]
             if node.op not in ("placeholder", "output", "get_attr"):
-                for name in chain:
-                    self.calls[name].nodes += 1
+                count = counted.get(id(chain))
+                if count is None:
+                    counted[id(chain)] = [chain, 1]
+                else:
+                    count[1] += 1
             if kind == _THROUGH:
                 source, path = node.args[0].name, _index_path(node)
                 while source in through:
@@ -220,6 +225,9 @@ class _Analysis:
                 vertex.inputs.append((source, path))
             self.vertices.append(vertex)
             self.by_name[vertex.name] = vertex
+        for chain, count in counted.values():
+            for name in chain:
+                self.calls[name].nodes += count
 
     def resolve(self, name: str) -> tuple[str, str]:
         """The vertex a value is drawn from, and the index path taken from it."""
@@ -616,20 +624,30 @@ class _Scene:
             return
         vertices = self.vertices
         positions = {v.name: i for i, v in enumerate(vertices)}
-        inside: dict[str, list[int]] = {}
         users: list[list[int]] = [[] for _ in vertices]
         aliases, chains = self.aliases, self.chains
+        # the vertices of each chain first (a few hundred chains, shared by the call index),
+        # then of each call: the order inside a call does not matter to the readers
+        by_chain: dict[int, tuple[tuple[str, ...], list[int]]] = {}
         for i, vertex in enumerate(vertices):
-            for name in chains.get(vertex.name, vertex.chain):
-                found = inside.get(name)
-                if found is None:
-                    inside[name] = [i]
-                else:
-                    found.append(i)
+            chain = chains.get(vertex.name, vertex.chain) if chains else vertex.chain
+            found = by_chain.get(id(chain))
+            if found is None:
+                by_chain[id(chain)] = (chain, [i])
+            else:
+                found[1].append(i)
             for source, _ in vertex.inputs:
                 j = positions.get(aliases.get(source, source)) if aliases else positions.get(source)
                 if j is not None and j != i:
                     users[j].append(i)
+        inside: dict[str, list[int]] = {}
+        for chain, members in by_chain.values():
+            for name in chain:
+                found = inside.get(name)
+                if found is None:
+                    inside[name] = list(members)
+                else:
+                    found.extend(members)
         self._positions, self._inside, self._users = positions, inside, users
         self._cache["index"] = (positions, inside, users)
 
