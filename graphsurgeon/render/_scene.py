@@ -159,7 +159,6 @@ class _Analysis:
         index,
         more_users: Mapping[str, int] | None = None,
     ):
-        self.size = len(graph.nodes)
         self.root_type = index.root_type  # the model's qualified type
         self.vertices: list[_Vertex] = []
         self.by_name: dict[str, _Vertex] = {}

@@ -454,9 +454,9 @@ function render({ model, el }) {
       if (box.top < view.top || box.bottom > view.bottom) list.scrollTop += box.top - view.top - view.height / 3;
     }
   }
-  // an action is enabled when one of its traits holds (none listed: always)
   // every button of an action, found once (the page makes its buttons once, from `actions`)
   const actionButtons = actions.map((a) => [a, [...root.querySelectorAll(`[data-gs-button="${a.name}"]`)]]);
+  // an action is enabled when one of its traits holds (none listed: always)
   const enabled = (a) => a.enabled_by.length === 0 || a.enabled_by.some((trait) => !!model.get(trait));
   function showState() {
     views.value = model.get("view");
