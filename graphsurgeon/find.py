@@ -625,9 +625,31 @@ def _input_names(pattern: Callable, args: tuple, kwargs: dict) -> list[str]:
 
 def _pattern_name(pattern: Any) -> str:
     if isinstance(pattern, torch.nn.Module):
-        return type(pattern).__name__
+        return _function_it_stands_for(type(pattern)) or type(pattern).__name__
     function = getattr(pattern, "func", pattern)  # functools.partial
     return getattr(function, "__name__", None) or type(pattern).__name__
+
+
+def _function_it_stands_for(cls: type) -> str | None:
+    """The name of the one function a module class made inside a function runs: Hugging
+    Face's hub kernels turn ``apply_rotary_pos_emb`` into an instance of such a class, named
+    ``Func``, whose forward calls the function it closes over."""
+    if "<locals>" not in cls.__qualname__:
+        return None
+    forward = cls.__dict__.get("forward")
+    cells = zip(
+        getattr(getattr(forward, "__code__", None), "co_freevars", ()),
+        getattr(forward, "__closure__", None) or (),
+    )
+    functions = []
+    for _, cell in cells:
+        try:
+            value = cell.cell_contents
+        except ValueError:  # a cell not filled yet
+            continue
+        if inspect.isfunction(value):
+            functions.append(value.__name__)
+    return functions[0] if len(functions) == 1 else None
 
 
 @contextlib.contextmanager

@@ -362,7 +362,7 @@ class Surgery:
 
         found = find(self.program, pattern, example_args, example_kwargs)
         chosen = _chosen_matches(found, matches)
-        label = getattr(pattern, "__name__", None) or type(pattern).__name__
+        label = found.pattern  # the pattern's name, as find decides it
         if not chosen:
             near = "; ".join(f"{m.call or '(top)'}: {m.reason}" for m in found.near_misses[:3])
             raise SurgeryError(

@@ -89,6 +89,33 @@ def test_a_repeated_pattern_is_found_in_every_module_that_computes_it():
         assert {calls.call_of(n) for n in match.nodes} == {match.call}
 
 
+def _as_hub_kernel(function):
+    """A function wrapped as Hugging Face's hub kernels wrap ``apply_rotary_pos_emb`` (from
+    transformers 5 with the ``kernels`` package): an instance of a module class made inside a
+    function, named ``Func``, whose forward calls the function it closes over."""
+
+    def make():
+        class Func(nn.Module):
+            def forward(self, *args):
+                return function(*args)
+
+        return Func()
+
+    return make()
+
+
+def test_a_function_wrapped_as_a_hub_kernel_module_is_named_by_the_function():
+    model = Blocks(2)
+    ep = gs.export(model, (torch.randn(2, 6),))
+    wrapped = _as_hub_kernel(swish)
+    assert type(wrapped).__name__ == "Func", "precondition: the module's own name says nothing"
+    found = find(ep, wrapped, (torch.randn(3, 4),))
+    assert found.pattern == "swish" and len(found) == 2
+    s = gs.Surgery(ep).replace(wrapped, nn.SiLU(), (torch.randn(3, 4),))
+    assert list(s.replacements) == ["swish:blocks.0.act", "swish:blocks.1.act"]
+    assert s.history[-1].name == "swish (2 matches)"
+
+
 def test_operands_either_way_round_match_and_an_input_used_twice_must_be_one_value():
     class Model(nn.Module):
         def forward(self, x, y):
