@@ -19,6 +19,7 @@ Only names are kept (never fx nodes): the cache of analyses must not keep progra
 from __future__ import annotations
 
 import copy
+import functools
 import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -259,10 +260,21 @@ def _kind(node: Node, state: Mapping[str, tuple[str, str]], root: Any) -> str:
         target = node.target
         if target is operator.getitem and bool(node.args) and isinstance(node.args[0], Node):
             return _THROUGH  # a program's own getitem (the parts of a split): its edge
-        if getattr(target, "__module__", "").startswith("torch.utils._pytree"):
-            return _GLUE
-        if isinstance(target, torch._ops.OpOverload) and _is_check(target):
-            return _CHECK
+        try:
+            return _target_kind(target)
+        except TypeError:  # an unhashable callable
+            return _target_kind.__wrapped__(target)
+    return _OP
+
+
+# decided once per function: a graph calls few of them, each many times
+@functools.lru_cache(maxsize=1024)
+def _target_kind(target: Any) -> str:
+    """What a called function is drawn as: pytree glue, a run-time check, or an op."""
+    if getattr(target, "__module__", "").startswith("torch.utils._pytree"):
+        return _GLUE
+    if isinstance(target, torch._ops.OpOverload) and _is_check(target):
+        return _CHECK
     return _OP
 
 
@@ -545,6 +557,7 @@ class _Scene:
         chains = self.chains
         candidates: list[tuple[_Vertex, str]] = []  # (vertex, the call it sits in)
         kinds = (_OP, _GLUE)
+        children = self.children
         for vertex in self.vertices:
             if vertex.kind not in kinds:
                 continue
@@ -552,19 +565,20 @@ class _Scene:
                 if source not in foldable:
                     break
             else:
-                foldable.add(vertex.name)
                 chain = chains.get(vertex.name, vertex.chain)
-                candidates.append((vertex, chain[-1] if chain else ""))
+                owner = chain[-1] if chain else ""
+                # a module with no submodule drawn is its own box already (rotary tables): its
+                # ops are never folded, and neither is what reads them (taken out here, not by
+                # a round of the loop below for each call they pass through)
+                if owner and not children[owner]:
+                    continue
+                foldable.add(vertex.name)
+                candidates.append((vertex, owner))
         while True:
             by_owner: dict[str, list[str]] = {}
             for vertex, owner in candidates:
                 by_owner.setdefault(owner, []).append(vertex.name)
-            settled = {
-                owner
-                for owner, names in by_owner.items()
-                # a module with no submodule drawn is its own box already (rotary tables)
-                if len(names) >= MIN_OWN_OPS and (owner == "" or self.children[owner])
-            }
+            settled = {owner for owner, names in by_owner.items() if len(names) >= MIN_OWN_OPS}
             if settled == set(by_owner):
                 break
             # the ops of the calls left out are drawn as they are: what reads them is not
