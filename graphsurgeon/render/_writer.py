@@ -306,7 +306,9 @@ class _Writer:
         )
         local = id_text(vertex.name)  # an fx name: itself
         label, tooltip = self._text(vertex)
-        label = _lines(label, self._sharing(self.prefix + local))
+        sharing = self._sharing(self.prefix + local)
+        if sharing:
+            label = f"{label}\n{sharing}"
         classes = [kind]
         style = []
         color = None
@@ -373,10 +375,16 @@ class _Writer:
             target = self.context.targets.get(vertex.name, vertex.name)
             label = _lines(shown(target), value)
             return label, _lines(f"{node.name}: {kind} {shown(target, TOOLTIP_NAME_LIMIT)}", value)
-        label = _lines(_meta.op_text(node), value)
+        # (written out rather than by _lines: this runs for every node of a picture)
+        label = _meta.op_text(node)
+        tooltip = f"{node.name} = {_meta.op_text(node, 'full')}"
         # the op, and the arguments the picture's edges cannot show (scale, dims, a mask)
         arguments = _meta.arguments_text(node, state=self.context.targets)
-        tooltip = _lines(f"{node.name} = {_meta.op_text(node, 'full')}", arguments, value)
+        if arguments:
+            tooltip += "\n" + arguments
+        if value:
+            label += "\n" + value
+            tooltip += "\n" + value
         folded = vertex.params + vertex.buffers
         if folded and not self.scene.show_parameters:
             targets = [self.context.targets.get(p, p) for p in folded]
@@ -387,7 +395,8 @@ class _Writer:
                 described = _value(state, self.context.dims) if state is not None else ""
                 what = "parameter" if i < len(vertex.params) else "buffer"
                 tooltip += f"\n{what} {shown(target, TOOLTIP_NAME_LIMIT)} {described}".rstrip()
-        return label, _lines(tooltip, _meta.source_text(node))
+        source = _meta.source_text(node)
+        return label, f"{tooltip}\n{source}" if source else tooltip
 
     def _swapped_text(self, vertex: _Vertex) -> tuple[str, str]:
         call = vertex.swap_call

@@ -550,11 +550,14 @@ def quote(text: str) -> str:
         >>> print(quote('say "hi"\nto \\N'))
         "say \"hi\"\nto \\N"
     """
-    # str.isprintable() is the quick test that nearly every text passes; it is stricter than
-    # label_text's pattern (False for U+2028, say), which decides when it fails
-    if not text.isprintable() and not text.replace("\n", " ").isprintable():
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    # str.isprintable() is the quick test that nearly every text passes (escaped, a text has
+    # no line breaks left: one test); it is stricter than label_text's pattern (False for
+    # U+2028, say), which decides when it fails
+    if not escaped.isprintable():
         text = label_text(text)
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+        escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'
 
 
 def _tooltip(text: str) -> str:
@@ -600,31 +603,59 @@ _HIGHLIGHT_STYLE = [("color", quote(_HIGHLIGHT)), ("penwidth", "2.5")]
 def _dot_name(element_id: str) -> str:
     """A node's name in the DOT text: ``before/node:linear`` -> ``before/linear``; a box's id
     is its name."""
-    for prefix in ("", "before/", "after/"):
-        if element_id.startswith(prefix + "node:"):
-            return prefix + element_id[len(prefix) + 5 :]
+    for prefix, marker in _NODE_MARKERS:
+        if element_id.startswith(marker):
+            return prefix + element_id[len(marker) :]
     return element_id
 
 
+_NODE_MARKERS = tuple((prefix, prefix + "node:") for prefix in ("", "before/", "after/"))
+
+
 def _merge(attributes: list[tuple[str, str]]) -> str:
-    """``id="x", label="y"``: later attributes win, the first position of each key is kept."""
+    """``, shape=box, style="filled"``: later attributes win, the first position of each key
+    is kept; '' for none."""
     merged: dict[str, str] = {}
     for key, value in attributes:
         merged[key] = value
-    return ", ".join(f"{key}={value}" for key, value in merged.items())
+    return "".join(f", {key}={value}" for key, value in merged.items())
 
 
 def _node_statement(row: tuple, fill: str | None = None, extra: Iterable = ()) -> str:
     """A node's statement; ``fill``: an overlay's colour for it (a value's heat, or white),
     ``extra``: more attributes (its position)."""
     element_id, kind, _, _, classes, label, tooltip, _, _, color, style = row
+    name = quote(element_id) if kind == "box" else quote(_dot_name(element_id))
+    head = (
+        f"id={quote(element_id)}, class={_classes(classes)}, label={quote(label)}, "
+        f"tooltip={_tooltip(tooltip)}"
+    )
+    tail = (
+        _node_style(kind, color, style, fill)
+        if not extra
+        else _node_style_text(kind, color, style, fill, tuple(extra))
+    )
+    return f"{name} [{head}{tail}];"
+
+
+@functools.lru_cache(maxsize=256)
+def _classes(classes: tuple[str, ...]) -> str:
+    return quote(" ".join(classes))
+
+
+@functools.lru_cache(maxsize=4096)
+def _node_style(kind: str, color: str | None, style: tuple[str, ...], fill: str | None) -> str:
+    """The attributes after a node's id, class, label and tooltip (``, shape=box3d, ...``):
+    the same for every node of one kind, colour and style, so written once for them all."""
+    return _node_style_text(kind, color, style, fill, ())
+
+
+def _node_style_text(
+    kind: str, color: str | None, style: tuple[str, ...], fill: str | None, extra: tuple
+) -> str:
+    # no attribute here is id, class, label or tooltip: they come first in every statement
     highlighted = HIGHLIGHTED in style
-    attributes = [
-        ("id", quote(element_id)),
-        ("class", quote(" ".join(classes))),
-        ("label", quote(label)),
-        ("tooltip", _tooltip(tooltip)),
-    ]
+    attributes: list[tuple[str, str]] = []
     if kind == "box":
         attributes += [
             ("shape", "box3d"),
@@ -641,7 +672,7 @@ def _node_statement(row: tuple, fill: str | None = None, extra: Iterable = ()) -
         if fill is not None:
             attributes.append(("fillcolor", quote(fill)))
         attributes += extra
-        return f"{quote(element_id)} [{_merge(attributes)}];"
+        return _merge(attributes)
     if color is not None:  # drawn as its module: the module's colour
         attributes.append(("fillcolor", quote(_color(color, highlighted))))
     attributes += _KIND_STYLE.get(kind, ())
@@ -656,7 +687,7 @@ def _node_statement(row: tuple, fill: str | None = None, extra: Iterable = ()) -
         if kind in ("glue", "check"):  # drawn as plain text: a fill needs a shape
             attributes += [("shape", "box"), ("style", quote("rounded,filled"))]
     attributes += extra
-    return f"{quote(_dot_name(element_id))} [{_merge(attributes)}];"
+    return _merge(attributes)
 
 
 def _cluster_attributes(row: tuple, neutral: bool = False) -> list[tuple[str, str]]:
@@ -685,13 +716,16 @@ def _cluster_attributes(row: tuple, neutral: bool = False) -> list[tuple[str, st
 
 def _edge_statement(row: tuple, extra: Iterable = ()) -> str:
     edge_id, tail, head, path, mark, _ = row
-    attributes = [("id", quote(edge_id))]
+    text = f"id={quote(edge_id)}"
     if path:
-        attributes.append(("taillabel", quote(path)))
+        text += f", taillabel={quote(path)}"
     if mark == REMOVED:
-        attributes += [("style", "dashed"), ("color", quote(_REMOVED))]
+        text += _REMOVED_EDGE
     elif mark == ADDED:
-        attributes += [("color", quote(_ADDED)), ("penwidth", "1.5")]
-    attributes += extra
-    text = ", ".join(f"{key}={value}" for key, value in attributes)
+        text += _ADDED_EDGE
+    text += "".join(f", {key}={value}" for key, value in extra)
     return f"{quote(_dot_name(tail))} -> {quote(_dot_name(head))} [{text}];"
+
+
+_REMOVED_EDGE = f", style=dashed, color={quote(_REMOVED)}"
+_ADDED_EDGE = f", color={quote(_ADDED)}, penwidth=1.5"
