@@ -197,8 +197,8 @@ def size_text(size: Any, names: Mapping[str, str] | None = None) -> str:
 
 def tensor_text(shape: Any, dtype: torch.dtype, names: Mapping[str, str] | None = None) -> str:
     """``f32[1, 16, 64]``; dynamic sizes by their ``Dim`` names where ``names`` has them."""
-    if not names:  # every size as str() writes it: skip the per-size checks of size_text
-        return f"{dtype_text(dtype)}[{', '.join(map(str, shape))}]"
+    if not names:  # every size as str() writes it (a SymInt's repr is its str): one call
+        return dtype_text(dtype) + str(list(shape))
     return f"{dtype_text(dtype)}[{', '.join(size_text(d, names) for d in shape)}]"
 
 

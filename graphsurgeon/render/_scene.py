@@ -179,6 +179,7 @@ class _Analysis:
         chains = index.chains
         # nodes per chain (the index shares one tuple among a chain's nodes), then per call
         counted: dict[int, list] = {}
+        folded: set[str] = set()  # the buffers drawn inside their one reader
         for node in graph.nodes:
             kind = _kind(node, state, root)
             kinds[node.name] = kind
@@ -207,8 +208,12 @@ class _Analysis:
             vertex = _Vertex(node, kind, chain)
             # a buffer read by one node only is drawn inside it, as its parameters are
             vertex.folded = kind == _BUFFER and users == 1
+            if vertex.folded:
+                folded.add(vertex.name)
             for argument in node.all_input_nodes:
-                source, path = through.get(argument.name, (argument.name, ""))
+                source = argument.name
+                found = through.get(source)
+                source, path = found if found is not None else (source, "")
                 source_kind = kinds.get(source)
                 if source_kind == _HIDDEN:
                     continue
@@ -218,7 +223,7 @@ class _Analysis:
                     for name in chain:
                         self.calls[name].params.add(source)
                     continue
-                if source in self.by_name and self.by_name[source].folded:
+                if source in folded:
                     if source not in vertex.buffers:
                         vertex.buffers.append(source)
                     continue

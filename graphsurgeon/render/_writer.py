@@ -180,6 +180,7 @@ class _Writer:
         self._tooltips: dict[str, str] = {}
         # vertex name -> the node it is drawn as (its name: prefix + fx name, or a box's id)
         self.refs: dict[str, str] = {}
+        self.plain: set[str] = set()  # the refs that are a node of its own (not a box)
         self.boxes: list[str] = []  # calls drawn as boxes
         self.clusters: list[str] = []  # calls drawn as clusters
         self.folded_ops: list[str] = []  # calls ("" the root) whose own ops are one box
@@ -197,25 +198,35 @@ class _Writer:
         box_status: dict[str, bool] = {}  # box -> every node in it removed
         removed = self.marks.status
         ops_owner = {} if ALL_OPS in self.open else self.scene.ops_owner
+        # chain -> (the container its vertices are drawn in, the box they are in and its ref, or
+        # None): the vertices of one chain (the index shares one tuple among them) go to the
+        # same place
+        placed: dict[int, tuple[str, str | None, str | None]] = {}
         for vertex in self.scene.vertices:
-            container, ref = "", None
-            for name in self.scene.chain(vertex):
-                if name not in self.open:
-                    box = self.run_of.get(name, name)
-                    ref = self._box_ref(box)
-                    if box not in seen:
-                        seen.add(box)
-                        members[container].append(("box", box))
-                    is_removed = removed.get(vertex.name) == "removed"
-                    box_status[box] = box_status.get(box, True) and is_removed
-                    self.box_nodes.setdefault(box, []).append(vertex.name)
-                    break
-                if name not in seen:
-                    seen.add(name)
-                    members[container].append(("cluster", name))
-                    members[name] = []
-                container = name
-            if ref is None:
+            chain = self.scene.chain(vertex)
+            found = placed.get(id(chain))
+            if found is None:
+                container, box = "", None
+                for name in chain:
+                    if name not in self.open:
+                        box = self.run_of.get(name, name)
+                        if box not in seen:
+                            seen.add(box)
+                            members[container].append(("box", box))
+                        break
+                    if name not in seen:
+                        seen.add(name)
+                        members[container].append(("cluster", name))
+                        members[name] = []
+                    container = name
+                ref = self._box_ref(box) if box is not None else None
+                found = placed[id(chain)] = (container, box, ref)
+            container, box, ref = found
+            if box is not None:
+                is_removed = removed.get(vertex.name) == "removed"
+                box_status[box] = box_status.get(box, True) and is_removed
+                self.box_nodes.setdefault(box, []).append(vertex.name)
+            else:
                 owner = ops_owner.get(vertex.name)
                 if owner is not None and ops_key(owner) not in self.open:
                     ref = self._ops_ref(owner)
@@ -225,6 +236,7 @@ class _Writer:
                 else:
                     ref = self.prefix + id_text(vertex.name)
                     members[container].append(("vertex", vertex.name))
+                    self.plain.add(ref)
             self.refs[vertex.name] = ref
         self.removed_boxes = {box for box, all_removed in box_status.items() if all_removed}
         edges = self._collect_edges()
@@ -584,7 +596,7 @@ class _Writer:
         its edges are left out, it says how many users it has, and each user names it.
         """
         status = self.marks.status
-        plain = {self.prefix + id_text(name) for name in self.vertices}
+        plain = self.plain
         edges: dict[tuple[str, str, str], list[str]] = {}
 
         aliases = self.scene.aliases
@@ -598,9 +610,21 @@ class _Writer:
                 path = ""  # edges of a box are aggregated: one per neighbour
             edges.setdefault((tail, head, path), []).append(mark)
 
+        refs = self.refs
         for vertex in self.scene.vertices:
+            # add() written out for the inputs: this loop reads every edge of the program
+            head = refs.get(aliases.get(vertex.name, vertex.name))
+            if head is None:
+                continue  # not in this picture
+            head_plain = head in plain
             for source, path in vertex.inputs:
-                add(source, vertex.name, path, status.get(source) or status.get(vertex.name, ""))
+                tail = refs.get(aliases.get(source, source))
+                if tail is None or tail == head:
+                    continue
+                if not head_plain or tail not in plain:
+                    path = ""
+                mark = status.get(source) or status.get(vertex.name, "")
+                edges.setdefault((tail, head, path), []).append(mark)
             if self.scene.show_parameters:
                 for source in vertex.params + vertex.buffers:
                     add(source, vertex.name, "", status.get(vertex.name, ""))

@@ -388,9 +388,10 @@ class Picture:
             if placed.lp is not None:
                 lines.append(f"  lp={quote(placed.lp)};")
         edges: dict[str | None, list[str]] = {}
+        names: dict[str, str] = {}
         for row in self.edge_rows:
             extra = placed.edge_attributes(row[0]) if placed is not None else ()
-            edges.setdefault(row[_EDGE_CLUSTER], []).append(_edge_statement(row, extra))
+            edges.setdefault(row[_EDGE_CLUSTER], []).append(_edge_statement(row, extra, names))
         for element_id in self.top:
             self._lower(element_id, "  ", lines, edges, placed)
         lines += ["  " + statement for statement in edges.get(None, ())]
@@ -714,7 +715,10 @@ def _cluster_attributes(row: tuple, neutral: bool = False) -> list[tuple[str, st
     ]
 
 
-def _edge_statement(row: tuple, extra: Iterable = ()) -> str:
+def _edge_statement(row: tuple, extra: Iterable = (), names: dict[str, str] | None = None) -> str:
+    """An edge's statement; ``names``: the DOT names of the picture's elements written so far
+    (element id -> quoted name), shared by the statements of one picture: a node has several
+    edges."""
     edge_id, tail, head, path, mark, _ = row
     text = f"id={quote(edge_id)}"
     if path:
@@ -723,8 +727,17 @@ def _edge_statement(row: tuple, extra: Iterable = ()) -> str:
         text += _REMOVED_EDGE
     elif mark == ADDED:
         text += _ADDED_EDGE
-    text += "".join(f", {key}={value}" for key, value in extra)
-    return f"{quote(_dot_name(tail))} -> {quote(_dot_name(head))} [{text}];"
+    if extra:
+        text += "".join(f", {key}={value}" for key, value in extra)
+    if names is None:
+        return f"{quote(_dot_name(tail))} -> {quote(_dot_name(head))} [{text}];"
+    tail_name = names.get(tail)
+    if tail_name is None:
+        tail_name = names[tail] = quote(_dot_name(tail))
+    head_name = names.get(head)
+    if head_name is None:
+        head_name = names[head] = quote(_dot_name(head))
+    return f"{tail_name} -> {head_name} [{text}];"
 
 
 _REMOVED_EDGE = f", style=dashed, color={quote(_REMOVED)}"
