@@ -641,7 +641,7 @@ class _Scene:
             self._positions, self._inside, self._users = self._cache["index"]
             return
         vertices = self.vertices
-        positions = {v.name: i for i, v in enumerate(vertices)}
+        positions = dict(zip([v.name for v in vertices], range(len(vertices))))
         users: list[list[int]] = [[] for _ in vertices]
         aliases, chains = self.aliases, self.chains
         # the vertices of each chain first (a few hundred chains, shared by the call index),
@@ -655,7 +655,7 @@ class _Scene:
             else:
                 found[1].append(i)
             for source, _ in vertex.inputs:
-                j = positions.get(aliases.get(source, source)) if aliases else positions.get(source)
+                j = positions.get(aliases.get(source, source) if aliases else source)
                 if j is not None and j != i:
                     users[j].append(i)
         inside: dict[str, list[int]] = {}
