@@ -107,16 +107,26 @@ class _Vertex:
         "swap_call",
     )
 
-    def __init__(self, node: Node, kind: str, chain: tuple[str, ...]):
-        self.name = node.name
+    def __init__(
+        self,
+        name: str,
+        kind: str,
+        chain: tuple[str, ...],
+        meta: Mapping[str, Any],
+        inputs: list[tuple[str, str]],
+        params: tuple[str, ...] = (),
+        buffers: tuple[str, ...] = (),
+        folded: bool = False,
+    ):
+        self.name = name
         self.kind = kind
-        self.swap_call: str | None = node.meta.get(_meta.SWAPPED)  # swapped call name
-        self.fused_call: str | None = node.meta.get(_meta.FUSED)  # fused call name
+        self.swap_call: str | None = meta.get(_meta.SWAPPED)  # swapped call name
+        self.fused_call: str | None = meta.get(_meta.FUSED)  # fused call name
         self.chain = chain  # module calls it is drawn in, outermost first
-        self.inputs: list[tuple[str, str]] = []  # (producer vertex name, index path "[0]")
-        self.params: list[str] = []  # names of the parameter vertices folded into it
-        self.buffers: list[str] = []  # names of the buffer vertices folded into it
-        self.folded = False  # a buffer read by this one node only: drawn inside its reader
+        self.inputs = inputs  # (producer vertex name, index path "[0]")
+        self.params = params  # names of the parameter vertices folded into it
+        self.buffers = buffers  # names of the buffer vertices folded into it
+        self.folded = folded  # a buffer read by this one node only: drawn inside its reader
 
     def but(self, **changes: Any) -> _Vertex:
         """A copy of this vertex with some fields changed (the vertices of an analysis are
@@ -134,7 +144,7 @@ class _Call:
 
     def __init__(self, name: str, parent: str, depth: int, type_: str):
         self.name = name
-        self.fqn = split_call_name(name)[0]
+        self.fqn = split_call_name(name)[0] if "@" in name else name
         self.parent = parent  # the enclosing call, "" for the root
         self.depth = depth  # 1 for a top-level module call
         self.type = type_  # qualified type name
@@ -164,6 +174,7 @@ class _Analysis:
         self.vertices: list[_Vertex] = []
         self.by_name: dict[str, _Vertex] = {}
         self.calls: dict[str, _Call] = {}
+        calls = self.calls
         self.drawn: Any = None  # this graph drawn with its fused calls opened (see _drawn)
         # what a picture of these vertices finds out about them, by the scene's options
         self.scenes: dict[tuple, dict[str, Any]] = {}
@@ -180,6 +191,8 @@ class _Analysis:
         # nodes per chain (the index shares one tuple among a chain's nodes), then per call
         counted: dict[int, list] = {}
         folded: set[str] = set()  # the buffers drawn inside their one reader
+        # the parameters read in each chain, then in each call
+        used: dict[int, tuple[tuple[str, ...], set[str]]] = {}
         for node in graph.nodes:
             kind = _kind(node, state, root)
             kinds[node.name] = kind
@@ -205,11 +218,10 @@ class _Analysis:
                 continue
             if kind == _SWAPPED and chain and chain[-1] == node.meta[_meta.SWAPPED]:
                 chain = chain[:-1]  # the box is drawn where its module was, not inside it
-            vertex = _Vertex(node, kind, chain)
-            # a buffer read by one node only is drawn inside it, as its parameters are
-            vertex.folded = kind == _BUFFER and users == 1
-            if vertex.folded:
-                folded.add(vertex.name)
+            # (the vertex is made once its inputs are known: its fields are never changed)
+            inputs: list[tuple[str, str]] = []
+            params: tuple[str, ...] = ()
+            buffers: tuple[str, ...] = ()
             for argument in node.all_input_nodes:
                 source = argument.name
                 found = through.get(source)
@@ -218,21 +230,33 @@ class _Analysis:
                 if source_kind == _HIDDEN:
                     continue
                 if source_kind == _PARAMETER:
-                    if source not in vertex.params:
-                        vertex.params.append(source)
-                    for name in chain:
-                        self.calls[name].params.add(source)
+                    if source not in params:
+                        params += (source,)
                     continue
                 if source in folded:
-                    if source not in vertex.buffers:
-                        vertex.buffers.append(source)
+                    if source not in buffers:
+                        buffers += (source,)
                     continue
-                vertex.inputs.append((source, path))
+                inputs.append((source, path))
+            # a buffer read by one node only is drawn inside it, as its parameters are
+            alone = kind == _BUFFER and users == 1
+            if alone:
+                folded.add(node.name)
+            vertex = _Vertex(node.name, kind, chain, node.meta, inputs, params, buffers, alone)
+            if params and chain:
+                found = used.get(id(chain))
+                if found is None:
+                    used[id(chain)] = (chain, set(params))
+                else:
+                    found[1].update(params)
             self.vertices.append(vertex)
             self.by_name[vertex.name] = vertex
         for chain, count in counted.values():
             for name in chain:
-                self.calls[name].nodes += count
+                calls[name].nodes += count
+        for chain, names in used.values():
+            for name in chain:
+                calls[name].params.update(names)
 
     def resolve(self, name: str) -> tuple[str, str]:
         """The vertex a value is drawn from, and the index path taken from it."""
@@ -517,13 +541,26 @@ class _Scene:
         ]
         self.show_parameters = show_parameters
         self.calls = calls
-        # Vertices directly in each call ("" is the root), and the calls that hold any.
+        # The vertices of each distinct chain (a few hundred, shared by the call index), by
+        # position; then the vertices directly in each call ("" is the root), and the calls
+        # that hold any.
+        self._by_chain: dict[int, tuple[tuple[str, ...], list[int]]] = {}
+        by_chain, chains = self._by_chain, self.chains
+        last: tuple[str, ...] | None = None
+        members: list[int] = []
+        for i, vertex in enumerate(self.vertices):
+            chain = chains.get(vertex.name, vertex.chain) if chains else vertex.chain
+            if chain is not last:  # a call's vertices mostly follow each other
+                found = by_chain.get(id(chain))
+                if found is None:
+                    found = by_chain[id(chain)] = (chain, [])
+                last, members = chain, found[1]
+            members.append(i)
         self.direct: dict[str, int] = {"": 0}
         present: set[str] = set()
-        for vertex in self.vertices:
-            chain = self.chain(vertex)
+        for chain, members in by_chain.values():
             owner = chain[-1] if chain else ""
-            self.direct[owner] = self.direct.get(owner, 0) + 1
+            self.direct[owner] = self.direct.get(owner, 0) + len(members)
             present.update(chain)
         self.present = [name for name in calls if name in present]  # model order
         self.children = {
@@ -643,23 +680,16 @@ class _Scene:
         vertices = self.vertices
         positions = dict(zip([v.name for v in vertices], range(len(vertices))))
         users: list[list[int]] = [[] for _ in vertices]
-        aliases, chains = self.aliases, self.chains
-        # the vertices of each chain first (a few hundred chains, shared by the call index),
-        # then of each call: the order inside a call does not matter to the readers
-        by_chain: dict[int, tuple[tuple[str, ...], list[int]]] = {}
+        aliases = self.aliases
         for i, vertex in enumerate(vertices):
-            chain = chains.get(vertex.name, vertex.chain) if chains else vertex.chain
-            found = by_chain.get(id(chain))
-            if found is None:
-                by_chain[id(chain)] = (chain, [i])
-            else:
-                found[1].append(i)
             for source, _ in vertex.inputs:
                 j = positions.get(aliases.get(source, source) if aliases else source)
                 if j is not None and j != i:
                     users[j].append(i)
+        # the vertices of each call: its chains' (the order inside a call does not matter to
+        # the readers)
         inside: dict[str, list[int]] = {}
-        for chain, members in by_chain.values():
+        for chain, members in self._by_chain.values():
             for name in chain:
                 found = inside.get(name)
                 if found is None:

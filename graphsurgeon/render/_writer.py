@@ -52,6 +52,9 @@ def _numel(node: Node) -> int:
     value = node.meta.get("val")
     if not isinstance(value, torch.Tensor):
         return 0
+    count = value.numel()
+    if type(count) is int:  # static sizes: one call
+        return count
     try:
         return math.prod(int(d) for d in value.shape)
     except (TypeError, ValueError):  # a symbolic size
