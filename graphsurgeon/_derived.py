@@ -4,7 +4,8 @@ What is derived from a program (its call index, its program index and partitions
 original, the cuts of its calls, the analyses a picture is drawn from) is computed once and kept
 in one record per program object (an ExportedProgram, or a GraphModule such as a swap result),
 for as long as that object lives (the records hold it weakly, and hold nothing that keeps it
-alive).
+alive). What depends on the graph alone, the call index, is kept in the record of the graph
+object itself: copies of a program (``copy.copy(ep)``) share it.
 
 The one rule: a record is valid while its program's graph is the same graph object, with the
 same number of nodes, the same first node and the same last node (:func:`_fingerprint`, O(1)).

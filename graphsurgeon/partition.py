@@ -8,6 +8,7 @@ same module (k >= 1), so a module called twice has two partitions, ``"shared"`` 
 
 from __future__ import annotations
 
+import functools
 import re
 import weakref
 from collections.abc import Iterator, Mapping
@@ -243,7 +244,22 @@ def in_place_alias(node: Node) -> Node | None:
     target = node.target
     if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
         return None
-    schema = target._schema
+    written = _written_argument(target)
+    if written is None:
+        return None
+    position, name, kwarg_only = written
+    if kwarg_only or position >= len(node.args):
+        value = node.kwargs.get(name)
+    else:
+        value = node.args[position]
+    return value if isinstance(value, Node) else None
+
+
+@functools.lru_cache(maxsize=1024)  # asked of every node a swap or a partition reads
+def _written_argument(op: torch._ops.OpOverload) -> tuple[int, str, bool] | None:
+    """(position, name, keyword-only) of the argument an op writes and returns, by its schema
+    (read once per op: each read of ``_schema`` makes its Python objects anew); else None."""
+    schema = op._schema
     if not schema.returns or schema.returns[0].alias_info is None:
         return None
     if not schema.returns[0].alias_info.is_write:
@@ -253,11 +269,7 @@ def in_place_alias(node: Node) -> Node | None:
         info = argument.alias_info
         if info is None or not info.is_write or info.before_set != alias_set:
             continue
-        if argument.kwarg_only or position >= len(node.args):
-            value = node.kwargs.get(argument.name)
-        else:
-            value = node.args[position]
-        return value if isinstance(value, Node) else None
+        return position, argument.name, argument.kwarg_only
     return None
 
 
@@ -622,7 +634,10 @@ def call_index(program: ExportedProgram | torch.fx.GraphModule | torch.fx.Graph)
             )
         return CallIndex(graph, state)
 
-    return _derived.cached(program, "call index", build)
+    # kept with the graph, not the program object: what it says depends on the graph (and, for
+    # an ExportedProgram, on which placeholders are state), so copies of a program share it
+    kind = "call index of a program" if isinstance(program, ExportedProgram) else "call index"
+    return _derived.cached(graph, kind, build)
 
 
 class ProgramIndex:
