@@ -222,10 +222,14 @@ class _Analysis:
             inputs: list[tuple[str, str]] = []
             params: tuple[str, ...] = ()
             buffers: tuple[str, ...] = ()
-            for argument in node.all_input_nodes:
+            # (``_input_nodes``: what ``all_input_nodes`` copies into a new list for each call)
+            for argument in node._input_nodes:
                 source = argument.name
                 found = through.get(source)
-                source, path = found if found is not None else (source, "")
+                if found is None:
+                    path = ""
+                else:
+                    source, path = found
                 source_kind = kinds.get(source)
                 if source_kind == _HIDDEN:
                     continue
@@ -265,11 +269,24 @@ class _Analysis:
 
 def _kind(node: Node, state: Mapping[str, tuple[str, str]], root: Any) -> str:
     op = node.op
-    if op == "placeholder":
+    if op == "call_function":  # most nodes: asked first
+        glue = node.meta.get(_meta.GLUE)
+        if glue is None:
+            if _meta.GUARD in node.meta:
+                return _HIDDEN  # the program's input checks: no value, nothing to draw
+            target = node.target
+            if target is operator.getitem and bool(node.args) and isinstance(node.args[0], Node):
+                return _THROUGH  # a program's own getitem (the parts of a split): its edge
+            try:
+                return _target_kind(target)
+            except TypeError:  # an unhashable callable
+                return _target_kind.__wrapped__(target)
+    elif op == "placeholder":
         return state[node.name][0] if node.name in state else _INPUT
-    if op == "output":
+    elif op == "output":
         return _OUTPUT
-    glue = node.meta.get(_meta.GLUE)
+    else:
+        glue = node.meta.get(_meta.GLUE)
     if glue is not None:  # what the rewrite added around a call (see _meta.GLUE)
         if glue == "through" and node.args and isinstance(node.args[0], Node):
             return _THROUGH
@@ -283,16 +300,6 @@ def _kind(node: Node, state: Mapping[str, tuple[str, str]], root: Any) -> str:
         return _HIDDEN  # pytree specs of the swapped program, subgraphs of torch.cond
     if op == "call_module":
         return _SWAPPED if _meta.SWAPPED in node.meta else _OP
-    if op == "call_function":
-        if _meta.GUARD in node.meta:
-            return _HIDDEN  # the program's input checks: no value, nothing to draw
-        target = node.target
-        if target is operator.getitem and bool(node.args) and isinstance(node.args[0], Node):
-            return _THROUGH  # a program's own getitem (the parts of a split): its edge
-        try:
-            return _target_kind(target)
-        except TypeError:  # an unhashable callable
-            return _target_kind.__wrapped__(target)
     return _OP
 
 
@@ -880,13 +887,15 @@ def _open_groups(
             name = calls[name].parent
         return False
 
+    # (name, parent, type) of the calls that may open, read once for every round
+    candidates = [(n, calls[n].parent, calls[n].type) for n in present if n not in in_runs]
+    if within is not None:
+        candidates = [c for c in candidates if inside(c[0])]
     while True:
         groups: dict[Any, list] = {}
-        for name in present:
-            parent = calls[name].parent
-            closed = name not in open_ and name not in in_runs
-            if closed and (parent == "" or parent in open_) and inside(name):
-                groups.setdefault(calls[name].type, []).append(name)
+        for name, parent, type_ in candidates:
+            if name not in open_ and (parent == "" or parent in open_):
+                groups.setdefault(type_, []).append(name)
         for owner in scene.own_ops:
             key = ops_key(owner)
             if key not in open_ and (owner == "" or owner in open_) and inside(owner):

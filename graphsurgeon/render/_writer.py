@@ -102,9 +102,15 @@ class _Context:
         self.info = program.info
         self.root_name = root_type.rsplit(".", 1)[-1] or "program"  # the model's type
         self.targets = {name: target for name, (_, target) in state.items()}
-        # fx nodes by name, of both programs: the result's copies have the same meta
-        self.nodes = {n.name: n for n in program.ep.graph.nodes}
+        try:  # the program's index: its nodes by name, its dynamic sizes by the user's Dims
+            index = program_index(program.ep)
+            self.nodes: dict[str, Node] = index.by_name  # (read only, here and in the writer)
+            self.dims: Mapping[str, str] = index.dims
+        except GraphSurgeonError:
+            self.nodes = {n.name: n for n in program.ep.graph.nodes}
+            self.dims = {}
         self.placeholders = {n: self.nodes[n] for n in state if n in self.nodes}
+        # fx nodes by name, of both programs: the result's copies have the same meta
         if program.module is not None:
             originals = self.nodes
             self.nodes = {**originals, **{n.name: n for n in program.module.graph.nodes}}
@@ -114,10 +120,6 @@ class _Context:
                         self.nodes[name] = originals[name]
         self._partitions: Mapping[str, Partition] | None = None
         self._numel: dict[str, int] = {}
-        try:  # dynamic sizes by the user's Dim names, where export recorded them
-            self.dims: Mapping[str, str] = program_index(program.ep).dims
-        except GraphSurgeonError:
-            self.dims = {}
 
     def numel(self, parameters: Iterable[str]) -> int:
         """Elements in the named parameters (every module's tooltip counts its own)."""
