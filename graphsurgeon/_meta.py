@@ -319,6 +319,7 @@ def _overload_text(op: torch._ops.OpOverload) -> tuple[str, str]:
 
 
 _SCALARS = (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
+_OpOverload, _Node = torch._ops.OpOverload, torch.fx.Node  # looked up once
 
 
 def _is_edge(value: Any) -> bool:
@@ -377,7 +378,7 @@ def op_arguments(
     args, kwargs = getattr(node, "args", ()), getattr(node, "kwargs", {})
     target = getattr(node, "target", None)
     found: list[tuple[str | None, str]] = []
-    schema = _schema_of(target) if isinstance(target, torch._ops.OpOverload) else None
+    schema = _schema_of(target) if isinstance(target, _OpOverload) else None
     if schema is None:
         for value in args:
             if form == "full" or not _is_edge(value):
@@ -388,7 +389,7 @@ def op_arguments(
     full = form == "full"
     if not full and not kwargs:  # the common case, a picture's: the arguments given in order
         for value, (name, _, has_default, _, tensor) in zip(args, schema):
-            if tensor and not has_default and type(value) is torch.fx.Node:
+            if tensor and not has_default and type(value) is _Node:
                 continue  # a tensor the op cannot go without: an edge of the picture
             if _is_edge(value) and (not has_default or getattr(value, "name", None) in state):
                 continue  # a weight: drawn already
@@ -404,7 +405,7 @@ def op_arguments(
         else:
             continue
         if not full:
-            if tensor and not has_default and type(value) is torch.fx.Node:
+            if tensor and not has_default and type(value) is _Node:
                 continue  # a tensor the op cannot go without: an edge of the picture
             if _is_edge(value) and (not has_default or getattr(value, "name", None) in state):
                 continue  # a tensor the op cannot go without, or a weight: drawn already
@@ -434,10 +435,10 @@ def _schema_of(op: torch._ops.OpOverload) -> tuple[tuple[str, bool, bool, Any, b
 
 def arguments_text(node: Any, form: str = "short", state: Container[str] = ()) -> str:
     """:func:`op_arguments` written out: ``dim0=1, dim1=2``, ``8.0``; '' when there are none."""
-    return ", ".join(
-        f"{name}={text}" if name is not None else text
-        for name, text in op_arguments(node, form, state)
-    )
+    found = op_arguments(node, form, state)
+    if not found:  # most ops of a picture: every argument is an edge
+        return ""
+    return ", ".join(f"{name}={text}" if name is not None else text for name, text in found)
 
 
 def node_call_text(node: Any, form: str = "short", state: Container[str] = ()) -> str:
