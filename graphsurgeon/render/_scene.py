@@ -602,7 +602,8 @@ class _Scene:
     def _own_ops(self) -> tuple[dict[str, list[str]], dict[str, str]]:
         # ops that read only inputs, state and the ops of a box: never a submodule's result,
         # nor a value drawn outside a box (that would close a cycle)
-        foldable: set[str] = {v.name for v in self.vertices if v.kind in (_INPUT, *_STATE)}
+        sources = {_INPUT, *_STATE}
+        foldable: set[str] = {v.name for v in self.vertices if v.kind in sources}
         chains = self.chains
         candidates: list[tuple[_Vertex, str]] = []  # (vertex, the call it sits in)
         kinds = (_OP, _GLUE)

@@ -183,6 +183,7 @@ class _Writer:
         self.edges: list[tuple] = []
         self.box_nodes: dict[str, list[str]] = {}  # box -> the fx nodes collapsed into it
         self._tooltips: dict[str, str] = {}
+        self._numels: dict[str, int] = {}  # parameters of each call, counted once
         # vertex name -> the node it is drawn as (its name: prefix + fx name, or a box's id)
         self.refs: dict[str, str] = {}
         self.plain: set[str] = set()  # the refs that are a node of its own (not a box)
@@ -207,8 +208,9 @@ class _Writer:
         # None): the vertices of one chain (the index shares one tuple among them) go to the
         # same place
         placed: dict[int, tuple[str, str | None, str | None]] = {}
+        chains = self.scene.chains
         for vertex in self.scene.vertices:
-            chain = self.scene.chain(vertex)
+            chain = chains.get(vertex.name, vertex.chain) if chains else vertex.chain
             found = placed.get(id(chain))
             if found is None:
                 container, box = "", None
@@ -436,7 +438,10 @@ class _Writer:
         calls = [self.calls[m] for m in members]
         highlighted = any(m in self.marks.highlighted for m in members)
         nodes = sum(c.nodes for c in calls)
-        numel = self.context.numel(set().union(*(c.params for c in calls)))
+        if len(calls) == 1:
+            numel = self._call_numel(first)
+        else:
+            numel = self.context.numel(set().union(*(c.params for c in calls)))
         counts = _plural(nodes, "node") + (f" · {_meta.count_text(numel)} params" if numel else "")
         if len(members) > 1:
             first_name, last_name = shown(members[0]), shown(members[-1])
@@ -580,9 +585,15 @@ class _Writer:
             cached = self._tooltips[name] = self._describe_module(name)
         return cached
 
+    def _call_numel(self, name: str) -> int:
+        found = self._numels.get(name)
+        if found is None:
+            found = self._numels[name] = self.context.numel(self.calls[name].params)
+        return found
+
     def _describe_module(self, name: str) -> str:
         call = self.calls[name]
-        numel = self.context.numel(call.params)
+        numel = self._call_numel(name)
         text = f"{shown(name, TOOLTIP_NAME_LIMIT)}: {call.type}\n{_plural(call.nodes, 'node')}"
         if numel:
             text += f", {numel:,} parameters"
@@ -616,21 +627,23 @@ class _Writer:
             edges.setdefault((tail, head, path), []).append(mark)
 
         refs = self.refs
+        show_parameters = self.scene.show_parameters
         for vertex in self.scene.vertices:
             # add() written out for the inputs: this loop reads every edge of the program
-            head = refs.get(aliases.get(vertex.name, vertex.name))
+            name = vertex.name
+            head = refs.get(aliases.get(name, name) if aliases else name)
             if head is None:
                 continue  # not in this picture
             head_plain = head in plain
             for source, path in vertex.inputs:
-                tail = refs.get(aliases.get(source, source))
+                tail = refs.get(aliases.get(source, source) if aliases else source)
                 if tail is None or tail == head:
                     continue
                 if not head_plain or tail not in plain:
                     path = ""
-                mark = status.get(source) or status.get(vertex.name, "")
+                mark = status.get(source) or status.get(name, "")
                 edges.setdefault((tail, head, path), []).append(mark)
-            if self.scene.show_parameters:
+            if show_parameters:
                 for source in vertex.params + vertex.buffers:
                     add(source, vertex.name, "", status.get(vertex.name, ""))
         for source, target, path in self.extra_edges:
