@@ -19,7 +19,6 @@ Only names are kept (never fx nodes): the cache of analyses must not keep progra
 from __future__ import annotations
 
 import copy
-import functools
 import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -277,10 +276,7 @@ def _kind(node: Node, state: Mapping[str, tuple[str, str]], root: Any) -> str:
             target = node.target
             if target is operator.getitem and bool(node.args) and isinstance(node.args[0], Node):
                 return _THROUGH  # a program's own getitem (the parts of a split): its edge
-            try:
-                return _target_kind(target)
-            except TypeError:  # an unhashable callable
-                return _target_kind.__wrapped__(target)
+            return _target_kind(target)
     elif op == "placeholder":
         return state[node.name][0] if node.name in state else _INPUT
     elif op == "output":
@@ -304,7 +300,7 @@ def _kind(node: Node, state: Mapping[str, tuple[str, str]], root: Any) -> str:
 
 
 # decided once per function: a graph calls few of them, each many times
-@functools.lru_cache(maxsize=1024)
+@_meta.per_op
 def _target_kind(target: Any) -> str:
     """What a called function is drawn as: pytree glue, a run-time check, or an op."""
     if getattr(target, "__module__", "").startswith("torch.utils._pytree"):
@@ -576,6 +572,7 @@ class _Scene:
         self.top = [name for name in self.present if calls[name].parent == ""]
         self._positions: dict[str, int] | None = None
         self._inside: dict[str, list[int]] | None = None
+        self._opening_costs: dict[Any, int] = {}
         self._users: list[list[int]] | None = None
 
     def chain(self, vertex: _Vertex) -> tuple[str, ...]:
@@ -674,9 +671,15 @@ class _Scene:
 
     def opening_cost(self, name: str | tuple[str, str]) -> int:
         """More nodes drawn once ``name`` (a closed call, or an own-ops key) is opened."""
-        if isinstance(name, tuple):
-            return len(self.own_ops[name[1]]) - 1
-        return self.own_cost(name, set()) + len(self.children[name]) - 1
+        # asked for every group in every round of the plan: worked out once per name
+        found = self._opening_costs.get(name)
+        if found is None:
+            if isinstance(name, tuple):
+                found = len(self.own_ops[name[1]]) - 1
+            else:
+                found = self.own_cost(name, set()) + len(self.children[name]) - 1
+            self._opening_costs[name] = found
+        return found
 
     # -- runs of sibling calls: only chains --------------------------------------------------
 
