@@ -17,8 +17,8 @@ import os
 import re
 import sys
 import warnings
-from collections.abc import Callable, Container, Iterator, Mapping
-from typing import Any, TypeVar
+from collections.abc import Container, Iterator, Mapping
+from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
@@ -312,41 +312,7 @@ def op_text(node: Any, form: str = "short") -> str:
     return f"{module}.{qualified}" if module else qualified
 
 
-T = TypeVar("T")
-
-
-def per_op(function: Callable[[Any], T]) -> Callable[[Any], T]:
-    """``function`` of an op (or any called function), worked out once per op object.
-
-    Like ``functools.lru_cache``, but keyed by the object's identity: an OpOverload's hash is
-    computed in Python (``hash(self._op)``), and a picture asks three or four of these per
-    node. The cache holds the op itself, so its id is never reused while it is cached; ops
-    are few and live as long as torch does (the cache is emptied past 4,096 entries).
-
-    Example:
-        >>> asked = []
-        >>> @per_op
-        ... def name(op):
-        ...     asked.append(op)
-        ...     return str(op)
-        >>> name(torch.ops.aten.add.Tensor), name(torch.ops.aten.add.Tensor), len(asked)
-        ('aten.add.Tensor', 'aten.add.Tensor', 1)
-    """
-    cache: dict[int, tuple[Any, T]] = {}
-
-    @functools.wraps(function)
-    def cached(op: Any) -> T:
-        found = cache.get(id(op))
-        if found is None or found[0] is not op:
-            if len(cache) >= 4096:
-                cache.clear()
-            found = cache[id(op)] = (op, function(op))
-        return found[1]
-
-    return cached
-
-
-@per_op  # a picture names each of its ops' nodes twice
+@functools.lru_cache(maxsize=4096)  # a picture names each of its ops' nodes twice
 def _overload_text(op: torch._ops.OpOverload) -> tuple[str, str]:
     """(short, full) name of an aten-style op: ``aten.linear``, ``aten.linear.default``."""
     return f"{op.namespace}.{op._opname}", str(op)
@@ -447,7 +413,7 @@ def op_arguments(
     return found
 
 
-@per_op
+@functools.lru_cache(maxsize=1024)
 def _schema_of(op: torch._ops.OpOverload) -> tuple[tuple[str, bool, bool, Any, bool], ...] | None:
     """An op's arguments as (name, keyword-only, has a default, the default, is a tensor), read
     once per op: every read of ``_schema.arguments`` builds its argument objects anew (40% of
@@ -517,6 +483,8 @@ CALL_SUFFIX = re.compile(r"@(\d+)$")
 
 def split_call_name(name: str) -> tuple[str, int | None]:
     """``"blocks.0@1"`` -> ``("blocks.0", 1)``; ``"blocks.0"`` -> ``("blocks.0", None)``."""
+    if "@" not in name:  # most names: no regular expression to run
+        return name, None
     match = CALL_SUFFIX.search(name)
     if match is None:
         return name, None

@@ -8,6 +8,7 @@ same module (k >= 1), so a module called twice has two partitions, ``"shared"`` 
 
 from __future__ import annotations
 
+import functools
 import re
 import weakref
 from collections.abc import Iterator, Mapping
@@ -254,7 +255,7 @@ def in_place_alias(node: Node) -> Node | None:
     return value if isinstance(value, Node) else None
 
 
-@_meta.per_op  # asked of every node a swap or a partition reads
+@functools.lru_cache(maxsize=1024)  # asked of every node a swap or a partition reads
 def _written_argument(op: torch._ops.OpOverload) -> tuple[int, str, bool] | None:
     """(position, name, keyword-only) of the argument an op writes and returns, by its schema
     (read once per op: each read of ``_schema`` makes its Python objects anew); else None."""

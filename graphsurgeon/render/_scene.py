@@ -19,6 +19,7 @@ Only names are kept (never fx nodes): the cache of analyses must not keep progra
 from __future__ import annotations
 
 import copy
+import functools
 import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -143,7 +144,7 @@ class _Call:
 
     def __init__(self, name: str, parent: str, depth: int, type_: str):
         self.name = name
-        self.fqn = split_call_name(name)[0] if "@" in name else name
+        self.fqn = split_call_name(name)[0]
         self.parent = parent  # the enclosing call, "" for the root
         self.depth = depth  # 1 for a top-level module call
         self.type = type_  # qualified type name
@@ -276,7 +277,10 @@ def _kind(node: Node, state: Mapping[str, tuple[str, str]], root: Any) -> str:
             target = node.target
             if target is operator.getitem and bool(node.args) and isinstance(node.args[0], Node):
                 return _THROUGH  # a program's own getitem (the parts of a split): its edge
-            return _target_kind(target)
+            try:
+                return _target_kind(target)
+            except TypeError:  # an unhashable callable
+                return _target_kind.__wrapped__(target)
     elif op == "placeholder":
         return state[node.name][0] if node.name in state else _INPUT
     elif op == "output":
@@ -300,7 +304,7 @@ def _kind(node: Node, state: Mapping[str, tuple[str, str]], root: Any) -> str:
 
 
 # decided once per function: a graph calls few of them, each many times
-@_meta.per_op
+@functools.lru_cache(maxsize=1024)
 def _target_kind(target: Any) -> str:
     """What a called function is drawn as: pytree glue, a run-time check, or an op."""
     if getattr(target, "__module__", "").startswith("torch.utils._pytree"):
@@ -544,15 +548,22 @@ class _Scene:
         ]
         self.show_parameters = show_parameters
         self.calls = calls
+        # The calls each vertex is drawn in, outermost first: its own, unless the scene names
+        # others (decided here, read by the planner and the writer).
+        chains = self.chains
+        self.vertex_chains: list[tuple[str, ...]] = (
+            [chains.get(v.name, v.chain) for v in self.vertices]
+            if chains
+            else [v.chain for v in self.vertices]
+        )
         # The vertices of each distinct chain (a few hundred, shared by the call index), by
         # position; then the vertices directly in each call ("" is the root), and the calls
         # that hold any.
         self._by_chain: dict[int, tuple[tuple[str, ...], list[int]]] = {}
-        by_chain, chains = self._by_chain, self.chains
+        by_chain = self._by_chain
         last: tuple[str, ...] | None = None
         members: list[int] = []
-        for i, vertex in enumerate(self.vertices):
-            chain = chains.get(vertex.name, vertex.chain) if chains else vertex.chain
+        for i, chain in enumerate(self.vertex_chains):
             if chain is not last:  # a call's vertices mostly follow each other
                 found = by_chain.get(id(chain))
                 if found is None:
@@ -574,9 +585,6 @@ class _Scene:
         self._inside: dict[str, list[int]] | None = None
         self._opening_costs: dict[Any, int] = {}
         self._users: list[list[int]] | None = None
-
-    def chain(self, vertex: _Vertex) -> tuple[str, ...]:
-        return self.chains.get(vertex.name, vertex.chain)
 
     def memo(self, what: str) -> dict:
         """A dict kept with these vertices (an analysis's own: the next picture of the graph
@@ -601,18 +609,16 @@ class _Scene:
         # nor a value drawn outside a box (that would close a cycle)
         sources = {_INPUT, *_STATE}
         foldable: set[str] = {v.name for v in self.vertices if v.kind in sources}
-        chains = self.chains
         candidates: list[tuple[_Vertex, str]] = []  # (vertex, the call it sits in)
         kinds = (_OP, _GLUE)
         children = self.children
-        for vertex in self.vertices:
+        for vertex, chain in zip(self.vertices, self.vertex_chains):
             if vertex.kind not in kinds:
                 continue
             for source, _ in vertex.inputs:
                 if source not in foldable:
                     break
             else:
-                chain = chains.get(vertex.name, vertex.chain)
                 owner = chain[-1] if chain else ""
                 # a module with no submodule drawn is its own box already (rotary tables): its
                 # ops are never folded, and neither is what reads them (taken out here, not by

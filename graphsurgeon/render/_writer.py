@@ -208,9 +208,7 @@ class _Writer:
         # None): the vertices of one chain (the index shares one tuple among them) go to the
         # same place
         placed: dict[int, tuple[str, str | None, str | None]] = {}
-        chains = self.scene.chains
-        for vertex in self.scene.vertices:
-            chain = chains.get(vertex.name, vertex.chain) if chains else vertex.chain
+        for vertex, chain in zip(self.scene.vertices, self.scene.vertex_chains):
             found = placed.get(id(chain))
             if found is None:
                 container, box = "", None
