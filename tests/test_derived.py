@@ -29,6 +29,20 @@ def test_what_is_derived_is_made_once():
     assert runnable_original(ep) is runnable_original(ep)
 
 
+def test_copies_of_a_program_share_its_call_index_until_its_graph_is_forgotten():
+    import copy
+
+    _, _, ep = _program()
+    index = call_index(ep)
+    twin = copy.copy(ep)
+    assert twin is not ep and twin.graph is ep.graph  # the precondition: one graph, two objects
+    assert call_index(twin) is index, "the index depends on the graph: a copy reads the same one"
+    # the program's GraphModule shares the graph, not the program's lifted state: its own index
+    assert call_index(ep.graph_module) is not index
+    gs.forget(twin)  # an edit through one copy is an edit of the graph they share
+    assert call_index(ep) is not index
+
+
 def test_a_graph_edited_in_place_is_read_the_same_stale_way_until_forgotten():
     model, x, ep = _program()
     before = runnable_original(ep)
