@@ -27,7 +27,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -111,9 +111,14 @@ def region_of(
             "uses): choose nodes whose results are read"
         )
     base = f"region:{call or '(top)'}" if name is None else name
-    if name is not None and (not isinstance(name, str) or not name):
-        raise SurgeryError(f"a region's name is a non-empty string, got {a_type(name)}")
+    if name is not None:
+        _check_region_name(index, name)
     taken = set(taken)
+    if name is not None and name in taken:
+        raise SurgeryError(
+            f"a region named {name!r} exists already in this Surgery: give this one another "
+            "name, or undo the step that made the first one"
+        )
     label, count = base, 0
     while label in taken or (name is None and label in index.calls_of):
         count += 1
@@ -142,6 +147,29 @@ def region_of(
     )
 
 
+def _check_region_name(index: ProgramIndex, name: object) -> None:
+    """Refuse a region name that could mean something else: a region lives in a namespace of
+    its own, so that every name a Surgery takes means one thing (``s.swap("a", ...)`` is module
+    ``a``, never a region someone called ``"a"``; ``"sh@1"`` is the second call of ``sh``)."""
+    if not isinstance(name, str) or not name:
+        raise SurgeryError(f"a region's name is a non-empty string, got {a_type(name)}")
+    fqn, k = _meta.split_call_name(name)
+    if fqn in index.fqns:
+        what = f"call {k} of module {fqn!r}" if k is not None else f"module {fqn!r}"
+        raise SurgeryError(
+            f"a region cannot be named {name!r}: that is the name of {what} of the program, "
+            f"and s.swap({name!r}, ...) must mean that {'call' if k is not None else 'module'}. "
+            f"Name the region apart from modules, e.g. name={'region:' + name!r}, or leave name= "
+            "out for 'region:<the call it sits in>'."
+        )
+    if k is not None:
+        raise SurgeryError(
+            f"a region cannot be named {name!r}: a name ending in '@{k}' names the call {k} of "
+            f"a module (here {fqn!r}, which the program does not have). Choose a name without "
+            f"'@', e.g. {name.replace('@', '#')!r}."
+        )
+
+
 def example_inputs(index: ProgramIndex, plan: RegionPlan) -> tuple[torch.Tensor, ...]:
     """Random tensors shaped as the region's inputs were at export (a symbolic size at the
     size it was traced with): what :meth:`Surgery.find_similar` traces the region on."""
@@ -166,7 +194,7 @@ def _hint(size) -> int:
 
 
 def _chosen_nodes(index: ProgramIndex, nodes: Iterable[str]) -> list[Node]:
-    if isinstance(nodes, str) or not isinstance(nodes, Iterable):
+    if isinstance(nodes, (str, Mapping)) or not isinstance(nodes, Iterable):
         raise SurgeryError(
             f"a region is a list of node names such as ['sigmoid', 'mul'], got {a_type(nodes)}"
         )

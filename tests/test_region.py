@@ -188,3 +188,80 @@ def test_a_region_reading_a_value_made_between_its_nodes_runs_after_it():
     with torch.no_grad():
         torch.testing.assert_close(s.module(tokens), expected)
         torch.testing.assert_close(s.export().module()(tokens), expected)
+
+
+class Shared(nn.Module):
+    """One Linear called twice (calls ``sh`` and ``sh@1``) with a gate between the calls."""
+
+    def __init__(self):
+        super().__init__()
+        self.sh = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.sh(torch.tanh(self.sh(x)) * 2)
+
+
+@pytest.mark.parametrize("name", ["blocks.0", "blocks", "head", "blocks.1@1", "nowhere@2"])
+def test_a_region_cannot_take_a_name_that_names_a_module_or_call(stack, name):
+    _, _, s = stack
+    nodes = gate_nodes(s, 1)
+    with pytest.raises(SurgeryError, match=rf"cannot be named {name!r}"):
+        s.swap_region(nodes, ShiftedSiLU(), name=name)
+    assert s.version == 0 and s.regions == {}
+    s.swap_region(nodes, ShiftedSiLU(), name="gate")  # a name of its own is taken as it is
+    assert list(s.replacements) == ["gate"]
+
+
+def test_a_module_named_like_a_refused_region_is_swapped_as_the_module():
+    """Was: a region called ``"a"`` took module ``a``'s name, and ``s.swap("a", X)`` then
+    replaced the region while module ``a`` kept its weights."""
+    torch.manual_seed(0)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.b(torch.tanh(self.a(x)) * 2)
+
+    model, x = Net().eval(), torch.randn(2, 4)
+    s = gs.Surgery.from_model(model, (x,))
+    with pytest.raises(SurgeryError, match=r"name of module 'a'"):
+        s.swap_region(["tanh"], nn.Sigmoid(), name="a")
+    s.swap_region(["tanh"], nn.Sigmoid(), name="squash")
+    new_a = nn.Linear(4, 4)
+    s.swap("a", new_a)
+    assert set(s.replacements) == {"squash", "a"}
+    with torch.no_grad():
+        torch.testing.assert_close(s.module(x), model.b(torch.sigmoid(new_a(x)) * 2))
+
+
+def test_a_region_named_like_a_second_call_is_refused_and_the_call_keeps_its_name():
+    """Was: a region named ``"sh@1"`` was accepted, and ``s.swap("sh", ...)`` then silently
+    dropped it as a call the new request covered."""
+    torch.manual_seed(0)
+    model, x = Shared().eval(), torch.randn(2, 4)
+    s = gs.Surgery.from_model(model, (x,))
+    with pytest.raises(SurgeryError, match=r"call 1 of module 'sh'"):
+        s.swap_region(["mul"], nn.Identity(), name="sh@1")
+    s.swap_region(["mul"], nn.Identity(), name="halve")
+    s.swap("sh", copy.deepcopy(model.sh))
+    assert set(s.replacements) == {"halve", "sh"}
+    with torch.no_grad():
+        torch.testing.assert_close(s.module(x), model.sh(torch.tanh(model.sh(x))))
+
+
+def test_a_region_name_in_force_is_not_given_twice(stack):
+    _, _, s = stack
+    s.swap_region(gate_nodes(s, 0), ShiftedSiLU(), name="gate")
+    with pytest.raises(SurgeryError, match=r"named 'gate' exists already"):
+        s.fuse_region(gate_nodes(s, 1), name="gate")
+    assert list(s.replacements) == ["gate"] and s.fused == ()
+
+
+def test_a_region_is_a_list_of_node_names_not_a_mapping(stack):
+    _, _, s = stack
+    with pytest.raises(SurgeryError, match=r"list of node names"):
+        s.fuse_region(dict.fromkeys(gate_nodes(s, 0), "anything"))
+    assert s.version == 0
