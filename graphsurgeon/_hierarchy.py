@@ -325,6 +325,11 @@ class _Plan:
         # attribute of the root -> the state it holds there: state read outside every
         # replacement whose every name is inside one (a weight tied to a replaced module)
         self.retained: dict[str, str] = {}
+        # a replaced module's state that the program reads outside its calls (a parent's
+        # self.child.scale): read from the replacement, as eager and the rewrite read it
+        self.read_from_replacement = {
+            read.target for name in self.replacements for read in self.index.outside_reads(name)
+        }
 
     def copy_of(self, path: str) -> Any:
         """The hierarchy's own copy of the program's tensor ``path`` (one per tensor, so
@@ -518,6 +523,8 @@ class _Region:
     def _state(self, old: Node) -> Node:
         plan = self.plan
         spec = plan.state_specs[old.name]
+        if spec.target in plan.read_from_replacement:
+            return self._held_by(spec.target, old.meta)
         path = plan.state_path(spec.target, self.fqn)
         if path is not None:
             return self._get_attr(_relative(path, self.fqn), old.meta)
@@ -529,15 +536,19 @@ class _Region:
             # every name of it is inside a replacement: the root keeps it under one of its own
             home = "_graphsurgeon_retained_" + _flat_name(spec.target)
             plan.retained[home] = spec.target
-        if not self.fqn:
-            return self._get_attr(home, old.meta)
+        return self._held_by(home, old.meta)
+
+    def _held_by(self, path: str, meta: Mapping[str, Any]) -> Node:
+        """The parameter or buffer the hierarchy holds at ``path``, read from this module."""
+        if _within(path, self.fqn):
+            return self._get_attr(_relative(path, self.fqn), meta)
         # another module's parameter or buffer (as a module reads its parent's through a
         # reference): read through a plain reference to the module holding it, as export
         # recognizes a parameter only where it is registered
-        owner, _, leaf = home.rpartition(".")
+        owner, _, leaf = path.rpartition(".")
         name = f"{self._prefix}owner_{_flat_name(owner) or 'root'}"
         self.extras[name] = _Owner(owner)
-        return self._get_attr(f"{name}.{leaf}", old.meta)
+        return self._get_attr(f"{name}.{leaf}", meta)
 
     def _attribute(self, old: Node) -> Node:
         """An attribute of the program's graph module (a torch.cond branch): the module

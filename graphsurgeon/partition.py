@@ -34,7 +34,15 @@ from .errors import (
 )
 from .export import export_notes
 
-__all__ = ["ModuleInfo", "ModuleTree", "Partition", "module_tree", "partition", "split_call_name"]
+__all__ = [
+    "ModuleInfo",
+    "ModuleTree",
+    "OutsideRead",
+    "Partition",
+    "module_tree",
+    "partition",
+    "split_call_name",
+]
 
 
 def call_name(fqn: str, index: int) -> str:
@@ -108,12 +116,42 @@ class Partition:
 
 
 @dataclass(frozen=True)
+class OutsideRead:
+    """A parameter, buffer or constant tensor of a module that the program reads outside every
+    call of that module (a parent's ``self.child.scale``): after the module is swapped, eager
+    PyTorch reads the replacement's attribute of that name there, so the swapped program does.
+
+    Attributes:
+        target: the state's full name (``"c.s"``).
+        attribute: its name inside the module (``"s"``; ``"inner.w"`` for a submodule's).
+        kind: ``"parameter"``, ``"buffer"`` or ``"constant"``.
+        reader: the first node outside the module that reads it.
+        reader_call: the call that node sits in (``""``: the top level).
+        value: the value as exported (shape and dtype: what a replacement's attribute must be).
+    """
+
+    target: str
+    attribute: str
+    kind: str
+    reader: str
+    reader_call: str
+    value: Any = field(repr=False, compare=False)
+
+    @property
+    def where(self) -> str:
+        """``"in 'p'"``, or ``"at the top level"``: where the read is."""
+        return f"in {self.reader_call!r}" if self.reader_call else "at the top level"
+
+
+@dataclass(frozen=True)
 class ModuleInfo:
     """One module of the program: its type, its calls, its nodes, and whether it can be swapped.
 
     ``swappable`` is true when every call of the module can be swapped; ``reason`` names the
     first call that cannot and why. ``children`` are the fqns of the direct submodules.
     ``num_parameters`` counts the parameter elements of the module and its submodules.
+    ``note`` says what a replacement must hold beyond its call: the attributes the program
+    reads outside the module's calls (:class:`OutsideRead`), or None.
     """
 
     fqn: str
@@ -127,10 +165,13 @@ class ModuleInfo:
     call_names: tuple[str, ...] = ()
     qualified_type: str = ""
     num_parameters: int = 0
+    note: str | None = None
 
     def __repr__(self) -> str:
         calls = f"{self.calls} call{'s' if self.calls != 1 else ''}"
         verdict = "swappable" if self.swappable else f"not swappable: {self.reason}"
+        if self.swappable and self.note:
+            verdict += f" ({self.note})"
         return (
             f"<ModuleInfo {self.fqn or '(root)'!r}: {self.type_name}, {calls}, "
             f"{self.num_nodes} nodes, {verdict}>"
@@ -149,6 +190,8 @@ class ModuleInfo:
         ]
         if self.reason:
             rows.append(["why not", self.reason])
+        if self.note:
+            rows.append(["note", self.note])
         body = (
             f'<div class="gs-title"><code>{d.escape(self.fqn or "(root)")}</code> {verdict}</div>'
             + d.table(["", ""], rows)
@@ -712,6 +755,7 @@ class ProgramIndex:
         self._partitions: dict[str, Partition] | None = None
         self._mutation_outputs = self._find_mutation_outputs(ep)
         self._in_subgraphs: dict[str, str] | None = None
+        self._outside_reads: dict[str, tuple[OutsideRead, ...]] | None = None
 
     def known_names(self) -> list[str]:
         """Every module fqn and every repeated call (``blk@1``): the names :meth:`resolve`
@@ -816,7 +860,78 @@ class ProgramIndex:
                 f"subgraph, not in the program's graph. Swap the module that calls "
                 f"torch.{operator}, or replace it in the model before exporting"
             )
+        readers = list(dict.fromkeys(read.reader_call for read in self.outside_reads(fqn)))
+        if readers:
+            reads = self.outside_reads(fqn)
+            whose = ", ".join(f"`{r.attribute}`" for r in reads[:3])
+            swap = [split_call_name(r)[0] for r in readers if r]
+            by = " and ".join(repr(r) if r else "the root module" for r in readers[:3])
+            advice = (
+                f"swap {' or '.join(map(repr, dict.fromkeys(swap)))}"
+                if swap
+                else ("replace it in the model before exporting")
+            )
+            return (
+                f"never called during export: its weights ({whose}) are read by {by} directly "
+                f"(self.{fqn.rsplit('.', 1)[-1]}.{reads[0].attribute} in its code), so it has "
+                f"no call to swap; {advice}"
+            )
         return "never called during export (a container such as nn.ModuleList, or unused)"
+
+    def outside_reads(self, fqn: str) -> tuple[OutsideRead, ...]:
+        """The state of module ``fqn`` (its own and its submodules') that nodes outside every
+        call of ``fqn`` read: what a parent reads as ``self.child.weight``. The one answer to
+        "what does such a read mean after a swap": the rewrite reads the replacement's attribute
+        of that name (as eager does), the module tree says a replacement must hold it.
+
+        A tensor the model holds under another name too (a tied weight, such as a language
+        model's head sharing its embedding's) is not listed: export names it once, so the
+        graph cannot tell which name the code read it by, and the module that keeps the other
+        name keeps reading the original, as in eager."""
+        if self._outside_reads is None:
+            self._outside_reads = self._find_outside_reads()
+        return self._outside_reads.get(fqn, ())
+
+    def _find_outside_reads(self) -> dict[str, tuple[OutsideRead, ...]]:
+        ep = self.ep
+        holders: dict[int, list[str]] = {}  # a tensor -> every name the model holds it by
+        for source in (ep.state_dict, ep.constants):
+            for key, value in source.items():
+                if isinstance(value, torch.Tensor):
+                    holders.setdefault(id(value), []).append(key)
+        kinds = {"PARAMETER": "parameter", "BUFFER": "buffer", "CONSTANT_TENSOR": "constant"}
+        found: dict[str, list[OutsideRead]] = {}
+        for name, spec in self.state_specs.items():
+            kind = kinds.get(spec.kind.name)
+            target = spec.target
+            node = self.by_name.get(name)
+            if kind is None or not target or node is None or "." not in target:
+                continue
+            value = (ep.constants if target in ep.constants else ep.state_dict).get(target)
+            names = holders.get(id(value), [target])
+            users = list(node.users)
+            parts = target.split(".")
+            for end in range(1, len(parts)):
+                owner = ".".join(parts[:end])
+                if owner not in self.calls_of and owner not in self.fqns:
+                    continue
+                if any(n != target and not n.startswith(owner + ".") for n in names):
+                    continue  # tied to a name outside the module: see the docstring
+                for user in users:
+                    chain = self.calls.chain(user.name)
+                    if any(split_call_name(c)[0] == owner for c in chain):
+                        continue
+                    read = OutsideRead(
+                        target=target,
+                        attribute=".".join(parts[end:]),
+                        kind=kind,
+                        reader=user.name,
+                        reader_call=chain[-1] if chain else "",
+                        value=node.meta.get("val"),
+                    )
+                    found.setdefault(owner, []).append(read)
+                    break  # one reader names the read
+        return {fqn: tuple(reads) for fqn, reads in found.items()}
 
     def _called_in_subgraphs(self) -> dict[str, str]:
         """fqn -> the control-flow operator (``cond``, ``while_loop``) whose branch calls it.
@@ -1158,6 +1273,7 @@ def module_tree(ep: ExportedProgram) -> ModuleTree:
             reason = where + (blocking.reason or "")
         else:
             reason = None
+        note = _outside_read_note(index, fqn) if reason is None else None
         infos[fqn] = ModuleInfo(
             fqn=fqn,
             type_name=_short_type(qualified),
@@ -1170,8 +1286,25 @@ def module_tree(ep: ExportedProgram) -> ModuleTree:
             call_names=tuple(names),
             qualified_type=qualified,
             num_parameters=parameters.get(fqn, 0),
+            note=note,
         )
     return ModuleTree(infos)
+
+
+def _outside_read_note(index: ProgramIndex, fqn: str) -> str | None:
+    """What a replacement for ``fqn`` must hold because the program reads it outside its
+    calls (see :meth:`ProgramIndex.outside_reads`), or None."""
+    reads = index.outside_reads(fqn)
+    if not reads:
+        return None
+    held = ", ".join(
+        f"{r.kind} `{r.attribute}` ({_meta.value_text(r.value)})" for r in reads[:3]
+    ) + (f" and {len(reads) - 3} more" if len(reads) > 3 else "")
+    return (
+        f"the program reads its {held} outside its calls ({reads[0].where}, as "
+        f"self.{fqn.rsplit('.', 1)[-1]}.{reads[0].attribute}): a replacement must hold "
+        "the same, which those reads then take, as in eager"
+    )
 
 
 def _parameters_by_module(ep: ExportedProgram, fqns: set[str]) -> dict[str, int]:

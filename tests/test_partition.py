@@ -446,3 +446,38 @@ def test_every_entry_point_reads_a_name_the_same_way():
     for call in list(calls.values())[:3]:
         with pytest.raises(gs.errors.UnknownModuleError, match=r"there is no call 'blk@2'"):
             call("blk@2")
+
+
+class ReadsConvWeights(nn.Module):
+    """Mamba's mixer: ``F.conv1d(x, self.conv1d.weight, ...)``, never calling ``conv1d``."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1d = nn.Conv1d(4, 4, 3, groups=4, padding=2)
+        self.out = nn.Linear(4, 4)
+
+    def forward(self, x):
+        conv = self.conv1d
+        h = nn.functional.conv1d(x.transpose(1, 2), conv.weight, conv.bias, padding=2, groups=4)
+        return self.out(h[..., : x.shape[1]].transpose(1, 2))
+
+
+class HoldsMixer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mixer = ReadsConvWeights()
+
+    def forward(self, x):
+        return self.mixer(x)
+
+
+def test_a_module_whose_weights_a_parent_reads_says_to_swap_the_parent():
+    """Was: "never called during export (a container such as nn.ModuleList, or unused)"."""
+    ep = gs.export(HoldsMixer(), (torch.randn(1, 5, 4),))
+    info = gs.module_tree(ep)["mixer.conv1d"]
+    assert info.calls == 0 and not info.swappable
+    assert "its weights (`weight`, `bias`) are read by 'mixer' directly" in info.reason
+    assert info.reason.endswith("swap 'mixer'")
+    with pytest.raises(gs.errors.NotSwappableError, match=r"read by 'mixer' directly"):
+        gs.swap(ep, {"mixer.conv1d": nn.Identity()})
+    assert gs.module_tree(ep)["mixer"].swappable and gs.module_tree(ep)["mixer"].note is None

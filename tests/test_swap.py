@@ -1539,3 +1539,84 @@ def test_a_program_made_elsewhere_knows_its_mode_from_its_nodes_or_refuses():
     plain = torch.export.export(nn.Sequential(nn.Linear(8, 8)), (x,))
     with pytest.raises(gs.errors.ModeError, match=r"does not record the mode"):
         gs.swap(plain, {}).eval()
+
+
+# -- a parent that reads a swapped child's parameter or buffer directly ---------------------
+
+
+class HoldsScale(nn.Module):
+    """x * s, with ``s`` a buffer (and ``inner.w`` a parameter of a submodule)."""
+
+    def __init__(self, value: float, size: int = 4):
+        super().__init__()
+        self.register_buffer("s", torch.full((size,), value))
+        self.inner = nn.Module()
+        self.inner.w = nn.Parameter(torch.full((size,), value + 1))
+
+    def forward(self, x):
+        return x * self.s
+
+
+class ReadsChild(nn.Module):
+    #   x -> c -> + c.s (read by the parent) -> * c.inner.w (a grandchild's weight) -> out
+    def __init__(self):
+        super().__init__()
+        self.c = HoldsScale(3.0)
+
+    def forward(self, x):
+        return (self.c(x) + self.c.s) * self.c.inner.w
+
+
+def test_a_parent_reading_a_swapped_childs_state_reads_the_replacements():
+    """Was: the parent kept reading the original's buffer (``+ 3``) while eager, with the
+    child replaced, reads the replacement's (``+ 5``)."""
+    model, x = ReadsChild().eval(), torch.randn(2, 4)
+    replacement = HoldsScale(5.0)
+    gm, ep, _ = check_swap(model, (x,), {"c": replacement})
+    # the replacement is read at run time, not copied onto: the user's module is unchanged
+    assert gm.c is replacement and set(dict(replacement.named_buffers())) == {"s"}
+    with torch.no_grad():
+        replacement.s.fill_(7.0)  # a later change of the replacement is what the program reads
+        torch.testing.assert_close(gm(x), (x * 7 + 7) * 6)
+    info = gs.module_tree(ep)["c"]
+    assert info.swappable and "buffer `s` (f32[4])" in info.note and "`inner.w`" in info.note
+    # the same through a Surgery, verified faithful and exported again
+    s = gs.Surgery.from_model(model, (x,)).swap("c", HoldsScale(5.0))
+    assert s.verify()
+    with torch.no_grad():
+        torch.testing.assert_close(s.export().module()(x), (x * 5 + 5) * 6)
+
+
+@pytest.mark.parametrize(
+    ("replacement", "has"),
+    [(Scale(5.0), "has none"), (HoldsScale(5.0, size=3), r"has f32\[3\]")],
+    ids=["missing", "another shape"],
+)
+def test_a_replacement_without_the_state_its_parent_reads_is_refused(replacement, has):
+    model, x = ReadsChild().eval(), torch.randn(2, 4)
+    ep = gs.export(model, (x,))
+    with pytest.raises(
+        gs.errors.ReplacementError, match=rf"f32\[4\]\) outside its call .*\) {has}\. Give"
+    ):
+        gs.swap(ep, {"c": replacement})
+
+
+def test_a_tied_weight_read_outside_a_swapped_module_keeps_the_original():
+    #   ids -> emb -> head (its weight is emb's) -> out: eager with emb swapped keeps head's
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(10, 4)
+            self.head = nn.Linear(4, 10, bias=False)
+            self.head.weight = self.emb.weight
+
+        def forward(self, ids):
+            return self.head(self.emb(ids))
+
+    torch.manual_seed(0)
+    model, ids = Tied().eval(), torch.tensor([1, 2, 3])
+    for name in ("emb", "head"):
+        replacement = copy.deepcopy(getattr(model, name))
+        with torch.no_grad():
+            replacement.weight.mul_(2)
+        check_swap(model, (ids,), {name: replacement})

@@ -53,6 +53,13 @@ class _Builder(_GraphWriter):
         self.copied_from: dict[Node, Node] = {}
         # functional graphs: mutated value's node name -> the placeholder it writes
         self.mutation_targets: dict[str, Node] = mutation_targets(index)
+        # a swapped module's state read outside its call: target -> (where the replacement is
+        # installed, the attribute read from it)
+        self.replacement_attributes: dict[str, tuple[str, str]] = {
+            read.target: (safe_path(r.install_path), read.attribute)
+            for r in requests
+            for read in r.attributes_read
+        }
 
     def value(self, old: Any) -> Any:
         """The new-graph value of a value of the old graph (an old node, or a constant)."""
@@ -64,6 +71,30 @@ class _Builder(_GraphWriter):
                     f"internal: node {old.name!r} is used before it is defined in the swapped graph"
                 ) from None
         return self.materialize(old)
+
+    def materialize(self, x: Any) -> Any:
+        if isinstance(x, _Attr) and x.node is None and x.target in self.replacement_attributes:
+            x.node = self._replacement_attribute(x)
+        return super().materialize(x)
+
+    def _replacement_attribute(self, x: _Attr) -> Node:
+        """A swapped module's state that its parent reads directly (``self.child.scale``):
+        read from the replacement, as eager reads it (the plan checked it holds one of that
+        shape and dtype). Read at run time from the installed module, never copied onto it:
+        the replacement is the user's and is not changed."""
+        install, attribute = self.replacement_attributes[x.target]
+        held = self.graph.create_node("get_attr", install, name=self.fresh(f"{install}_module"))
+        held.meta[_meta.GLUE] = "constant"
+        for part in attribute.split("."):
+            last = part == attribute.rsplit(".", 1)[-1]
+            held = self.graph.create_node(
+                "call_function",
+                getattr,
+                (held, part),
+                name=x.name if last else self.fresh(f"{install}_{part}"),
+            )
+        held.meta = x.meta
+        return held
 
     def attribute_target(self, target: str) -> str:
         # A parameter still used outside a swapped module (tied weights) must not resolve into
@@ -128,7 +159,7 @@ class _Builder(_GraphWriter):
         if spec.kind.name == "PARAMETER":
             return ep.state_dict[target]
         if spec.kind.name == "BUFFER":
-            if spec.persistent is False:
+            if spec.persistent is False and target not in self.replacement_attributes:
                 self.non_persistent.add(self.attribute_target(target))
                 value = ep.constants[target]
             else:

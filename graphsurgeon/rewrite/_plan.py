@@ -21,6 +21,7 @@ from ..errors import (
     a_type,
 )
 from ..partition import (
+    OutsideRead,
     Partition,
     ProgramIndex,
 )
@@ -54,6 +55,8 @@ class _Request:
     call_node: Node | None = None
     module: torch.nn.Module | None = None  # what runs the call (the cut, for a fused call)
     region: Region | None = None  # for nodes that are no module's (a match of gs.find)
+    # the module's state the program reads outside its calls: read from the replacement
+    attributes_read: tuple[OutsideRead, ...] = ()
 
     @property
     def fused(self) -> bool:
@@ -123,6 +126,8 @@ def _plan(
             )
             if not request.fused:
                 _check_call(index, request)
+                if not resolved.one_call:
+                    request.attributes_read = _attributes_read(index, request)
             requests.append(request)
     _check_conflicts(requests)
     # an empty partition is never swappable (refused above), so every request has nodes[0]
@@ -214,6 +219,44 @@ def _check_call(index: ProgramIndex, request: _Request) -> None:
             f"forward{parameters} ({problem}). Make forward accept those arguments (add the "
             "missing parameters, or **kwargs for the keywords it ignores)."
         ) from None
+
+
+def _attributes_read(index: ProgramIndex, request: _Request) -> tuple[OutsideRead, ...]:
+    """The module's state that the program reads outside its calls (a parent's
+    ``self.child.scale``): in eager, once the module is swapped, those reads take the
+    replacement's attribute of the same name, so the replacement must hold one of the same
+    shape and dtype (the program's later ops were traced for it). Refused, naming the
+    attribute, when it does not."""
+    reads = index.outside_reads(request.fqn)
+    replacement = request.replacement
+    for read in reads:
+        held: Any = replacement
+        for part in read.attribute.split("."):
+            held = getattr(held, part, None)
+        value = read.value
+        expected = _meta.value_text(value)
+        if isinstance(held, torch.Tensor) and (
+            not isinstance(value, torch.Tensor)
+            or (tuple(held.shape) == tuple(value.shape) and held.dtype == value.dtype)
+        ):
+            continue
+        has = (
+            "has none"
+            if held is None
+            else f"has {_meta.value_text(held)}"
+            if isinstance(held, torch.Tensor)
+            else f"has {a_type(held)} there"
+        )
+        raise ReplacementError(
+            f"cannot swap {request.fqn!r}: the program reads its {read.kind} "
+            f"`{read.attribute}` ({expected}) outside its call ({read.where}, node "
+            f"{read.reader!r}: the code reads self.{request.fqn.rsplit('.', 1)[-1]}."
+            f"{read.attribute} directly). In eager, with {request.fqn!r} swapped, that read "
+            f"takes the replacement's `{read.attribute}`, and the replacement "
+            f"({_type_name(replacement)}) {has}. Give it a {read.kind} `{read.attribute}` of "
+            f"{expected}, or swap the module that reads it."
+        )
+    return reads
 
 
 def _check_conflicts(requests: list[_Request]) -> None:
