@@ -24,7 +24,7 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.fx import GraphModule, Node
 
-from . import _derived
+from . import _derived, _meta
 from ._meta import describe_spec
 from .errors import GraphSurgeonError
 from .partition import program_index
@@ -192,8 +192,9 @@ def clone_inputs(value: Any) -> Any:
 def state_attributes(gm: GraphModule) -> frozenset[str]:
     """The ``get_attr`` targets of ``gm`` that are state a run may write: every tensor that is
     not a Parameter (buffers such as BatchNorm statistics, which ``aten.batch_norm`` updates
-    in place without saying so in its schema, and the targets of ``copy_`` write-backs)."""
-    state = set()
+    in place without saying so in its schema, and the targets of ``copy_`` write-backs), and
+    the parameters a swapped program hands to a replacement (:func:`_given_paths`)."""
+    state = set(_given_paths(gm))
     for node in gm.graph.nodes:
         if node.op != "get_attr":
             continue
@@ -262,7 +263,8 @@ class keep_state:
     On exit, every module reachable from the given ones holds again the very buffer objects it
     held, under the same names (a buffer reassigned, deleted or added is put back or removed),
     and so do its plain tensor attributes; each of those tensors (each once) has its values
-    back, also when the run failed. Parameters are not saved: a forward does not write them.
+    back, also when the run failed. Parameters are not saved (a forward does not write them),
+    but for those a swapped program hands a replacement as an argument, which it may write.
 
     A run's output may be that state (a cache the forward writes and returns): pass it through
     :meth:`unshared` before the block ends, so it keeps the values it had when it was returned.
@@ -310,7 +312,7 @@ class keep_state:
                 self.held.append(
                     (module, buffers, set(module._non_persistent_buffers_set), attributes)
                 )
-                for tensor in [*buffers.values(), *attributes.values()]:
+                for tensor in [*buffers.values(), *attributes.values(), *_given(module)]:
                     if tensor is not None and id(tensor) not in tensors:
                         tensors.add(id(tensor))
                         self.saved.append((tensor, tensor.detach().clone()))
@@ -358,6 +360,28 @@ class keep_state:
                 if name not in attributes and not isinstance(state[name], torch.nn.Parameter):
                     del state[name]  # a tensor attribute the run added (or put over a buffer)
             state.update(attributes)
+
+
+def _given_paths(module: Any) -> tuple[str, ...]:
+    """Where a swapped program holds the parameters it hands to a replacement as arguments
+    (its own copies, which the replacement may write in place): state, like buffers. Other
+    parameters a forward does not write, and a copy of every weight would double a check's
+    memory."""
+    meta = getattr(module, "meta", None)
+    info = meta.get(_meta.INFO) if isinstance(meta, dict) else None
+    return tuple(getattr(info, "given_state", ()))
+
+
+def _given(module: torch.nn.Module) -> list[torch.Tensor]:
+    """The tensors at :func:`_given_paths` of ``module``."""
+    held = []
+    for path in _given_paths(module):
+        value: Any = module
+        for part in path.split("."):
+            value = getattr(value, part, None)
+        if isinstance(value, torch.Tensor):
+            held.append(value)
+    return held
 
 
 def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:

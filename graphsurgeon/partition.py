@@ -316,6 +316,41 @@ def _written_argument(op: torch._ops.OpOverload) -> tuple[int, str, bool] | None
     return None
 
 
+def aliased_input(node: Node) -> Node | None:
+    """The argument node whose storage ``node``'s result shares: a view (``t``, ``view``,
+    ``select``, ``expand``...), an in-place op, or a conversion that may return the tensor
+    itself (``to`` the dtype it has); else None."""
+    target = node.target
+    if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+        return None
+    if target in _CONVERSIONS:
+        first = node.args[0] if node.args else None
+        return first if isinstance(first, Node) else None
+    aliased = _aliased_argument(target)
+    if aliased is None:
+        return None
+    position, name, kwarg_only = aliased
+    value = (
+        node.kwargs.get(name) if kwarg_only or position >= len(node.args) else node.args[position]
+    )
+    return value if isinstance(value, Node) else None
+
+
+@functools.lru_cache(maxsize=1024)
+def _aliased_argument(op: torch._ops.OpOverload) -> tuple[int, str, bool] | None:
+    """(position, name, keyword-only) of the argument whose storage an op's first result
+    shares, by its schema; else None."""
+    schema = op._schema
+    if not schema.returns or schema.returns[0].alias_info is None:
+        return None
+    alias_set = schema.returns[0].alias_info.before_set
+    for position, argument in enumerate(schema.arguments):
+        info = argument.alias_info
+        if info is not None and info.before_set == alias_set:
+            return position, argument.name, argument.kwarg_only
+    return None
+
+
 _aten = torch.ops.aten
 # Ops that return their first argument itself (the very tensor object, not a view) when they
 # have nothing to do: a conversion to the dtype, device and layout the tensor already has.

@@ -177,3 +177,52 @@ def test_nothing_graphsurgeon_caches_keeps_a_program_alive():
 
     for use in (verified, stepped, compared, drawn_and_tree):
         assert _dies(use), use.__name__
+
+
+class Doubles(nn.Module):
+    """A replacement that writes the parameter it is given, in place."""
+
+    def forward(self, w):
+        with torch.no_grad():
+            return w.mul_(2)
+
+
+class Twice(nn.Module):
+    def forward(self, w):
+        return w * 2
+
+
+class PassesItsWeight(nn.Module):
+    #   w (a parameter) -> m -> * x;  w.t() -> n -> + (a view of the same weight)
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(4, 4))
+        self.m, self.n = Twice(), Twice()
+
+    def forward(self, x):
+        return x @ self.m(self.w) + x @ self.n(self.w.t())
+
+
+@pytest.mark.parametrize("name", ["m", "n"])
+def test_a_replacement_writing_a_parameter_it_is_given_never_writes_the_users_model(name):
+    """Was: the swapped program handed the model's own parameter to the replacement, and
+    ``w.mul_(2)`` doubled the user's ``model.w`` at every run."""
+    torch.manual_seed(0)
+    model, x = PassesItsWeight().eval(), torch.randn(2, 4)
+    ep = gs.export(model, (x,))
+    before = _state(model, ep)
+    gm = gs.swap(ep, {name: Doubles()})
+    with torch.no_grad():
+        first, second = gm(x), gm(x)
+    assert _changed(before, _state(model, ep)) == []
+    # what eager does with the same replacement: it writes its own (copied) weight each run
+    eager = eager_reference(model, {name: Doubles()})
+    with torch.no_grad():
+        torch.testing.assert_close(first, eager(x))
+        torch.testing.assert_close(second, eager(x))
+    assert not torch.equal(first, second)  # precondition: the replacement did write
+    # a check is a question: verify and compare leave the program's copy as they found it
+    held = [gm.get_parameter(p).detach().clone() for p in swap_info(gm).given_state]
+    assert held and gs.verify(eager_reference(model, {}), gm, (x,)) is not None
+    gs.compare(ep, gm, (x,))
+    assert all(torch.equal(gm.get_parameter(p), h) for p, h in zip(swap_info(gm).given_state, held))

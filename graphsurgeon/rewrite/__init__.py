@@ -140,6 +140,7 @@ def rewrite(
         regions={r.call_name: r.region for r in requests if r.region is not None},
         node_map=builder.node_map,
         copies=builder.copies,
+        given_state=tuple(sorted(builder.attribute_target(t) for t in builder.given_state)),
         result_nodes=tuple(
             n.name
             for n in gm.graph.nodes

@@ -18,6 +18,7 @@ from ..errors import (
 )
 from ..partition import (
     ProgramIndex,
+    aliased_input,
     returned_object,
     split_call_name,
 )
@@ -53,6 +54,11 @@ class _Builder(_GraphWriter):
         self.copied_from: dict[Node, Node] = {}
         # functional graphs: mutated value's node name -> the placeholder it writes
         self.mutation_targets: dict[str, Node] = mutation_targets(index)
+        # parameters and constants a replacement is given (as an argument, or a view of one):
+        # the result holds its own copies of them, so a replacement that writes one in place
+        # (w.mul_(2)) writes the copy, never the user's model or the program
+        self.given_state = _state_given_to_replacements(index, requests)
+        self._own_copies: dict[int, Any] = {}
         # a swapped module's state read outside its call: target -> (where the replacement is
         # installed, the attribute read from it)
         self.replacement_attributes: dict[str, tuple[str, str]] = {
@@ -157,7 +163,8 @@ class _Builder(_GraphWriter):
     def _state(self, spec) -> Any:
         ep, target = self.ep, spec.target
         if spec.kind.name == "PARAMETER":
-            return ep.state_dict[target]
+            value = ep.state_dict[target]
+            return self._own_copy(value) if target in self.given_state else value
         if spec.kind.name == "BUFFER":
             if spec.persistent is False and target not in self.replacement_attributes:
                 self.non_persistent.add(self.attribute_target(target))
@@ -167,7 +174,21 @@ class _Builder(_GraphWriter):
             # Buffers are written by forward (BatchNorm statistics): run on our own copy, so
             # running the swapped program never changes the ExportedProgram it came from.
             return value.clone()
-        return ep.constants[target]
+        value = ep.constants[target]
+        return self._own_copy(value) if target in self.given_state else value
+
+    def _own_copy(self, value: Any) -> Any:
+        """The result's own copy of a parameter or constant tensor (one per tensor: tied names
+        share it), with the parameter's ``requires_grad``."""
+        if not isinstance(value, torch.Tensor):
+            return value
+        copied = self._own_copies.get(id(value))
+        if copied is None:
+            copied = value.detach().clone()
+            if isinstance(value, torch.nn.Parameter):
+                copied = torch.nn.Parameter(copied, requires_grad=value.requires_grad)
+            self._own_copies[id(value)] = copied
+        return copied
 
     def _inputs(self, user_leaves: list[Node]) -> None:
         ep = self.ep
@@ -492,6 +513,30 @@ class _Builder(_GraphWriter):
         still = {n.target for n in self.graph.nodes if n.op == "get_attr"}
         for target in removed_attrs - still:
             self.attrs.pop(target, None)
+
+
+def _state_given_to_replacements(index: ProgramIndex, requests: list[_Request]) -> set[str]:
+    """The parameters and constant tensors (by target) that a replacement receives as an
+    argument, itself or through views of it (``self.m(self.w.t())``). Buffers need nothing:
+    the result holds copies of every buffer already."""
+    given: set[str] = set()
+    kinds = ("PARAMETER", "CONSTANT_TENSOR")
+    for request in requests:
+        if request.fused:
+            continue  # runs the program's own (functional) ops
+        for argument in request.partition.signature.inputs:
+            if _meta.is_constant(argument):
+                continue
+            node = index.by_name.get(argument.name)
+            seen = 0
+            while node is not None and seen < 64:  # a chain of views back to what it shows
+                spec = index.state_specs.get(node.name)
+                if spec is not None:
+                    if spec.kind.name in kinds and spec.target:
+                        given.add(spec.target)
+                    break
+                node, seen = aliased_input(node), seen + 1
+    return given
 
 
 def _droppable(node: Node) -> bool:

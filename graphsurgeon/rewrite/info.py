@@ -44,6 +44,9 @@ class SwapInfo:
             taken from the call). Nodes of swapped calls that are not outputs are absent.
         copies: node name in the result -> the program node it is a copy of.
         result_nodes: the computation nodes of the result, in graph order.
+        given_state: attribute paths of the parameters and constants a replacement is given as
+            an argument: the result holds its own copies of those (a replacement may write
+            them in place), and the checks put their values back after a run.
         diff: what the swap removed, added and kept (:class:`Diff`).
     """
 
@@ -60,6 +63,7 @@ class SwapInfo:
     result_nodes: tuple[str, ...] = field(default=(), repr=False)
     fused: tuple[str, ...] = ()
     regions: Mapping[str, Region] = field(default_factory=dict, repr=False)
+    given_state: tuple[str, ...] = field(default=(), repr=False)
 
     @property
     def program(self) -> ExportedProgram:
