@@ -628,18 +628,26 @@ class Surgery:
         The report is truthy when the first verdict holds.
         """
         args, kwargs = self._inputs(args, kwargs)
-        replacements = self.replacements  # fused calls compute what the original did
+        replacements = self.replacements  # fused calls and regions compute what the original did
         module = self.module
-        if self.model is None or self.regions:
-            # no eager model, or replaced patterns of ops: nothing eager holds the replacement
+        # a swapped region of ops is no module of the model: eager has nowhere to hold its
+        # replacement (a fused region runs the program's own ops and changes nothing)
+        swapped_regions = [self._regions[n] for n in replacements if n in self._regions]
+        if self.model is None or swapped_regions:
+            # no eager model, or swapped regions of ops: nothing eager holds the replacement
             # where the program runs it, so the one reference is the original
             reference = self.program if self.model is None else self.model
             report = verify(reference, module, args, kwargs, rtol=rtol, atol=atol)
             against = "the original program" if self.model is None else "the original model"
-            if self.regions:
+            if self.model is not None:
+                what = (
+                    "swapped regions of ops"
+                    if all(r.type_name == "region" for r in swapped_regions)
+                    else "replaced patterns of ops"
+                )
                 against += (
-                    " (replaced patterns of ops have no eager module to check the swap with: "
-                    "patch the function in the model and gs.verify against it)"
+                    f" ({what} have no eager module to check the swap with: patch the "
+                    "function in the model and gs.verify against it)"
                 )
             report = dataclasses.replace(report, against=against)
         else:

@@ -265,3 +265,18 @@ def test_a_region_is_a_list_of_node_names_not_a_mapping(stack):
     with pytest.raises(SurgeryError, match=r"list of node names"):
         s.fuse_region(dict.fromkeys(gate_nodes(s, 0), "anything"))
     assert s.version == 0
+
+
+def test_a_fused_region_keeps_the_faithful_check(stack):
+    """Was: any region, a fused one too, turned verify into a comparison with the original
+    that blamed "replaced patterns" nothing had replaced."""
+    model, x, s = stack
+    s.swap("head", nn.Linear(4, 2))
+    assert s.verify().against == "the eager model with the same replacements"  # precondition
+    s.fuse_region(gate_nodes(s, 1))
+    report = s.verify()
+    assert report and report.against == "the eager model with the same replacements"
+    assert report.original is not None and not report.original  # the head differs
+    s.swap_region(gate_nodes(s, 0), ShiftedSiLU())
+    report = s.verify()
+    assert report.against.startswith("the original model (swapped regions of ops have no eager")
