@@ -17,7 +17,10 @@ When each wrong swap mismatches on its own, ``k`` culprits among ``n`` swaps cos
 never more than ``2 k ceil(log2 n) + 2`` for ``n >= 3``. A swap reached that way that matches
 alone means swaps that are wrong only together: a smallest group of them that mismatches is
 then found by splitting both halves (more runs). A subset is built and run once (the Surgery's
-own module serves for the full set), and every run starts from the same random state.
+own module serves for the full set), and every run starts from the same random state. At the
+end, each group of culprits and the rest are run once more (``k + 1`` runs): a program that
+answers otherwise the second time (a replacement whose state changes between calls) would make
+the search blame an innocent swap, and the result says so (:attr:`Bisection.disagreements`).
 
 Example:
     >>> import torch, graphsurgeon as gs
@@ -28,8 +31,8 @@ Example:
     ...     _ = new.load_state_dict(model[i].state_dict())
     ...     s = s.swap(str(i), new if i != 5 else torch.nn.Linear(4, 4))
     >>> found = s.bisect()
-    >>> found.culprits, found.runs <= 2 * 1 * 3 + 2
-    (('5',), True)
+    >>> found.culprits, found.runs <= 2 * 1 * 3 + 2 + 2, found.reliable
+    (('5',), True, True)
 """
 
 from __future__ import annotations
@@ -65,12 +68,15 @@ class BisectRun:
             another shape, or the run failed).
         error: why the run failed (``"ReplacementError: ..."``), or ``""``; a run that fails
             counts as a mismatch.
+        repeated: whether it runs again swaps that were run before: the culprits and the rest
+            are run a second time at the end, to check that the program answers the same.
     """
 
     swaps: tuple[str, ...]
     mismatch: bool
     max_abs: float = 0.0
     error: str = ""
+    repeated: bool = False  # a second run of swaps run before, to check the answer holds
 
     @property
     def reference(self) -> bool:
@@ -95,6 +101,10 @@ class Bisection:
             serves for the full set when its state is the program's).
         log: every run in the order made (:class:`BisectRun`), the reference first.
         rtol, atol: the tolerances of the comparison.
+        disagreements: the sets of swaps whose two runs disagreed (one matched the original,
+            the other did not): the program does not compute the same thing twice (a
+            replacement whose state changes between calls, or a nondeterministic op), so the
+            culprits cannot be trusted. Empty when every repeated run agreed.
 
     What holds: every group mismatches when run alone, and the program with every swap but the
     culprits matches the original (both seen in a run, or implied by runs made: the empty set
@@ -111,6 +121,21 @@ class Bisection:
     log: tuple[BisectRun, ...]
     rtol: float
     atol: float
+    disagreements: tuple[tuple[str, ...], ...] = ()
+
+    @property
+    def reliable(self) -> bool:
+        """Whether every set of swaps run twice gave the same answer both times."""
+        return not self.disagreements
+
+    def _disagreement_text(self) -> str:
+        sets = "; ".join(_swaps_text(d, self.swaps) for d in self.disagreements)
+        return (
+            f"two runs of the same swaps disagreed ({sets}): one matched the original and the "
+            "other did not, so the program does not compute the same thing twice (a "
+            "replacement whose state changes between calls, or a nondeterministic op) and "
+            "these culprits may be wrong. Make the replacements deterministic and bisect again."
+        )
 
     def _summary(self) -> str:
         count = len(self.swaps)
@@ -123,7 +148,8 @@ class Bisection:
                 f"bisect: the program with all {swaps} matches the original: no culprits ({runs})"
             )
         culprits = f"{len(self.culprits)} culprit{'s' if len(self.culprits) != 1 else ''}"
-        return f"bisect: {culprits} among {swaps} ({runs}): {', '.join(self.culprits)}"
+        text = f"bisect: {culprits} among {swaps} ({runs}): {', '.join(self.culprits)}"
+        return text if self.reliable else text + " (UNRELIABLE: runs disagreed)"
 
     def _group_lines(self) -> list[str]:
         lines = []
@@ -137,6 +163,8 @@ class Bisection:
     def __str__(self) -> str:
         lines = [self._summary()]
         tolerance = f"rtol={self.rtol:g}, atol={self.atol:g}"
+        if not self.reliable:
+            lines.append(f"  {self._disagreement_text()}")
         if self.culprits:
             lines.extend(f"  {line}" for line in self._group_lines())
             lines.append(f"  without them the program matches the original ({tolerance})")
@@ -165,6 +193,9 @@ class Bisection:
             f"<div>{d.escape(self._summary())}</div>"
         )
         notes = "".join(f'<div class="gs-muted">{d.escape(g)}</div>' for g in self._group_lines())
+        if not self.reliable:
+            verdict += " " + d.badge("unreliable", "warn")
+            notes = f"<div>{d.escape(self._disagreement_text())}</div>" + notes
         if self.culprits:
             notes += (
                 f'<div class="gs-muted">without them the program matches the original '
@@ -179,7 +210,10 @@ class Bisection:
             else:
                 mark = d.badge("match", "ok")
             measured = "" if run.reference or math.isnan(run.max_abs) else f"{run.max_abs:.3g}"
-            rows.append([str(number), mark, d.escape(_swaps_text(run.swaps, self.swaps)), measured])
+            again = " (again)" if run.repeated else ""
+            rows.append(
+                [str(number), mark, d.escape(_swaps_text(run.swaps, self.swaps) + again), measured]
+            )
         table = d.table(["run", "", "swaps in force", "max abs"], rows, numeric=(0, 3), raw=(1,))
         body = title + notes + d.details(f"the {len(self.log)} runs", table)
         return d.bundle(body, repr(self), include, exclude)
@@ -200,6 +234,8 @@ def _run_text(run: BisectRun, every: tuple[str, ...]) -> str:
     what = _swaps_text(run.swaps, every)
     if run.reference:
         return f"{what} (the reference)"
+    if run.repeated:
+        what += " (again)"
     if run.error:
         return f"{what}: MISMATCH, the run failed: {run.error}"
     if not run.mismatch:
@@ -258,9 +294,10 @@ class _Tests:
         with torch.no_grad(), keep_state([module]) as state:
             return state.unshared(module(*clone_inputs(self.args), **clone_inputs(self.kwargs)))
 
-    def mismatch(self, subset: frozenset[str]) -> bool:
-        """Whether the program with the swaps ``subset`` differs from the original."""
-        if subset in self.known:
+    def mismatch(self, subset: frozenset[str], *, again: bool = False) -> bool:
+        """Whether the program with the swaps ``subset`` differs from the original (each
+        subset is run once; ``again``: run it another time, whatever is known)."""
+        if subset in self.known and not again:
             return self.known[subset]
         swaps = self.ordered(subset)
         if subset == self.full and self.full_module is not None:
@@ -272,15 +309,24 @@ class _Tests:
         try:
             actual = self._run(module)
         except Exception as error:  # a program that fails to run does not match
-            run = BisectRun(swaps, True, math.nan, f"{type(error).__name__}: {error}")
+            run = BisectRun(swaps, True, math.nan, f"{type(error).__name__}: {error}", again)
         else:
             report = compare_outputs(self.expected, actual, rtol=self.rtol, atol=self.atol)
-            run = BisectRun(swaps, not report.ok, report.max_abs)
+            run = BisectRun(swaps, not report.ok, report.max_abs, repeated=again)
         finally:
             self.start.restore()
         self.log.append(run)
-        self.known[subset] = run.mismatch
+        if not again:
+            self.known[subset] = run.mismatch
         return run.mismatch
+
+    def disagreements(self, subsets: Sequence[frozenset[str]]) -> list[tuple[str, ...]]:
+        """The ``subsets`` (each run before) whose second run gives another answer."""
+        return [
+            self.ordered(subset)
+            for subset in subsets
+            if self.mismatch(subset, again=True) != self.known[subset]
+        ]
 
     def halves(self, group: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
         middle = (len(group) + 1) // 2
@@ -382,7 +428,8 @@ def bisect(
     of the swaps by the one rewrite pass. What is guaranteed: each group of culprits mismatches
     alone, and the program with every swap but the culprits matches; when each wrong swap
     mismatches on its own (no interactions), the culprits are exactly the wrong swaps, found in
-    at most ``2 + k (ceil(log2 n) + 2)`` runs for ``k`` culprits of ``n`` swaps. Swaps that are
+    at most ``2 + k (ceil(log2 n) + 2)`` runs for ``k`` culprits of ``n`` swaps, and ``k + 1``
+    more that run the answer again to check it holds (``.disagreements``). Swaps that are
     wrong only together are found as one group (more runs). Swaps whose errors cancel out, so
     that all of them together match, are not culprits.
 
@@ -423,6 +470,12 @@ def bisect(
             group = tests.isolate(tests.ordered(rest))
             groups.append(group)
             found.update(group)
+    # The search trusts each run's answer: a program that answers differently when run again
+    # (a replacement that is wrong on every other call) makes it blame an innocent swap. The
+    # final answer's runs are made once more, and a disagreement is said, not hidden.
+    final = [frozenset(group) for group in groups] + [everything - found]
+    final = [subset for subset in dict.fromkeys(final) if subset and subset in tests.known]
+    disagreements = tests.disagreements(final) if not matches else []
     return Bisection(
         culprits=tests.ordered(found),
         groups=tuple(groups),
@@ -433,4 +486,5 @@ def bisect(
         log=tuple(tests.log),
         rtol=rtol,
         atol=atol,
+        disagreements=tuple(disagreements),
     )

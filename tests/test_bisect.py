@@ -77,7 +77,8 @@ def matches(ep, swaps: dict, x: torch.Tensor) -> bool:
 
 
 def bound(k: int, n: int) -> int:
-    return 2 * k * math.ceil(math.log2(n)) + 2
+    # the search, then each culprit and the rest run once more (a check that answers hold)
+    return 2 * k * math.ceil(math.log2(n)) + 2 + (k + 1 if k else 0)
 
 
 @pytest.mark.parametrize(
@@ -116,8 +117,12 @@ def test_every_run_of_the_log_says_what_its_program_does():
     for run in found.log[1:]:
         assert run.swaps == tuple(sorted(run.swaps, key=lambda name: int(name.split(".")[1])))
         assert run.mismatch is not matches(ep, {name: swaps[name] for name in run.swaps}, x)
-    # each subset is run once
-    assert len({run.swaps for run in found.log}) == len(found.log)
+    # each subset is run once, and the final answer's once more: each culprit, then the rest
+    first = [run for run in found.log if not run.repeated]
+    assert len({run.swaps for run in first}) == len(first)
+    again = [run.swaps for run in found.log if run.repeated]
+    rest = tuple(name for name in swaps if name not in found.culprits)
+    assert again == [("layers.3",), ("layers.7",), rest] and found.reliable
 
 
 def test_a_tiny_gpt_with_two_wrong_attentions_among_ten_swaps():
@@ -338,3 +343,34 @@ def test_a_surgery_copy_of_the_swaps_is_not_needed():
     s.bisect()
     for name, module in swaps.items():
         assert all(torch.equal(v, module.state_dict()[k]) for k, v in weights[name].items())
+
+
+class Flaky(nn.Module):
+    """An exact copy that is wrong on every other call (a replacement whose state changes)."""
+
+    def __init__(self, original: nn.Module):
+        super().__init__()
+        self.inner = copy.deepcopy(original)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return self.inner(x) + (1.0 if self.calls % 2 else 0.0)
+
+
+def test_runs_that_disagree_are_said_and_the_answer_is_unreliable():
+    """Was: a replacement wrong on every other call made bisect blame an innocent exact copy
+    (``layers.7``) without a word."""
+    torch.manual_seed(0)
+    model, x, _ = stack(10)
+    s = gs.Surgery.from_model(model, (x,))
+    for i, layer in enumerate(model.layers):
+        s.swap(f"layers.{i}", Flaky(layer) if i == 5 else copy.deepcopy(layer))
+    found = s.bisect()
+    assert not found.reliable and found.disagreements
+    assert "UNRELIABLE" in repr(found) or "UNRELIABLE" in found._summary()
+    assert "two runs of the same swaps disagreed" in str(found)
+    assert any(run.repeated for run in found.log)
+    # deterministic swaps: the same check finds nothing to say
+    s2, _, _ = surgery_with(10, (3,))
+    assert s2.bisect().reliable
