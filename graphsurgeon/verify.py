@@ -52,6 +52,9 @@ class LeafCheck:
             differs somewhere are left out; ``""`` when the leaf matches.
         differing: the same as data: for each dimension, the index ranges (``range`` objects,
             merged) at which some value differs; ``()`` when the leaf matches.
+        scale: the largest finite ``|a|`` of a floating-point leaf (``a`` the expected value):
+            what ``atol`` is measured against (:attr:`VerifyReport.decided_by_atol`); NaN where
+            no floating-point value was compared.
     """
 
     path: str
@@ -63,6 +66,13 @@ class LeafCheck:
     tolerance_ratio: float = 0.0
     by_axis: str = ""
     differing: tuple[tuple[range, ...], ...] = ()
+    scale: float = math.nan
+
+
+# A matching leaf whose ``atol`` is at least this share of its largest value was not checked
+# relative to its values: ``atol`` alone let it be off by that much (outputs of ~1e-9, or
+# ~2e-5 under the default atol=1e-5, match whatever they are).
+_ATOL_SHARE = 0.01
 
 
 def _measured(leaf: LeafCheck) -> str:
@@ -142,12 +152,63 @@ class VerifyReport:
         """Whether any output value was compared (False on meta tensors, for instance)."""
         return any(leaf.values_compared for leaf in self.leaves)
 
+    @property
+    def decided_by_atol(self) -> tuple[LeafCheck, ...]:
+        """The matching floating-point leaves so small that ``atol`` alone decided they match:
+        ``atol`` is at least 1% of their largest value, so they could be off by that share and
+        still match (outputs of ~1e-9 at random init; a perturbation smaller than ``atol``).
+        :attr:`atol_note` says it in words and suggests a tolerance relative to the outputs.
+
+        Example:
+            >>> import torch, graphsurgeon as gs
+            >>> tiny = torch.full((3,), 2e-6)
+            >>> report = gs.verify(lambda x: x, lambda x: x * 1.5, (tiny,))
+            >>> bool(report), [leaf.path for leaf in report.decided_by_atol]
+            (True, [''])
+            >>> print(report.atol_note)  # doctest: +NORMALIZE_WHITESPACE
+            the verdict is decided by atol: the outputs are small (largest |value| 2e-06), and
+            atol=1e-05 alone lets them be off by 500% of that; for a check relative to the
+            outputs, pass atol=2e-11 (rtol x the largest |value|)
+        """
+        return tuple(
+            leaf
+            for leaf in self.leaves
+            if leaf.ok
+            and leaf.values_compared
+            and not math.isnan(leaf.scale)
+            and leaf.scale > 0
+            and self.atol >= _ATOL_SHARE * leaf.scale
+        )
+
+    @property
+    def atol_note(self) -> str:
+        """When a match is decided by ``atol`` alone (:attr:`decided_by_atol`): what that
+        means and a tolerance relative to the outputs; ``""`` otherwise (and for a mismatch)."""
+        small = self.decided_by_atol if self.ok else ()
+        if not small:
+            return ""
+        smallest = min(small, key=lambda leaf: leaf.scale)
+        where = f" at {smallest.path}" if smallest.path and len(self.leaves) > 1 else ""
+        share = self.atol / smallest.scale
+        suggested = (self.rtol or 1e-5) * smallest.scale
+        how = "rtol" if self.rtol else "1e-5"
+        return (
+            f"the verdict is decided by atol: the outputs are small (largest |value| "
+            f"{smallest.scale:.2g}{where}), and atol={self.atol:g} alone lets them be off by "
+            f"{share:.0%} of that; for a check relative to the outputs, pass "
+            f"atol={suggested:.2g} ({how} x the largest |value|)"
+        )
+
     def __str__(self) -> str:
         head = "match" if self.ok else "MISMATCH"
+        if self.atol_note:
+            head += " (decided by atol alone: see the note)"
         against = f" against {self.against}" if self.against else ""
         lines = [
             f"verify: {head}{against} ({len(self.leaves)} output leaf{'' if len(self.leaves) == 1 else 's'}, rtol={self.rtol:g}, atol={self.atol:g})"
         ]
+        if self.atol_note:
+            lines.append(f"  note: {self.atol_note}")
         if self.original is not None:
             second = "match" if self.original.ok else "MISMATCH"
             lines.append(
@@ -195,6 +256,8 @@ class VerifyReport:
             )
         if self.structure_problem:
             head += f"<div>{d.badge('structure', 'bad')} {d.escape(self.structure_problem)}</div>"
+        if self.atol_note:
+            head += f"<div>{d.badge('decided by atol', 'warn')} {d.escape(self.atol_note)}</div>"
         return head + leaf_table(self.leaves)
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
@@ -341,6 +404,7 @@ def _combine(path: str, checks: list[LeafCheck]) -> LeafCheck:
         values_compared=not checks or any(c.values_compared for c in checks),
         tolerance_ratio=max((c.tolerance_ratio for c in checks if c.values_compared), default=0.0),
         by_axis=_capped("; ".join(where)),
+        scale=max((c.scale for c in checks if not math.isnan(c.scale)), default=math.nan),
     )
 
 
@@ -477,6 +541,7 @@ class _Tally:
     max_rel: float = 0.0
     beyond: int = 0  # values beyond the tolerance
     ratio: float = 0.0  # the largest error relative to its tolerance
+    scale: float = 0.0  # the largest finite |expected value|
 
     def add(self, x: torch.Tensor, y: torch.Tensor, rtol: float, atol: float) -> None:
         """Adds values without NaN, as float64 or complex128 (complex: by the modulus)."""
@@ -493,6 +558,10 @@ class _Tally:
         self.max_abs = max(self.max_abs, float(diff.max()))
         # relative to the expected value: infinite where it is 0 and the candidate is not
         magnitude = x.abs()
+        largest = float(magnitude.max())
+        if math.isinf(largest):  # an infinity both sides agree on says nothing of the scale
+            largest = float(torch.nan_to_num(magnitude, posinf=0.0).max())
+        self.scale = max(self.scale, largest)
         rel = diff / magnitude
         self.max_rel = max(
             self.max_rel, float(torch.where(diff == 0, torch.zeros_like(rel), rel).max())
@@ -558,7 +627,14 @@ def _compare_close(
     if tally.compared == 0:
         return LeafCheck(path, True)
     if tally.beyond == 0:
-        return LeafCheck(path, True, tally.max_abs, tally.max_rel, tolerance_ratio=tally.ratio)
+        return LeafCheck(
+            path,
+            True,
+            tally.max_abs,
+            tally.max_rel,
+            tolerance_ratio=tally.ratio,
+            scale=tally.scale,
+        )
     return LeafCheck(
         path,
         False,
@@ -566,6 +642,7 @@ def _compare_close(
         tally.max_rel,
         f"values differ beyond tolerance at {tally.beyond} of {a.numel()} positions",
         tolerance_ratio=tally.ratio,
+        scale=tally.scale,
         **_pattern(a, b, _beyond_tolerance(wide, rtol, atol)),
     )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import re
 import sys
 
 import pytest
@@ -875,3 +876,29 @@ def test_the_breakdown_by_axis_is_the_same_whatever_the_blocks(shape, block, see
         along = differs.any(dim=others) if others else differs
         flagged = [i for r in ranges for i in r]
         assert flagged == along.nonzero().flatten().tolist()
+
+
+def test_a_match_decided_by_atol_alone_says_so_and_suggests_a_tolerance():
+    """Was: outputs of ~2e-5 matched a first conv tripled (5% off) with a plain "match"."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 14 * 14, 10))
+    model = model.eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1e-3)
+    x = torch.randn(1, 3, 16, 16)
+    wrong = copy.deepcopy(model[0])
+    with torch.no_grad():
+        wrong.weight.mul_(3.0)
+    gm = gs.swap(gs.export(model, (x,)), {"0": wrong})
+    report = gs.verify(model, gm, (x,))
+    assert report and report.decided_by_atol == report.leaves
+    assert "decided by atol" in str(report).splitlines()[0]
+    assert "decided by atol" in report._repr_html_()
+    suggested = float(re.search(r"pass atol=([0-9.e-]+)", report.atol_note).group(1))
+    assert 1e-11 < suggested < 1e-9
+    assert not gs.verify(model, gm, (x,), atol=suggested)  # the suggestion finds the error
+    # outputs of an ordinary size: nothing to say
+    same = nn.Linear(4, 4).eval()
+    plain = gs.verify(same, same, (torch.randn(2, 4),))
+    assert plain and plain.decided_by_atol == () and "note" not in str(plain)
