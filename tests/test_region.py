@@ -270,7 +270,7 @@ def test_a_region_is_a_list_of_node_names_not_a_mapping(stack):
 def test_a_fused_region_keeps_the_faithful_check(stack):
     """Was: any region, a fused one too, turned verify into a comparison with the original
     that blamed "replaced patterns" nothing had replaced."""
-    model, x, s = stack
+    _, _, s = stack
     s.swap("head", nn.Linear(4, 2))
     assert s.verify().against == "the eager model with the same replacements"  # precondition
     s.fuse_region(gate_nodes(s, 1))
