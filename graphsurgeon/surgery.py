@@ -27,6 +27,7 @@ from torch.export import ExportedProgram
 from torch.fx import GraphModule
 
 from . import _meta
+from ._eager_calls import call_differences
 from ._hierarchy import (
     carry_module_types,
     describe_dynamic,
@@ -658,10 +659,16 @@ class Surgery:
                 if replacements
                 else report
             )
+            differences = ()
+            if not report.ok and not report.structure_problem:
+                # the replacement may be right and eager call it otherwise (T5 passes its
+                # self-attention mask=None; the program, the mask it made)
+                differences = call_differences(self.program, self.model, replacements, args, kwargs)
             report = dataclasses.replace(
                 report,
                 against="the eager model with the same replacements",
                 original=dataclasses.replace(original, against="the original model"),
+                call_differences=differences,
             )
         self._verified[self._position] = report
         return report

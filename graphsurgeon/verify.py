@@ -134,6 +134,10 @@ class VerifyReport:
     #: (does it still compute what the original did?), when this report is against the eager
     #: model with the same replacements (is the swap faithful?); None otherwise
     original: VerifyReport | None = field(default=None, repr=False)
+    #: when a Surgery's faithful check fails: each swapped module that eager calls with other
+    #: arguments than the program does ("in eager, 'attn' gets mask=None; the program passes
+    #: mask=b8[1, 1, 6, 6]"), the likely cause when the replacement itself is right
+    call_differences: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
         return self.ok
@@ -205,10 +209,11 @@ class VerifyReport:
             head += " (decided by atol alone: see the note)"
         against = f" against {self.against}" if self.against else ""
         lines = [
-            f"verify: {head}{against} ({len(self.leaves)} output leaf{'' if len(self.leaves) == 1 else 's'}, rtol={self.rtol:g}, atol={self.atol:g})"
+            f"verify: {head}{against} ({len(self.leaves)} output {'leaf' if len(self.leaves) == 1 else 'leaves'}, rtol={self.rtol:g}, atol={self.atol:g})"
         ]
         if self.atol_note:
             lines.append(f"  note: {self.atol_note}")
+        lines.extend(f"  why: {difference}" for difference in self.call_differences)
         if self.original is not None:
             second = "match" if self.original.ok else "MISMATCH"
             lines.append(
@@ -247,7 +252,7 @@ class VerifyReport:
         against = f"against {d.escape(self.against)}, " if self.against else ""
         head = (
             f'<div class="gs-title">verify {verdict} <span class="gs-muted">{against}{n} output '
-            f"leaf{'s' if n != 1 else ''}, rtol={self.rtol:g}, atol={self.atol:g}</span></div>"
+            f"{'leaf' if n == 1 else 'leaves'}, rtol={self.rtol:g}, atol={self.atol:g}</span></div>"
         )
         if self.original is not None and not self.original.ok:
             head += (
@@ -258,6 +263,10 @@ class VerifyReport:
             head += f"<div>{d.badge('structure', 'bad')} {d.escape(self.structure_problem)}</div>"
         if self.atol_note:
             head += f"<div>{d.badge('decided by atol', 'warn')} {d.escape(self.atol_note)}</div>"
+        for difference in self.call_differences:
+            head += (
+                f"<div>{d.badge('eager calls it otherwise', 'warn')} {d.escape(difference)}</div>"
+            )
         return head + leaf_table(self.leaves)
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
