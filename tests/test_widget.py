@@ -1398,6 +1398,28 @@ def test_find_similar_marks_the_matches_and_lists_the_near_misses_with_what_diff
     assert "near-miss" in twice.region_html and "constant &#x27;tanh&#x27;" in twice.region_html
 
 
+# -- what the page sends: trusted no more than it must be --------------------------------------
+
+
+def test_a_huge_id_from_the_page_comes_back_as_a_short_error_that_says_what_is_wrong():
+    widget = gs.SurgeryWidget(gs.Surgery.from_model(Chain().eval(), (torch.randn(2, 4),)))
+    huge = "node:" + "x" * 1_000_000
+    page_event(widget, event="click", id=huge)
+    message = widget.error["message"]
+    assert len(message) < 400, len(message)
+    assert message.startswith("the picture has no element 'node:xxx") and "…" in message
+    assert "(1,000,005 characters)" in message, "the full length is noted"
+    assert len(widget.error["details"]) < 20_000, "the traceback's copy of it too"
+    page_sets(widget, selected="y" * 1_000_000)  # a name through the selection trait
+    assert "has no module or node 'yyy" in widget.error["message"]
+    assert len(widget.error["message"]) < 1_000 and widget.selected is None
+    page_event(widget, event="search", value="z " * 500_000)  # a name with spaces
+    assert "no module or node matches" in widget.error["message"]
+    assert len(widget.error["message"]) < 1_100
+    widget.select("act")
+    assert widget.error == {}
+
+
 # -- structure: one table of actions, no import circle, no private reach ----------------------
 
 

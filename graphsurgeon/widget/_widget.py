@@ -374,7 +374,8 @@ class SurgeryWidget(anywidget.AnyWidget):
 
     def _show_busy(self, text: str) -> None:
         if not self._constructing:
-            self.busy = text  # sent at once: the page shows it while the work runs
+            # sent at once: the page shows it while the work runs (a name in it shortened)
+            self.busy = _panels.page_text(text)
 
     def _run(
         self, action: Callable[[], Any], *, catch: bool = False, from_page: bool = False
@@ -699,13 +700,18 @@ class SurgeryWidget(anywidget.AnyWidget):
 
 
 def _error_fields(error: BaseException) -> dict[str, str]:
+    """An error as the page shows it: its type, first line and details (the rest, then the
+    traceback). The names in it are shortened (:func:`._panels.page_text`): an id the page
+    sent, of any length, comes back as a line the page can show."""
     text = str(error).strip() or type(error).__name__
     first, _, rest = text.partition("\n")
+    details = (rest + "\n\n" if rest else "") + "".join(
+        traceback.format_exception(type(error), error, error.__traceback__)
+    )
     return {
         "type": type(error).__name__,
-        "message": first,
-        "details": (rest + "\n\n" if rest else "")
-        + "".join(traceback.format_exception(type(error), error, error.__traceback__)),
+        "message": _panels.page_text(first),
+        "details": _panels.page_text(details),
     }
 
 
