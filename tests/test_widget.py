@@ -1420,6 +1420,18 @@ def test_a_huge_id_from_the_page_comes_back_as_a_short_error_that_says_what_is_w
     assert widget.error == {}
 
 
+def test_a_boolean_from_the_page_is_true_or_false_and_nothing_else(gpt):
+    widget, _, _ = gpt
+    for value in ("false", "true", 0, 1, None, [], {"on": True}):
+        page_event(widget, event="nan", value=value)
+        assert widget.break_on_nan is False, value
+        assert widget.error["message"].startswith("nan: expected true or false"), value
+    page_event(widget, event="nan", value=True)
+    assert widget.break_on_nan is True and widget.error == {}
+    page_event(widget, event="nan", value=False)
+    assert widget.break_on_nan is False and widget.error == {}
+
+
 # -- structure: one table of actions, no import circle, no private reach ----------------------
 
 

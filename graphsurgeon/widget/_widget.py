@@ -148,7 +148,7 @@ _EVENTS: dict[str, Callable[[SurgerySession, dict], Any]] = {
     "view": lambda session, content: session.set_view(content.get("value")),
     "choose": lambda session, content: session.choose(content.get("value")),
     "expression": lambda session, content: session.choose_expression(content.get("value")),
-    "nan": lambda session, content: session.set_break_on_nan(bool(content.get("value"))),
+    "nan": lambda session, content: session.set_break_on_nan(_boolean_sent(content, "nan")),
     "depth": lambda session, content: session.expand_to_depth(content.get("value")),
     "overlay": lambda session, content: session.set_overlay(content.get("value")),
     "match": lambda session, content: session.go_to_match(content.get("value")),
@@ -161,6 +161,16 @@ _EVENTS: dict[str, Callable[[SurgerySession, dict], Any]] = {
 
 def _name_sent(value: Any) -> Any:
     return display.name_of_id_text(value) if isinstance(value, str) else value
+
+
+def _boolean_sent(content: dict, event: str) -> bool:
+    """The value of a boolean event (a checkbox), as every boolean event reads it: a JSON
+    ``true`` or ``false``. Anything else is refused, the strings ``"true"`` and ``"false"``
+    too: read as Python reads a value (``bool("false")``), they would turn the option on."""
+    value = content.get("value")
+    if not isinstance(value, bool):
+        raise WidgetError(f"{event}: expected true or false, got {a_type(value)}: {value!r}")
+    return value
 
 
 def _user_namespace() -> Mapping[str, Any]:
