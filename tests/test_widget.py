@@ -32,6 +32,8 @@ from graphsurgeon.display import id_text
 from graphsurgeon.examples import FusedAttention, GeluTanhMLP
 from graphsurgeon.verify import eager_reference
 from graphsurgeon.widget import ACTIONS, SurgerySession
+from graphsurgeon.widget._panels import page as panel_values
+from graphsurgeon.widget._session import PARTS
 
 pytestmark = pytest.mark.skipif(shutil.which("dot") is None, reason="needs graphviz's dot")
 
@@ -1430,6 +1432,42 @@ def test_a_boolean_from_the_page_is_true_or_false_and_nothing_else(gpt):
     assert widget.break_on_nan is True and widget.error == {}
     page_event(widget, event="nan", value=False)
     assert widget.break_on_nan is False and widget.error == {}
+
+
+def _another_value(value):
+    """A value of the same JSON type as ``value`` that differs from it."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, str):
+        return value + "x"
+    if isinstance(value, list):
+        return [*value, "x"]
+    if isinstance(value, dict):
+        return {**value, "x": 1}
+    return "x"
+
+
+def test_the_page_cannot_set_what_the_kernel_writes():
+    widget = gs.SurgeryWidget(gs.Surgery.from_model(Chain().eval(), (torch.randn(2, 4),)))
+    page_sets(widget, swapped=["act"])  # the form in which a page sends it
+    assert widget.swapped == [] and list(widget.surgery.replacements) == []
+    assert "the page set 'swapped', which only the kernel writes" in widget.error["message"]
+    assert sent(widget, "swapped")[-1] == [], "the page is sent the kernel's value again"
+    # every trait the panels write is the kernel's, and so are the buttons and the messages
+    inputs, outputs = gs.SurgeryWidget.PAGE_INPUTS, gs.SurgeryWidget.OUTPUT_TRAITS
+    written = set(panel_values(widget.session, set(PARTS))) | {"actions", "menus", "error", "busy"}
+    assert written - inputs <= outputs and inputs == {"selected"} and not inputs & outputs
+    for trait in sorted(outputs - {"error"}):
+        kept = copy.deepcopy(getattr(widget, trait))
+        page_sets(widget, **{trait: _another_value(kept)})
+        assert getattr(widget, trait) == kept, trait
+        assert f"the page set {trait!r}" in widget.error["message"], trait
+    page_sets(widget, error={})
+    assert widget.error["message"].startswith("the page set 'error'"), "not cleared by the page"
+    page_sets(widget, selected="act")  # what the page may set works as before
+    assert widget.selected == "act" and widget.error == {}
 
 
 # -- structure: one table of actions, no import circle, no private reach ----------------------

@@ -255,6 +255,13 @@ class SurgeryWidget(anywidget.AnyWidget):
 
     #: The buttons' names (:data:`ACTIONS`): what ``w.click(name)`` takes.
     BUTTONS: ClassVar[tuple[str, ...]] = tuple(_ACTIONS)
+    #: The traits the page may set: the selection, read as ``w.select`` reads a name.
+    PAGE_INPUTS: ClassVar[frozenset[str]] = frozenset({"selected"})
+    #: The traits only the kernel writes, which the page only reads: every other synced trait
+    #: of the widget (what the panels copy out of the session, the buttons, the error and busy
+    #: lines) and anywidget's script and style. Set below the class, from its traits, so a
+    #: trait added later is the kernel's unless it is made a page input.
+    OUTPUT_TRAITS: ClassVar[frozenset[str]] = frozenset()
 
     # -- what the page shows (written by _panels from the session) --
     actions = t.List(_page_actions()).tag(sync=True)  # the buttons the page builds
@@ -406,12 +413,27 @@ class SurgeryWidget(anywidget.AnyWidget):
         return result
 
     def set_state(self, sync_data: dict) -> None:
-        """State sent by the page (ipywidgets' entry point), told apart from ``w.x = ...``."""
+        """State sent by the page (ipywidgets' entry point), told apart from ``w.x = ...``.
+        Of the widget's own traits the page sets only :attr:`PAGE_INPUTS`: an update of one
+        the kernel writes (:attr:`OUTPUT_TRAITS`: ``swapped``, ``can_undo``...) is refused, the
+        kernel's value sent back so that the page shows it again, and the refusal shown as an
+        error (ipywidgets' own traits, such as ``layout``, are ipywidgets' business)."""
+        refused = sorted(name for name in sync_data if name in self.OUTPUT_TRAITS)
+        taken = {name: value for name, value in sync_data.items() if name not in refused}
         self._page_state = True
         try:
-            super().set_state(sync_data)
+            if taken:
+                super().set_state(taken)
         finally:
             self._page_state = False
+        if refused:
+            self.send_state(refused)
+            names = ", ".join(repr(name) for name in refused)
+            error = WidgetError(
+                f"the page set {names}, which only the kernel writes (the page shows it): "
+                "the kernel's value is kept"
+            )
+            self._publish(error=_error_fields(error), from_page=True)
 
     def _selected_from_page(self, change: dict) -> None:
         """``selected`` set by the page (or ``w.selected = name``): select it. A name the
@@ -707,6 +729,16 @@ class SurgeryWidget(anywidget.AnyWidget):
 
     def __repr__(self) -> str:
         return f"<SurgeryWidget of {self.surgery!r}, selected {self.selected!r}>"
+
+
+SurgeryWidget.OUTPUT_TRAITS = frozenset(
+    {"_esm", "_css"}
+    | {
+        name
+        for name in SurgeryWidget.class_own_traits(sync=True)
+        if name not in SurgeryWidget.PAGE_INPUTS
+    }
+)
 
 
 def _error_fields(error: BaseException) -> dict[str, str]:
