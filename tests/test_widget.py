@@ -1400,6 +1400,23 @@ def test_find_similar_marks_the_matches_and_lists_the_near_misses_with_what_diff
     assert "near-miss" in twice.region_html and "constant &#x27;tanh&#x27;" in twice.region_html
 
 
+def test_a_search_that_finds_nothing_clears_the_last_ones_results(gpt):
+    widget, _, _ = gpt
+    widget.search("aten.gelu")
+    assert widget.matches and widget.marks["matches"] and widget.has_matches, "precondition"
+    page_event(widget, event="search", value="nothing-like-this")
+    assert "no module or node matches 'nothing-like-this'" in widget.error["message"]
+    assert widget.matches == [] and widget.marks["matches"] == [] and not widget.has_matches
+    assert widget.search_html == "" and widget.search_text == ""
+    assert widget.session.match_index == -1
+    widget.search("aten.gelu")
+    with pytest.raises(gs.errors.WidgetError, match="no module or node matches"):
+        widget.search("nothing-like-this")  # from code too
+    assert widget.matches == [] and widget.marks["matches"] == []
+    page_event(widget, event="search", value="layers.1.atn")
+    assert widget.error["message"].count("'layers.1.attn'") == 1, "each suggestion once"
+
+
 # -- what the page sends: trusted no more than it must be --------------------------------------
 
 

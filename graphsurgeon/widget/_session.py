@@ -893,7 +893,9 @@ class SurgerySession:
             raise WidgetError("search: type a name, a module type, an op or a regex")
         matches = self._search(text)
         if not matches:
-            names = [*self.tree.keys(), *self.partitions]
+            # the last search's matches, marks and count go: they would read as this one's
+            self.close_search()
+            names = dict.fromkeys([*self.tree.keys(), *self.partitions])
             raise WidgetError(
                 f"search: no module or node matches {text!r} (by name, type such as LayerNorm, "
                 f"op such as aten.gelu, initials such as sdpa, or regex).{did_you_mean(text, names)}"
