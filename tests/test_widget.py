@@ -1417,6 +1417,22 @@ def test_a_search_that_finds_nothing_clears_the_last_ones_results(gpt):
     assert widget.error["message"].count("'layers.1.attn'") == 1, "each suggestion once"
 
 
+def test_a_swapped_module_is_found_once_by_a_regex():
+    widget = gs.SurgeryWidget(gs.Surgery.from_model(Chain().eval(), (torch.randn(2, 4),)))
+    widget.search(r"act$")
+    assert [(m.name, m.kind) for m in widget.matches] == [("act", "module")], "precondition"
+    widget.swap(nn.GELU(), name="act")
+    widget.search(r"act$")
+    assert [(m.name, m.kind) for m in widget.matches] == [("act", "module")]
+    widget.search("act")
+    assert [m.name for m in widget.matches].count("act") == 1
+    assert widget.search_html.count("data-gs-match=") == len(widget.matches)
+    widget.undo()
+    widget.fuse("act")  # a fused module too
+    widget.search(r"act$")
+    assert [(m.name, m.kind) for m in widget.matches] == [("act", "module")]
+
+
 # -- what the page sends: trusted no more than it must be --------------------------------------
 
 

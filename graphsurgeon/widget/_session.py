@@ -731,8 +731,13 @@ class SurgerySession:
 
     def _program_calls(self) -> set[str]:
         """The swapped and fused calls of the current program (regions included)."""
+        return set(self._call_nodes())
+
+    def _call_nodes(self) -> Mapping[str, str]:
+        """Each swapped or fused call of the current program (regions included) -> the node
+        that calls it; empty while nothing is swapped or fused."""
         info = swap_info(self.surgery.module) if self.can_diff or self.surgery.fused else None
-        return set(info.call_nodes) if info is not None else set()
+        return info.call_nodes if info is not None else {}
 
     def inner_call(self, name: str) -> str | None:
         """The swapped or fused call of ``"call/node"`` (a node inside it, as the stepper
@@ -986,9 +991,14 @@ class SurgerySession:
                 found = Match(fqn, "module", info.type_name)
                 (exact if fqn == text else modules).append(found)
         nodes: list[Match] = []
+        found_modules = {m.name for m in exact + modules if m.kind == "module"}
+        call_of_node = {node: call for call, node in self._call_nodes().items()}
         for node in self.drawn_program().graph.nodes:
             if not _meta.computes(node):
                 continue
+            call = call_of_node.get(node.name)
+            if call is not None and split_call_name(call)[0] in found_modules:
+                continue  # a swapped or fused module's call: listed once, as the module
             short, full = _meta.op_text(node, "short"), _meta.op_text(node, "full")
             if hit((node.name, short, full), (short.rpartition(".")[2],)):
                 found = Match(node.name, "node", short)
