@@ -1400,6 +1400,45 @@ def test_find_similar_marks_the_matches_and_lists_the_near_misses_with_what_diff
     assert "near-miss" in twice.region_html and "constant &#x27;tanh&#x27;" in twice.region_html
 
 
+class SiluBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.linear(x)
+        return h * torch.sigmoid(h)
+
+
+class SiluBlocks(nn.Module):
+    """Three blocks that compute the same (a Linear, then h * sigmoid(h)): each is a match of
+    the others' region."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.Sequential(SiluBlock(), SiluBlock(), SiluBlock())
+
+    def forward(self, x):
+        return self.blocks(x)
+
+
+def test_find_similar_after_a_swap_lists_only_what_the_program_still_has():
+    widget = gs.SurgeryWidget(gs.Surgery.from_model(SiluBlocks().eval(), (torch.randn(2, 4),)))
+    region = ["linear", "sigmoid", "mul"]
+    widget.region(region)
+    assert widget.find_similar().calls == ("blocks.0", "blocks.1", "blocks.2"), "precondition"
+    widget.swap(nn.Linear(4, 4), name="blocks.1")  # its linear_1 is gone from the program
+    widget.region(region)
+    found = widget.find_similar()
+    assert found.calls == ("blocks.0", "blocks.2"), "a place the swap removed is not listed"
+    assert "node:linear_1" not in widget.marks["similar"], "nor marked"
+    assert "<b>2</b> places compute the same" in widget.region_html
+    assert "1 place left out: earlier swaps removed its nodes" in widget.region_html
+    widget.fuse("blocks.2")  # a fused call still computes its nodes: its match stays
+    widget.region(region)
+    assert widget.find_similar().calls == ("blocks.0", "blocks.2")
+
+
 def test_a_search_that_finds_nothing_clears_the_last_ones_results(gpt):
     widget, _, _ = gpt
     widget.search("aten.gelu")

@@ -404,7 +404,9 @@ def region(session: SurgerySession) -> str:
             f"<b>{count}</b> place{'s' if count != 1 else ''} compute the same, "
             f"{len(found.near_misses)} near-miss{'es' if len(found.near_misses) != 1 else ''}"
         )
-        parts.append(f'<div>{head}</div><div class="gs-similar">{"".join(rows)}</div>')
+        # what find says of its search, and the places left out that swaps removed
+        notes = "".join(f"<div>{_muted(d.escape(note))}</div>" for note in found.notes)
+        parts.append(f'<div>{head}</div>{notes}<div class="gs-similar">{"".join(rows)}</div>')
     return "<br>".join(parts)
 
 

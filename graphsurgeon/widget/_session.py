@@ -44,7 +44,7 @@ import inspect
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -1364,13 +1364,42 @@ class SurgerySession:
 
     def find_similar(self) -> Any:
         """Where else the program computes what the region computes: the matches are marked
-        in the picture and listed, the near-misses with what differs."""
+        in the picture and listed, the near-misses with what differs. Only places the current
+        program still has are listed: a match whose nodes an earlier swap removed is not."""
         self._region_plan("find similar")
         self._busy("looking for the region elsewhere…")
-        self.similar = self.surgery.find_similar(list(self.region))
+        found = self.surgery.find_similar(list(self.region))
+        self.similar = self._still_in_program(found)
         self._touch("region")
         self._mark_selection()
         return self.similar
+
+    def _still_in_program(self, found: Any) -> Any:
+        """``found`` (:class:`graphsurgeon.find.Matches`, looked for in the original program)
+        without the places the current program no longer has: a match or near-miss with a
+        node an earlier swap removed is left out, and a note says how many were. A fused
+        call still computes its nodes: what it holds stays. Each match kept is the Match
+        found, unchanged (its ``index`` is its place among the original program's matches)."""
+        gone = self._removed_nodes()
+        matches = tuple(m for m in found.matches if gone.isdisjoint(m.nodes))
+        near_misses = tuple(n for n in found.near_misses if gone.isdisjoint(n.nodes))
+        left_out = len(found.matches) - len(matches) + len(found.near_misses) - len(near_misses)
+        if not left_out:
+            return found
+        note = (
+            f"{left_out} place{'s' if left_out != 1 else ''} left out: earlier swaps removed "
+            f"{'their' if left_out != 1 else 'its'} nodes"
+        )
+        return replace(found, matches=matches, near_misses=near_misses, notes=(*found.notes, note))
+
+    def _removed_nodes(self) -> frozenset[str]:
+        """The nodes of the original program that the current program no longer computes
+        (swaps removed them); the nodes of a fused call are computed still."""
+        info = swap_info(self.surgery.module) if self.can_diff else None
+        if info is None:
+            return frozenset()
+        fused = {n for call in info.fused for n in info.partitions[call].nodes}
+        return frozenset(info.diff.removed).difference(fused)
 
     # -- checks ---------------------------------------------------------------------------
 
