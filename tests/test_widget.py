@@ -32,6 +32,8 @@ from graphsurgeon.display import id_text
 from graphsurgeon.examples import FusedAttention, GeluTanhMLP
 from graphsurgeon.verify import eager_reference
 from graphsurgeon.widget import ACTIONS, SurgerySession
+from graphsurgeon.widget._panels import page as panel_values
+from graphsurgeon.widget._session import PARTS
 
 pytestmark = pytest.mark.skipif(shutil.which("dot") is None, reason="needs graphviz's dot")
 
@@ -1396,6 +1398,148 @@ def test_find_similar_marks_the_matches_and_lists_the_near_misses_with_what_diff
     assert [m.nodes for m in found.matches] == [("gelu",)]
     assert twice.marks["near"] == ["node:gelu_1"]
     assert "near-miss" in twice.region_html and "constant &#x27;tanh&#x27;" in twice.region_html
+
+
+class SiluBlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.linear(x)
+        return h * torch.sigmoid(h)
+
+
+class SiluBlocks(nn.Module):
+    """Three blocks that compute the same (a Linear, then h * sigmoid(h)): each is a match of
+    the others' region."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.Sequential(SiluBlock(), SiluBlock(), SiluBlock())
+
+    def forward(self, x):
+        return self.blocks(x)
+
+
+def test_find_similar_after_a_swap_lists_only_what_the_program_still_has():
+    widget = gs.SurgeryWidget(gs.Surgery.from_model(SiluBlocks().eval(), (torch.randn(2, 4),)))
+    region = ["linear", "sigmoid", "mul"]
+    widget.region(region)
+    assert widget.find_similar().calls == ("blocks.0", "blocks.1", "blocks.2"), "precondition"
+    widget.swap(nn.Linear(4, 4), name="blocks.1")  # its linear_1 is gone from the program
+    widget.region(region)
+    found = widget.find_similar()
+    assert found.calls == ("blocks.0", "blocks.2"), "a place the swap removed is not listed"
+    assert "node:linear_1" not in widget.marks["similar"], "nor marked"
+    assert "<b>2</b> places compute the same" in widget.region_html
+    assert "1 place left out: earlier swaps removed its nodes" in widget.region_html
+    widget.fuse("blocks.2")  # a fused call still computes its nodes: its match stays
+    widget.region(region)
+    assert widget.find_similar().calls == ("blocks.0", "blocks.2")
+
+
+def test_a_search_that_finds_nothing_clears_the_last_ones_results(gpt):
+    widget, _, _ = gpt
+    widget.search("aten.gelu")
+    assert widget.matches and widget.marks["matches"] and widget.has_matches, "precondition"
+    page_event(widget, event="search", value="nothing-like-this")
+    assert "no module or node matches 'nothing-like-this'" in widget.error["message"]
+    assert widget.matches == [] and widget.marks["matches"] == [] and not widget.has_matches
+    assert widget.search_html == "" and widget.search_text == ""
+    assert widget.session.match_index == -1
+    widget.search("aten.gelu")
+    with pytest.raises(gs.errors.WidgetError, match="no module or node matches"):
+        widget.search("nothing-like-this")  # from code too
+    assert widget.matches == [] and widget.marks["matches"] == []
+    page_event(widget, event="search", value="layers.1.atn")
+    assert widget.error["message"].count("'layers.1.attn'") == 1, "each suggestion once"
+
+
+def test_a_swapped_module_is_found_once_by_a_regex():
+    widget = gs.SurgeryWidget(gs.Surgery.from_model(Chain().eval(), (torch.randn(2, 4),)))
+    widget.search(r"act$")
+    assert [(m.name, m.kind) for m in widget.matches] == [("act", "module")], "precondition"
+    widget.swap(nn.GELU(), name="act")
+    widget.search(r"act$")
+    assert [(m.name, m.kind) for m in widget.matches] == [("act", "module")]
+    widget.search("act")
+    assert [m.name for m in widget.matches].count("act") == 1
+    assert widget.search_html.count("data-gs-match=") == len(widget.matches)
+    widget.undo()
+    widget.fuse("act")  # a fused module too
+    widget.search(r"act$")
+    assert [(m.name, m.kind) for m in widget.matches] == [("act", "module")]
+
+
+# -- what the page sends: trusted no more than it must be --------------------------------------
+
+
+def test_a_huge_id_from_the_page_comes_back_as_a_short_error_that_says_what_is_wrong():
+    widget = gs.SurgeryWidget(gs.Surgery.from_model(Chain().eval(), (torch.randn(2, 4),)))
+    huge = "node:" + "x" * 1_000_000
+    page_event(widget, event="click", id=huge)
+    message = widget.error["message"]
+    assert len(message) < 400, len(message)
+    assert message.startswith("the picture has no element 'node:xxx") and "…" in message
+    assert "(1,000,005 characters)" in message, "the full length is noted"
+    assert len(widget.error["details"]) < 20_000, "the traceback's copy of it too"
+    page_sets(widget, selected="y" * 1_000_000)  # a name through the selection trait
+    assert "has no module or node 'yyy" in widget.error["message"]
+    assert len(widget.error["message"]) < 1_000 and widget.selected is None
+    page_event(widget, event="search", value="z " * 500_000)  # a name with spaces
+    assert "no module or node matches" in widget.error["message"]
+    assert len(widget.error["message"]) < 1_100
+    widget.select("act")
+    assert widget.error == {}
+
+
+def test_a_boolean_from_the_page_is_true_or_false_and_nothing_else(gpt):
+    widget, _, _ = gpt
+    for value in ("false", "true", 0, 1, None, [], {"on": True}):
+        page_event(widget, event="nan", value=value)
+        assert widget.break_on_nan is False, value
+        assert widget.error["message"].startswith("nan: expected true or false"), value
+    page_event(widget, event="nan", value=True)
+    assert widget.break_on_nan is True and widget.error == {}
+    page_event(widget, event="nan", value=False)
+    assert widget.break_on_nan is False and widget.error == {}
+
+
+def _another_value(value):
+    """A value of the same JSON type as ``value`` that differs from it."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, str):
+        return value + "x"
+    if isinstance(value, list):
+        return [*value, "x"]
+    if isinstance(value, dict):
+        return {**value, "x": 1}
+    return "x"
+
+
+def test_the_page_cannot_set_what_the_kernel_writes():
+    widget = gs.SurgeryWidget(gs.Surgery.from_model(Chain().eval(), (torch.randn(2, 4),)))
+    page_sets(widget, swapped=["act"])  # the form in which a page sends it
+    assert widget.swapped == [] and list(widget.surgery.replacements) == []
+    assert "the page set 'swapped', which only the kernel writes" in widget.error["message"]
+    assert sent(widget, "swapped")[-1] == [], "the page is sent the kernel's value again"
+    # every trait the panels write is the kernel's, and so are the buttons and the messages
+    inputs, outputs = gs.SurgeryWidget.PAGE_INPUTS, gs.SurgeryWidget.OUTPUT_TRAITS
+    written = set(panel_values(widget.session, set(PARTS))) | {"actions", "menus", "error", "busy"}
+    assert written - inputs <= outputs and inputs == {"selected"} and not inputs & outputs
+    for trait in sorted(outputs - {"error"}):
+        kept = copy.deepcopy(getattr(widget, trait))
+        page_sets(widget, **{trait: _another_value(kept)})
+        assert getattr(widget, trait) == kept, trait
+        assert f"the page set {trait!r}" in widget.error["message"], trait
+    page_sets(widget, error={})
+    assert widget.error["message"].startswith("the page set 'error'"), "not cleared by the page"
+    page_sets(widget, selected="act")  # what the page may set works as before
+    assert widget.selected == "act" and widget.error == {}
 
 
 # -- structure: one table of actions, no import circle, no private reach ----------------------

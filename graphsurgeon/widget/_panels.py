@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from .. import _meta
@@ -40,6 +41,7 @@ __all__ = [
     "details",
     "history",
     "page",
+    "page_text",
     "preview",
     "region",
     "search",
@@ -51,6 +53,15 @@ __all__ = [
 
 # How many characters of a name the panels show (the middle of a longer one gives way to "…").
 _NAME_LIMIT = 120
+# How long a line of a message to the page may be, and how many lines it may have: an error's
+# message and details, and the busy line, echo names and ids, which may be of any length.
+_LINE_LIMIT = 1_000
+_LINES = 200
+# A name, an id or a value's repr in a message: a run of characters without a space longer
+# than the panels show a name.
+_LONG_RUN = re.compile(rf"\S{{{_NAME_LIMIT + 1},}}")
+# What a message puts around a name (quotes, brackets, a full stop): kept around the cut name.
+_OPENING, _CLOSING, _PUNCTUATION = "'\"([{<", "'\")]}>", ".,;:!?"
 # How many calls of a module the details list.
 _CALLS_LISTED = 20
 # How many search matches the results list shows (all are marked in the picture).
@@ -61,6 +72,42 @@ def _name(name: str) -> str:
     """A module or call name as the panels show it: HTML text, control characters visible,
     a long name shortened (the ids and ``data-gs-*`` attributes carry it whole)."""
     return d.escape(d.shown(name, _NAME_LIMIT))
+
+
+def page_text(text: str) -> str:
+    """A message for the page (an error's message or details, the busy line) with every name
+    and id in it cut as the panels cut a name, its full length noted: a 5 MB id the page sent
+    comes back as ``'node:xxxx…xxxx' (5,000,005 characters)``, and the words around it still
+    say what is wrong. A line past ``_LINE_LIMIT`` characters (a long name with spaces) loses
+    its middle, and a text of more than ``_LINES`` lines the lines in its middle."""
+    lines = text.split("\n")
+    if len(lines) > _LINES:
+        half = _LINES // 2
+        lines = [*lines[:half], f"… {len(lines) - 2 * half:,} lines …", *lines[-half:]]
+    kept = []
+    for line in lines:
+        if len(line) > _NAME_LIMIT:
+            line = _LONG_RUN.sub(_shortened_run, line)
+        if len(line) > _LINE_LIMIT:
+            line = f"{d.shown(line, _LINE_LIMIT)} ({len(line):,} characters)"
+        kept.append(line)
+    return "\n".join(kept)
+
+
+def _shortened_run(match: re.Match) -> str:
+    """A long name in a message, cut in the middle (quotes and punctuation around it kept),
+    followed by its full length."""
+    run = match.group()
+    core = run.lstrip(_OPENING)
+    opening = run[: len(run) - len(core)]
+    body = core.rstrip(_PUNCTUATION)
+    punctuation = core[len(body) :]
+    name = body.rstrip(_CLOSING)
+    closing = body[len(name) :]
+    if len(name) <= _NAME_LIMIT:  # long only with its quotes and punctuation
+        return run
+    shown = d.shown(name, _NAME_LIMIT)
+    return f"{opening}{shown}{closing} ({len(name):,} characters){punctuation}"
 
 
 def _muted(text: str) -> str:
@@ -259,7 +306,7 @@ def search(session: SurgerySession) -> str:
     matches = session.matches
     head = (
         f"<div><b>{len(matches):,}</b> match{'es' if len(matches) != 1 else ''} for "
-        f"<code>{d.escape(session.search_text)}</code> · {session.match_index + 1} of "
+        f"<code>{_name(session.search_text)}</code> · {session.match_index + 1} of "
         f"{len(matches):,} {_muted('Enter / F3: next, Shift: previous, Esc: close')}</div>"
     )
     rows = []
@@ -307,7 +354,7 @@ def preview(session: SurgerySession) -> str:
     if text:
         lines.append(f"The replacement is called as {_pre(text)}")
     if session.replacement_label:
-        lines.append(f"Replacement: <b>{d.escape(session.replacement_label)}</b>")
+        lines.append(f"Replacement: <b>{_name(session.replacement_label)}</b>")
     return "<br>".join(lines)
 
 
@@ -321,7 +368,7 @@ def _region_preview(session: SurgerySession) -> str:
         lines[0] += f" becomes the call <code>{_name(plan.region.name)}</code>"
         lines.append(f"The replacement is called as {_pre(plan.call_text)}")
     if session.replacement_label:
-        lines.append(f"Replacement: <b>{d.escape(session.replacement_label)}</b>")
+        lines.append(f"Replacement: <b>{_name(session.replacement_label)}</b>")
     return "<br>".join(lines)
 
 
@@ -357,7 +404,9 @@ def region(session: SurgerySession) -> str:
             f"<b>{count}</b> place{'s' if count != 1 else ''} compute the same, "
             f"{len(found.near_misses)} near-miss{'es' if len(found.near_misses) != 1 else ''}"
         )
-        parts.append(f'<div>{head}</div><div class="gs-similar">{"".join(rows)}</div>')
+        # what find says of its search, and the places left out that swaps removed
+        notes = "".join(f"<div>{_muted(d.escape(note))}</div>" for note in found.notes)
+        parts.append(f'<div>{head}</div>{notes}<div class="gs-similar">{"".join(rows)}</div>')
     return "<br>".join(parts)
 
 

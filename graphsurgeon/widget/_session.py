@@ -44,7 +44,7 @@ import inspect
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -731,8 +731,13 @@ class SurgerySession:
 
     def _program_calls(self) -> set[str]:
         """The swapped and fused calls of the current program (regions included)."""
+        return set(self._call_nodes())
+
+    def _call_nodes(self) -> Mapping[str, str]:
+        """Each swapped or fused call of the current program (regions included) -> the node
+        that calls it; empty while nothing is swapped or fused."""
         info = swap_info(self.surgery.module) if self.can_diff or self.surgery.fused else None
-        return set(info.call_nodes) if info is not None else set()
+        return info.call_nodes if info is not None else {}
 
     def inner_call(self, name: str) -> str | None:
         """The swapped or fused call of ``"call/node"`` (a node inside it, as the stepper
@@ -893,7 +898,9 @@ class SurgerySession:
             raise WidgetError("search: type a name, a module type, an op or a regex")
         matches = self._search(text)
         if not matches:
-            names = [*self.tree.keys(), *self.partitions]
+            # the last search's matches, marks and count go: they would read as this one's
+            self.close_search()
+            names = dict.fromkeys([*self.tree.keys(), *self.partitions])
             raise WidgetError(
                 f"search: no module or node matches {text!r} (by name, type such as LayerNorm, "
                 f"op such as aten.gelu, initials such as sdpa, or regex).{did_you_mean(text, names)}"
@@ -984,9 +991,14 @@ class SurgerySession:
                 found = Match(fqn, "module", info.type_name)
                 (exact if fqn == text else modules).append(found)
         nodes: list[Match] = []
+        found_modules = {m.name for m in exact + modules if m.kind == "module"}
+        call_of_node = {node: call for call, node in self._call_nodes().items()}
         for node in self.drawn_program().graph.nodes:
             if not _meta.computes(node):
                 continue
+            call = call_of_node.get(node.name)
+            if call is not None and split_call_name(call)[0] in found_modules:
+                continue  # a swapped or fused module's call: listed once, as the module
             short, full = _meta.op_text(node, "short"), _meta.op_text(node, "full")
             if hit((node.name, short, full), (short.rpartition(".")[2],)):
                 found = Match(node.name, "node", short)
@@ -1352,13 +1364,42 @@ class SurgerySession:
 
     def find_similar(self) -> Any:
         """Where else the program computes what the region computes: the matches are marked
-        in the picture and listed, the near-misses with what differs."""
+        in the picture and listed, the near-misses with what differs. Only places the current
+        program still has are listed: a match whose nodes an earlier swap removed is not."""
         self._region_plan("find similar")
         self._busy("looking for the region elsewhere…")
-        self.similar = self.surgery.find_similar(list(self.region))
+        found = self.surgery.find_similar(list(self.region))
+        self.similar = self._still_in_program(found)
         self._touch("region")
         self._mark_selection()
         return self.similar
+
+    def _still_in_program(self, found: Any) -> Any:
+        """``found`` (:class:`graphsurgeon.find.Matches`, looked for in the original program)
+        without the places the current program no longer has: a match or near-miss with a
+        node an earlier swap removed is left out, and a note says how many were. A fused
+        call still computes its nodes: what it holds stays. Each match kept is the Match
+        found, unchanged (its ``index`` is its place among the original program's matches)."""
+        gone = self._removed_nodes()
+        matches = tuple(m for m in found.matches if gone.isdisjoint(m.nodes))
+        near_misses = tuple(n for n in found.near_misses if gone.isdisjoint(n.nodes))
+        left_out = len(found.matches) - len(matches) + len(found.near_misses) - len(near_misses)
+        if not left_out:
+            return found
+        note = (
+            f"{left_out} place{'s' if left_out != 1 else ''} left out: earlier swaps removed "
+            f"{'their' if left_out != 1 else 'its'} nodes"
+        )
+        return replace(found, matches=matches, near_misses=near_misses, notes=(*found.notes, note))
+
+    def _removed_nodes(self) -> frozenset[str]:
+        """The nodes of the original program that the current program no longer computes
+        (swaps removed them); the nodes of a fused call are computed still."""
+        info = swap_info(self.surgery.module) if self.can_diff else None
+        if info is None:
+            return frozenset()
+        fused = {n for call in info.fused for n in info.partitions[call].nodes}
+        return frozenset(info.diff.removed).difference(fused)
 
     # -- checks ---------------------------------------------------------------------------
 

@@ -148,7 +148,7 @@ _EVENTS: dict[str, Callable[[SurgerySession, dict], Any]] = {
     "view": lambda session, content: session.set_view(content.get("value")),
     "choose": lambda session, content: session.choose(content.get("value")),
     "expression": lambda session, content: session.choose_expression(content.get("value")),
-    "nan": lambda session, content: session.set_break_on_nan(bool(content.get("value"))),
+    "nan": lambda session, content: session.set_break_on_nan(_boolean_sent(content, "nan")),
     "depth": lambda session, content: session.expand_to_depth(content.get("value")),
     "overlay": lambda session, content: session.set_overlay(content.get("value")),
     "match": lambda session, content: session.go_to_match(content.get("value")),
@@ -161,6 +161,16 @@ _EVENTS: dict[str, Callable[[SurgerySession, dict], Any]] = {
 
 def _name_sent(value: Any) -> Any:
     return display.name_of_id_text(value) if isinstance(value, str) else value
+
+
+def _boolean_sent(content: dict, event: str) -> bool:
+    """The value of a boolean event (a checkbox), as every boolean event reads it: a JSON
+    ``true`` or ``false``. Anything else is refused, the strings ``"true"`` and ``"false"``
+    too: read as Python reads a value (``bool("false")``), they would turn the option on."""
+    value = content.get("value")
+    if not isinstance(value, bool):
+        raise WidgetError(f"{event}: expected true or false, got {a_type(value)}: {value!r}")
+    return value
 
 
 def _user_namespace() -> Mapping[str, Any]:
@@ -245,6 +255,13 @@ class SurgeryWidget(anywidget.AnyWidget):
 
     #: The buttons' names (:data:`ACTIONS`): what ``w.click(name)`` takes.
     BUTTONS: ClassVar[tuple[str, ...]] = tuple(_ACTIONS)
+    #: The traits the page may set: the selection, read as ``w.select`` reads a name.
+    PAGE_INPUTS: ClassVar[frozenset[str]] = frozenset({"selected"})
+    #: The traits only the kernel writes, which the page only reads: every other synced trait
+    #: of the widget (what the panels copy out of the session, the buttons, the error and busy
+    #: lines) and anywidget's script and style. Set below the class, from its traits, so a
+    #: trait added later is the kernel's unless it is made a page input.
+    OUTPUT_TRAITS: ClassVar[frozenset[str]] = frozenset()
 
     # -- what the page shows (written by _panels from the session) --
     actions = t.List(_page_actions()).tag(sync=True)  # the buttons the page builds
@@ -374,7 +391,8 @@ class SurgeryWidget(anywidget.AnyWidget):
 
     def _show_busy(self, text: str) -> None:
         if not self._constructing:
-            self.busy = text  # sent at once: the page shows it while the work runs
+            # sent at once: the page shows it while the work runs (a name in it shortened)
+            self.busy = _panels.page_text(text)
 
     def _run(
         self, action: Callable[[], Any], *, catch: bool = False, from_page: bool = False
@@ -395,12 +413,27 @@ class SurgeryWidget(anywidget.AnyWidget):
         return result
 
     def set_state(self, sync_data: dict) -> None:
-        """State sent by the page (ipywidgets' entry point), told apart from ``w.x = ...``."""
+        """State sent by the page (ipywidgets' entry point), told apart from ``w.x = ...``.
+        Of the widget's own traits the page sets only :attr:`PAGE_INPUTS`: an update of one
+        the kernel writes (:attr:`OUTPUT_TRAITS`: ``swapped``, ``can_undo``...) is refused, the
+        kernel's value sent back so that the page shows it again, and the refusal shown as an
+        error (ipywidgets' own traits, such as ``layout``, are ipywidgets' business)."""
+        refused = sorted(name for name in sync_data if name in self.OUTPUT_TRAITS)
+        taken = {name: value for name, value in sync_data.items() if name not in refused}
         self._page_state = True
         try:
-            super().set_state(sync_data)
+            if taken:
+                super().set_state(taken)
         finally:
             self._page_state = False
+        if refused:
+            self.send_state(refused)
+            names = ", ".join(repr(name) for name in refused)
+            error = WidgetError(
+                f"the page set {names}, which only the kernel writes (the page shows it): "
+                "the kernel's value is kept"
+            )
+            self._publish(error=_error_fields(error), from_page=True)
 
     def _selected_from_page(self, change: dict) -> None:
         """``selected`` set by the page (or ``w.selected = name``): select it. A name the
@@ -698,14 +731,29 @@ class SurgeryWidget(anywidget.AnyWidget):
         return f"<SurgeryWidget of {self.surgery!r}, selected {self.selected!r}>"
 
 
+SurgeryWidget.OUTPUT_TRAITS = frozenset(
+    {"_esm", "_css"}
+    | {
+        name
+        for name in SurgeryWidget.class_own_traits(sync=True)
+        if name not in SurgeryWidget.PAGE_INPUTS
+    }
+)
+
+
 def _error_fields(error: BaseException) -> dict[str, str]:
+    """An error as the page shows it: its type, first line and details (the rest, then the
+    traceback). The names in it are shortened (:func:`._panels.page_text`): an id the page
+    sent, of any length, comes back as a line the page can show."""
     text = str(error).strip() or type(error).__name__
     first, _, rest = text.partition("\n")
+    details = (rest + "\n\n" if rest else "") + "".join(
+        traceback.format_exception(type(error), error, error.__traceback__)
+    )
     return {
         "type": type(error).__name__,
-        "message": first,
-        "details": (rest + "\n\n" if rest else "")
-        + "".join(traceback.format_exception(type(error), error, error.__traceback__)),
+        "message": _panels.page_text(first),
+        "details": _panels.page_text(details),
     }
 
 
