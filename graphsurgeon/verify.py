@@ -239,16 +239,31 @@ class VerifyReport:
 
         n = len(self.leaves)
         if self.original is not None:
-            # a Surgery's two verdicts, each with its own badge
-            faithful = d.badge("faithful", "ok") if self.ok else d.badge("not faithful", "bad")
+            # a Surgery's two verdicts, each with its own badge (saying why where it can)
+            if self.ok:
+                faithful = (
+                    d.badge("faithful, decided by atol", "warn")
+                    if self.atol_note
+                    else d.badge("faithful", "ok")
+                )
+            elif self.call_differences:
+                faithful = d.badge("not faithful: eager passes other arguments", "bad")
+            else:
+                faithful = d.badge("not faithful", "bad")
             same = (
                 d.badge("equal to the original", "ok")
                 if self.original.ok
                 else d.badge("differs from the original", "bad")
             )
             verdict = f"{faithful} {same}"
+        elif self.ok:
+            verdict = (
+                d.badge("match, decided by atol", "warn")
+                if self.atol_note
+                else d.badge("match", "ok")
+            )
         else:
-            verdict = d.badge("match", "ok") if self.ok else d.badge("MISMATCH", "bad")
+            verdict = d.badge("MISMATCH", "bad")
         against = f"against {d.escape(self.against)}, " if self.against else ""
         head = (
             f'<div class="gs-title">verify {verdict} <span class="gs-muted">{against}{n} output '

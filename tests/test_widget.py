@@ -1639,3 +1639,39 @@ def test_the_widget_imports_no_private_name_and_reads_no_private_attribute():
         assert _private_reaches(module, source) == [], module
         # a Picture is read through its lookups, never as rows of fields by position
         assert not re.search(r"\.(edge_)?rows\b", source), module
+
+
+class MaskedInner(nn.Module):
+    def forward(self, x, mask=None):
+        return x if mask is None else x * mask
+
+
+class PassesMaskOnlyWhenExported(nn.Module):
+    """Eager calls ``inner`` with ``mask=None``; the exported program with the mask it made
+    (as T5's decoder self-attention is called)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = MaskedInner()
+
+    def forward(self, x):
+        mask = torch.ones_like(x) * 0.5 if torch.compiler.is_exporting() else None
+        return self.inner(x, mask) + 1
+
+
+def test_the_verify_badges_say_why_a_verdict_is_what_it_is():
+    torch.manual_seed(0)
+    x = torch.randn(2, 4)
+    widget = gs.Surgery.from_model(PassesMaskOnlyWhenExported(), (x,)).widget()
+    widget.select("inner")
+    widget.surgery.swap("inner", MaskedInner())
+    page_event(widget, event="button", name="verify")
+    assert "not faithful: eager passes other arguments" in widget.verify_html
+    assert "in eager, &#x27;inner&#x27; gets mask=None" in widget.verify_html
+    # outputs far below atol: the badge says the verdict is atol's
+    small = nn.Sequential(nn.Linear(4, 4, bias=False)).eval()
+    with torch.no_grad():
+        small[0].weight.mul_(1e-6)
+    widget = gs.Surgery.from_model(small, (x,)).swap("0", copy.deepcopy(small[0])).widget()
+    page_event(widget, event="button", name="verify")
+    assert "faithful, decided by atol" in widget.verify_html
