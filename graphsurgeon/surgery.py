@@ -446,6 +446,20 @@ class Surgery:
     def _region_step(self, plan: RegionPlan, value: Any, entry: HistoryEntry) -> Surgery:
         region = plan.region
         state = dict(self._states[self._position])
+        index = program_index(self.program)
+        for other, other_value in state.items():
+            calls = _calls(index, other) if other not in self._regions else None
+            held = {n.name for c in calls or () for n in index.call_nodes.get(c, ())}
+            if other in self._regions:
+                held = set(self._regions[other].nodes)
+            if held & set(region.nodes):
+                step, undo = self._step_text(other, {})
+                verb = "fuse" if value is FUSE else "swap"
+                raise ConflictError(
+                    f"cannot {verb} the region {region.name!r}: its ops are in {other!r}, "
+                    f"{_what(other_value)} in {step}, so the program does not run them as they "
+                    f"were. {undo[0].upper()}{undo[1:]} first: that frees them."
+                )
         state[region.name] = value
         known = {**self._regions, region.name: region}
         module = rewrite(self.program, state, regions=known)  # raises before anything changes
@@ -468,6 +482,11 @@ class Surgery:
         nodes = {n for c in calls for n in index.call_nodes.get(c, ())}
         covered = []
         for other, other_value in state.items():
+            region = self._regions.get(other)
+            if region is not None:
+                if {n.name for n in nodes} & set(region.nodes):
+                    raise ConflictError(self._holds_region(name, value, other, other_value))
+                continue
             other_calls = _calls(index, other)
             if other_calls is None:
                 continue
@@ -486,10 +505,37 @@ class Surgery:
                 )
         return covered
 
+    def _step_of(self, name: str) -> int:
+        """The step (1-based) that made the request ``name`` in force now, or 0."""
+        for step in range(self._position, 0, -1):
+            if self._states[step].get(name) is not self._states[step - 1].get(name):
+                return step
+        return 0
+
+    def _holds_region(self, name: str, value: Any, region: str, region_value: Any) -> str:
+        """The message for a module request whose nodes hold a region of ops that a step
+        replaced or fused (:meth:`replace`, :meth:`swap_region`, :meth:`fuse_region`)."""
+        step, undo = self._step_text(region, {})
+        number = self._step_of(region)
+        made = f"{step} ({self._steps[number - 1]})" if number else step
+        what = "fused" if region_value is FUSE else f"replaced by a {type(region_value).__name__}"
+        if value is FUSE:
+            return (
+                f"cannot fuse {name!r}: the ops of {region!r} in it were {what} in {made}, and a "
+                f"fused call runs the program's own ops. {undo[0].upper()}{undo[1:]}: that "
+                f"frees {name!r} to be fused."
+            )
+        return (
+            f"cannot swap {name!r}: the ops of {region!r} in it were {what} in {made}, and the "
+            f"replacement for {name!r} would run instead of them. Put what {region!r} should "
+            f"run inside the replacement for {name!r}, then {undo}: that frees {name!r} to be "
+            "swapped."
+        )
+
     def _step_text(self, other: str, made: Mapping[str, int]) -> tuple[str, str]:
         """``("step 2", "undo step 2 (s.undo() 3 times)")``: the step that made the request
         ``other``, and how to go back over it from here."""
-        step = made.get(other, 0)
+        step = made.get(other) or self._step_of(other)
         back = self._position - step + 1
         how = "s.undo()" if back == 1 else f"s.undo() {back} times"
         return f"step {step}", f"undo step {step} ({how})"

@@ -19,7 +19,7 @@ from helpers.models import hf_decoder
 from torch import nn
 
 import graphsurgeon as gs
-from graphsurgeon.errors import GraphSurgeonError, NotAProgramError
+from graphsurgeon.errors import ConflictError, GraphSurgeonError, NotAProgramError
 from graphsurgeon.examples import GroupedQueryAttention, LlamaLike, RMSNorm
 from graphsurgeon.find import Match, Matches, NearMiss, find
 from graphsurgeon.partition import call_index
@@ -575,3 +575,23 @@ def test_find_is_deterministic_and_leaves_the_program_alone(tiny_gpt):
     assert first == second and len(first) == len(model.layers)
     assert first.calls == tuple(f"layers.{i}.mlp.act" for i in range(len(model.layers)))
     assert graph_text(ep) == text
+
+
+def test_a_module_holding_a_replaced_pattern_says_which_step_holds_it_and_how_to_free_it():
+    """Was: "'blocks.0' and 'swish:blocks.0.act' share nodes (e.g. 'sigmoid'); request only
+    one of them", without the step that made the region or a way out."""
+    torch.manual_seed(0)
+    model, x = Blocks().eval(), torch.randn(2, 6)
+    s = gs.Surgery.from_model(model, (x,))
+    s.replace(swish, nn.SiLU(), (torch.randn(3, 6),))
+    version = s.version
+    with pytest.raises(ConflictError) as caught:
+        s.swap("blocks.0", copy.deepcopy(model.blocks[0]))
+    message = str(caught.value)
+    assert "'swish:blocks.0.act' in it were replaced by a SiLU in step 1 (replace swish" in message
+    assert "undo step 1 (s.undo()): that frees 'blocks.0' to be swapped" in message
+    with pytest.raises(ConflictError, match=r"a fused call runs the program's own ops\. Undo"):
+        s.fuse("blocks.1")
+    assert s.version == version
+    s.undo().swap("blocks.0", copy.deepcopy(model.blocks[0]))  # freed, as the message says
+    assert list(s.replacements) == ["blocks.0"]

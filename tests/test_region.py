@@ -156,7 +156,7 @@ def test_a_region_overlapping_a_swap_is_refused_and_nothing_changes(stack):
     _, _, s = stack
     s.swap("blocks.0", Gated())
     version = s.version
-    with pytest.raises(ConflictError):
+    with pytest.raises(ConflictError, match=r"in 'blocks\.0', swapped for a Gated in step 1.*Undo"):
         s.swap_region(gate_nodes(s, 0), ShiftedSiLU())
     assert s.version == version and s.regions == {}
 
