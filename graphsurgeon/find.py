@@ -47,12 +47,10 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import logging
 import math
 import operator
 import re
 import sys
-import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -66,6 +64,7 @@ from torch.fx import Node
 from . import _meta
 from ._program import not_a_program
 from .errors import PatternError, a_type
+from .export import quiet_export
 from .partition import call_index, returned_root
 
 __all__ = ["Match", "Matches", "NearMiss", "find"]
@@ -652,21 +651,6 @@ def _function_it_stands_for(cls: type) -> str | None:
     return functions[0] if len(functions) == 1 else None
 
 
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """torch.export's warnings and its log lines about specialized sizes are about the
-    pattern's tracing, which the user did not ask for: kept out of the notebook."""
-    logger = logging.getLogger("torch._export.non_strict_utils")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        logger.setLevel(level)
-
-
 def _export_pattern(pattern: Callable, args: tuple, kwargs: dict) -> tuple[ExportedProgram, str]:
     """The pattern traced to aten: with every size symbolic where torch can (size-1 dims too,
     then with them fixed), else at the example's sizes."""
@@ -689,7 +673,9 @@ def _export_pattern(pattern: Callable, args: tuple, kwargs: dict) -> tuple[Expor
     attempts.append(("symbolic (size-1 dims fixed)", dynamic, contextlib.nullcontext()))
     attempts.append(("static", None, contextlib.nullcontext()))
     error: BaseException | None = None
-    with _quiet():
+    # torch logs, warns and prints the partial graph of each failed attempt (63 lines on a
+    # data-dependent pattern): the tracing is ours, not the user's; the error says it in one
+    with quiet_export():
         for mode, shapes, context in attempts:
             try:
                 with context:

@@ -19,7 +19,7 @@ from helpers.models import hf_decoder
 from torch import nn
 
 import graphsurgeon as gs
-from graphsurgeon.errors import ConflictError, GraphSurgeonError, NotAProgramError
+from graphsurgeon.errors import ConflictError, GraphSurgeonError, NotAProgramError, PatternError
 from graphsurgeon.examples import GroupedQueryAttention, LlamaLike, RMSNorm
 from graphsurgeon.find import Match, Matches, NearMiss, find
 from graphsurgeon.partition import call_index
@@ -595,3 +595,13 @@ def test_a_module_holding_a_replaced_pattern_says_which_step_holds_it_and_how_to
     assert s.version == version
     s.undo().swap("blocks.0", copy.deepcopy(model.blocks[0]))  # freed, as the message says
     assert list(s.replacements) == ["blocks.0"]
+
+
+def test_a_pattern_that_cannot_be_traced_is_one_message_and_nothing_on_stderr(capfd):
+    """Was: refused, but torch wrote the partial graph of each attempt to stderr (63 lines)."""
+    ep = gs.export(nn.Sequential(nn.Linear(4, 4)).eval(), (torch.randn(2, 4),))
+    capfd.readouterr()
+    with pytest.raises(PatternError, match=r"could not be traced to aten ops"):
+        gs.find(ep, lambda t: t * 2 if t.sum() > 0 else t, (torch.randn(2, 4),))
+    out, err = capfd.readouterr()
+    assert err == "" and out == ""
