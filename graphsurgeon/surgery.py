@@ -43,7 +43,7 @@ from .errors import ConflictError, ExportError, SurgeryError, VerifyError, a_typ
 from .export import export, quiet_export
 from .partition import ModuleTree, call_name, module_tree, program_index
 from .region import RegionPlan, example_inputs, region_of
-from .rewrite import FUSE, Diff, Region, check_module, rewrite, safe_path, swap_info
+from .rewrite import FUSE, Diff, Region, as_module, rewrite, safe_path, swap_info
 from .verify import VerifyReport, eager_reference, verify
 
 __all__ = ["Diff", "HistoryEntry", "Surgery"]
@@ -320,7 +320,7 @@ class Surgery:
     def replace(
         self,
         pattern: Any,
-        replacement: torch.nn.Module,
+        replacement: Any,
         example_args: tuple[Any, ...],
         example_kwargs: Mapping[str, Any] | None = None,
         *,
@@ -333,8 +333,9 @@ class Surgery:
 
         ``pattern`` is a function or a module, traced on ``example_args`` (see
         :func:`graphsurgeon.find`: a pattern traced at one shape matches at others);
-        ``replacement`` is a module whose forward takes the pattern's arguments and returns what
-        the pattern returns. Each match becomes a call named ``"<pattern>:<the module call it
+        ``replacement`` is a module, or a plain function, whose forward takes the pattern's
+        arguments and returns what the pattern returns (a function runs as a module calling
+        it, named after it). Each match becomes a call named ``"<pattern>:<the module call it
         is in>"`` (``rope:layers.0.self_attn``), checked at the call like a swap, drawn,
         stepped into, compared and exported again like one; undo takes the whole step back.
         A match whose values are read elsewhere than its results, or that is not convex, is
@@ -371,7 +372,7 @@ class Surgery:
                 + (f" (near misses: {near})" if near else "")
                 + ". gs.find(program, pattern, example_args) lists what it looked for."
             )
-        check_module(label, replacement)
+        replacement = as_module(label, replacement)
         regions = _regions_of(found, chosen, label, pattern, example_args, example_kwargs)
         state = dict(self._states[self._position])
         for name in regions:
@@ -410,11 +411,9 @@ class Surgery:
         plan = self.region_signature(nodes, name)
         return self._region_step(plan, FUSE, HistoryEntry("fuse", plan.region.name, "fused"))
 
-    def swap_region(
-        self, nodes: Any, replacement: torch.nn.Module, name: str | None = None
-    ) -> Surgery:
-        """Replace the ops ``nodes`` by one call of ``replacement``, whose forward takes the
-        region's inputs and returns its results (:meth:`region_signature` says which): checked
+    def swap_region(self, nodes: Any, replacement: Any, name: str | None = None) -> Surgery:
+        """Replace the ops ``nodes`` by one call of ``replacement`` (a module, or a plain
+        function), whose forward takes the region's inputs and returns its results (:meth:`region_signature` says which): checked
         at the call, verified, drawn, stepped into and compared as a swapped module is.
 
         Example:
@@ -425,7 +424,7 @@ class Surgery:
             'region:1'
         """
         plan = self.region_signature(nodes, name)
-        check_module(plan.region.name, replacement)
+        replacement = as_module(plan.region.name, replacement)
         entry = HistoryEntry("swap", plan.region.name, type(replacement).__name__)
         return self._region_step(plan, replacement, entry)
 

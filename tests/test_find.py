@@ -605,3 +605,41 @@ def test_a_pattern_that_cannot_be_traced_is_one_message_and_nothing_on_stderr(ca
         gs.find(ep, lambda t: t * 2 if t.sum() > 0 else t, (torch.randn(2, 4),))
     out, err = capfd.readouterr()
     assert err == "" and out == ""
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1 + torch.tanh(0.7978845608 * (x + 0.044715 * x**3)))
+
+
+def my_gelu(x):
+    return nn.functional.gelu(x, approximate="tanh")
+
+
+class InlineGelu(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.b(gelu_tanh(self.a(x)))
+
+
+def test_a_plain_function_is_a_replacement_as_the_contract_says():
+    """Was: "the replacement for 'gelu_tanh' is a function, not a torch.nn.Module"."""
+    torch.manual_seed(0)
+    model, x = InlineGelu().eval(), torch.randn(2, 8)
+    s = gs.Surgery.from_model(model, (x,))
+    s.replace(gelu_tanh, my_gelu, (torch.randn(3, 8),))
+    assert str(s.history[-1]) == "replace gelu_tanh (1 match) -> my_gelu"
+    replacement = s.replacements["gelu_tanh:(top)"]
+    assert type(replacement).__name__ == "my_gelu" and replacement.function is my_gelu
+    with torch.no_grad():
+        expected = model.b(my_gelu(model.a(x)))
+        assert not torch.equal(expected, model(x))  # the precondition: it changes something
+        torch.testing.assert_close(s.module(x), expected)
+        torch.testing.assert_close(s.export().module()(x), expected)
+    # a region takes a function too; a function that cannot take the call is refused as a
+    # module's forward would be
+    s.undo().swap_region(s.region_signature(["tanh"]).nodes, torch.sigmoid, name="squash")
+    with pytest.raises(gs.errors.ReplacementError, match=r"cannot take the arguments"):
+        s.undo().swap_region(["tanh"], lambda: 0, name="none")

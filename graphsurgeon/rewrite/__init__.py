@@ -39,15 +39,17 @@ from .. import _meta
 from ..partition import call_name, program_index, split_call_name
 from ._builder import _Builder
 from ._cut import cut_call
-from ._plan import FUSE, _plan, check_module
+from ._plan import FUSE, FunctionModule, _plan, as_module, check_module
 from ._writer import _exported_mode, safe_path
 from .info import _COMPUTATION, Diff, Region, SwapInfo, swap_info
 
 __all__ = [
     "FUSE",
+    "FunctionModule",
     "Region",
     "Diff",
     "SwapInfo",
+    "as_module",
     "check_module",
     "cut_call",
     "rewrite",

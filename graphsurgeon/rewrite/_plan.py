@@ -3,6 +3,7 @@ whether its replacement can take the call (checked before anything is built)."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from ..partition import (
 )
 from .info import Region
 
-__all__ = ["FUSE", "check_module"]
+__all__ = ["FUSE", "FunctionModule", "as_module", "check_module"]
 
 
 class _Fuse:
@@ -182,6 +183,42 @@ def _region_request(index: ProgramIndex, region: Region, replacement: Any) -> _R
         nodes=nodes,
         region=region,
     )
+
+
+class FunctionModule(torch.nn.Module):
+    """A plain function as a replacement: a module whose forward calls it. Made by
+    :func:`as_module` as a class named after the function (``my_gelu``), so the history, the
+    pictures and the tables name the function, and with the function's signature, so the
+    check of the call reads the function's parameters."""
+
+    def __init__(self, function: Any):
+        super().__init__()
+        self.function = function
+
+        @functools.wraps(function)
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            return function(*args, **kwargs)
+
+        self.forward = forward  # the function's signature, not (*args, **kwargs)
+
+    def extra_repr(self) -> str:
+        return getattr(self.function, "__qualname__", "")
+
+
+def as_module(name: str, replacement: Any) -> torch.nn.Module:
+    """``replacement`` as a module: itself, or for a plain function a :class:`FunctionModule`
+    calling it (``s.replace`` and ``s.swap_region`` take either). Anything else is refused as
+    :func:`check_module` refuses it."""
+    if (
+        not isinstance(replacement, torch.nn.Module)
+        and callable(replacement)
+        and (inspect.isfunction(replacement) or inspect.isbuiltin(replacement))
+    ):
+        label = getattr(replacement, "__name__", "function")
+        kind = type(label, (FunctionModule,), {"__module__": FunctionModule.__module__})
+        return kind(replacement)
+    check_module(name, replacement)
+    return replacement
 
 
 def check_module(name: str, replacement: Any) -> None:
