@@ -18,6 +18,7 @@ import math
 import os
 import pickle
 import re
+import stat
 import statistics
 import sys
 import time
@@ -273,13 +274,21 @@ def _load_program(path_text: str, *, trust: bool = False):
 
     path = Path(path_text)
     try:
-        exists, is_dir = path.exists(), path.is_dir()
+        mode = path.stat().st_mode  # through links: what a link names is what would be read
+    except FileNotFoundError:
+        raise SystemExit(_fail(f"{path}: no such file")) from None
     except OSError as error:  # a name too long, a loop of links: the path cannot be looked at
         raise SystemExit(_fail(f"{path}: cannot read ({error.strerror or error})")) from None
-    if not exists:
-        raise SystemExit(_fail(f"{path}: no such file"))
-    if is_dir:
+    if stat.S_ISDIR(mode):
         raise SystemExit(_fail(f"{path}: is a directory, expected a .pt2 file"))
+    if not stat.S_ISREG(mode):
+        # opening a named pipe waits for a writer, forever; a device such as /dev/zero never ends
+        raise SystemExit(
+            _fail(
+                f"{path}: is {_file_kind(mode)}, not a regular file; expected a .pt2 file saved "
+                "with torch.export.save"
+            )
+        )
     if path.suffix != ".pt2":
         raise SystemExit(
             _fail(
@@ -313,6 +322,17 @@ def _load_program(path_text: str, *, trust: bool = False):
     if refused:  # torch went on without what it could not unpickle: the program is not whole
         raise _refuse_untrusted(path, _needs_trust(path, [], refused))
     return program
+
+
+def _file_kind(mode: int) -> str:
+    """What a file that is not a regular file is, in words, from its ``st_mode``."""
+    kinds = (
+        (stat.S_ISFIFO, "a named pipe (FIFO)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((kind for test, kind in kinds if test(mode)), "a special file")
 
 
 def _fail(message: str) -> int:

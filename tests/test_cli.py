@@ -132,6 +132,8 @@ def files(tmp_path_factory):
     text.write_text("hello")
     empty_path = folder / "bin"
     empty_path.mkdir()
+    os.mkfifo(folder / "fifo.pt2")  # opening it waits for a writer
+    (folder / "zero.pt2").symlink_to("/dev/zero")  # reading it never ends
     return {
         "good": good,
         "corrupt": corrupt,
@@ -163,6 +165,8 @@ def runs(files):
         "modules missing": ["modules", files["missing"]],
         "modules corrupt": ["modules", files["corrupt"]],
         "modules not pt2": ["modules", files["text"]],
+        "modules fifo": ["modules", out / "fifo.pt2"],
+        "modules zero": ["modules", out / "zero.pt2"],
         "render svg": ["render", files["good"], "-o", out / "a.svg", "--highlight", "block"],
         "render png": ["render", files["good"], "-o", out / "a.png", "--collapse", "1"],
         "render dot": ["render", files["good"], "-o", out / "a.dot", "--collapse", "block,head"],
@@ -176,7 +180,10 @@ def runs(files):
     def run(item):
         name, arguments = item
         command = [sys.executable, "-m", "graphsurgeon", *map(str, arguments)]
-        result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+        try:
+            result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+        except subprocess.TimeoutExpired as timeout:
+            result = timeout  # a command that hangs: its own test says so
         return name, result
 
     with ThreadPoolExecutor(max_workers=3) as pool:
@@ -219,6 +226,23 @@ def test_unreadable_programs_exit_2_with_a_clear_message(runs, name, message):
 def test_a_corrupt_file_gives_one_line_without_a_traceback(runs):
     assert runs["modules corrupt"].stderr.count("\n") == 1
     assert "Traceback" not in runs["modules corrupt"].stderr
+
+
+def finished(result) -> subprocess.CompletedProcess:
+    assert not isinstance(result, subprocess.TimeoutExpired), f"{result.cmd} never returned"
+    return result
+
+
+@pytest.mark.parametrize("name", ["fifo", "zero"])
+def test_a_program_that_is_not_a_regular_file_exits_2_with_one_line(runs, files, name):
+    result = finished(runs[f"modules {name}"])
+    assert result.returncode == 2
+    (line,) = result.stderr.splitlines()
+    kind = "a named pipe (FIFO)" if name == "fifo" else "a character device"
+    assert line == (
+        f"graphsurgeon: error: {files['out'] / name}.pt2: is {kind}, not a regular file; "
+        "expected a .pt2 file saved with torch.export.save"
+    )
 
 
 def test_render_writes_an_svg_with_ids(runs, files):
@@ -537,3 +561,4 @@ def test_render_never_writes_over_the_program(files, capsys, path):
     assert f"is the program file {files['good']} itself" in line
     assert "choose another output file" in line
     assert files["good"].read_bytes() == before
+
