@@ -267,9 +267,137 @@ def _shortened(text: str, limit: int = 200) -> str:
     return text[: end + 1] if end > limit // 2 else text[:limit] + "…"
 
 
-def _load_program(path_text: str, *, trust: bool = False):
+# -- the types a program's specs name ----------------------------------------------------------
+
+# A program stores the structure of its inputs and outputs, and of each preserved module call,
+# as pytree specs that name their container types by torch's serialized type names
+# ("transformers.modeling_outputs.Seq2SeqLMOutput"). torch reads a spec only when that type is
+# registered with its pytree, which importing the module that defines it does: in a notebook,
+# the model's own imports did. A file is not trusted to choose what is imported: the commands
+# import on their own only the modules of this fixed list, whose import registers the output
+# types and runs nothing a file can choose; any other module only when given with --import.
+_KNOWN_TYPE_MODULES = ("transformers.modeling_outputs",)
+
+_IMPORT_HELP = (
+    "import the Python module MODULE first (from the current directory, then sys.path), for a "
+    "program whose specs name a type it registers with torch's pytree (repeat for more)"
+)
+
+# torch's error for a spec that names a type it does not know (the serialized type name).
+_UNREGISTERED = re.compile(r"Deserializing (\S+) in pytree is not registered")
+
+
+def _import_requested(modules: list[str]) -> None:
+    """Import the modules given with ``--import``: the user's consent to run them."""
+    for module_name in modules:
+        _import_from_here(f"--import {module_name}", module_name)
+
+
+def _spec_types(path: Path) -> dict[str, str]:
+    """{serialized type name: where the program first names it, as the start of a sentence
+    ("its output is a", "the input of its module 'encoder' holds a")} of the types its specs
+    name, read from the archive's JSON (nothing is unpickled); empty when that cannot be read
+    (torch's load then says what is wrong)."""
+    import json
+
+    from torch.export.pt2_archive.constants import MODELS_DIR
+
+    found: dict[str, str] = {}
+
+    def types_of(spec, subject: str, outermost: bool) -> None:
+        if isinstance(spec, list):
+            for item in spec:
+                types_of(item, subject, outermost)
+        elif isinstance(spec, dict):
+            if isinstance(spec.get("type"), str):
+                found.setdefault(spec["type"], f"{subject} {'is' if outermost else 'holds'} a")
+            types_of(spec.get("children_spec"), subject, False)
+
+    def walk(value, fqn: str) -> None:
+        if isinstance(value, list):
+            for item in value:
+                walk(item, fqn)
+        elif isinstance(value, dict):
+            fqn = value["fqn"] if isinstance(value.get("fqn"), str) else fqn
+            for key, item in value.items():
+                if key in ("in_spec", "out_spec") and isinstance(item, str):
+                    side = "input" if key == "in_spec" else "output"
+                    subject = f"the {side} of its module {fqn!r}" if fqn else f"its {side}"
+                    # a spec is [protocol, outermost node]
+                    types_of(json.loads(item)[1:], subject, True)
+                else:
+                    walk(item, fqn)
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for name, info in _entries(archive):
+                if name.startswith(MODELS_DIR) and name.endswith(".json"):
+                    walk(json.loads(archive.read(info)), "")
+    except (OSError, zipfile.BadZipFile, ValueError, RecursionError):
+        return {}
+    return found
+
+
+def _module_of(type_name: str) -> str:
+    """The module a serialized type name names (torch writes ``module.Class`` by default)."""
+    return type_name.rpartition(".")[0] or type_name
+
+
+def _unregistered_type(path: Path, type_name: str, where: str, imported: set[str]) -> str:
+    """The one line for a type torch must know to read the program and does not; ``where``
+    starts the sentence (see _spec_types)."""
+    module_name = _module_of(type_name)
+    if module_name in imported:
+        return (
+            f"{path}: {where} {type_name}, which importing {module_name} did not register with "
+            "torch's pytree; pass --import with the module that registers it, as the code that "
+            "saved the program did"
+        )
+    return (
+        f"{path}: {where} {type_name}, a type torch must know to read the file; pass --import "
+        f"{module_name} if you trust that module (graphsurgeon imports on its own only "
+        f"{', '.join(_KNOWN_TYPE_MODULES)}, never a module a file names)"
+    )
+
+
+def _register_spec_types(path: Path, imports: list[str]) -> None:
+    """Make torch able to read the types the program's specs name: the modules given with
+    ``--import``, then the known modules of the types still missing, are imported; exit 2
+    with one line naming a type that is still missing, and the flag that brings it."""
+    import torch.utils._pytree as pytree
+
+    _import_requested(imports)
+    registered = pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE
+    missing = {name: where for name, where in _spec_types(path).items() if name not in registered}
+    imported = set(imports)
+    for module_name in sorted({_module_of(name) for name in missing}):
+        if module_name not in _KNOWN_TYPE_MODULES:
+            continue
+        try:
+            with warnings.catch_warnings():  # what the module warns of is not the user's concern
+                warnings.simplefilter("ignore")
+                importlib.import_module(module_name)
+        except Exception as error:
+            name = next(n for n in missing if _module_of(n) == module_name)
+            package = module_name.partition(".")[0]
+            if isinstance(error, ModuleNotFoundError) and error.name == package:
+                remedy = f"{package} is not installed: pip install {package}"
+            else:
+                remedy = f"importing {module_name} failed: {_first_line(error)}"
+            raise SystemExit(_fail(f"{path}: {missing[name]} {name}; {remedy}")) from None
+        imported.add(module_name)
+    still = [name for name in missing if name not in registered]
+    if still:
+        more = f" (and {len(still) - 1} more types)" if len(still) > 1 else ""
+        first = still[0]
+        raise SystemExit(_fail(_unregistered_type(path, first, missing[first], imported) + more))
+
+
+def _load_program(path_text: str, *, trust: bool = False, imports: list[str] = ()):
     """The ExportedProgram in the file ``path_text``; exit 2 with one line when it cannot be
-    read, or, unless ``trust``, when reading it could run code from it."""
+    read, or, unless ``trust``, when reading it could run code from it. The modules
+    ``imports`` are imported first, and the known modules of the types its specs name (see
+    ``_KNOWN_TYPE_MODULES``)."""
     import torch
 
     path = Path(path_text)
@@ -304,6 +432,7 @@ def _load_program(path_text: str, *, trust: bool = False):
                     f"loads as a shared library and so runs; {_TRUST_HINT}"
                 )
             )
+    _register_spec_types(path, list(imports))
     records: list = []
     refused: list = []
     restricted = contextlib.nullcontext() if trust else _weights_only(refused)
@@ -316,6 +445,10 @@ def _load_program(path_text: str, *, trust: bool = False):
         unsafe = None if trust else _needs_trust(path, causes, refused)
         if unsafe is not None:
             raise _refuse_untrusted(path, unsafe) from None
+        unknown = next((m for c in causes if (m := _UNREGISTERED.search(str(c))) is not None), None)
+        if unknown is not None:  # a spec the scan above could not read: the same line
+            message = _unregistered_type(path, unknown.group(1), "it names", set(imports))
+            raise SystemExit(_fail(message)) from None
         raise SystemExit(
             _fail(f"{path}: not a readable torch.export program ({_load_failure(error, logged)})")
         ) from None
@@ -375,7 +508,7 @@ def _silence_stdout() -> None:
 def _cmd_modules(options) -> int:
     import graphsurgeon as gs
 
-    ep = _load_program(options.program, trust=options.trust_file)
+    ep = _load_program(options.program, trust=options.trust_file, imports=options.imports)
     _out(gs.module_tree(ep).table())
     return 0
 
@@ -434,7 +567,7 @@ def _cmd_render(options) -> int:
     if not to_stdout:
         _check_output(output, _RENDER_FORMATS, options.program)
     format_ = "dot" if to_stdout else _RENDER_FORMATS[Path(output).suffix.lower()]
-    ep = _load_program(options.program, trust=options.trust_file)
+    ep = _load_program(options.program, trust=options.trust_file, imports=options.imports)
     highlight = [n.strip() for value in options.highlight for n in value.split(",") if n.strip()]
     try:
         view = render.graph_view(
@@ -510,9 +643,10 @@ def _parse_swap(spec: str) -> tuple[str, str, str]:
     return name, module_name, attribute
 
 
-def _import_from_here(spec: str, module_name: str):
+def _import_from_here(option: str, module_name: str):
     """Import ``module_name`` with the current directory first on sys.path, as ``python -m``
-    does (a console script's sys.path starts with its own folder instead)."""
+    does (a console script's sys.path starts with its own folder instead); exit 2 with one
+    line that starts with ``option`` (``--swap NAME=MODULE:ATTR``) when it cannot be."""
     saved = list(sys.path)
     sys.path.insert(0, os.getcwd())
     try:
@@ -521,17 +655,17 @@ def _import_from_here(spec: str, module_name: str):
         if error.name and (module_name == error.name or module_name.startswith(error.name + ".")):
             raise SystemExit(
                 _fail(
-                    f"--swap {spec}: no Python module {module_name!r} in the current directory "
+                    f"{option}: no Python module {module_name!r} in the current directory "
                     "or on sys.path; run from the folder that holds it, or add that folder to "
                     "PYTHONPATH"
                 )
             ) from None
         raise SystemExit(
-            _fail(f"--swap {spec}: importing {module_name!r} failed: {_first_line(error)}")
+            _fail(f"{option}: importing {module_name!r} failed: {_first_line(error)}")
         ) from None
     except Exception as error:  # its own code raised (a SyntaxError, an ImportError, ...)
         raise SystemExit(
-            _fail(f"--swap {spec}: importing {module_name!r} failed: {_first_line(error)}")
+            _fail(f"{option}: importing {module_name!r} failed: {_first_line(error)}")
         ) from None
     finally:
         sys.path[:] = saved
@@ -563,7 +697,7 @@ def _replacement(spec: str, program, rebuilt: dict):
     from graphsurgeon.errors import did_you_mean
 
     name, module_name, attribute = _parse_swap(spec)
-    value = _import_from_here(spec, module_name)
+    value = _import_from_here(f"--swap {spec}", module_name)
     where = module_name
     for part in attribute.split("."):
         if not hasattr(value, part):
@@ -660,7 +794,7 @@ def _cmd_report(options) -> int:
             return _fail(f"--swap {spec}: {name!r} is swapped twice; give one --swap per module")
     if options.output != "-":
         _check_output(options.output, _REPORT_SUFFIXES, options.program)
-    program = _load_program(options.program, trust=options.trust_file)
+    program = _load_program(options.program, trust=options.trust_file, imports=options.imports)
     surgery = gs.Surgery(program)
     sources: dict[str, str] = {}
     rebuilt: dict = {}
@@ -843,6 +977,19 @@ def _write_demo_report(surgery, path_text: str, layers: int, description: str) -
     return _size(len(report.html.encode()))
 
 
+def _add_reading_options(command: argparse.ArgumentParser) -> None:
+    """The options of every command that reads a program: what it may import and run."""
+    command.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help=_IMPORT_HELP,
+    )
+    command.add_argument("--trust-file", action="store_true", help=_TRUST_HELP)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="graphsurgeon",
@@ -877,7 +1024,7 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     modules.add_argument("program", help="a program saved with torch.export.save (.pt2)")
-    modules.add_argument("--trust-file", action="store_true", help=_TRUST_HELP)
+    _add_reading_options(modules)
     modules.set_defaults(run=_cmd_modules)
 
     render = commands.add_parser(
@@ -914,7 +1061,7 @@ def main(argv: list[str] | None = None) -> int:
     render.add_argument(
         "--show-parameters", action="store_true", help="draw parameters as nodes of their own"
     )
-    render.add_argument("--trust-file", action="store_true", help=_TRUST_HELP)
+    _add_reading_options(render)
     render.set_defaults(run=_cmd_render)
 
     report = commands.add_parser(
@@ -956,7 +1103,7 @@ def main(argv: list[str] | None = None) -> int:
         help="also paint the picture: error (the swapped program against the original), "
         "own-error (each swapped call on the original's inputs) or latency (time per node)",
     )
-    report.add_argument("--trust-file", action="store_true", help=_TRUST_HELP)
+    _add_reading_options(report)
     report.set_defaults(run=_cmd_report)
 
     options = parser.parse_args(argv)
