@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import inspect
 import io
@@ -607,8 +608,15 @@ sys.path (PYTHONPATH). ATTR may be dotted (Outer.attr). What it is decides what 
   a class or a function      called with no arguments, or, when it takes one, with the
                              program's original module NAME, rebuilt from the program: a plain
                              nn.Module holding copies of its parameters and buffers under their
-                             names (original.q.weight), that runs as the program ran it. Its
-                             submodules are not of the model's classes (no in_features).
+                             names (original.q.weight), that runs as the program ran it. It and
+                             its submodules are not of the model's classes: a program keeps no
+                             other attribute (no n_heads, config, in_features, methods). For
+                             those, write a function that builds the real module and loads
+                             the program's weights into it:
+                               def build(original):
+                                   real = T5Attention(config)
+                                   real.load_state_dict(original.state_dict())
+                                   return MyAttention(real)
 
 The swapped program is then checked against the original program on the example inputs the
 .pt2 keeps (torch.export.save stores them; without them, inputs are made from the input
@@ -732,6 +740,12 @@ def _replacement(spec: str, program, rebuilt: dict):
         made = value() if needed == 0 else value(_original_module(spec, program, name, rebuilt))
     except SystemExit:
         raise
+    except AttributeError as error:
+        rebuilt_as = getattr(type(error.obj), "_rebuilt_as", None)
+        if rebuilt_as is None or error.name is None:  # not a rebuilt module's: said as it is
+            raise SystemExit(_fail(f"--swap {spec}: {call} raised {_first_line(error)}")) from None
+        missing = _missing_attribute(rebuilt_as, error.name, reader=call)
+        raise SystemExit(_fail(f"--swap {spec}: {missing}")) from None
     except Exception as error:
         raise SystemExit(_fail(f"--swap {spec}: {call} raised {_first_line(error)}")) from None
     if not isinstance(made, torch.nn.Module):
@@ -745,9 +759,83 @@ def _a(value) -> str:
     return a_type(value)
 
 
+@dataclasses.dataclass(frozen=True)
+class _RebuiltAs:
+    """What a module of an original that --swap passes is, for the message of an attribute it
+    lacks."""
+
+    fqn: str  # its name in the program
+    type_name: str  # its type as the program recorded it ('' when it did not)
+    path: str  # how the replacement's code reaches it: "original", "original.q"
+    swapped_type: str  # the recorded type of the swapped module, the one to build for real
+    swap: tuple[str, str, str] | None  # the --swap's (name, module, attribute); None: several
+
+
+class _Rebuilt:
+    """Mixed into the class of each module of an original that --swap passes: an attribute
+    that the module rebuilt from the program does not have (the real module's ``n_heads``,
+    ``config``, a method) raises an AttributeError that names it and says how to pass it,
+    when the replacement is built and when it runs."""
+
+    _rebuilt_as: _RebuiltAs
+
+    def __getattr__(self, name: str):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name.startswith("__") and name.endswith("__"):
+                raise  # a protocol asked (copy, pickle): "no" is its answer, not an error
+            message = _missing_attribute(type(self)._rebuilt_as, name)
+            raise AttributeError(message, name=name, obj=self) from None
+
+
+def _missing_attribute(rebuilt_as: _RebuiltAs, name: str, reader: str = "") -> str:
+    """The one line for an attribute ``name`` that a rebuilt original does not have, and how
+    to give the replacement the real module instead, with the program's weights."""
+    swap_name, module_name, attribute = rebuilt_as.swap or ("NAME", "MODULE", "Replacement")
+    reader = reader or (
+        f"the replacement made by {module_name}:{attribute}"
+        if rebuilt_as.swap
+        else "the replacement"
+    )
+    real = rebuilt_as.swapped_type.rpartition(".")[2] or "TheModule"
+    recorded = f" ({rebuilt_as.type_name})" if rebuilt_as.type_name else ""
+    return (
+        f"{reader} reads {rebuilt_as.path}.{name}, which {rebuilt_as.fqn}{recorded} rebuilt from "
+        "the program does not have: a .pt2 keeps a module's parameters, buffers and submodules, "
+        "not its other attributes; build the real module in a function of yours and load the "
+        f"program's weights into it, def build(original): real = {real}(config); "
+        f"real.load_state_dict(original.state_dict()); return {attribute}(real), as --swap "
+        f"{swap_name}={module_name}:build"
+    )
+
+
+def _explain_missing_attributes(original, fqn: str, program, swap: tuple[str, str, str]):
+    """Give each module of ``original`` (the program's module ``fqn``, rebuilt for ``swap``) a
+    class of its own that says what it lacks (see _Rebuilt); the rebuilt modules are the
+    command's own, nothing else holds them."""
+    import graphsurgeon as gs
+
+    tree = gs.module_tree(program)
+
+    def recorded(name: str) -> str:
+        return tree[name].qualified_type if name in tree else ""
+
+    for sub, module in original.named_modules():
+        kind = type(module)
+        if isinstance(module, _Rebuilt):  # passed to another --swap too: which one is unknown
+            kind._rebuilt_as = dataclasses.replace(kind._rebuilt_as, swap=None)
+            continue
+        full = f"{fqn}.{sub}" if sub else fqn
+        path = f"original.{sub}" if sub else "original"
+        rebuilt_as = _RebuiltAs(full, recorded(full), path, recorded(fqn), swap)
+        namespace = {"_rebuilt_as": rebuilt_as, "__module__": kind.__module__}
+        module.__class__ = type(kind.__name__, (_Rebuilt, kind), namespace)
+
+
 def _original_module(spec: str, program, name: str, rebuilt: dict):
     """The program's module ``name`` rebuilt as a plain nn.Module (the hierarchy is rebuilt
-    once for all the --swap options that need it)."""
+    once for all the --swap options that need it), whose missing attributes say so."""
     from graphsurgeon._hierarchy import rebuild_hierarchy
     from graphsurgeon.errors import did_you_mean
 
@@ -761,12 +849,14 @@ def _original_module(spec: str, program, name: str, rebuilt: dict):
             ) from None
     hierarchy = rebuilt["hierarchy"]
     try:
-        return hierarchy.get_submodule(fqn) if fqn else hierarchy
+        original = hierarchy.get_submodule(fqn) if fqn else hierarchy
     except AttributeError:
         names = [n for n, _ in hierarchy.named_modules() if n]
         raise SystemExit(
             _fail(f"--swap {spec}: the program has no module {fqn!r}.{did_you_mean(fqn, names)}")
         ) from None
+    _explain_missing_attributes(original, fqn, program, _parse_swap(spec))
+    return original
 
 
 def _tolerance(text: str) -> float:

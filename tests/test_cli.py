@@ -764,3 +764,41 @@ def test_an_import_that_fails_exits_2_with_one_line(hf_files, capsys, monkeypatc
     assert main([command, "t5.pt2", "--import", "no_such_outputs"]) == 2
     line = one_error_line(capsys)
     assert "--import no_such_outputs: no Python module 'no_such_outputs'" in line
+
+
+def test_a_swap_that_reads_what_the_rebuilt_original_lacks_says_how_to_pass_it(
+    hf_files, capsys, monkeypatch
+):
+    monkeypatch.chdir(hf_files["folder"])
+    name = T5_ATTENTION.format(1)
+    spec = f"{name}=t5_kernels:SdpaT5Attention"
+    assert main(["report", "t5.pt2", "--swap", spec, "-o", "never.html"]) == 2
+    line = one_error_line(capsys)
+    assert line.startswith(
+        f"graphsurgeon: error: --swap {spec}: t5_kernels:SdpaT5Attention(original) reads "
+        f"original.n_heads, which {name} (transformers.models.t5.modeling_t5.T5Attention) "
+        "rebuilt from the program does not have"
+    )
+    assert "real = T5Attention(config); real.load_state_dict(original.state_dict()); " in line
+    assert f"return SdpaT5Attention(real), as --swap {name}=t5_kernels:build" in line
+    assert not (hf_files["folder"] / "never.html").exists()
+
+
+def test_a_replacement_that_reads_it_when_it_runs_is_told_the_same(hf_files, capsys, monkeypatch):
+    monkeypatch.chdir(hf_files["folder"])
+    name = T5_ATTENTION.format(0)  # the first layer computes the position bias itself
+    spec = f"{name}=t5_kernels:with_heads"
+    assert main(["report", "t5.pt2", "--swap", spec, "-o", "runs.html"]) == 1
+    out = capsys.readouterr().out
+    assert "could not run" in out and "original.compute_bias" in out
+    assert f"{name} (transformers.models.t5.modeling_t5.T5Attention) rebuilt from the" in out
+    assert "load_state_dict(original.state_dict())" in out
+
+
+def test_the_real_module_with_the_programs_weights_swaps_in_and_matches(
+    hf_files, capsys, monkeypatch
+):
+    monkeypatch.chdir(hf_files["folder"])
+    spec = f"{T5_ATTENTION.format(0)}=t5_kernels:real"
+    assert main(["report", "t5.pt2", "--swap", spec, "-o", "real.html"]) == 0
+    assert "verify: match" in capsys.readouterr().out
