@@ -323,7 +323,7 @@ def _spec_types(path: Path) -> dict[str, str]:
             for key, item in value.items():
                 if key in ("in_spec", "out_spec") and isinstance(item, str):
                     side = "input" if key == "in_spec" else "output"
-                    subject = f"the {side} of its module {fqn!r}" if fqn else f"its {side}"
+                    subject = f"the {side} of its module {_shown(fqn)}" if fqn else f"its {side}"
                     # a spec is [protocol, outermost node]
                     types_of(json.loads(item)[1:], subject, True)
                 else:
@@ -334,9 +334,15 @@ def _spec_types(path: Path) -> dict[str, str]:
             for name, info in _entries(archive):
                 if name.startswith(MODELS_DIR) and name.endswith(".json"):
                     walk(json.loads(archive.read(info)), "")
-    except (OSError, zipfile.BadZipFile, ValueError, RecursionError):
+    except Exception:  # the scan only helps: torch's load reads the file and says what is wrong
         return {}
     return found
+
+
+def _shown(name: str) -> str:
+    """A name from the file as the message shows it: a Python name as it is, anything else
+    quoted and shortened (a hostile file's names may hold line breaks, at any length)."""
+    return name if re.fullmatch(r"[\w.]{1,200}", name) else _shortened(repr(name))
 
 
 def _module_of(type_name: str) -> str:
@@ -350,14 +356,14 @@ def _unregistered_type(path: Path, type_name: str, where: str, imported: set[str
     module_name = _module_of(type_name)
     if module_name in imported:
         return (
-            f"{path}: {where} {type_name}, which importing {module_name} did not register with "
-            "torch's pytree; pass --import with the module that registers it, as the code that "
-            "saved the program did"
+            f"{path}: {where} {_shown(type_name)}, which importing {module_name} did not "
+            "register with torch's pytree; pass --import with the module that registers it, as "
+            "the code that saved the program did"
         )
     return (
-        f"{path}: {where} {type_name}, a type torch must know to read the file; pass --import "
-        f"{module_name} if you trust that module (graphsurgeon imports on its own only "
-        f"{', '.join(_KNOWN_TYPE_MODULES)}, never a module a file names)"
+        f"{path}: {where} {_shown(type_name)}, a type torch must know to read the file; pass "
+        f"--import {_shown(module_name)} if you trust that module (graphsurgeon imports on its "
+        f"own only {', '.join(_KNOWN_TYPE_MODULES)}, never a module a file names)"
     )
 
 
@@ -385,7 +391,7 @@ def _register_spec_types(path: Path, imports: list[str]) -> None:
                 remedy = f"{package} is not installed: pip install {package}"
             else:
                 remedy = f"importing {module_name} failed: {_first_line(error)}"
-            raise SystemExit(_fail(f"{path}: {missing[name]} {name}; {remedy}")) from None
+            raise SystemExit(_fail(f"{path}: {missing[name]} {_shown(name)}; {remedy}")) from None
         imported.add(module_name)
     still = [name for name in missing if name not in registered]
     if still:
@@ -742,7 +748,8 @@ def _replacement(spec: str, program, rebuilt: dict):
         raise
     except AttributeError as error:
         rebuilt_as = getattr(type(error.obj), "_rebuilt_as", None)
-        if rebuilt_as is None or error.name is None:  # not a rebuilt module's: said as it is
+        if rebuilt_as is None or not error.name or error.name.startswith("__"):
+            # not an attribute a rebuilt module lacks (see _Rebuilt): said as it is
             raise SystemExit(_fail(f"--swap {spec}: {call} raised {_first_line(error)}")) from None
         missing = _missing_attribute(rebuilt_as, error.name, reader=call)
         raise SystemExit(_fail(f"--swap {spec}: {missing}")) from None

@@ -682,6 +682,13 @@ def hf_files(tmp_path_factory):
         {"models/model.json": lambda data: data.replace(GPT2_OUTPUT.encode(), b"planted.Output")},
     )
     (folder / "planted.py").write_text(PLANTED)
+    # a type name with a line break in it (escaped twice: a spec is JSON text inside JSON)
+    hostile_name = b"planted\\\\n" + b"x" * 50_000 + b".Output"
+    rewritten(
+        gpt2,
+        folder / "hostile.pt2",
+        {"models/model.json": lambda data: data.replace(GPT2_OUTPUT.encode(), hostile_name)},
+    )
     (folder / "t5_kernels.py").write_text(T5_KERNELS)
     yield {"folder": folder, "t5": t5, "gpt2": gpt2, "planted": planted}
     for name in ("planted", "t5_kernels"):
@@ -745,6 +752,16 @@ def test_a_module_that_a_file_names_is_imported_only_when_given(hf_files, capsys
     line = one_error_line(capsys)
     assert imported.exists(), "--import is consent"
     assert "its output is a planted.Output, which importing planted did not register" in line
+
+
+def test_a_type_name_that_is_no_python_name_is_shown_quoted_on_one_short_line(
+    hf_files, capsys, monkeypatch
+):
+    monkeypatch.chdir(hf_files["folder"])
+    assert main(["modules", "hostile.pt2"]) == 2
+    line = one_error_line(capsys)
+    assert "hostile.pt2: its output is a 'planted\\nxxx" in line
+    assert len(line) < 1000
 
 
 def test_a_spec_the_scan_cannot_read_gets_the_same_line_from_torchs_error(
