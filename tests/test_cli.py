@@ -635,7 +635,7 @@ def real(original):
     return SdpaT5Attention(attention)
 '''
 
-# A module that a file names (its spec's type is planted_outputs.Output); importing it leaves a
+# A module that a file names (its spec's type is planted.Output); importing it leaves a
 # mark, and it registers nothing.
 PLANTED = """
 import pathlib
