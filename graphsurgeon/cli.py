@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import inspect
 import io
@@ -18,6 +19,7 @@ import math
 import os
 import pickle
 import re
+import stat
 import statistics
 import sys
 import time
@@ -266,20 +268,162 @@ def _shortened(text: str, limit: int = 200) -> str:
     return text[: end + 1] if end > limit // 2 else text[:limit] + "…"
 
 
-def _load_program(path_text: str, *, trust: bool = False):
+# -- the types a program's specs name ----------------------------------------------------------
+
+# A program stores the structure of its inputs and outputs, and of each preserved module call,
+# as pytree specs that name their container types by torch's serialized type names
+# ("transformers.modeling_outputs.Seq2SeqLMOutput"). torch reads a spec only when that type is
+# registered with its pytree, which importing the module that defines it does: in a notebook,
+# the model's own imports did. A file is not trusted to choose what is imported: the commands
+# import on their own only the modules of this fixed list, whose import registers the output
+# types and runs nothing a file can choose; any other module only when given with --import.
+_KNOWN_TYPE_MODULES = ("transformers.modeling_outputs",)
+
+_IMPORT_HELP = (
+    "import the Python module MODULE first (from the current directory, then sys.path), for a "
+    "program whose specs name a type it registers with torch's pytree (repeat for more)"
+)
+
+# torch's error for a spec that names a type it does not know (the serialized type name).
+_UNREGISTERED = re.compile(r"Deserializing (\S+) in pytree is not registered")
+
+
+def _import_requested(modules: list[str]) -> None:
+    """Import the modules given with ``--import``: the user's consent to run them."""
+    for module_name in modules:
+        _import_from_here(f"--import {module_name}", module_name)
+
+
+def _spec_types(path: Path) -> dict[str, str]:
+    """{serialized type name: where the program first names it, as the start of a sentence
+    ("its output is a", "the input of its module 'encoder' holds a")} of the types its specs
+    name, read from the archive's JSON (nothing is unpickled); empty when that cannot be read
+    (torch's load then says what is wrong)."""
+    import json
+
+    from torch.export.pt2_archive.constants import MODELS_DIR
+
+    found: dict[str, str] = {}
+
+    def types_of(spec, subject: str, outermost: bool) -> None:
+        if isinstance(spec, list):
+            for item in spec:
+                types_of(item, subject, outermost)
+        elif isinstance(spec, dict):
+            if isinstance(spec.get("type"), str):
+                found.setdefault(spec["type"], f"{subject} {'is' if outermost else 'holds'} a")
+            types_of(spec.get("children_spec"), subject, False)
+
+    def walk(value, fqn: str) -> None:
+        if isinstance(value, list):
+            for item in value:
+                walk(item, fqn)
+        elif isinstance(value, dict):
+            fqn = value["fqn"] if isinstance(value.get("fqn"), str) else fqn
+            for key, item in value.items():
+                if key in ("in_spec", "out_spec") and isinstance(item, str):
+                    side = "input" if key == "in_spec" else "output"
+                    subject = f"the {side} of its module {_shown(fqn)}" if fqn else f"its {side}"
+                    # a spec is [protocol, outermost node]
+                    types_of(json.loads(item)[1:], subject, True)
+                else:
+                    walk(item, fqn)
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for name, info in _entries(archive):
+                if name.startswith(MODELS_DIR) and name.endswith(".json"):
+                    walk(json.loads(archive.read(info)), "")
+    except Exception:  # the scan only helps: torch's load reads the file and says what is wrong
+        return {}
+    return found
+
+
+def _shown(name: str) -> str:
+    """A name from the file as the message shows it: a Python name as it is, anything else
+    quoted and shortened (a hostile file's names may hold line breaks, at any length)."""
+    return name if re.fullmatch(r"[\w.]{1,200}", name) else _shortened(repr(name))
+
+
+def _module_of(type_name: str) -> str:
+    """The module a serialized type name names (torch writes ``module.Class`` by default)."""
+    return type_name.rpartition(".")[0] or type_name
+
+
+def _unregistered_type(path: Path, type_name: str, where: str, imported: set[str]) -> str:
+    """The one line for a type torch must know to read the program and does not; ``where``
+    starts the sentence (see _spec_types)."""
+    module_name = _module_of(type_name)
+    if module_name in imported:
+        return (
+            f"{path}: {where} {_shown(type_name)}, which importing {module_name} did not "
+            "register with torch's pytree; pass --import with the module that registers it, as "
+            "the code that saved the program did"
+        )
+    return (
+        f"{path}: {where} {_shown(type_name)}, a type torch must know to read the file; pass "
+        f"--import {_shown(module_name)} if you trust that module (graphsurgeon imports on its "
+        f"own only {', '.join(_KNOWN_TYPE_MODULES)}, never a module a file names)"
+    )
+
+
+def _register_spec_types(path: Path, imports: list[str]) -> None:
+    """Make torch able to read the types the program's specs name: the modules given with
+    ``--import``, then the known modules of the types still missing, are imported; exit 2
+    with one line naming a type that is still missing, and the flag that brings it."""
+    import torch.utils._pytree as pytree
+
+    _import_requested(imports)
+    registered = pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE
+    missing = {name: where for name, where in _spec_types(path).items() if name not in registered}
+    imported = set(imports)
+    for module_name in sorted({_module_of(name) for name in missing}):
+        if module_name not in _KNOWN_TYPE_MODULES:
+            continue
+        try:
+            with warnings.catch_warnings():  # what the module warns of is not the user's concern
+                warnings.simplefilter("ignore")
+                importlib.import_module(module_name)
+        except Exception as error:
+            name = next(n for n in missing if _module_of(n) == module_name)
+            package = module_name.partition(".")[0]
+            if isinstance(error, ModuleNotFoundError) and error.name == package:
+                remedy = f"{package} is not installed: pip install {package}"
+            else:
+                remedy = f"importing {module_name} failed: {_first_line(error)}"
+            raise SystemExit(_fail(f"{path}: {missing[name]} {_shown(name)}; {remedy}")) from None
+        imported.add(module_name)
+    still = [name for name in missing if name not in registered]
+    if still:
+        more = f" (and {len(still) - 1} more types)" if len(still) > 1 else ""
+        first = still[0]
+        raise SystemExit(_fail(_unregistered_type(path, first, missing[first], imported) + more))
+
+
+def _load_program(path_text: str, *, trust: bool = False, imports: list[str] = ()):
     """The ExportedProgram in the file ``path_text``; exit 2 with one line when it cannot be
-    read, or, unless ``trust``, when reading it could run code from it."""
+    read, or, unless ``trust``, when reading it could run code from it. The modules
+    ``imports`` are imported first, and the known modules of the types its specs name (see
+    ``_KNOWN_TYPE_MODULES``)."""
     import torch
 
     path = Path(path_text)
     try:
-        exists, is_dir = path.exists(), path.is_dir()
+        mode = path.stat().st_mode  # through links: what a link names is what would be read
+    except FileNotFoundError:
+        raise SystemExit(_fail(f"{path}: no such file")) from None
     except OSError as error:  # a name too long, a loop of links: the path cannot be looked at
         raise SystemExit(_fail(f"{path}: cannot read ({error.strerror or error})")) from None
-    if not exists:
-        raise SystemExit(_fail(f"{path}: no such file"))
-    if is_dir:
+    if stat.S_ISDIR(mode):
         raise SystemExit(_fail(f"{path}: is a directory, expected a .pt2 file"))
+    if not stat.S_ISREG(mode):
+        # opening a named pipe waits for a writer, forever; a device such as /dev/zero never ends
+        raise SystemExit(
+            _fail(
+                f"{path}: is {_file_kind(mode)}, not a regular file; expected a .pt2 file saved "
+                "with torch.export.save"
+            )
+        )
     if path.suffix != ".pt2":
         raise SystemExit(
             _fail(
@@ -295,6 +439,7 @@ def _load_program(path_text: str, *, trust: bool = False):
                     f"loads as a shared library and so runs; {_TRUST_HINT}"
                 )
             )
+    _register_spec_types(path, list(imports))
     records: list = []
     refused: list = []
     restricted = contextlib.nullcontext() if trust else _weights_only(refused)
@@ -307,12 +452,27 @@ def _load_program(path_text: str, *, trust: bool = False):
         unsafe = None if trust else _needs_trust(path, causes, refused)
         if unsafe is not None:
             raise _refuse_untrusted(path, unsafe) from None
+        unknown = next((m for c in causes if (m := _UNREGISTERED.search(str(c))) is not None), None)
+        if unknown is not None:  # a spec the scan above could not read: the same line
+            message = _unregistered_type(path, unknown.group(1), "it names", set(imports))
+            raise SystemExit(_fail(message)) from None
         raise SystemExit(
             _fail(f"{path}: not a readable torch.export program ({_load_failure(error, logged)})")
         ) from None
     if refused:  # torch went on without what it could not unpickle: the program is not whole
         raise _refuse_untrusted(path, _needs_trust(path, [], refused))
     return program
+
+
+def _file_kind(mode: int) -> str:
+    """What a file that is not a regular file is, in words, from its ``st_mode``."""
+    kinds = (
+        (stat.S_ISFIFO, "a named pipe (FIFO)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((kind for test, kind in kinds if test(mode)), "a special file")
 
 
 def _fail(message: str) -> int:
@@ -355,7 +515,7 @@ def _silence_stdout() -> None:
 def _cmd_modules(options) -> int:
     import graphsurgeon as gs
 
-    ep = _load_program(options.program, trust=options.trust_file)
+    ep = _load_program(options.program, trust=options.trust_file, imports=options.imports)
     _out(gs.module_tree(ep).table())
     return 0
 
@@ -414,7 +574,7 @@ def _cmd_render(options) -> int:
     if not to_stdout:
         _check_output(output, _RENDER_FORMATS, options.program)
     format_ = "dot" if to_stdout else _RENDER_FORMATS[Path(output).suffix.lower()]
-    ep = _load_program(options.program, trust=options.trust_file)
+    ep = _load_program(options.program, trust=options.trust_file, imports=options.imports)
     highlight = [n.strip() for value in options.highlight for n in value.split(",") if n.strip()]
     try:
         view = render.graph_view(
@@ -454,8 +614,15 @@ sys.path (PYTHONPATH). ATTR may be dotted (Outer.attr). What it is decides what 
   a class or a function      called with no arguments, or, when it takes one, with the
                              program's original module NAME, rebuilt from the program: a plain
                              nn.Module holding copies of its parameters and buffers under their
-                             names (original.q.weight), that runs as the program ran it. Its
-                             submodules are not of the model's classes (no in_features).
+                             names (original.q.weight), that runs as the program ran it. It and
+                             its submodules are not of the model's classes: a program keeps no
+                             other attribute (no n_heads, config, in_features, methods). For
+                             those, write a function that builds the real module and loads
+                             the program's weights into it:
+                               def build(original):
+                                   real = T5Attention(config)
+                                   real.load_state_dict(original.state_dict())
+                                   return MyAttention(real)
 
 The swapped program is then checked against the original program on the example inputs the
 .pt2 keeps (torch.export.save stores them; without them, inputs are made from the input
@@ -490,9 +657,10 @@ def _parse_swap(spec: str) -> tuple[str, str, str]:
     return name, module_name, attribute
 
 
-def _import_from_here(spec: str, module_name: str):
+def _import_from_here(option: str, module_name: str):
     """Import ``module_name`` with the current directory first on sys.path, as ``python -m``
-    does (a console script's sys.path starts with its own folder instead)."""
+    does (a console script's sys.path starts with its own folder instead); exit 2 with one
+    line that starts with ``option`` (``--swap NAME=MODULE:ATTR``) when it cannot be."""
     saved = list(sys.path)
     sys.path.insert(0, os.getcwd())
     try:
@@ -501,17 +669,17 @@ def _import_from_here(spec: str, module_name: str):
         if error.name and (module_name == error.name or module_name.startswith(error.name + ".")):
             raise SystemExit(
                 _fail(
-                    f"--swap {spec}: no Python module {module_name!r} in the current directory "
+                    f"{option}: no Python module {module_name!r} in the current directory "
                     "or on sys.path; run from the folder that holds it, or add that folder to "
                     "PYTHONPATH"
                 )
             ) from None
         raise SystemExit(
-            _fail(f"--swap {spec}: importing {module_name!r} failed: {_first_line(error)}")
+            _fail(f"{option}: importing {module_name!r} failed: {_first_line(error)}")
         ) from None
     except Exception as error:  # its own code raised (a SyntaxError, an ImportError, ...)
         raise SystemExit(
-            _fail(f"--swap {spec}: importing {module_name!r} failed: {_first_line(error)}")
+            _fail(f"{option}: importing {module_name!r} failed: {_first_line(error)}")
         ) from None
     finally:
         sys.path[:] = saved
@@ -543,7 +711,7 @@ def _replacement(spec: str, program, rebuilt: dict):
     from graphsurgeon.errors import did_you_mean
 
     name, module_name, attribute = _parse_swap(spec)
-    value = _import_from_here(spec, module_name)
+    value = _import_from_here(f"--swap {spec}", module_name)
     where = module_name
     for part in attribute.split("."):
         if not hasattr(value, part):
@@ -578,6 +746,13 @@ def _replacement(spec: str, program, rebuilt: dict):
         made = value() if needed == 0 else value(_original_module(spec, program, name, rebuilt))
     except SystemExit:
         raise
+    except AttributeError as error:
+        rebuilt_as = getattr(type(error.obj), "_rebuilt_as", None)
+        if rebuilt_as is None or not error.name or error.name.startswith("__"):
+            # not an attribute a rebuilt module lacks (see _Rebuilt): said as it is
+            raise SystemExit(_fail(f"--swap {spec}: {call} raised {_first_line(error)}")) from None
+        missing = _missing_attribute(rebuilt_as, error.name, reader=call)
+        raise SystemExit(_fail(f"--swap {spec}: {missing}")) from None
     except Exception as error:
         raise SystemExit(_fail(f"--swap {spec}: {call} raised {_first_line(error)}")) from None
     if not isinstance(made, torch.nn.Module):
@@ -591,9 +766,83 @@ def _a(value) -> str:
     return a_type(value)
 
 
+@dataclasses.dataclass(frozen=True)
+class _RebuiltAs:
+    """What a module of an original that --swap passes is, for the message of an attribute it
+    lacks."""
+
+    fqn: str  # its name in the program
+    type_name: str  # its type as the program recorded it ('' when it did not)
+    path: str  # how the replacement's code reaches it: "original", "original.q"
+    swapped_type: str  # the recorded type of the swapped module, the one to build for real
+    swap: tuple[str, str, str] | None  # the --swap's (name, module, attribute); None: several
+
+
+class _Rebuilt:
+    """Mixed into the class of each module of an original that --swap passes: an attribute
+    that the module rebuilt from the program does not have (the real module's ``n_heads``,
+    ``config``, a method) raises an AttributeError that names it and says how to pass it,
+    when the replacement is built and when it runs."""
+
+    _rebuilt_as: _RebuiltAs
+
+    def __getattr__(self, name: str):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name.startswith("__") and name.endswith("__"):
+                raise  # a protocol asked (copy, pickle): "no" is its answer, not an error
+            message = _missing_attribute(type(self)._rebuilt_as, name)
+            raise AttributeError(message, name=name, obj=self) from None
+
+
+def _missing_attribute(rebuilt_as: _RebuiltAs, name: str, reader: str = "") -> str:
+    """The one line for an attribute ``name`` that a rebuilt original does not have, and how
+    to give the replacement the real module instead, with the program's weights."""
+    swap_name, module_name, attribute = rebuilt_as.swap or ("NAME", "MODULE", "Replacement")
+    reader = reader or (
+        f"the replacement made by {module_name}:{attribute}"
+        if rebuilt_as.swap
+        else "the replacement"
+    )
+    real = rebuilt_as.swapped_type.rpartition(".")[2] or "TheModule"
+    recorded = f" ({rebuilt_as.type_name})" if rebuilt_as.type_name else ""
+    return (
+        f"{reader} reads {rebuilt_as.path}.{name}, which {rebuilt_as.fqn}{recorded} rebuilt from "
+        "the program does not have: a .pt2 keeps a module's parameters, buffers and submodules, "
+        "not its other attributes; build the real module in a function of yours and load the "
+        f"program's weights into it, def build(original): real = {real}(config); "
+        f"real.load_state_dict(original.state_dict()); return {attribute}(real), as --swap "
+        f"{swap_name}={module_name}:build"
+    )
+
+
+def _explain_missing_attributes(original, fqn: str, program, swap: tuple[str, str, str]):
+    """Give each module of ``original`` (the program's module ``fqn``, rebuilt for ``swap``) a
+    class of its own that says what it lacks (see _Rebuilt); the rebuilt modules are the
+    command's own, nothing else holds them."""
+    import graphsurgeon as gs
+
+    tree = gs.module_tree(program)
+
+    def recorded(name: str) -> str:
+        return tree[name].qualified_type if name in tree else ""
+
+    for sub, module in original.named_modules():
+        kind = type(module)
+        if isinstance(module, _Rebuilt):  # passed to another --swap too: which one is unknown
+            kind._rebuilt_as = dataclasses.replace(kind._rebuilt_as, swap=None)
+            continue
+        full = f"{fqn}.{sub}" if sub else fqn
+        path = f"original.{sub}" if sub else "original"
+        rebuilt_as = _RebuiltAs(full, recorded(full), path, recorded(fqn), swap)
+        namespace = {"_rebuilt_as": rebuilt_as, "__module__": kind.__module__}
+        module.__class__ = type(kind.__name__, (_Rebuilt, kind), namespace)
+
+
 def _original_module(spec: str, program, name: str, rebuilt: dict):
     """The program's module ``name`` rebuilt as a plain nn.Module (the hierarchy is rebuilt
-    once for all the --swap options that need it)."""
+    once for all the --swap options that need it), whose missing attributes say so."""
     from graphsurgeon._hierarchy import rebuild_hierarchy
     from graphsurgeon.errors import did_you_mean
 
@@ -607,12 +856,14 @@ def _original_module(spec: str, program, name: str, rebuilt: dict):
             ) from None
     hierarchy = rebuilt["hierarchy"]
     try:
-        return hierarchy.get_submodule(fqn) if fqn else hierarchy
+        original = hierarchy.get_submodule(fqn) if fqn else hierarchy
     except AttributeError:
         names = [n for n, _ in hierarchy.named_modules() if n]
         raise SystemExit(
             _fail(f"--swap {spec}: the program has no module {fqn!r}.{did_you_mean(fqn, names)}")
         ) from None
+    _explain_missing_attributes(original, fqn, program, _parse_swap(spec))
+    return original
 
 
 def _tolerance(text: str) -> float:
@@ -640,7 +891,7 @@ def _cmd_report(options) -> int:
             return _fail(f"--swap {spec}: {name!r} is swapped twice; give one --swap per module")
     if options.output != "-":
         _check_output(options.output, _REPORT_SUFFIXES, options.program)
-    program = _load_program(options.program, trust=options.trust_file)
+    program = _load_program(options.program, trust=options.trust_file, imports=options.imports)
     surgery = gs.Surgery(program)
     sources: dict[str, str] = {}
     rebuilt: dict = {}
@@ -823,6 +1074,19 @@ def _write_demo_report(surgery, path_text: str, layers: int, description: str) -
     return _size(len(report.html.encode()))
 
 
+def _add_reading_options(command: argparse.ArgumentParser) -> None:
+    """The options of every command that reads a program: what it may import and run."""
+    command.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help=_IMPORT_HELP,
+    )
+    command.add_argument("--trust-file", action="store_true", help=_TRUST_HELP)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="graphsurgeon",
@@ -857,7 +1121,7 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     modules.add_argument("program", help="a program saved with torch.export.save (.pt2)")
-    modules.add_argument("--trust-file", action="store_true", help=_TRUST_HELP)
+    _add_reading_options(modules)
     modules.set_defaults(run=_cmd_modules)
 
     render = commands.add_parser(
@@ -894,7 +1158,7 @@ def main(argv: list[str] | None = None) -> int:
     render.add_argument(
         "--show-parameters", action="store_true", help="draw parameters as nodes of their own"
     )
-    render.add_argument("--trust-file", action="store_true", help=_TRUST_HELP)
+    _add_reading_options(render)
     render.set_defaults(run=_cmd_render)
 
     report = commands.add_parser(
@@ -936,7 +1200,7 @@ def main(argv: list[str] | None = None) -> int:
         help="also paint the picture: error (the swapped program against the original), "
         "own-error (each swapped call on the original's inputs) or latency (time per node)",
     )
-    report.add_argument("--trust-file", action="store_true", help=_TRUST_HELP)
+    _add_reading_options(report)
     report.set_defaults(run=_cmd_report)
 
     options = parser.parse_args(argv)

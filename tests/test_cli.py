@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 import graphsurgeon as gs
+from graphsurgeon import cli
 from graphsurgeon.cli import _load_program, main
 from graphsurgeon.render import to_dot
 
@@ -132,6 +133,8 @@ def files(tmp_path_factory):
     text.write_text("hello")
     empty_path = folder / "bin"
     empty_path.mkdir()
+    os.mkfifo(folder / "fifo.pt2")  # opening it waits for a writer
+    (folder / "zero.pt2").symlink_to("/dev/zero")  # reading it never ends
     return {
         "good": good,
         "corrupt": corrupt,
@@ -163,6 +166,8 @@ def runs(files):
         "modules missing": ["modules", files["missing"]],
         "modules corrupt": ["modules", files["corrupt"]],
         "modules not pt2": ["modules", files["text"]],
+        "modules fifo": ["modules", out / "fifo.pt2"],
+        "modules zero": ["modules", out / "zero.pt2"],
         "render svg": ["render", files["good"], "-o", out / "a.svg", "--highlight", "block"],
         "render png": ["render", files["good"], "-o", out / "a.png", "--collapse", "1"],
         "render dot": ["render", files["good"], "-o", out / "a.dot", "--collapse", "block,head"],
@@ -176,7 +181,10 @@ def runs(files):
     def run(item):
         name, arguments = item
         command = [sys.executable, "-m", "graphsurgeon", *map(str, arguments)]
-        result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+        try:
+            result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+        except subprocess.TimeoutExpired as timeout:
+            result = timeout  # a command that hangs: its own test says so
         return name, result
 
     with ThreadPoolExecutor(max_workers=3) as pool:
@@ -219,6 +227,23 @@ def test_unreadable_programs_exit_2_with_a_clear_message(runs, name, message):
 def test_a_corrupt_file_gives_one_line_without_a_traceback(runs):
     assert runs["modules corrupt"].stderr.count("\n") == 1
     assert "Traceback" not in runs["modules corrupt"].stderr
+
+
+def finished(result) -> subprocess.CompletedProcess:
+    assert not isinstance(result, subprocess.TimeoutExpired), f"{result.cmd} never returned"
+    return result
+
+
+@pytest.mark.parametrize("name", ["fifo", "zero"])
+def test_a_program_that_is_not_a_regular_file_exits_2_with_one_line(runs, files, name):
+    result = finished(runs[f"modules {name}"])
+    assert result.returncode == 2
+    (line,) = result.stderr.splitlines()
+    kind = "a named pipe (FIFO)" if name == "fifo" else "a character device"
+    assert line == (
+        f"graphsurgeon: error: {files['out'] / name}.pt2: is {kind}, not a regular file; "
+        "expected a .pt2 file saved with torch.export.save"
+    )
 
 
 def test_render_writes_an_svg_with_ids(runs, files):
@@ -495,6 +520,7 @@ def test_every_help_says_a_pt2_is_code_and_what_trust_file_does(capsys, command)
     text = " ".join(capsys.readouterr().out.split())
     assert "A .pt2 file is code" in text and "refuses a file that needs more" in text
     assert "--trust-file load the .pt2 as torch.export.load does, running any pickled" in text
+    assert "--import MODULE import the Python module MODULE first" in text
 
 
 # --- hostile files that are no program: one line that stands alone -----------------------------
@@ -537,3 +563,259 @@ def test_render_never_writes_over_the_program(files, capsys, path):
     assert f"is the program file {files['good']} itself" in line
     assert "choose another output file" in line
     assert files["good"].read_bytes() == before
+
+
+# --- Hugging Face programs: the output types a file names, and what is imported to read them ---
+#
+# A program's specs name the types of its inputs and outputs (a transformers ModelOutput), and
+# torch reads them only when that type is registered with its pytree, as importing the module
+# that defines it does. A file is not trusted: the commands import on their own only a fixed
+# list of modules, and any other module only when given with --import.
+
+T5_ATTENTION = "decoder.block.{}.layer.0.SelfAttention"
+
+T5_CONFIG = dict(
+    vocab_size=100,
+    d_model=32,
+    d_kv=8,
+    d_ff=64,
+    num_layers=2,
+    num_decoder_layers=2,
+    num_heads=4,
+    dropout_rate=0.0,
+    decoder_start_token_id=0,
+    pad_token_id=0,
+)
+
+# A user's replacement of T5's attention, as written for the model in a notebook: it reads the
+# real module's attributes, which a module rebuilt from a program does not have.
+T5_KERNELS = f'''
+import copy
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import T5Config
+from transformers.models.t5.modeling_t5 import T5Attention
+
+
+class SdpaT5Attention(nn.Module):
+    def __init__(self, original):
+        super().__init__()
+        self.inner = copy.deepcopy(original)
+        self.heads, self.head_dim = original.n_heads, original.key_value_proj_dim
+
+    def forward(self, hidden_states, mask=None, key_value_states=None, position_bias=None,
+                cache=None, **kwargs):
+        b, length, _ = hidden_states.shape
+        q = self.inner.q(hidden_states).view(b, length, self.heads, self.head_dim).transpose(1, 2)
+        k = self.inner.k(hidden_states).view(b, length, self.heads, self.head_dim).transpose(1, 2)
+        v = self.inner.v(hidden_states).view(b, length, self.heads, self.head_dim).transpose(1, 2)
+        if position_bias is None:
+            position_bias = self.inner.compute_bias(length, length, device=q.device)
+        bias = position_bias
+        if mask is not None:  # the program passes a bool mask where eager passes a float one
+            bias = bias.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else bias + mask
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=1.0)
+        out = out.transpose(1, 2).reshape(b, length, self.heads * self.head_dim)
+        return self.inner.o(out), position_bias, None
+
+
+def with_heads(original):
+    original.n_heads, original.key_value_proj_dim = 4, 8
+    return SdpaT5Attention(original)
+
+
+def real(original):
+    """What the error message says to write: the real module, with the program's weights."""
+    attention = T5Attention(
+        T5Config(**{T5_CONFIG!r}, is_decoder=True), has_relative_attention_bias=True
+    )
+    attention.load_state_dict(original.state_dict())
+    return SdpaT5Attention(attention)
+'''
+
+# A module that a file names (its spec's type is planted.Output); importing it leaves a
+# mark, and it registers nothing.
+PLANTED = """
+import pathlib
+
+pathlib.Path(__file__).with_name("planted-imported").touch()
+"""
+
+
+def t5_program():
+    transformers = pytest.importorskip("transformers")
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    model = transformers.T5ForConditionalGeneration(transformers.T5Config(**T5_CONFIG)).eval()
+    ids, decoder_ids = torch.randint(1, 100, (1, 8)), torch.randint(1, 100, (1, 6))
+    return gs.export(model, (ids,), {"decoder_input_ids": decoder_ids, "use_cache": False})
+
+
+def gpt2_double_heads_program():
+    """GPT-2 with a multiple-choice head: its output type is defined in modeling_gpt2, not in
+    transformers.modeling_outputs."""
+    transformers = pytest.importorskip("transformers")
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        vocab_size=100, n_positions=32, n_embd=32, n_layer=1, n_head=4, resid_pdrop=0.0,
+        embd_pdrop=0.0, attn_pdrop=0.0,
+    )  # fmt: skip
+    model = transformers.GPT2DoubleHeadsModel(config).eval()
+    return gs.export(model, (torch.randint(1, 100, (1, 2, 6)),), {"use_cache": False})
+
+
+GPT2_OUTPUT = "transformers.models.gpt2.modeling_gpt2.GPT2DoubleHeadsModelOutput"
+
+
+@pytest.fixture(scope="module")
+def hf_files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("hf")
+    t5, gpt2 = folder / "t5.pt2", folder / "gpt2.pt2"
+    torch.export.save(t5_program(), str(t5))
+    torch.export.save(gpt2_double_heads_program(), str(gpt2))
+    planted = rewritten(
+        gpt2,
+        folder / "planted.pt2",
+        {"models/model.json": lambda data: data.replace(GPT2_OUTPUT.encode(), b"planted.Output")},
+    )
+    (folder / "planted.py").write_text(PLANTED)
+    # a type name with a line break in it (escaped twice: a spec is JSON text inside JSON)
+    hostile_name = b"planted\\\\n" + b"x" * 50_000 + b".Output"
+    rewritten(
+        gpt2,
+        folder / "hostile.pt2",
+        {"models/model.json": lambda data: data.replace(GPT2_OUTPUT.encode(), hostile_name)},
+    )
+    (folder / "t5_kernels.py").write_text(T5_KERNELS)
+    yield {"folder": folder, "t5": t5, "gpt2": gpt2, "planted": planted}
+    for name in ("planted", "t5_kernels"):
+        sys.modules.pop(name, None)
+
+
+@pytest.fixture(scope="module")
+def hf_runs(hf_files):
+    """The commands run in a fresh process, where no transformers module is imported yet (this
+    one imported them to build the models), two at a time."""
+    t5, gpt2, folder = hf_files["t5"], hf_files["gpt2"], hf_files["folder"]
+    gpt2_module = GPT2_OUTPUT.rpartition(".")[0]
+    commands = {
+        "modules t5": ["modules", t5],
+        "render t5": ["render", t5, "-o", folder / "t5.dot", "--collapse", "1"],
+        "modules gpt2": ["modules", gpt2],
+        "modules gpt2 --import": ["modules", gpt2, "--import", gpt2_module],
+    }
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+    def run(item):
+        name, arguments = item
+        command = [sys.executable, "-m", "graphsurgeon", *map(str, arguments)]
+        return name, subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(pool.map(run, commands.items()))
+
+
+def test_a_transformers_program_is_read_by_every_command(hf_runs, hf_files):
+    modules, render = hf_runs["modules t5"], hf_runs["render t5"]
+    assert modules.returncode == 0, modules.stderr
+    assert modules.stderr == "", "importing what reads the file says nothing"
+    assert modules.stdout.splitlines()[1].split()[:2] == ["(root)", "T5ForConditionalGeneration"]
+    assert render.returncode == 0, render.stderr
+    assert '"module:encoder"' in (hf_files["folder"] / "t5.dot").read_text()
+
+
+def test_a_type_from_a_module_off_the_list_names_the_type_and_the_flag(hf_runs, hf_files):
+    result = hf_runs["modules gpt2"]
+    assert result.returncode == 2 and result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"graphsurgeon: error: {hf_files['gpt2']}: ")
+    assert f"its output is a {GPT2_OUTPUT}" in line
+    assert f"pass --import {GPT2_OUTPUT.rpartition('.')[0]}" in line
+    assert "not a readable" not in line
+    given = hf_runs["modules gpt2 --import"]
+    assert given.returncode == 0, given.stderr
+    assert "GPT2DoubleHeadsModel" in given.stdout.splitlines()[1]
+
+
+def test_a_module_that_a_file_names_is_imported_only_when_given(hf_files, capsys, monkeypatch):
+    monkeypatch.chdir(hf_files["folder"])
+    imported = hf_files["folder"] / "planted-imported"
+    assert main(["modules", "planted.pt2"]) == 2
+    line = one_error_line(capsys)
+    assert "planted.pt2: its output is a planted.Output" in line
+    assert "pass --import planted if you trust that module" in line
+    assert not imported.exists(), "the file chose nothing to import"
+    assert main(["modules", "planted.pt2", "--import", "planted"]) == 2
+    line = one_error_line(capsys)
+    assert imported.exists(), "--import is consent"
+    assert "its output is a planted.Output, which importing planted did not register" in line
+
+
+def test_a_type_name_that_is_no_python_name_is_shown_quoted_on_one_short_line(
+    hf_files, capsys, monkeypatch
+):
+    monkeypatch.chdir(hf_files["folder"])
+    assert main(["modules", "hostile.pt2"]) == 2
+    line = one_error_line(capsys)
+    assert "hostile.pt2: its output is a 'planted\\nxxx" in line
+    assert len(line) < 1000
+
+
+def test_a_spec_the_scan_cannot_read_gets_the_same_line_from_torchs_error(
+    hf_files, capsys, monkeypatch
+):
+    monkeypatch.chdir(hf_files["folder"])
+    monkeypatch.setattr(cli, "_spec_types", lambda path: {})  # as a format it does not know
+    assert main(["modules", "planted.pt2"]) == 2
+    line = one_error_line(capsys)
+    assert "planted.pt2: it names planted.Output, a type torch must know to read the file" in line
+    assert "pass --import planted if you trust that module" in line
+
+
+@pytest.mark.parametrize("command", ["modules", "render", "report"])
+def test_an_import_that_fails_exits_2_with_one_line(hf_files, capsys, monkeypatch, command):
+    monkeypatch.chdir(hf_files["folder"])
+    assert main([command, "t5.pt2", "--import", "no_such_outputs"]) == 2
+    line = one_error_line(capsys)
+    assert "--import no_such_outputs: no Python module 'no_such_outputs'" in line
+
+
+def test_a_swap_that_reads_what_the_rebuilt_original_lacks_says_how_to_pass_it(
+    hf_files, capsys, monkeypatch
+):
+    monkeypatch.chdir(hf_files["folder"])
+    name = T5_ATTENTION.format(1)
+    spec = f"{name}=t5_kernels:SdpaT5Attention"
+    assert main(["report", "t5.pt2", "--swap", spec, "-o", "never.html"]) == 2
+    line = one_error_line(capsys)
+    assert line.startswith(
+        f"graphsurgeon: error: --swap {spec}: t5_kernels:SdpaT5Attention(original) reads "
+        f"original.n_heads, which {name} (transformers.models.t5.modeling_t5.T5Attention) "
+        "rebuilt from the program does not have"
+    )
+    assert "real = T5Attention(config); real.load_state_dict(original.state_dict()); " in line
+    assert f"return SdpaT5Attention(real), as --swap {name}=t5_kernels:build" in line
+    assert not (hf_files["folder"] / "never.html").exists()
+
+
+def test_a_replacement_that_reads_it_when_it_runs_is_told_the_same(hf_files, capsys, monkeypatch):
+    monkeypatch.chdir(hf_files["folder"])
+    name = T5_ATTENTION.format(0)  # the first layer computes the position bias itself
+    spec = f"{name}=t5_kernels:with_heads"
+    assert main(["report", "t5.pt2", "--swap", spec, "-o", "runs.html"]) == 1
+    out = capsys.readouterr().out
+    assert "could not run" in out and "original.compute_bias" in out
+    assert f"{name} (transformers.models.t5.modeling_t5.T5Attention) rebuilt from the" in out
+    assert "load_state_dict(original.state_dict())" in out
+
+
+def test_the_real_module_with_the_programs_weights_swaps_in_and_matches(
+    hf_files, capsys, monkeypatch
+):
+    monkeypatch.chdir(hf_files["folder"])
+    spec = f"{T5_ATTENTION.format(0)}=t5_kernels:real"
+    assert main(["report", "t5.pt2", "--swap", spec, "-o", "real.html"]) == 0
+    assert "verify: match" in capsys.readouterr().out
