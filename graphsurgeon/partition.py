@@ -898,7 +898,7 @@ class ProgramIndex:
         readers = list(dict.fromkeys(read.reader_call for read in self.outside_reads(fqn)))
         if readers:
             reads = self.outside_reads(fqn)
-            whose = ", ".join(f"`{r.attribute}`" for r in reads[:3])
+            whose = ", ".join(repr(r.attribute) for r in reads[:3])
             swap = [split_call_name(r)[0] for r in readers if r]
             by = " and ".join(repr(r) if r else "the root module" for r in readers[:3])
             advice = (
@@ -908,8 +908,8 @@ class ProgramIndex:
             )
             return (
                 f"never called during export: its weights ({whose}) are read by {by} directly "
-                f"(self.{fqn.rsplit('.', 1)[-1]}.{reads[0].attribute} in its code), so it has "
-                f"no call to swap; {advice}"
+                f"(as {_attribute_path(fqn, reads[0])} in its code), so it has no call to "
+                f"swap; {advice}"
             )
         return "never called during export (a container such as nn.ModuleList, or unused)"
 
@@ -952,9 +952,12 @@ class ProgramIndex:
                     continue
                 if any(n != target and not n.startswith(owner + ".") for n in names):
                     continue  # tied to a name outside the module: see the docstring
+                # inside: in a call of the owner, or of a module between it and the tensor
+                # (a container's child reading its own weight reads nothing of the outside)
+                holders_of = {".".join(parts[:i]) for i in range(end, len(parts))}
                 for user in users:
                     chain = self.calls.chain(user.name)
-                    if any(split_call_name(c)[0] == owner for c in chain):
+                    if any(split_call_name(c)[0] in holders_of for c in chain):
                         continue
                     read = OutsideRead(
                         target=target,
@@ -1333,13 +1336,21 @@ def _outside_read_note(index: ProgramIndex, fqn: str) -> str | None:
     if not reads:
         return None
     held = ", ".join(
-        f"{r.kind} `{r.attribute}` ({_meta.value_text(r.value)})" for r in reads[:3]
+        f"{r.kind} {r.attribute!r} ({_meta.value_text(r.value)})" for r in reads[:3]
     ) + (f" and {len(reads) - 3} more" if len(reads) > 3 else "")
     return (
         f"the program reads its {held} outside its calls ({reads[0].where}, as "
-        f"self.{fqn.rsplit('.', 1)[-1]}.{reads[0].attribute}): a replacement must hold "
-        "the same, which those reads then take, as in eager"
+        f"{_attribute_path(fqn, reads[0])}): a replacement must hold the same, which those "
+        "reads then take, as in eager"
     )
+
+
+def _attribute_path(fqn: str, read: OutsideRead) -> str:
+    """How the parent's code reads it: ``self.c.s`` (names that are no Python name quoted)."""
+    path = [fqn.rsplit(".", 1)[-1], *read.attribute.split(".")]
+    if all(part.isidentifier() for part in path):
+        return "self." + ".".join(path)
+    return f"the parent's {read.target!r}"
 
 
 def _parameters_by_module(ep: ExportedProgram, fqns: set[str]) -> dict[str, int]:

@@ -1579,7 +1579,7 @@ def test_a_parent_reading_a_swapped_childs_state_reads_the_replacements():
         replacement.s.fill_(7.0)  # a later change of the replacement is what the program reads
         torch.testing.assert_close(gm(x), (x * 7 + 7) * 6)
     info = gs.module_tree(ep)["c"]
-    assert info.swappable and "buffer `s` (f32[4])" in info.note and "`inner.w`" in info.note
+    assert info.swappable and "buffer 's' (f32[4])" in info.note and "'inner.w'" in info.note
     # the same through a Surgery, verified faithful and exported again
     s = gs.Surgery.from_model(model, (x,)).swap("c", HoldsScale(5.0))
     assert s.verify()

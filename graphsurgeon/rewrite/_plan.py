@@ -286,12 +286,11 @@ def _attributes_read(index: ProgramIndex, request: _Request) -> tuple[OutsideRea
         )
         raise ReplacementError(
             f"cannot swap {request.fqn!r}: the program reads its {read.kind} "
-            f"`{read.attribute}` ({expected}) outside its call ({read.where}, node "
-            f"{read.reader!r}: the code reads self.{request.fqn.rsplit('.', 1)[-1]}."
-            f"{read.attribute} directly). In eager, with {request.fqn!r} swapped, that read "
-            f"takes the replacement's `{read.attribute}`, and the replacement "
-            f"({_type_name(replacement)}) {has}. Give it a {read.kind} `{read.attribute}` of "
-            f"{expected}, or swap the module that reads it."
+            f"{read.attribute!r} ({expected}) outside its call ({read.where}, node "
+            f"{read.reader!r}: the code reads it directly, not through the module's call). In "
+            f"eager, with {request.fqn!r} swapped, that read takes the replacement's "
+            f"{read.attribute!r}, and the replacement ({_type_name(replacement)}) {has}. Give "
+            f"it a {read.kind} {read.attribute!r} of {expected}, or swap the module that reads it."
         )
     return reads
 
