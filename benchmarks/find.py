@@ -50,7 +50,7 @@ def main() -> None:
 
     import graphsurgeon as gs
     from graphsurgeon.examples import LlamaLike
-    from graphsurgeon.find import find
+    from graphsurgeon.patterns.find import find
 
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)

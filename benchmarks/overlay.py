@@ -34,9 +34,9 @@ def run(layers: int, rounds: int) -> dict:
     import torch
 
     import graphsurgeon as gs
-    from graphsurgeon._exec import bind_inputs
+    from graphsurgeon.checks._exec import bind_inputs
+    from graphsurgeon.checks.overlay import _timed, overlay_values
     from graphsurgeon.examples import TinyGPT
-    from graphsurgeon.overlay import _timed, overlay_values
     from graphsurgeon.swap import swap_info
 
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))

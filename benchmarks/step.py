@@ -36,7 +36,7 @@ import time
 import torch
 
 import graphsurgeon as gs
-from graphsurgeon._exec import runnable_original
+from graphsurgeon.checks._exec import runnable_original
 from graphsurgeon.examples import TinyGPT
 from graphsurgeon.step import Stepper
 

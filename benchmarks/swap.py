@@ -32,8 +32,8 @@ import torch
 import torch.export._swap
 
 import graphsurgeon as gs
+from graphsurgeon.checks.verify import eager_reference
 from graphsurgeon.examples import TinyGPT
-from graphsurgeon.verify import eager_reference
 
 
 def timed(function, *args):

@@ -18,7 +18,8 @@ Example:
 
 from . import errors, types
 from ._derived import forget
-from .compare import Comparison, compare
+from .checks.compare import Comparison, compare
+from .checks.verify import VerifyReport, verify
 from .drawing import draw
 from .errors import (
     ExportError,
@@ -30,23 +31,26 @@ from .errors import (
     UnknownNameError,
 )
 from .export import export
-from .find import find
 from .fuse import fuse
 from .partition import ModuleInfo, ModuleTree, Partition, module_tree, partition
+from .patterns.find import find
 from .render import to_dot, to_svg
 from .step import Stepper
 from .surgery import Surgery
 from .swap import swap
-from .verify import VerifyReport, verify
 
 __version__ = "0.1.0"
+
+from . import _moved
+
+_moved.install()
 
 # Names that lived here once, and where they are now (the top level keeps to what a user calls
 # most: every result type is in graphsurgeon.types, every error in graphsurgeon.errors).
 _MOVED = {
     "export_notes": "from graphsurgeon.export import export_notes",
     "swap_info": "from graphsurgeon.swap import swap_info",
-    "eager_reference": "from graphsurgeon.verify import eager_reference",
+    "eager_reference": "from graphsurgeon.checks.verify import eager_reference",
     "Drawing": "from graphsurgeon.types import Drawing",
     "PartitionError": "gs.errors.PartitionError",
     "MissingDependencyError": "gs.errors.MissingDependencyError",

@@ -952,9 +952,9 @@ def _cmd_demo(options) -> int:
     import torch
 
     import graphsurgeon as gs
+    from graphsurgeon.checks.verify import eager_reference
     from graphsurgeon.examples import FusedAttention, GeluTanhMLP, TinyGPT
     from graphsurgeon.swap import swap_info
-    from graphsurgeon.verify import eager_reference
 
     if not _DEMO_LAYERS[0] <= options.layers <= _DEMO_LAYERS[1]:
         return _fail(

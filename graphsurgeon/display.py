@@ -180,7 +180,7 @@ def module_tree_html(
     and whether it can be swapped (or why not). Modules down to ``open_depth`` start open,
     and so do containers (nn.ModuleList) there, so the first modules that compute show.
     ``parameters``: fqn -> parameter elements in that module and its submodules.
-    ``overlay``: an overlay's values (:class:`graphsurgeon.overlay.OverlayValues`): each module
+    ``overlay``: an overlay's values (:class:`graphsurgeon.checks.overlay.OverlayValues`): each module
     then shows its value, its calls' taken together as the picture takes a box's (the worst
     error, the sum of the times), a container its submodules', the root the whole program's;
     an error beyond the tolerance is marked."""

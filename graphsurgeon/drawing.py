@@ -89,7 +89,7 @@ class Drawing:
 
     @property
     def overlay_values(self) -> Any:
-        """The :class:`graphsurgeon.overlay.OverlayValues` drawn (every node's and call's
+        """The :class:`graphsurgeon.checks.overlay.OverlayValues` drawn (every node's and call's
         value, its kind, unit and tolerance), or None."""
         return self.view.overlay_values
 

@@ -44,15 +44,15 @@ from torch.export import ExportedProgram
 
 from . import display as d
 from ._hierarchy import describe_dynamic
-from .compare import Comparison, compare
+from .checks.compare import Comparison, compare
+from .checks.overlay import overlay_values
+from .checks.verify import VerifyReport, verify
 from .drawing import draw
 from .errors import GraphSurgeonError, MissingDependencyError, RenderError, a_type
 from .export import export_notes
-from .overlay import overlay_values
 from .partition import module_tree
 from .surgery import Surgery
 from .swap import swap_info
-from .verify import VerifyReport, verify
 
 __all__ = ["Report", "build_report", "write_report"]
 
@@ -176,7 +176,7 @@ def build_report(
         overlay: also paint the swapped program's picture with ``"error"`` (its values
             against the original's), ``"own error"`` (each swapped call on the original's
             inputs) or ``"latency"`` (time per node, of the program alone too); see
-            :func:`graphsurgeon.overlay.overlay_values`. It needs the inputs.
+            :func:`graphsurgeon.checks.overlay.overlay_values`. It needs the inputs.
 
     The swapped program is verified against the original: the eager model when a Surgery
     knows it, else the original program. A check that cannot run (a replacement that raises)

@@ -31,9 +31,9 @@ from torch.fx import GraphModule, Node
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import _meta
-from ._exec import PrivateStateInterpreter, bind_inputs, clone_inputs, runnable_original
 from ._meta import describe_value
 from ._program import as_program
+from .checks._exec import PrivateStateInterpreter, bind_inputs, clone_inputs, runnable_original
 from .errors import (
     AlreadyRanError,
     NodeError,

@@ -27,7 +27,6 @@ from torch.export import ExportedProgram
 from torch.fx import GraphModule
 
 from . import _meta
-from ._eager_calls import call_differences
 from ._hierarchy import (
     carry_module_types,
     describe_dynamic,
@@ -38,13 +37,14 @@ from ._hierarchy import (
 from ._meta import (
     split_call_name,
 )
-from .compare import Comparison, compare
+from .checks._eager_calls import call_differences
+from .checks.compare import Comparison, compare
+from .checks.verify import VerifyReport, eager_reference, verify
 from .errors import ConflictError, ExportError, SurgeryError, VerifyError, a_type
 from .export import export, quiet_export
 from .partition import ModuleTree, call_name, module_tree, program_index
-from .region import RegionPlan, example_inputs, region_of
+from .patterns.region import RegionPlan, example_inputs, region_of
 from .rewrite import FUSE, Diff, Region, as_module, rewrite, safe_path, swap_info
-from .verify import VerifyReport, eager_reference, verify
 
 __all__ = ["Diff", "HistoryEntry", "Surgery"]
 
@@ -360,7 +360,7 @@ class Surgery:
             >>> list(s.replacements)
             ['silu:0', 'silu:1']
         """
-        from .find import find
+        from .patterns.find import find
 
         found = find(self.program, pattern, example_args, example_kwargs)
         chosen = _chosen_matches(found, matches)
@@ -397,7 +397,7 @@ class Surgery:
         a replacement must accept (``(linear: f32[2, 4]) → f32[2, 4]``). Raises
         :class:`SurgeryError` saying which node is in the way when they cannot be one call (not
         convex, a part of a module call, a value that is no tensor). See
-        :mod:`graphsurgeon.region`."""
+        :mod:`graphsurgeon.patterns.region`."""
         # a name only undone steps used is free again: the next change drops them from redo
         taken = {n for state in self._states[: self._position + 1] for n in state}
         return region_of(
@@ -433,7 +433,7 @@ class Surgery:
         a pattern (its own nodes, with the program's weights) and looked for with
         :func:`graphsurgeon.find`; the region itself is one of the matches. Sizes are those the
         region ran with, so identical layers match; near-misses say what differs."""
-        from .find import find
+        from .patterns.find import find
         from .rewrite import cut_call
         from .rewrite._plan import region_partition
 
@@ -742,10 +742,10 @@ class Surgery:
         atol: float = 1e-5,
     ) -> Any:
         """The smallest set of this Surgery's swaps that explains its mismatch against the
-        original program: a :class:`~graphsurgeon.bisect.Bisection` with ``.culprits`` (in
-        graph order), ``.runs`` and the log of runs (:func:`graphsurgeon.bisect.bisect` says
+        original program: a :class:`~graphsurgeon.checks.bisect.Bisection` with ``.culprits`` (in
+        graph order), ``.runs`` and the log of runs (:func:`graphsurgeon.checks.bisect.bisect` says
         how, and what it guarantees). The Surgery is not changed."""
-        from .bisect import bisect
+        from .checks.bisect import bisect
 
         return bisect(self, args, kwargs, rtol=rtol, atol=atol)
 

@@ -10,22 +10,22 @@ Example:
     True
 """
 
-from .bisect import Bisection, BisectRun
-from .compare import CallComparison, Comparison
+from .checks.bisect import Bisection, BisectRun
+from .checks.compare import CallComparison, Comparison
+from .checks.locate import Location
+from .checks.overlay import OverlayValues
+from .checks.verify import LeafCheck, VerifyReport
 from .drawing import Drawing
 from .export import ExportNotes
-from .find import Match, Matches, NearMiss
-from .locate import Location
-from .overlay import OverlayValues
 from .partition import ModuleInfo, ModuleTree, Partition, Resolved
-from .region import RegionPlan
+from .patterns.find import Match, Matches, NearMiss
+from .patterns.region import RegionPlan
 from .render import GraphView
 from .render.picture import Heat, Picture, PictureCluster, PictureEdge, PictureNode
 from .rewrite import Region
 from .step import Breakpoint, Breakpoints, StepResult, Summary
 from .surgery import HistoryEntry
 from .swap import Diff, SwapInfo
-from .verify import LeafCheck, VerifyReport
 
 __all__ = [
     "BisectRun",

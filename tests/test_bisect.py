@@ -18,7 +18,7 @@ from helpers.references import eager_reference
 from torch import nn
 
 import graphsurgeon as gs
-from graphsurgeon.bisect import Bisection, BisectRun, bisect
+from graphsurgeon.checks.bisect import Bisection, BisectRun, bisect
 from graphsurgeon.errors import SurgeryError
 
 WIDTH = 8

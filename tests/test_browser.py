@@ -17,7 +17,7 @@ DISPLAY_CELLS = [
 import torch
 from torch import nn
 import graphsurgeon as gs
-from graphsurgeon.verify import eager_reference
+from graphsurgeon.checks.verify import eager_reference
 from graphsurgeon.swap import swap_info
 from graphsurgeon.examples import FusedAttention, GeluTanhMLP, TinyGPT
 

@@ -20,13 +20,13 @@ from hypothesis import strategies as st
 from torch import nn
 
 import graphsurgeon as gs
-from graphsurgeon._exec import runnable_original
-from graphsurgeon.compare import Comparison, compare
+from graphsurgeon.checks._exec import runnable_original
+from graphsurgeon.checks.compare import Comparison, compare
+from graphsurgeon.checks.verify import eager_reference
 from graphsurgeon.errors import CompareError, UnknownModuleError
 from graphsurgeon.examples import MLP, Attention, FusedAttention, TinyGPT
 from graphsurgeon.fuse import fused_call
 from graphsurgeon.swap import swap_info
-from graphsurgeon.verify import eager_reference
 
 # -- tiny models --------------------------------------------------------------------------
 
@@ -952,7 +952,7 @@ def test_compare_shows_the_located_line_for_a_small_call_and_a_hint_otherwise(gp
     bundle = shown.location._repr_mimebundle_()
     assert bundle["text/plain"] == str(shown.location) and expected in bundle["text/html"]
     # a call larger than compare locates on its own: the hint, until asked
-    monkeypatch.setattr(sys.modules["graphsurgeon.compare"], "_SMALL_NODES", 10)
+    monkeypatch.setattr(sys.modules["graphsurgeon.checks.compare"], "_SMALL_NODES", 10)
     large = compare(ep, swapped, (tokens,))
     assert large.location is None and "cmp.locate()" in str(large)
     assert compare(ep, swapped, (tokens,), locate=True).location == shown.location

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import graphsurgeon as gs
-from graphsurgeon._exec import runnable_original
+from graphsurgeon.checks._exec import runnable_original
 from graphsurgeon.partition import call_index, program_index
 
 

@@ -363,8 +363,8 @@ def test_a_long_verify_report_keeps_a_short_plain_form():
 def test_the_module_tree_shows_an_overlay_aggregated_per_module(gpt):
     import re
 
+    from graphsurgeon.checks.overlay import overlay_values
     from graphsurgeon.display import module_tree_html
-    from graphsurgeon.overlay import overlay_values
 
     _, tokens, ep, swapped = gpt
     tree = gs.module_tree(ep)

@@ -21,8 +21,8 @@ from torch import nn
 import graphsurgeon as gs
 from graphsurgeon.errors import ConflictError, GraphSurgeonError, NotAProgramError, PatternError
 from graphsurgeon.examples import GroupedQueryAttention, LlamaLike, RMSNorm
-from graphsurgeon.find import Match, Matches, NearMiss, find
 from graphsurgeon.partition import call_index
+from graphsurgeon.patterns.find import Match, Matches, NearMiss, find
 
 aten = torch.ops.aten
 

@@ -11,7 +11,7 @@ from torch import nn
 from torch.export import Dim
 
 import graphsurgeon as gs
-from graphsurgeon.verify import eager_reference
+from graphsurgeon.checks.verify import eager_reference
 
 
 class Scaled(nn.Module):

@@ -13,8 +13,8 @@ import torch
 from torch import nn
 
 import graphsurgeon as gs
+from graphsurgeon.checks.verify import eager_reference
 from graphsurgeon.swap import swap_info
-from graphsurgeon.verify import eager_reference
 
 
 class Net(nn.Module):

@@ -17,9 +17,9 @@ from helpers.models import NoCausalMask, Shared
 from torch import nn
 
 import graphsurgeon as gs
+from graphsurgeon.checks.overlay import OverlayValues, overlay_values
 from graphsurgeon.errors import CompareError, RenderError, UnknownModuleError, UnknownNameError
 from graphsurgeon.examples import FusedAttention, TinyGPT
-from graphsurgeon.overlay import OverlayValues, overlay_values
 from graphsurgeon.partition import call_index
 from graphsurgeon.swap import swap_info
 
@@ -330,7 +330,7 @@ def test_the_profiled_copy_is_made_once_and_keeps_nothing_alive():
     import gc
     import weakref
 
-    from graphsurgeon import overlay
+    from graphsurgeon.checks import overlay
 
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
     x = torch.randn(2, 4)
@@ -363,7 +363,7 @@ def test_a_fused_program_is_valued_as_drawn_from_its_own_graph_without_a_rewrite
     s = gs.Surgery(ep, args=(x,)).fuse("head").swap("lin", nn.Identity())
     program = s.module
     assert swap_info(program).fused == ("head",), "precondition: a fused call"
-    from graphsurgeon._exec import runnable_original
+    from graphsurgeon.checks._exec import runnable_original
 
     runnable_original(ep)  # the original's one runnable copy, made once per program
     made = []

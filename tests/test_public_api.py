@@ -68,3 +68,22 @@ def test_importing_graphsurgeon_loads_no_notebook_packages():
 
 def test_no_import_circle_in_the_package_but_surgery_widget():
     assert circles_but_surgery_widget() == []
+
+
+def test_a_module_that_moved_is_imported_by_its_old_path_and_shadows_no_function():
+    """The checks and the patterns are packages now (graphsurgeon.checks.verify, ...); the old
+    paths are the same modules, and importing one never puts a module over ``gs.verify``."""
+    script = (
+        "import importlib, graphsurgeon as gs\n"
+        "from graphsurgeon._moved import MOVED\n"
+        "for old, new in MOVED.items():\n"
+        "    assert importlib.import_module(old) is importlib.import_module(new), old\n"
+        "from graphsurgeon.verify import eager_reference\n"
+        "from graphsurgeon.bisect import Bisection\n"
+        "import graphsurgeon.find\n"
+        "assert callable(gs.verify) and callable(gs.compare) and callable(gs.find)\n"
+        "assert gs.verify.__module__ == 'graphsurgeon.checks.verify'\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.stdout.strip() == "ok", result.stderr

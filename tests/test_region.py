@@ -1,4 +1,4 @@
-"""Regions chosen by hand (graphsurgeon.region, Surgery.fuse_region / swap_region /
+"""Regions chosen by hand (graphsurgeon.patterns.region, Surgery.fuse_region / swap_region /
 find_similar): a set of a program's ops made one call, checked against eager references."""
 
 from __future__ import annotations

@@ -1403,7 +1403,7 @@ def test_the_error_overlay_marks_the_first_wrong_swap_and_nothing_drawn_before_i
 
 
 def test_latency_boxes_sum_their_members_and_values_of_ones_own_show_as_given():
-    from graphsurgeon.overlay import overlay_values
+    from graphsurgeon.checks.overlay import overlay_values
 
     torch.manual_seed(0)
     model = TinyGPT(2).eval()

@@ -28,9 +28,9 @@ from ipywidgets.widgets.tests.utils import setup_test_comm, teardown_test_comm
 from torch import nn
 
 import graphsurgeon as gs
+from graphsurgeon.checks.verify import eager_reference
 from graphsurgeon.display import id_text
 from graphsurgeon.examples import FusedAttention, GeluTanhMLP
-from graphsurgeon.verify import eager_reference
 from graphsurgeon.widget import ACTIONS, SurgerySession
 from graphsurgeon.widget._panels import page as panel_values
 from graphsurgeon.widget._session import PARTS

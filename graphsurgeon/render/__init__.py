@@ -21,7 +21,7 @@ What a picture shows:
   opens and closes like a module (``ops:<call>``; ``ops:`` for the top level);
 * no run-time checks (``_assert_tensor_metadata``; ``show_checks=True`` draws them);
 * with ``overlay=``, each node and box filled with its value's heat colour
-  (:func:`graphsurgeon.overlay.overlay_values`: error, own error, latency, or your own);
+  (:func:`graphsurgeon.checks.overlay.overlay_values`: error, own error, latency, or your own);
 * a value used by more than 8 drawn nodes or boxes (rotary tables, masks fed to every layer)
   without its edges: it says ``→ 80 users`` and each user names it (``shared: slice_1``).
 
@@ -117,7 +117,7 @@ class GraphView:
             ``highlight=`` as they are here.
         overlay: with ``overlay=``, each drawn node's and box's value by element id (a box:
             the worst of its members for errors, their sum for latency); empty without one.
-        overlay_values: the :class:`graphsurgeon.overlay.OverlayValues` drawn, or None.
+        overlay_values: the :class:`graphsurgeon.checks.overlay.OverlayValues` drawn, or None.
     """
 
     dot: str = field(repr=False)
@@ -252,13 +252,13 @@ def graph_view(
 
 
 def overlay_of(program: Any, overlay: Any, args: Any = None, kwargs: Any = None) -> Any:
-    """The values ``overlay=`` asks for (:class:`graphsurgeon.overlay.OverlayValues`), or None:
-    computed by :func:`graphsurgeon.overlay.overlay_values` (``"error"``, ``"own error"`` and
+    """The values ``overlay=`` asks for (:class:`graphsurgeon.checks.overlay.OverlayValues`), or None:
+    computed by :func:`graphsurgeon.checks.overlay.overlay_values` (``"error"``, ``"own error"`` and
     ``"latency"`` run the program on ``args``/``kwargs``; a Surgery brings its own), or given
     already computed."""
     if overlay is None:
         return None
-    from ..overlay import OverlayValues, overlay_values  # runs programs: only when asked
+    from ..checks.overlay import OverlayValues, overlay_values  # runs programs: only when asked
 
     if isinstance(overlay, OverlayValues):
         return overlay
@@ -524,7 +524,7 @@ def to_dot(
             the node that uses them.
         show_checks: draw the run-time checks torch.export records (``_assert_tensor_metadata``,
             ``sym_constrain_range``): they compute nothing, and are left out unless asked.
-        overlay: paint values on the picture (:func:`graphsurgeon.overlay.overlay_values`):
+        overlay: paint values on the picture (:func:`graphsurgeon.checks.overlay.overlay_values`):
             ``"error"`` (the swapped program against the original, relative to the
             tolerance), ``"own error"`` (each node on the original's inputs), ``"latency"``
             (each node's share of a profiled forward), a mapping ``{node or module name:

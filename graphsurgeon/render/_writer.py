@@ -164,7 +164,7 @@ class _Writer:
         values: Any = None,
     ):
         self.scene = scene
-        # an overlay's values (graphsurgeon.overlay.OverlayValues), or None
+        # an overlay's values (graphsurgeon.checks.overlay.OverlayValues), or None
         self.values = values
         self.overlay: dict[str, float] = {}  # element id -> its value
         self.calls = scene.calls

@@ -27,7 +27,7 @@ from typing import Any
 
 from .. import _meta
 from .. import display as d
-from ..compare import Comparison
+from ..checks.compare import Comparison
 from ..render import legend_html
 from ..rewrite import swap_info
 from ..step import summary_table

@@ -51,7 +51,8 @@ import torch
 
 from .. import _meta, display
 from .._meta import split_call_name
-from ..compare import Comparison
+from ..checks.compare import Comparison
+from ..checks.verify import VerifyReport
 from ..drawing import draw
 from ..errors import (
     AlreadyRanError,
@@ -69,7 +70,6 @@ from ..render.picture import Picture, PictureNode
 from ..rewrite import swap_info
 from ..step import Stepper, StepResult, Summary
 from ..surgery import Surgery
-from ..verify import VerifyReport
 
 __all__ = [
     "DEPTHS",
@@ -89,7 +89,7 @@ VIEWS = ("program", "merged", "split")
 #: The depths the picture can be opened to (:meth:`SurgerySession.expand_to_depth`).
 DEPTHS = ("auto", "1", "2", "3", "4", "5", "all")
 #: The overlays the picture can be painted with (``""``: none); see
-#: :func:`graphsurgeon.overlay.overlay_values`.
+#: :func:`graphsurgeon.checks.overlay.overlay_values`.
 OVERLAYS = ("", "error", "own error", "latency")
 #: The parts of the page an action can change (:attr:`SurgerySession.changed`): the picture,
 #: the marks in it (selection, producers, consumers, matches, culprits), the selection's
@@ -287,7 +287,7 @@ class SurgerySession:
         self.region: list[str] = []
         self.region_plan: Any = None  # its RegionPlan (call_text: what a replacement takes)
         self.region_problem = ""  # why the nodes cannot be one call
-        self.similar: Any = None  # what find_similar found (graphsurgeon.find.Matches)
+        self.similar: Any = None  # what find_similar found (graphsurgeon.patterns.find.Matches)
         self.stepper: Stepper | None = None
         self._stepper_module: Any = None
         self.last_step: StepResult | None = None
@@ -473,7 +473,7 @@ class SurgerySession:
 
     def set_overlay(self, kind: str | None) -> None:
         """Paint the picture and the module tree with ``"error"``, ``"own error"`` or
-        ``"latency"`` (see :func:`graphsurgeon.overlay.overlay_values`); ``""`` or None: no
+        ``"latency"`` (see :func:`graphsurgeon.checks.overlay.overlay_values`); ``""`` or None: no
         overlay. The values are computed again after every edit; the overlay stays on across
         views."""
         kind = kind or ""
@@ -493,7 +493,7 @@ class SurgerySession:
         self._touch("tree")
 
     def overlay_values(self) -> Any:
-        """The :class:`graphsurgeon.overlay.OverlayValues` painted now, or None."""
+        """The :class:`graphsurgeon.checks.overlay.OverlayValues` painted now, or None."""
         return self._overlay_values()
 
     def _overlay_values(self) -> Any:
@@ -503,7 +503,7 @@ class SurgerySession:
         key = (self.overlay, id(module))
         kept = self._overlays.get(key)
         if kept is None:
-            from ..overlay import overlay_values  # runs the program: only when asked
+            from ..checks.overlay import overlay_values  # runs the program: only when asked
 
             self._busy(f"computing the {self.overlay} overlay…")
             args, kwargs = self._inputs("overlay")
@@ -1375,7 +1375,7 @@ class SurgerySession:
         return self.similar
 
     def _still_in_program(self, found: Any) -> Any:
-        """``found`` (:class:`graphsurgeon.find.Matches`, looked for in the original program)
+        """``found`` (:class:`graphsurgeon.patterns.find.Matches`, looked for in the original program)
         without the places the current program no longer has: a match or near-miss with a
         node an earlier swap removed is left out, and a note says how many were. A fused
         call still computes its nodes: what it holds stays. Each match kept is the Match

@@ -582,7 +582,7 @@ class SurgeryWidget(anywidget.AnyWidget):
 
     def find_culprits(self):
         """Bisect the swaps (:meth:`graphsurgeon.Surgery.bisect`): the culprits are marked in
-        the tree and the picture; returns the :class:`~graphsurgeon.bisect.Bisection`."""
+        the tree and the picture; returns the :class:`~graphsurgeon.checks.bisect.Bisection`."""
         return self._run(self._session.find_culprits)
 
     def auto(self) -> SurgeryWidget:
@@ -647,7 +647,7 @@ class SurgeryWidget(anywidget.AnyWidget):
 
     def find_similar(self):
         """Where else the program computes what the region does: the
-        :class:`graphsurgeon.find.Matches`, marked in the picture and listed."""
+        :class:`graphsurgeon.patterns.find.Matches`, marked in the picture and listed."""
         return self._run(self._session.find_similar)
 
     def verify(self):

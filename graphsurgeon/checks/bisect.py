@@ -46,10 +46,10 @@ import torch
 from torch.export import ExportedProgram
 from torch.fx import GraphModule
 
+from ..errors import SurgeryError, a_type
+from ..partition import program_index
+from ..rewrite import rewrite, safe_path
 from ._exec import RandomState, clone_inputs, keep_state, runnable_original
-from .errors import SurgeryError, a_type
-from .partition import program_index
-from .rewrite import rewrite, safe_path
 from .verify import checked_tolerance, compare_outputs
 
 __all__ = ["BisectRun", "Bisection", "bisect"]
@@ -182,7 +182,7 @@ class Bisection:
         )
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        from . import display as d
+        from .. import display as d
 
         if self.culprits:
             verdict = d.badge(f"{len(self.culprits)} culprit(s)", "bad")

@@ -36,9 +36,9 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
-from . import _meta
+from .. import _meta
+from ..partition import program_index, split_call_name
 from ._exec import RandomState, clone_inputs, keep_state
-from .partition import program_index, split_call_name
 
 __all__ = ["call_differences"]
 

@@ -77,7 +77,10 @@ from torch.export import ExportedProgram
 from torch.fx import GraphModule, Node
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import _meta
+from .. import _meta
+from ..errors import GraphSurgeonError
+from ..export import export, quiet_export
+from ..fuse import fused_call
 from ._exec import (
     PrivateStateInterpreter,
     RandomState,
@@ -86,9 +89,6 @@ from ._exec import (
     keep_state,
     runnable_original,
 )
-from .errors import GraphSurgeonError
-from .export import export, quiet_export
-from .fuse import fused_call
 from .verify import LeafCheck, compare_outputs
 
 __all__ = ["Location"]
@@ -164,7 +164,7 @@ class Location:
         printer.text(str(self))
 
     def _repr_html_(self) -> str:
-        from . import display as d
+        from .. import display as d
 
         if not self.found:
             head = d.badge("not located", "warn")
@@ -203,7 +203,7 @@ class Location:
         return head + d.table(["", ""], rows, raw=(1,))
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        from . import display
+        from .. import display
 
         return display.bundle(self._repr_html_(), str(self), include, exclude)
 

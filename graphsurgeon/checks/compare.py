@@ -14,7 +14,7 @@ call's inputs had already drifted from the original program (``input_drift``), a
 ends with the drift at the program's outputs.
 
 ``cmp.locate()`` then goes inside the first diverging call and names the line of the
-replacement where it starts to compute something else (:mod:`graphsurgeon.locate`). compare
+replacement where it starts to compute something else (:mod:`graphsurgeon.checks.locate`). compare
 does that on its own when the call is small (its report then shows the line), and otherwise
 says to call it.
 """
@@ -32,7 +32,11 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.fx import GraphModule, Node
 
-from . import _meta
+from .. import _meta
+from ..errors import CompareError, UnknownModuleError, did_you_mean
+from ..fuse import fused_call
+from ..partition import call_index, op_argument, program_index
+from ..rewrite import swap_info
 from ._exec import (
     PrivateStateInterpreter,
     RandomState,
@@ -42,11 +46,7 @@ from ._exec import (
     original_nodes,
     runnable_original,
 )
-from .errors import CompareError, UnknownModuleError, did_you_mean
-from .fuse import fused_call
 from .locate import CallRecord, Location, locate_call, not_located
-from .partition import call_index, op_argument, program_index
-from .rewrite import swap_info
 from .verify import (
     LeafCheck,
     VerifyReport,
@@ -246,7 +246,7 @@ class Comparison:
         ``.source`` (``"file.py:LINE"`` in the replacement's code) and ``.line`` (its text).
 
         The replacement is exported on the very inputs the call received in the swapped run
-        and run node by node beside the original call's own nodes (:mod:`graphsurgeon.locate`
+        and run node by node beside the original call's own nodes (:mod:`graphsurgeon.checks.locate`
         says how values are matched). When nothing can be found the answer is falsy and its
         ``.reason`` says why: no call diverges, the replacement cannot be traced (and why), the
         programs ran on the meta device, or every op's value matches (the difference is in
@@ -438,7 +438,7 @@ class Comparison:
         printer.text(str(self))
 
     def _repr_html_(self) -> str:
-        from . import display as d
+        from .. import display as d
 
         first = self.first_divergence
         n = len(self.calls)
@@ -501,7 +501,7 @@ class Comparison:
         return head + body + note + outputs_table
 
     def _location_html(self) -> str:
-        from . import display as d
+        from .. import display as d
 
         found = self.location
         if found is None:
@@ -519,7 +519,7 @@ class Comparison:
         )
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        from . import display
+        from .. import display
 
         return display.bundle(self._repr_html_(), repr(self), include, exclude)
 
@@ -573,7 +573,7 @@ def compare(
 
     Example:
         >>> import torch, graphsurgeon as gs
-        >>> from graphsurgeon.compare import compare
+        >>> from graphsurgeon.checks.compare import compare
         >>> _ = torch.manual_seed(0)
         >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Tanh())
         >>> x = torch.randn(2, 4)

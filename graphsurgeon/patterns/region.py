@@ -36,11 +36,11 @@ from torch.export.exported_program import ModuleCallSignature
 from torch.export.graph_signature import TensorArgument
 from torch.fx import Node
 
-from . import _meta
-from .errors import SurgeryError, UnknownNodeError, a_type, unknown_name
-from .partition import ProgramIndex
-from .rewrite import Region
-from .rewrite._plan import region_partition
+from .. import _meta
+from ..errors import SurgeryError, UnknownNodeError, a_type, unknown_name
+from ..partition import ProgramIndex
+from ..rewrite import Region
+from ..rewrite._plan import region_partition
 
 __all__ = ["RegionPlan", "region_of"]
 

@@ -17,10 +17,10 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
+from .._meta import describe_spec
+from ..errors import GraphSurgeonError, VerifyError, a_type, did_you_mean
+from ..rewrite import check_module
 from ._exec import RandomState, clone_inputs, keep_state, runnable_original
-from ._meta import describe_spec
-from .errors import GraphSurgeonError, VerifyError, a_type, did_you_mean
-from .rewrite import check_module
 
 __all__ = ["LeafCheck", "VerifyReport", "as_callable", "verify"]
 
@@ -235,7 +235,7 @@ class VerifyReport:
         printer.text(str(self))
 
     def _repr_html_(self) -> str:
-        from . import display as d
+        from .. import display as d
 
         n = len(self.leaves)
         if self.original is not None:
@@ -285,7 +285,7 @@ class VerifyReport:
         return head + leaf_table(self.leaves)
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        from . import display
+        from .. import display
 
         lines = str(self).splitlines()
         if len(lines) > 12:  # the plain form stays short; the table holds every leaf
@@ -307,7 +307,7 @@ def _measured_report(report: VerifyReport) -> str:
 def leaf_table(leaves: tuple[LeafCheck, ...], limit: int = 12) -> str:
     """Leaves as an HTML table, the worst first (mismatches, then the largest relative error);
     past ``limit`` rows the rest is folded."""
-    from . import display as d
+    from .. import display as d
 
     def badness(leaf: LeafCheck) -> tuple:
         rel = leaf.max_rel if leaf.max_rel == leaf.max_rel else math.inf  # NaN: unmeasured
@@ -335,7 +335,7 @@ def leaf_table(leaves: tuple[LeafCheck, ...], limit: int = 12) -> str:
 def as_callable(program: Any) -> Any:
     """A runnable module for an eager model, a GraphModule or an ExportedProgram.
 
-    An ExportedProgram runs as its one runnable original (``graphsurgeon._exec``), which holds
+    An ExportedProgram runs as its one runnable original (``graphsurgeon.checks._exec``), which holds
     copies of the program's buffers: running it never changes the program. A program whose
     structure graphsurgeon cannot read runs as ``program.module()``, inside :class:`keep_state`
     like everything verify runs.

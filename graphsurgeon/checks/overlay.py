@@ -30,7 +30,7 @@ overlay shows them at those buffers.
 
 Example:
     >>> import torch, graphsurgeon as gs
-    >>> from graphsurgeon.overlay import overlay_values
+    >>> from graphsurgeon.checks.overlay import overlay_values
     >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Tanh())
     >>> x = torch.randn(2, 4)
     >>> s = gs.Surgery.from_model(model, (x,)).swap("1", torch.nn.Sigmoid())
@@ -59,7 +59,19 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.fx import GraphModule, Node
 
-from . import _meta
+from .. import _meta
+from ..errors import (
+    CompareError,
+    GraphSurgeonError,
+    RenderError,
+    UnknownModuleError,
+    UnknownNameError,
+    a_type,
+    did_you_mean,
+    unknown_name,
+)
+from ..partition import call_index, program_index, split_call_name
+from ..rewrite import SwapInfo, _forget_source_with, swap_info
 from ._exec import (
     PrivateStateInterpreter,
     RandomState,
@@ -70,18 +82,6 @@ from ._exec import (
     original_nodes,
     runnable_original,
 )
-from .errors import (
-    CompareError,
-    GraphSurgeonError,
-    RenderError,
-    UnknownModuleError,
-    UnknownNameError,
-    a_type,
-    did_you_mean,
-    unknown_name,
-)
-from .partition import call_index, program_index, split_call_name
-from .rewrite import SwapInfo, _forget_source_with, swap_info
 from .verify import compare_leaf, in_order_of
 
 __all__ = ["KINDS", "OverlayValues", "overlay_values"]
@@ -218,7 +218,7 @@ class OverlayValues(Mapping[str, float]):
         return f"<OverlayValues {self.kind!r}: {len(self.nodes)} nodes, {len(self.calls)} calls>"
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        from . import display as d
+        from .. import display as d
 
         body = (
             f'<div class="gs-title">{d.escape(self._title())}</div>'
@@ -986,7 +986,7 @@ def overlay_values(
 
     Example:
         >>> import torch, graphsurgeon as gs
-        >>> from graphsurgeon.overlay import overlay_values
+        >>> from graphsurgeon.checks.overlay import overlay_values
         >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
         >>> ep = gs.export(model, (torch.randn(2, 4),))
         >>> given = overlay_values(ep, kind={"linear": 2.0, "1": 0.5})

@@ -36,7 +36,7 @@ Example:
     ...         x = x * torch.sigmoid(x)
     ...         x = self.b(x)
     ...         return x * torch.sigmoid(x)
-    >>> from graphsurgeon.find import find  # also gs.find
+    >>> from graphsurgeon.patterns.find import find  # also gs.find
     >>> ep = gs.export(Net(), (torch.randn(2, 4),))
     >>> matches = find(ep, lambda t: t * torch.sigmoid(t), (torch.randn(3, 5),))
     >>> len(matches), [m.outputs for m in matches]
@@ -61,11 +61,11 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from . import _meta
-from ._program import not_a_program
-from .errors import PatternError, a_type
-from .export import quiet_export
-from .partition import call_index, returned_root
+from .. import _meta
+from .._program import not_a_program
+from ..errors import PatternError, a_type
+from ..export import quiet_export
+from ..partition import call_index, returned_root
 
 __all__ = ["Match", "Matches", "NearMiss", "find"]
 
@@ -140,7 +140,7 @@ class Match:
         return f"({inputs}) → ({outputs})"
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        from . import display as d
+        from .. import display as d
 
         rows = [["call", _call_text(self.call)], ["inputs → outputs", self.signature()]]
         if self.state:
@@ -185,7 +185,7 @@ class NearMiss:
         return f"{_call_text(self.call)}: {self.reason}"
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        from . import display as d
+        from .. import display as d
 
         rows = [["call", _call_text(self.call)], ["why not a match", self.reason]]
         rows += [["difference", text] for text in self.differences[1:]]
@@ -260,7 +260,7 @@ class Matches:
         return f"<{self._head().replace('find ', 'Matches of ', 1)}>"
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
-        from . import display as d
+        from .. import display as d
 
         count = len(self.matches)
         found = d.badge(f"{count} match{'es' if count != 1 else ''}", "ok" if count else "warn")
@@ -1501,7 +1501,7 @@ def find(
         >>> import torch, graphsurgeon as gs
         >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.SiLU())
         >>> ep = gs.export(model, (torch.randn(2, 4),))
-        >>> from graphsurgeon.find import find  # also gs.find
+        >>> from graphsurgeon.patterns.find import find  # also gs.find
         >>> found = find(ep, torch.nn.functional.silu, (torch.randn(8),))
         >>> found[0].call, found[0].inputs, found[0].outputs
         ('1', ('linear',), ('silu',))

@@ -24,11 +24,11 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 from torch.fx import GraphModule, Node
 
-from . import _derived, _meta
-from ._meta import describe_spec
-from .errors import GraphSurgeonError
-from .partition import program_index
-from .rewrite import rewrite, swap_info
+from .. import _derived, _meta
+from .._meta import describe_spec
+from ..errors import GraphSurgeonError
+from ..partition import program_index
+from ..rewrite import rewrite, swap_info
 
 __all__ = [
     "PrivateStateInterpreter",
@@ -53,7 +53,7 @@ def runnable_original(ep: ExportedProgram) -> GraphModule:
 
     Example:
         >>> import torch, graphsurgeon as gs
-        >>> from graphsurgeon._exec import runnable_original
+        >>> from graphsurgeon.checks._exec import runnable_original
         >>> ep = gs.export(torch.nn.Sequential(torch.nn.Linear(4, 4)), (torch.randn(2, 4),))
         >>> [n.name for n in runnable_original(ep).graph.nodes if n.op == "call_function"]
         ['check_inputs', 'linear']
