@@ -491,6 +491,23 @@ def split_call_name(name: str) -> tuple[str, int | None]:
     return name[: match.start()], int(match.group(1))
 
 
+def inside(name: str, outer: str, *, strictly: bool = False) -> bool:
+    """Whether module (or call) ``name`` is ``outer`` or inside it, by module path: the one
+    reading of "is A inside B" (``""``, the root, holds everything; ``"blk@1"`` is in ``"blk"``).
+    ``strictly``: inside and not ``outer`` itself.
+
+    Example:
+        >>> inside("layers.1.attn", "layers.1"), inside("layers.10", "layers.1")
+        (True, False)
+        >>> inside("blk@1", "blk"), inside("blk", "blk", strictly=True), inside("a", "")
+        (True, False, True)
+    """
+    fqn, outer_fqn = split_call_name(name)[0], split_call_name(outer)[0]
+    if fqn == outer_fqn:
+        return not strictly
+    return not outer_fqn or fqn.startswith(outer_fqn + ".")
+
+
 def ambiguous_name_message(name: str, owner: str) -> str:
     """Why a module named like a repeated call (``blk@1``) is refused, and what to do."""
     return (

@@ -18,7 +18,7 @@ wrong and says what to do. Catch :class:`GraphSurgeonError` for all of them::
     │   ├── ModeError            gm.train() / gm.eval() against the mode its nodes were exported in
     │   └── PatternError         a find/replace pattern that cannot be traced or used
     ├── InputError               a swapped or fused program called with inputs it refuses
-    │   ├── InputStructureError  another structure than at export (also a TypeError)
+    │   ├── InputStructureError  another structure than at export, or args not a tuple (TypeError)
     │   └── GuardError           a size outside the exported range, another constant (ValueError)
     ├── VerifyError              verify() could not run a program, or was asked wrongly
     ├── CompareError             compare() cannot compare these programs
@@ -146,7 +146,9 @@ class InputError(GraphSurgeonError):
 
 
 class InputStructureError(InputError, TypeError):
-    """The inputs have another structure than at export (a missing key, a short tuple)."""
+    """The inputs have another structure than at export (a missing key, a short tuple), or
+    are not given as every entry point reads them: ``args`` a tuple, ``kwargs`` a mapping
+    (:func:`graphsurgeon._program.as_inputs`)."""
 
 
 class GuardError(InputError, ValueError):

@@ -607,6 +607,9 @@ class CallIndex:
             names.append(name)
         return tuple(names)
 
+    #: whether module or call ``name`` is ``outer`` or inside it (:func:`graphsurgeon._meta.inside`)
+    inside = staticmethod(_meta.inside)
+
     def chain(self, node: str) -> tuple[str, ...]:
         """The calls around node ``node``, outermost first (``()`` at the top level)."""
         return self.chains[node]
