@@ -842,6 +842,40 @@ class ProgramIndex:
             )
         return Resolved(wanted, fqn, (wanted,), True)
 
+    def calls_covered(self, name: object) -> tuple[str, ...]:
+        """The calls a module or call name stands for, in graph order: the one reading of a
+        name that every view and verb shares (a highlight, opening a module, running to it).
+
+        ``"blk@1"`` is that call; ``"blk"`` every call of ``blk``; a module without calls of
+        its own (a container such as nn.ModuleList: ``"layers"``) the outermost calls of its
+        submodules; the root ``""`` every top-level call. Unknown names raise as
+        :meth:`resolve` raises; a container none of whose submodules is called gives ``()``.
+
+        Example:
+            >>> import torch, graphsurgeon as gs
+            >>> from graphsurgeon.partition import program_index
+            >>> model = torch.nn.Sequential(torch.nn.ModuleList([torch.nn.ReLU()]))
+            >>> model.forward = lambda x: model[0][0](x)
+            >>> index = program_index(gs.export(model, (torch.randn(2),)))
+            >>> index.calls_covered("0"), index.calls_covered("0.0")
+            (('0.0',), ('0.0',))
+        """
+        resolved = self.resolve(name)
+        if resolved.calls:
+            return resolved.calls
+        fqn = resolved.fqn
+        found: dict[str, None] = {}
+        for call in self.call_nodes:
+            if not _meta.inside(call, fqn, strictly=True):
+                continue
+            parent = self.calls.calls[call].parent if call in self.calls.calls else ""
+            while parent and not _meta.inside(parent, fqn, strictly=True):
+                parent = self.calls.calls[parent].parent if parent in self.calls.calls else ""
+            if not parent:  # no call between it and the container: outermost
+                found[call] = None
+        first = {c: self.order[nodes[0]] for c, nodes in self.call_nodes.items() if nodes}
+        return tuple(sorted(found, key=lambda c: first.get(c, len(self.order))))
+
     def parameter_names(self, fqn: str, count: int) -> list[str]:
         """The names of the first ``count`` positional parameters of module ``fqn``'s forward,
         as recorded at export (``arg0``, ``arg1``... where unknown)."""
