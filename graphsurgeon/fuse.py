@@ -54,6 +54,7 @@ def fuse(
         >>> [n.op for n in block.graph.nodes]
         ['placeholder', 'get_attr', 'get_attr', 'call_function', 'output']
     """
+    program_index(ep, "fuse")  # the program first: a model is refused as by every verb
     if isinstance(names, str):
         names = [names]
     try:

@@ -1280,11 +1280,12 @@ class ProgramIndex:
         return result
 
 
-def program_index(ep: ExportedProgram) -> ProgramIndex:
+def program_index(ep: ExportedProgram, verb: str = "") -> ProgramIndex:
     """The :class:`ProgramIndex` of ``ep``, made once (kept by :mod:`graphsurgeon._derived`,
-    under its one rule: made again when the graph changed)."""
+    under its one rule: made again when the graph changed). Anything but an ExportedProgram
+    raises the one refusal, naming ``verb``."""
     if not isinstance(ep, ExportedProgram):
-        raise not_a_program(ep)
+        raise not_a_program(ep, verb)
     return _derived.cached(ep, "program index", lambda: ProgramIndex(ep))
 
 
@@ -1298,7 +1299,7 @@ def partition(ep: ExportedProgram) -> dict[str, Partition]:
         >>> parts["0"].nodes, parts["0"].input_names, parts["0"].output_names
         (('linear',), ('input',), ('linear',))
     """
-    return dict(program_index(ep).partitions())
+    return dict(program_index(ep, "partition").partitions())
 
 
 def module_tree(ep: ExportedProgram) -> ModuleTree:
@@ -1307,7 +1308,7 @@ def module_tree(ep: ExportedProgram) -> ModuleTree:
     Modules that were never called (containers such as ``nn.ModuleList``) have 0 calls and
     are not swappable; their children are.
     """
-    index = program_index(ep)
+    index = program_index(ep, "module_tree")
     parts = index.partitions()
     fqns = list(index.fqns)
     children: dict[str, list[str]] = {f: [] for f in fqns}

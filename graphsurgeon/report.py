@@ -44,6 +44,7 @@ from torch.export import ExportedProgram
 
 from . import display as d
 from ._hierarchy import describe_dynamic
+from ._program import as_inputs, as_program
 from .checks.compare import Comparison, compare
 from .checks.overlay import overlay_values
 from .checks.verify import VerifyReport, verify
@@ -51,7 +52,6 @@ from .drawing import draw
 from .errors import GraphSurgeonError, MissingDependencyError, RenderError, a_type
 from .export import export_notes
 from .partition import module_tree
-from .surgery import Surgery
 from .swap import swap_info
 
 __all__ = ["Report", "build_report", "write_report"]
@@ -233,20 +233,10 @@ def build_report(
 
 def _unpack(program: Any):
     """(the original ExportedProgram, the swapped GraphModule or None, the eager model or
-    None, the inputs the object carries or None)."""
-    if isinstance(program, Surgery):
-        changed = bool(program.replacements or program.fused)
-        inputs = None if program.args is None else (program.args, dict(program.kwargs))
-        return program.program, program.module if changed else None, program.model, inputs
-    if isinstance(program, ExportedProgram):
-        return program, None, None, None
-    info = swap_info(program)
-    if info is not None:
-        return info.program, program, None, None
-    raise RenderError(
-        f"report: expected an ExportedProgram, a GraphModule made by gs.swap or a "
-        f"gs.Surgery, got {a_type(program)}"
-    )
+    None, the inputs the object carries or None), as every entry point reads a program."""
+    source = as_program(program, verb="report")
+    own = None if source.args is None else (source.args, dict(source.kwargs or {}))
+    return source.ep, source.module, getattr(source.surgery, "model", None), own
 
 
 def _model_name(ep: ExportedProgram) -> str:
@@ -267,9 +257,7 @@ def _user_inputs(ep: ExportedProgram) -> list[tuple[str, Any]]:
 def _choose_inputs(ep, args, kwargs, own):
     """((args, kwargs), where they come from) or (None, why there are none)."""
     if args is not None:
-        if isinstance(args, torch.Tensor):
-            args = (args,)
-        return (tuple(args), dict(kwargs or {})), "the inputs given"
+        return as_inputs(args, kwargs, verb="report"), "the inputs given"
     if own is not None:
         return own, "the Surgery's example inputs"
     stored = ep.example_inputs

@@ -34,9 +34,8 @@ from ._hierarchy import (
     rebuild_hierarchy,
     region_path,
 )
-from ._meta import (
-    split_call_name,
-)
+from ._meta import split_call_name
+from ._program import as_inputs, as_program, not_a_program
 from .checks._eager_calls import call_differences
 from .checks.compare import Comparison, compare
 from .checks.verify import VerifyReport, eager_reference, verify
@@ -94,18 +93,15 @@ class Surgery:
         kwargs: Mapping[str, Any] | None = None,
     ):
         if not isinstance(program, ExportedProgram):
-            hint = (
-                "use gs.Surgery.from_model(model, args) to start from a model"
-                if isinstance(program, torch.nn.Module)
-                else "export a model with gs.export(model, args) first"
-            )
-            raise SurgeryError(
-                f"Surgery: expected an ExportedProgram, got {a_type(program)}; {hint}"
-            )
+            raise not_a_program(program, "Surgery")
         self.program = program
         self.model = model
-        self.args = args
-        self.kwargs = dict(kwargs or {})
+        # the example inputs, read once as every entry point reads inputs; each verb runs on
+        # them when given none (graphsurgeon._program.as_program falls back on them)
+        if args is None:
+            self.args, self.kwargs = None, as_inputs((), kwargs, verb="Surgery")[1]
+        else:
+            self.args, self.kwargs = as_inputs(args, kwargs, verb="Surgery")
         # Each state is the full mapping {name: replacement, or FUSE}; the history lists how
         # it was reached.
         self._states: list[dict[str, Any]] = [{}]
@@ -136,8 +132,7 @@ class Surgery:
         The model is kept (not modified) as the eager reference for :meth:`verify`, and the
         example inputs as the default inputs of :meth:`verify` and :meth:`export`.
         """
-        if isinstance(args, torch.Tensor):
-            args = (args,)  # a lone tensor is the one input; anything else export checks
+        args, kwargs = as_inputs(args, kwargs, verb="Surgery.from_model")
         program = export(model, args, kwargs, **export_options)
         return cls(program, model=model, args=args, kwargs=kwargs)
 
@@ -362,6 +357,9 @@ class Surgery:
         """
         from .patterns.find import find
 
+        example_args, example_kwargs = as_inputs(
+            example_args, example_kwargs, verb="replace", names=("example_args", "example_kwargs")
+        )
         found = find(self.program, pattern, example_args, example_kwargs)
         chosen = _chosen_matches(found, matches)
         label = found.pattern  # the pattern's name, as find decides it
@@ -636,25 +634,6 @@ class Surgery:
         :class:`~graphsurgeon.swap.Diff` the before/after pictures draw too)."""
         return swap_info(self.module).diff
 
-    def _inputs(self, args, kwargs, verb: str = "verify") -> tuple[tuple, dict]:
-        error = VerifyError if verb == "verify" else SurgeryError
-        if args is None:
-            if self.args is None:
-                raise error(
-                    f"{verb}: no inputs: pass the example inputs, as in s.{verb}((x,)) or "
-                    f"s.{verb}(args, kwargs), or give them when the Surgery starts: "
-                    "gs.Surgery.from_model(model, args) or gs.Surgery(ep, args=(x,))"
-                )
-            return self.args, dict(self.kwargs) if kwargs is None else dict(kwargs)
-        if isinstance(args, torch.Tensor):
-            args = (args,)
-        elif not isinstance(args, tuple):
-            raise error(
-                f"args: expected a tuple of the model's positional inputs, got {a_type(args)}; "
-                "wrap a single input as (x,)"
-            )
-        return args, dict(kwargs or {})
-
     def verify(
         self,
         args: tuple[Any, ...] | None = None,
@@ -673,7 +652,7 @@ class Surgery:
         the model, the report is against the original program only (``.original`` is None).
         The report is truthy when the first verdict holds.
         """
-        args, kwargs = self._inputs(args, kwargs)
+        args, kwargs = as_program(self, args, kwargs, verb="verify").inputs(error=VerifyError)
         replacements = self.replacements  # fused calls and regions compute what the original did
         module = self.module
         # a swapped region of ops is no module of the model: eager has nowhere to hold its
@@ -730,7 +709,7 @@ class Surgery:
         on the inputs the call receives (:func:`graphsurgeon.compare`): where :meth:`verify`
         says the swaps are faithful, this says whether each replacement computes what it
         replaced."""
-        args, kwargs = self._inputs(args, kwargs, verb="compare")
+        args, kwargs = as_program(self, args, kwargs, verb="compare").inputs(error=SurgeryError)
         return compare(self.program, self.module, args, kwargs, rtol=rtol, atol=atol)
 
     def bisect(
@@ -794,7 +773,7 @@ class Surgery:
             >>> gs.module_tree(again)["1"].type_name, gs.module_tree(again)["1"].swappable
             ('GELU', True)
         """
-        args, kwargs = self._inputs(args, kwargs, verb="export")
+        args, kwargs = as_program(self, args, kwargs, verb="export").inputs(error=SurgeryError)
         replacements = self.replacements
         single_calls = [name for name in replacements if split_call_name(name)[1] is not None]
         if single_calls:

@@ -33,6 +33,7 @@ from torch.export import ExportedProgram
 from torch.fx import GraphModule, Node
 
 from .. import _meta
+from .._program import as_inputs, as_program, not_a_program
 from ..errors import CompareError, UnknownModuleError, did_you_mean
 from ..fuse import fused_call
 from ..partition import call_index, op_argument, program_index
@@ -557,7 +558,8 @@ def compare(
 
     Args:
         ep: the ExportedProgram ``swapped`` was made from (it is not modified).
-        swapped: the result of ``gs.swap(ep, {...})``.
+        swapped: the result of ``gs.swap(ep, {...})`` (or a Surgery of ``ep``: its current
+            program).
         args, kwargs: inputs for the model, as for ``gs.verify``.
         rtol, atol: a leaf matches when ``|a - b| <= atol + rtol * |a|`` everywhere (NaN
             matches NaN), ``a`` being the original's value.
@@ -585,20 +587,20 @@ def compare(
         >>> bool(cmp.outputs)
         False
     """
-    if not isinstance(args, tuple):
-        args = (args,)
-    kwargs = dict(kwargs or {})
     if not isinstance(ep, ExportedProgram):
-        raise CompareError(
-            f"compare: the first argument is a {type(ep).__name__}; pass the ExportedProgram "
-            "that the swapped program was made from"
-        )
-    info = swap_info(swapped)
-    if info is None:
+        raise not_a_program(ep, "compare")
+    candidate = as_program(swapped, verb="compare")  # a model, any other object: refused alike
+    args, kwargs = as_inputs(args, kwargs, verb="compare")
+    if candidate.module is None and candidate.surgery is not None:
+        swapped = candidate.surgery.module  # nothing swapped: there is nothing to compare
+    elif candidate.module is None:
         raise CompareError(
             f"compare: the second argument ({type(swapped).__name__}) was not made by gs.swap; "
             "pass gs.swap(ep, {name: replacement})"
         )
+    else:
+        swapped = candidate.module
+    info = swap_info(swapped)
     if info.program is not ep:
         raise CompareError(
             "compare: the swapped program was made from another ExportedProgram than the one "

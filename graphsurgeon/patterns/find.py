@@ -62,7 +62,7 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from .. import _meta
-from .._program import not_a_program
+from .._program import as_inputs, not_a_program
 from ..errors import PatternError, a_type
 from ..export import quiet_export
 from ..partition import call_index, returned_root
@@ -723,18 +723,9 @@ def _traced(pattern: Any, args: Any, kwargs: Any) -> _Pattern:
             f"find: the pattern must be a function or an nn.Module, got {a_type(pattern)}. "
             "Pass e.g. lambda x: x * torch.sigmoid(x), with example arguments to trace it on"
         )
-    if isinstance(args, list) or args is None or isinstance(args, Mapping):
-        raise PatternError(
-            f"find: example_args must be a tuple of the pattern's positional arguments, such as "
-            f"(q, k), got {a_type(args)}; keyword arguments go in example_kwargs"
-        )
-    if not isinstance(args, tuple):
-        args = (args,)  # one input, as gs.export takes it
-    if kwargs is not None and not isinstance(kwargs, Mapping):
-        raise PatternError(
-            f"find: example_kwargs must be a mapping such as {{'mask': mask}}, got {a_type(kwargs)}"
-        )
-    kwargs = dict(kwargs or {})
+    # the pattern's inputs, read as every entry point reads a model's (one value is the one
+    # input; a list is refused, never guessed)
+    args, kwargs = as_inputs(args, kwargs, verb="find", names=("example_args", "example_kwargs"))
     # A plain function's trace is kept for its next call on examples of the same shapes (a
     # module is not: changing one of its attributes, such as eps, would leave a stale trace).
     key = None
@@ -1494,6 +1485,8 @@ def find(
 
     Raises:
         NotAProgramError: ``ep`` is not an ExportedProgram.
+        InputStructureError: ``example_args`` is not a tuple (a list: ``tuple(args)``), or
+            ``example_kwargs`` not a mapping.
         PatternError: the pattern is not callable, cannot be traced on the example arguments,
             or computes nothing.
 
@@ -1507,6 +1500,6 @@ def find(
         ('1', ('linear',), ('silu',))
     """
     if not isinstance(ep, ExportedProgram):
-        raise not_a_program(ep)
+        raise not_a_program(ep, "find")
     traced = _traced(pattern, example_args, example_kwargs)
     return _Finder(ep, traced).run()

@@ -111,7 +111,7 @@ def rewrite(
     :class:`Region` of ops that are no module's (``Surgery.replace``), replaced as one call
     like a module's. ``weak``: the result refers to ``ep`` without keeping it alive (for a
     cache of ``ep``'s own)."""
-    index = program_index(ep)
+    index = program_index(ep, verb)
     regions = dict(regions or {})
     requests = _plan(index, modules, verb, regions)
     was_enabled = gc.isenabled()
