@@ -703,7 +703,7 @@ def _required_arguments(factory) -> int | None:
     return sum(1 for p in required if p.kind in positional)
 
 
-def _replacement(spec: str, program, rebuilt: dict):
+def _replacement(spec: str, surgery, listing: str):
     """(the name, the module ``--swap spec`` names, made as _SWAP_HELP says, and
     ``MODULE:ATTR``)."""
     import torch
@@ -743,7 +743,7 @@ def _replacement(spec: str, program, rebuilt: dict):
         )
     call = f"{source}()" if needed == 0 else f"{source}(original)"
     try:
-        made = value() if needed == 0 else value(_original_module(spec, program, name, rebuilt))
+        made = value() if needed == 0 else value(_original_module(spec, surgery, name, listing))
     except SystemExit:
         raise
     except AttributeError as error:
@@ -775,7 +775,7 @@ class _RebuiltAs:
     type_name: str  # its type as the program recorded it ('' when it did not)
     path: str  # how the replacement's code reaches it: "original", "original.q"
     swapped_type: str  # the recorded type of the swapped module, the one to build for real
-    swap: tuple[str, str, str] | None  # the --swap's (name, module, attribute); None: several
+    swap: tuple[str, str, str]  # the --swap's (name, module, attribute)
 
 
 class _Rebuilt:
@@ -799,12 +799,8 @@ class _Rebuilt:
 def _missing_attribute(rebuilt_as: _RebuiltAs, name: str, reader: str = "") -> str:
     """The one line for an attribute ``name`` that a rebuilt original does not have, and how
     to give the replacement the real module instead, with the program's weights."""
-    swap_name, module_name, attribute = rebuilt_as.swap or ("NAME", "MODULE", "Replacement")
-    reader = reader or (
-        f"the replacement made by {module_name}:{attribute}"
-        if rebuilt_as.swap
-        else "the replacement"
-    )
+    swap_name, module_name, attribute = rebuilt_as.swap
+    reader = reader or f"the replacement made by {module_name}:{attribute}"
     real = rebuilt_as.swapped_type.rpartition(".")[2] or "TheModule"
     recorded = f" ({rebuilt_as.type_name})" if rebuilt_as.type_name else ""
     return (
@@ -819,8 +815,8 @@ def _missing_attribute(rebuilt_as: _RebuiltAs, name: str, reader: str = "") -> s
 
 def _explain_missing_attributes(original, fqn: str, program, swap: tuple[str, str, str]):
     """Give each module of ``original`` (the program's module ``fqn``, rebuilt for ``swap``) a
-    class of its own that says what it lacks (see _Rebuilt); the rebuilt modules are the
-    command's own, nothing else holds them."""
+    class of its own that says what it lacks (see _Rebuilt); ``original`` is a copy of the
+    command's own (:meth:`graphsurgeon.Surgery.original`), nothing else holds it."""
     import graphsurgeon as gs
 
     tree = gs.module_tree(program)
@@ -830,9 +826,6 @@ def _explain_missing_attributes(original, fqn: str, program, swap: tuple[str, st
 
     for sub, module in original.named_modules():
         kind = type(module)
-        if isinstance(module, _Rebuilt):  # passed to another --swap too: which one is unknown
-            kind._rebuilt_as = dataclasses.replace(kind._rebuilt_as, swap=None)
-            continue
         full = f"{fqn}.{sub}" if sub else fqn
         path = f"original.{sub}" if sub else "original"
         rebuilt_as = _RebuiltAs(full, recorded(full), path, recorded(fqn), swap)
@@ -840,29 +833,25 @@ def _explain_missing_attributes(original, fqn: str, program, swap: tuple[str, st
         module.__class__ = type(kind.__name__, (_Rebuilt, kind), namespace)
 
 
-def _original_module(spec: str, program, name: str, rebuilt: dict):
-    """The program's module ``name`` rebuilt as a plain nn.Module (the hierarchy is rebuilt
-    once for all the --swap options that need it), whose missing attributes say so."""
-    from graphsurgeon._hierarchy import rebuild_hierarchy
-    from graphsurgeon.errors import did_you_mean
+def _original_module(spec: str, surgery, name: str, listing: str):
+    """The program's module ``name`` as the Surgery has it (:meth:`graphsurgeon.Surgery.original`:
+    rebuilt from the program once, a copy of its own for each --swap), whose missing attributes
+    say so."""
+    from graphsurgeon.errors import UnknownNameError
 
-    fqn = name.partition("@")[0]
-    if "hierarchy" not in rebuilt:
-        try:
-            rebuilt["hierarchy"] = rebuild_hierarchy(program, {})[0]
-        except GraphSurgeonError as error:
-            raise SystemExit(
-                _fail(f"--swap {spec}: the original module cannot be rebuilt to pass it: {error}")
-            ) from None
-    hierarchy = rebuilt["hierarchy"]
     try:
-        original = hierarchy.get_submodule(fqn) if fqn else hierarchy
-    except AttributeError:
-        names = [n for n, _ in hierarchy.named_modules() if n]
+        original = surgery.original(name)
+    except UnknownNameError as error:
+        # on the command line, the command line's way to list the modules
         raise SystemExit(
-            _fail(f"--swap {spec}: the program has no module {fqn!r}.{did_you_mean(fqn, names)}")
+            _fail(f"--swap {spec}: {str(error).replace('gs.module_tree(ep)', listing)}")
         ) from None
-    _explain_missing_attributes(original, fqn, program, _parse_swap(spec))
+    except GraphSurgeonError as error:
+        raise SystemExit(
+            _fail(f"--swap {spec}: the original module cannot be rebuilt to pass it: {error}")
+        ) from None
+    fqn = name.partition("@")[0]
+    _explain_missing_attributes(original, fqn, surgery.program, _parse_swap(spec))
     return original
 
 
@@ -894,14 +883,13 @@ def _cmd_report(options) -> int:
     program = _load_program(options.program, trust=options.trust_file, imports=options.imports)
     surgery = gs.Surgery(program)
     sources: dict[str, str] = {}
-    rebuilt: dict = {}
+    # on the command line, the command line's way to list the modules
+    listing = f"`graphsurgeon modules {options.program}`"
     for spec in options.swap:
-        name, replacement, sources[name] = _replacement(spec, program, rebuilt)
+        name, replacement, sources[name] = _replacement(spec, surgery, listing)
         try:
             surgery.swap(name, replacement)
         except GraphSurgeonError as error:
-            # on the command line, the command line's way to list the modules
-            listing = f"`graphsurgeon modules {options.program}`"
             return _fail(f"--swap {spec}: {str(error).replace('gs.module_tree(ep)', listing)}")
     title = (
         options.title or f"{gs.module_tree(program).root.type_name} ({Path(options.program).name})"

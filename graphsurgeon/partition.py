@@ -23,7 +23,13 @@ from torch.export.exported_program import ModuleCallSignature
 from torch.fx import Node
 
 from . import _derived, _meta
-from ._meta import CALL_SUFFIX, ambiguous_name_message, split_call_name, traced_path_fqn
+from ._meta import (
+    CALL_SUFFIX,
+    ambiguous_name_message,
+    inside,
+    split_call_name,
+    traced_path_fqn,
+)
 from ._program import not_a_program
 from .errors import (
     PartitionError,
@@ -987,7 +993,7 @@ class ProgramIndex:
                 owner = ".".join(parts[:end])
                 if owner not in self.calls_of and owner not in self.fqns:
                     continue
-                if any(n != target and not n.startswith(owner + ".") for n in names):
+                if any(not inside(n, owner, strictly=True) for n in names):
                     continue  # tied to a name outside the module: see the docstring
                 # inside: in a call of the owner, or of a module between it and the tensor
                 # (a container's child reading its own weight reads nothing of the outside)

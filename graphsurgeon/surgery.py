@@ -34,7 +34,7 @@ from ._hierarchy import (
     rebuild_hierarchy,
     region_path,
 )
-from ._meta import split_call_name
+from ._meta import inside, split_call_name
 from ._program import as_inputs, as_program, not_a_program
 from .checks._eager_calls import call_differences
 from .checks.compare import Comparison, compare
@@ -568,7 +568,7 @@ class Surgery:
         step, undo = self._step_text(other, made)
         verb = "fuse" if value is FUSE else "swap"
         was = f"{_what(other_value)} in {step}"
-        if fqn.startswith(other_fqn + "."):  # the new request is inside the earlier one
+        if inside(fqn, other_fqn, strictly=True):  # the new request is inside the earlier one
             if other_value is FUSE:
                 return (
                     f"cannot {verb} {name!r}: it is inside {other!r}, which is fused ({step}): "
@@ -581,7 +581,7 @@ class Surgery:
                 f"program no longer runs it. Put what {name!r} should run inside the replacement "
                 f"for {other!r} and swap {other!r} again, or {undo} and {verb} {name!r} alone."
             )
-        if other_fqn.startswith(fqn + "."):  # the new request is around the earlier one
+        if inside(other_fqn, fqn, strictly=True):  # the new request is around the earlier one
             if value is FUSE and other_value is FUSE:
                 return (
                     f"cannot fuse {name!r}: {other!r} inside it is fused already ({step}), and "
