@@ -5,6 +5,9 @@ module's calling convention (``preserve_module_call_signature``). ``export`` fil
 every submodule by default. A module whose signature torch cannot preserve (for example one
 called twice with different argument structures) is dropped from the request, the export is
 retried, and the reason is kept so that :func:`graphsurgeon.module_tree` can show it.
+
+``graphsurgeon.export`` is the function; the module's helpers are imported by name, as in
+``from graphsurgeon.export import export_notes``.
 """
 
 from __future__ import annotations
@@ -276,13 +279,15 @@ def export(
 
     Args:
         model: the eager model. It is not modified.
-        args, kwargs: example inputs, as for ``torch.export.export``. A single tensor (or
-            number) as ``args`` is taken as the one positional input.
+        args: example positional inputs, as for ``torch.export.export``. A single tensor
+            (or number) is taken as the one positional input.
+        kwargs: example keyword inputs.
         preserve: ``"all"`` (every submodule; ones torch cannot preserve are dropped, with the
             reason kept for :func:`module_tree`), ``"none"``, an iterable of fqns (all must be
             preservable, else :class:`ExportError`), or a predicate ``(fqn, module) -> bool``
             (treated like ``"all"`` for the modules it selects).
-        dynamic_shapes, strict: passed to ``torch.export.export``.
+        dynamic_shapes: passed to ``torch.export.export``.
+        strict: passed to ``torch.export.export``.
 
     Raises:
         ExportError: an argument export cannot use (``preserve=3``, a ``model`` that is not an

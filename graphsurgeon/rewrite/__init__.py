@@ -17,7 +17,7 @@ made on first use, and a structure that is exactly another call's output (or an 
 model) is passed through whole instead of being flattened and rebuilt.
 
 What the result refuses: the program's first node checks the inputs as ``ep.module()`` does
-(structure, static and dynamic sizes, constant inputs: :mod:`graphsurgeon._guards`), and what
+(structure, static and dynamic sizes, constant inputs: :mod:`graphsurgeon.rewrite._guards`), and what
 each replacement returns is checked at its call (structure, dtype, static sizes).
 """
 
