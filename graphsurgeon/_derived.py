@@ -73,12 +73,15 @@ def cached(owner: Any, key: str, make: Callable[[], T]) -> T:
 
 def forget(program: Any) -> None:
     """Forget what graphsurgeon worked out about ``program``: after editing its graph in place
-    (``node.args = ...``), call this so the next view reads the graph as it now is.
+    (``node.args = ...``), call this so the next view reads the graph as it now is. Edits that
+    add or remove nodes are noticed without it.
 
-    ``program`` is an ExportedProgram, a GraphModule (a swap or fuse result) or a Surgery (its
-    program and the modules built for it). Edits that add or remove nodes are noticed without it.
-    Anything else (a model) raises :class:`~graphsurgeon.errors.NotAProgramError`, as every
-    entry point does.
+    Args:
+        program: an ExportedProgram, a GraphModule (a swap or fuse result) or a Surgery (its
+            program and the modules built for it).
+
+    Raises:
+        NotAProgramError: ``program`` is none of them (a model), as from every entry point.
 
     Example:
         >>> import torch, graphsurgeon as gs

@@ -634,6 +634,8 @@ def _add_reading_options(command: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the ``graphsurgeon`` command on ``argv`` (default: the command line); returns the
+    exit code (see the module docstring)."""
     parser = argparse.ArgumentParser(
         prog="graphsurgeon",
         description="Swap modules of torch.export programs for eager code, and check the result.",

@@ -74,10 +74,12 @@ class Drawing:
 
     @property
     def dot(self) -> str:
+        """The DOT text of the picture."""
         return self.view.dot
 
     @property
     def picture(self) -> Picture:
+        """The semantic picture drawn (its named nodes, clusters and edges)."""
         return self.view.picture
 
     @property

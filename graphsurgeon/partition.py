@@ -96,10 +96,12 @@ class Partition:
 
     @property
     def preserved(self) -> bool:
+        """Whether torch.export preserved the call's signature (so it can be swapped)."""
         return self.signature is not None
 
     @property
     def num_nodes(self) -> int:
+        """How many nodes of the program the call owns."""
         return len(self.nodes)
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
@@ -260,6 +262,7 @@ class ModuleTree(Mapping[str, ModuleInfo]):
 
     @property
     def root(self) -> ModuleInfo:
+        """The root module (fqn ``""``): the model itself."""
         return self._infos[""]
 
     def table(self) -> str:

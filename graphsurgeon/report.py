@@ -163,16 +163,18 @@ def build_report(
     Args:
         program: an ExportedProgram (the page shows it alone), a GraphModule made by
             :func:`graphsurgeon.swap`, or a Surgery (its current swaps and fused calls).
-        args, kwargs: the inputs verify and compare run on. Without them: a Surgery's own
+        args: the positional inputs verify and compare run on. Without them: a Surgery's own
             inputs, else the example inputs the program keeps (``torch.export.save`` stores
             them), else inputs made from the program's input shapes and dtypes (seeded normal
             floats, zero integers), when they are all static tensors; else the checks are
             skipped and the page says why.
+        kwargs: the keyword inputs that go with ``args``.
         title: the page's title (default: the program's model type).
         description: a paragraph under the title (plain text).
         sources: call name -> where its replacement came from (``"kernels:FusedAttention"``),
             shown next to the replacement's type.
-        rtol, atol: the tolerances of verify and compare.
+        rtol: the relative tolerance of verify and compare.
+        atol: the absolute tolerance of verify and compare.
         overlay: also paint the swapped program's picture with ``"error"`` (its values
             against the original's), ``"own error"`` (each swapped call on the original's
             inputs) or ``"latency"`` (time per node, of the program alone too); see

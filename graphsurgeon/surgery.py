@@ -747,8 +747,9 @@ class Surgery:
         the replacements' own submodules can be swapped in turn.
 
         Args:
-            args, kwargs: example inputs, as for the original model (default: those given to
-                :meth:`from_model`, or as ``args=``/``kwargs=``).
+            args: example positional inputs, as for the original model (default: those
+                given to :meth:`from_model`, or as ``args=``).
+            kwargs: example keyword inputs (default: those given with them).
             export_options: passed to :func:`graphsurgeon.export`. ``dynamic_shapes`` is given
                 as for the original model's forward (``({1: Dim("t")},)``); without it the
                 program's own dynamic sizes are kept, with their ranges. Pass

@@ -419,8 +419,10 @@ def bisect(
 
     Args:
         surgery: a :class:`graphsurgeon.Surgery` (it is not changed).
-        args, kwargs: the model's inputs (default: the Surgery's, as for ``s.verify()``).
-        rtol, atol: the tolerances, as for :func:`graphsurgeon.verify`.
+        args: the model's positional inputs (default: the Surgery's, as for ``s.verify()``).
+        kwargs: its keyword inputs (default: the Surgery's).
+        rtol: the relative tolerance, as for :func:`graphsurgeon.verify`.
+        atol: the absolute tolerance, as for :func:`graphsurgeon.verify`.
 
     The program with all the Surgery's swaps is run against the original program (``ep``,
     not the eager model: a swap is to blame when its replacement does not compute what the

@@ -122,7 +122,7 @@ class CallComparison:
     Attributes:
         call_name: ``"layers.1.attn"``, or ``"shared@1"`` for the second call of ``shared``.
         replacement: the replacement's class name; ``original`` the original module's.
-        leaves: one :class:`~graphsurgeon.LeafCheck` per output leaf (path as in the output).
+        leaves: one :class:`~graphsurgeon.types.LeafCheck` per output leaf (path as in the output).
         input_drift: the largest absolute difference between the inputs this call received
             in the swapped program and in the original program (0.0 when upstream matches
             exactly; NaN when shapes differ).
@@ -141,14 +141,17 @@ class CallComparison:
 
     @property
     def max_abs(self) -> float:
+        """The largest absolute difference over its output leaves."""
         return max((leaf.max_abs for leaf in self.leaves), default=0.0)
 
     @property
     def max_rel(self) -> float:
+        """The largest relative difference over its output leaves."""
         return max((leaf.max_rel for leaf in self.leaves), default=0.0)
 
     @property
     def tolerance_ratio(self) -> float:
+        """The worst error relative to the tolerance over its leaves: below 1 it matches."""
         return max(
             (leaf.tolerance_ratio for leaf in self.leaves if leaf.values_compared), default=0.0
         )
@@ -215,6 +218,7 @@ class Comparison:
 
     @property
     def first_divergence(self) -> str | None:
+        """The first call (in graph order) whose outputs differ beyond tolerance, or None."""
         return next((c.call_name for c in self.calls if not c.ok), None)
 
     @property
@@ -224,6 +228,7 @@ class Comparison:
 
     @property
     def ok(self) -> bool:
+        """Whether no call diverges and the program's outputs match."""
         return not self.divergent and self.outputs.ok
 
     def __bool__(self) -> bool:
@@ -560,9 +565,11 @@ def compare(
         ep: the ExportedProgram ``swapped`` was made from (it is not modified).
         swapped: the result of ``gs.swap(ep, {...})`` (or a Surgery of ``ep``: its current
             program).
-        args, kwargs: inputs for the model, as for ``gs.verify``.
-        rtol, atol: a leaf matches when ``|a - b| <= atol + rtol * |a|`` everywhere (NaN
-            matches NaN), ``a`` being the original's value.
+        args: the model's positional inputs, as for ``gs.verify``.
+        kwargs: its keyword inputs.
+        rtol: the relative tolerance: a leaf matches when ``|a - b| <= atol + rtol * |a|``
+            everywhere (NaN matches NaN), ``a`` being the original's value.
+        atol: the absolute tolerance.
         locate: whether to find the line where the first diverging call's replacement starts
             to differ now (``cmp.locate()``, shown in the report): True, False, or None (the
             default) for "when the call is small" (at most 400 nodes and 16 MiB of inputs:

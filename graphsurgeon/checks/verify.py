@@ -145,6 +145,7 @@ class VerifyReport:
 
     @property
     def mismatches(self) -> tuple[LeafCheck, ...]:
+        """The output leaves that do not match, in output order."""
         return tuple(leaf for leaf in self.leaves if not leaf.ok)
 
     @property
