@@ -497,8 +497,9 @@ class Surgery:
                     )
                 continue
             if any(n in nodes for c in other_calls for n in index.call_nodes.get(c, ())):
+                step, undo = self._step_text(other, made)
                 raise ConflictError(
-                    self._nested(name, value, fqn, other, other_value, other_fqn, made)
+                    _nested(name, value, fqn, other, other_value, other_fqn, step, undo)
                 )
         return covered
 
@@ -551,56 +552,6 @@ class Surgery:
             f"To give {name!r} a request of its own, {undo} and request each call on its own "
             f"({' and '.join(map(repr, calls))}); or {verb} {fqn!r} again to change what every "
             "call runs."
-        )
-
-    def _nested(
-        self,
-        name: str,
-        value: Any,
-        fqn: str,
-        other: str,
-        other_value: Any,
-        other_fqn: str,
-        made: Mapping[str, int],
-    ) -> str:
-        """The message for a request whose nodes overlap an earlier request of another
-        module: inside it, around it, or sharing nodes with it."""
-        step, undo = self._step_text(other, made)
-        verb = "fuse" if value is FUSE else "swap"
-        was = f"{_what(other_value)} in {step}"
-        if inside(fqn, other_fqn, strictly=True):  # the new request is inside the earlier one
-            if other_value is FUSE:
-                return (
-                    f"cannot {verb} {name!r}: it is inside {other!r}, which is fused ({step}): "
-                    "a fused call runs the program's own nodes as one module, so nothing "
-                    f"inside it can be {'fused' if value is FUSE else 'swapped'} on its own. "
-                    f"To {verb} {name!r}, undo the fuse of {other!r} first: {undo}."
-                )
-            return (
-                f"cannot {verb} {name!r}: it is inside {other!r}, which is {was}, so the "
-                f"program no longer runs it. Put what {name!r} should run inside the replacement "
-                f"for {other!r} and swap {other!r} again, or {undo} and {verb} {name!r} alone."
-            )
-        if inside(other_fqn, fqn, strictly=True):  # the new request is around the earlier one
-            if value is FUSE and other_value is FUSE:
-                return (
-                    f"cannot fuse {name!r}: {other!r} inside it is fused already ({step}), and "
-                    f"one fused call cannot hold another. To fuse {name!r} (which then holds "
-                    f"{other!r} too), {undo} first."
-                )
-            if value is FUSE:
-                return (
-                    f"cannot fuse {name!r}: {other!r} inside it is {was}, and a fused call "
-                    f"runs the program's own nodes. To fuse {name!r}, {undo} first."
-                )
-            return (
-                f"cannot swap {name!r}: {other!r} inside it is {was}, and the replacement for "
-                f"{name!r} would run instead of it. Put what {other!r} should run inside the "
-                f"replacement for {name!r}, then {undo} and swap {name!r}."
-            )
-        return (
-            f"cannot {verb} {name!r}: it shares nodes with {other!r}, {was}. Request only one "
-            f"of them: {undo} first, or {verb} another module."
         )
 
     def undo(self) -> Surgery:
@@ -868,6 +819,57 @@ class Surgery:
 
 
 # -- helpers ------------------------------------------------------------------------------------
+
+
+def _nested(
+    name: str,
+    value: Any,
+    fqn: str,
+    other: str,
+    other_value: Any,
+    other_fqn: str,
+    step: str,
+    undo: str,
+) -> str:
+    """The message for a request whose nodes overlap an earlier request of another module:
+    inside it, around it, or sharing nodes with it (``step``, ``undo``: the step that made
+    the other request, and how to go back over it, as :meth:`Surgery._step_text` says)."""
+    verb = "fuse" if value is FUSE else "swap"
+    was = f"{_what(other_value)} in {step}"
+    if inside(fqn, other_fqn, strictly=True):  # the new request is inside the earlier one
+        if other_value is FUSE:
+            return (
+                f"cannot {verb} {name!r}: it is inside {other!r}, which is fused ({step}): "
+                "a fused call runs the program's own nodes as one module, so nothing "
+                f"inside it can be {'fused' if value is FUSE else 'swapped'} on its own. "
+                f"To {verb} {name!r}, undo the fuse of {other!r} first: {undo}."
+            )
+        return (
+            f"cannot {verb} {name!r}: it is inside {other!r}, which is {was}, so the "
+            f"program no longer runs it. Put what {name!r} should run inside the replacement "
+            f"for {other!r} and swap {other!r} again, or {undo} and {verb} {name!r} alone."
+        )
+    if inside(other_fqn, fqn, strictly=True):  # the new request is around the earlier one
+        if value is FUSE and other_value is FUSE:
+            return (
+                f"cannot fuse {name!r}: {other!r} inside it is fused already ({step}), and "
+                f"one fused call cannot hold another. To fuse {name!r} (which then holds "
+                f"{other!r} too), {undo} first."
+            )
+        if value is FUSE:
+            return (
+                f"cannot fuse {name!r}: {other!r} inside it is {was}, and a fused call "
+                f"runs the program's own nodes. To fuse {name!r}, {undo} first."
+            )
+        return (
+            f"cannot swap {name!r}: {other!r} inside it is {was}, and the replacement for "
+            f"{name!r} would run instead of it. Put what {other!r} should run inside the "
+            f"replacement for {name!r}, then {undo} and swap {name!r}."
+        )
+    return (
+        f"cannot {verb} {name!r}: it shares nodes with {other!r}, {was}. Request only one "
+        f"of them: {undo} first, or {verb} another module."
+    )
 
 
 def _calls(index: Any, name: str) -> list[str] | None:
