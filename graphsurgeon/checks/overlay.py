@@ -60,6 +60,7 @@ from torch.export import ExportedProgram
 from torch.fx import GraphModule, Node
 
 from .. import _meta
+from .._program import as_program
 from ..errors import (
     CompareError,
     GraphSurgeonError,
@@ -71,7 +72,7 @@ from ..errors import (
     unknown_name,
 )
 from ..partition import call_index, program_index, split_call_name
-from ..rewrite import SwapInfo, _forget_source_with, swap_info
+from ..rewrite import SwapInfo, _forget_source_with
 from ._exec import (
     NodeRunner,
     RandomState,
@@ -297,32 +298,6 @@ class _Target:
         program = self.module if self.module is not None else self.ep
         order = call_index(program).calls
         return {c: members[c] for c in [*order, *members] if c in members}
-
-
-def _target(program: Any, args: Any, kwargs: Any) -> _Target:
-    if isinstance(program, ExportedProgram):
-        return _Target(program, None, None, args, kwargs)
-    if isinstance(program, GraphModule):
-        info = swap_info(program)
-        if info is None:
-            raise RenderError(
-                f"overlay: this {type(program).__name__} was not made by gs.swap or gs.fuse; "
-                "pass the ExportedProgram it came from, a swap result or a Surgery"
-            )
-        return _Target(info.program, program, info, args, kwargs)
-    original = getattr(program, "program", None)
-    replacements = getattr(program, "replacements", None)
-    if isinstance(original, ExportedProgram) and isinstance(replacements, Mapping):
-        if args is None:  # a Surgery: its own inputs
-            args = getattr(program, "args", None)
-            kwargs = getattr(program, "kwargs", None) if kwargs is None else kwargs
-        if not replacements and not getattr(program, "fused", ()):
-            return _Target(original, None, None, args, kwargs)
-        return _target(program.module, args, kwargs)
-    raise RenderError(
-        f"overlay: expected an ExportedProgram (gs.export(model, args)), a gs.swap or gs.fuse "
-        f"result or a Surgery, got {a_type(program)}"
-    )
 
 
 def _inputs(target: _Target, kind: str) -> tuple[tuple, dict]:
@@ -987,8 +962,11 @@ def overlay_values(
     on private copies of its buffers; the latency runs put back the buffers they write.
 
     Raises:
-        RenderError: an unknown kind, a bad tolerance or value, no inputs for a kind that runs
-            the program, or a program of another type.
+        RenderError: an unknown kind, a bad tolerance or value, or no inputs for a kind that
+            runs the program.
+        NotAProgramError: ``program`` is no program (a model: export it first).
+        InputStructureError: ``args`` or ``kwargs`` not as every entry point reads them (a
+            list where the tuple goes).
         UnknownModuleError: a name in the mapping the program does not have ("did you mean").
         CompareError: a program failed to run (the node where it did).
 
@@ -1007,7 +985,8 @@ def overlay_values(
     if aggregate not in ("max", "sum", None):
         raise RenderError(f"overlay: aggregate={aggregate!r}: expected 'max', 'sum' or None")
     texts = _descriptions(rtol, atol, repeat)
-    target = _target(program, args, kwargs)
+    source = as_program(program, args, kwargs, verb="overlay")  # read as every entry point does
+    target = _Target(source.ep, source.module, source.info, source.args, source.kwargs)
     if isinstance(kind, Mapping):
         nodes, calls = _given(target, kind, aggregate)
         return OverlayValues("values", "", texts["values"], nodes, calls, aggregate)

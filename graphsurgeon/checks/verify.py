@@ -18,6 +18,7 @@ import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
 from .._meta import describe_spec
+from .._program import as_inputs
 from ..errors import GraphSurgeonError, VerifyError, a_type, did_you_mean
 from ..rewrite import check_module
 from ._exec import RandomState, clone_inputs, keep_state, runnable_original
@@ -144,6 +145,7 @@ class VerifyReport:
 
     @property
     def mismatches(self) -> tuple[LeafCheck, ...]:
+        """The output leaves that do not match, in output order."""
         return tuple(leaf for leaf in self.leaves if not leaf.ok)
 
     @property
@@ -831,17 +833,12 @@ def verify(
     says what differs, how far beyond the tolerance (``37x of tolerance``; an "ok" says how
     close to it: ``0.41x``) and where, axis by axis (``dim 1: 0–10 differ, 11 matches``;
     :class:`LeafCheck` has both as data). If a program fails to run, or a tolerance is not a
-    finite number >= 0, :class:`VerifyError` says which.
+    finite number >= 0, :class:`VerifyError` says which. ``args`` and ``kwargs`` are read as
+    every entry point reads inputs (a lone tensor is the one input; a list raises
+    :class:`~graphsurgeon.errors.InputStructureError`).
     """
     rtol, atol = checked_tolerance("rtol", rtol), checked_tolerance("atol", atol)
-    if not isinstance(args, tuple):
-        args = (args,)
-    if kwargs is not None and not isinstance(kwargs, Mapping):
-        raise VerifyError(
-            f"kwargs: expected a mapping of keyword inputs such as {{'mask': mask}}, got "
-            f"{a_type(kwargs)}; positional inputs go in args"
-        )
-    kwargs = dict(kwargs or {})
+    args, kwargs = as_inputs(args, kwargs, verb="verify")
     # Both run from the same random state (dropout in training mode draws the same masks), and
     # the caller's random stream is left as it was.
     start = RandomState()

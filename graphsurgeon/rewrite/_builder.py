@@ -106,7 +106,7 @@ class _Builder(_GraphWriter):
         # A parameter still used outside a swapped module (tied weights) must not resolve into
         # the replacement now installed at that path: keep it under a name of its own.
         for path in self.swapped_paths:
-            if target == path or target.startswith(path + "."):
+            if _meta.inside(target, path):
                 return "_retained_" + _flat_name(target)
         return safe_path(target)
 

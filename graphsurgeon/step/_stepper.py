@@ -13,7 +13,7 @@ import torch
 from torch.fx import GraphModule, Node
 
 from .. import _meta
-from .._program import as_program
+from .._program import as_inputs, as_program
 from ..checks._exec import NodeRunner, bind_inputs, clone_inputs, runnable_original
 from ..errors import AlreadyRanError, NodeError, StepError, UnknownNameError, UnknownNodeError
 from ..rewrite import swap_info
@@ -129,13 +129,19 @@ class _EnvView(Mapping):
         return f"<env: {len(names)} value{plural} ({more}{shown})>"
 
 
-def _resolve_program(program: Any) -> GraphModule:
-    """The GraphModule to step: a swap or fuse result, a Surgery's current module, the
-    runnable original of an ExportedProgram; any other GraphModule as it is."""
+def _resolve_program(program: Any, args: tuple, kwargs: dict) -> tuple[GraphModule, tuple, dict]:
+    """The GraphModule to step (a swap or fuse result, a Surgery's current module, the runnable
+    original of an ExportedProgram; any other GraphModule as it is) and the inputs to step it
+    on, read as every entry point reads them (none given: a Surgery's example inputs)."""
     if isinstance(program, GraphModule) and swap_info(program) is None:
-        return program  # a GraphModule made elsewhere: its own graph, stepped as it is
-    source = as_program(program)
-    return source.module if source.module is not None else runnable_original(source.ep)
+        # a GraphModule made elsewhere: its own graph, stepped as it is
+        return (program, *as_inputs(args, kwargs, verb="Stepper"))
+    given = bool(args or kwargs)
+    source = as_program(program, args if given else None, kwargs if given else None, verb="Stepper")
+    gm = source.module if source.module is not None else runnable_original(source.ep)
+    if source.args is None:
+        return gm, (), {}  # none given or kept: binding says what the program takes
+    return gm, source.args, dict(source.kwargs or {})
 
 
 class Stepper:
@@ -143,8 +149,9 @@ class Stepper:
 
     ``program`` is an ExportedProgram (its unlifted graph is stepped), a GraphModule (from
     ``gs.swap``, or any other), or an object with a ``.module`` GraphModule; ``args`` and
-    ``kwargs`` are the inputs, as for calling the program (keywords matched by name). Each run
-    gets its own copy of the inputs, so :meth:`reset` replays exactly the same run.
+    ``kwargs`` are the inputs, as for calling the program (keywords matched by name; none
+    given: a Surgery's example inputs). Each run gets its own copy of the inputs, so
+    :meth:`reset` replays exactly the same run.
 
     Moving: :meth:`step`, :meth:`step_over`, :meth:`step_out`, :meth:`run_to`,
     :meth:`continue_`, :meth:`step_into`, :meth:`reset`. Every move stops at breakpoints
@@ -194,7 +201,7 @@ class Stepper:
     """
 
     def __init__(self, program: Any, /, *args: Any, **kwargs: Any):
-        gm = _resolve_program(program)
+        gm, args, kwargs = _resolve_program(program, args, kwargs)
         # a copy of its own: the caller may change those tensors later, reset() replays this run
         inputs = clone_inputs(bind_inputs(gm, args, kwargs, error=StepError))
         self._setup(NodeRunner(gm), inputs, own=True)
