@@ -29,7 +29,7 @@ from torch import nn
 
 import graphsurgeon as gs
 from graphsurgeon.checks.verify import eager_reference
-from graphsurgeon.display import id_text
+from graphsurgeon.display import comparison_table, history_table, id_text
 from graphsurgeon.examples import FusedAttention, GeluTanhMLP
 from graphsurgeon.widget import ACTIONS, SurgerySession
 from graphsurgeon.widget._panels import page as panel_values
@@ -527,6 +527,19 @@ def test_compare_finds_the_wrong_call_and_a_click_on_its_row_selects_it(gpt):
     # still the original's numbers (the LayerNorm after the MLP takes the +1 back out)
     assert ">faithful<" in widget.verify_html, "faithful to the eager model with the same swaps"
     assert ">equal to the original<" in widget.verify_html
+
+
+def test_the_compare_and_history_panels_are_the_tables_the_objects_show(gpt):
+    widget, model, _ = gpt
+    widget.swap(OffByOne(model.layers[0].mlp), name="layers.0.mlp")
+    widget.swap(FusedAttention(model.layers[1].attn), name="layers.1.attn")
+    widget.undo()
+    comparison = widget.compare()
+    table = comparison_table(comparison)
+    assert table in widget.compare_html and table in comparison._repr_html_(), "one writer"
+    history = history_table(widget.surgery.steps, widget.surgery.position)
+    assert "undone" in history and history in widget.history
+    assert history in widget.surgery._repr_mimebundle_()["text/html"], "one writer"
 
 
 def test_checks_without_example_inputs_say_how_to_give_them(tiny_gpt):
