@@ -31,6 +31,7 @@ import graphsurgeon as gs
 from graphsurgeon.checks.verify import eager_reference
 from graphsurgeon.display import comparison_table, history_table, id_text
 from graphsurgeon.examples import FusedAttention, GeluTanhMLP
+from graphsurgeon.render import graph_view
 from graphsurgeon.widget import ACTIONS, SurgerySession
 from graphsurgeon.widget._panels import page as panel_values
 from graphsurgeon.widget._session import PARTS
@@ -1584,6 +1585,44 @@ def test_the_buttons_click_and_the_page_messages_come_from_one_actions_table(gpt
     assert pressed == names
 
 
+def test_a_container_name_opens_and_collapses_the_calls_it_covers_as_a_highlight_reads_it(gpt):
+    widget, _, _ = gpt
+    ep = widget.surgery.program
+    covered = graph_view(ep, highlight="layers").highlighted
+    assert covered == ("layers.0", "layers.1"), "precondition: the highlight covers each layer"
+    widget.collapse("layers")
+    ids = svg_ids(widget.svg)
+    assert {"module:layers.0", "module:layers.1"} <= ids or "modules:layers.0..layers.1" in ids
+    widget.expand("layers")
+    assert widget.error == {}
+    ids = svg_ids(widget.svg)
+    assert {f"cluster:{call}" for call in covered} <= ids, "each call it covers, opened"
+    widget.select("layers")
+    assert set(widget.marks["selected"]) == {f"cluster:{call}" for call in covered}
+    page_event(widget, event="toggle", id="layers")  # open: collapses it
+    assert not {f"cluster:{call}" for call in covered} & svg_ids(widget.svg)
+
+
+class NeverCalled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.used = nn.Linear(4, 4)
+        self.spare = nn.ModuleList([nn.Linear(4, 4)])
+
+    def forward(self, x):
+        return self.used(x)
+
+
+def test_a_container_that_covers_no_call_is_refused_saying_why():
+    widget = gs.Surgery.from_model(NeverCalled(), (torch.randn(2, 4),)).widget(namespace={})
+    with pytest.raises(gs.errors.UnknownModuleError, match="'spare' covers no call.*never"):
+        widget.expand("spare")
+    page_event(widget, event="toggle", id="spare")
+    assert widget.error["type"] == "UnknownModuleError"
+    with pytest.raises(gs.errors.UnknownNameError, match="Did you mean 'spare'"):
+        widget.expand("spar")
+
+
 def test_the_widget_is_in_no_import_circle_but_surgery_widget():
     circles = circles_but_surgery_widget()
     assert not [c for c in circles if any(m.startswith("graphsurgeon.widget") for m in c)]
@@ -1646,7 +1685,7 @@ def test_the_widget_imports_no_private_name_and_reads_no_private_attribute():
     # every reach is seen, but _meta (shared by design) and self._seen (its own)
     assert len(found) == 5, found
     widget = sorted(m for m in MODULES if m.startswith("graphsurgeon.widget"))
-    assert len(widget) == 4, widget
+    assert len(widget) == 10, widget  # the face, the widget, the session, its six concerns, panels
     for module in widget:
         source = MODULES[module].read_text()
         assert _private_reaches(module, source) == [], module
