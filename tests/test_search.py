@@ -90,7 +90,7 @@ def test_the_ops_are_the_programs_as_it_is_now():
 
 def test_what_is_no_program_is_refused_as_everywhere(conv):
     model, _, _ = conv
-    with pytest.raises(gs.errors.NotAProgramError, match="search: .*export it first"):
+    with pytest.raises(gs.errors.NotAProgramError, match=r"search: .*export it first"):
         search(model, "bn")
 
 

@@ -35,6 +35,7 @@ from graphsurgeon.render import graph_view
 from graphsurgeon.widget import ACTIONS, SurgerySession
 from graphsurgeon.widget._panels import page as panel_values
 from graphsurgeon.widget._session import PARTS
+from graphsurgeon.widget._widget import OLD_NAMES
 
 pytestmark = pytest.mark.skipif(shutil.which("dot") is None, reason="needs graphviz's dot")
 
@@ -120,9 +121,8 @@ def test_built_from_a_program_a_surgery_or_s_widget(tiny_gpt):
 
 
 def test_a_model_instead_of_a_program_is_refused_with_what_to_do():
-    with pytest.raises(
-        gs.errors.WidgetError, match=r"Surgery.from_model\(model, args\).widget\(\)"
-    ):
+    # refused as every entry point refuses a model (one door: graphsurgeon._program)
+    with pytest.raises(gs.errors.NotAProgramError, match=r"a model: export it first"):
         gs.SurgeryWidget(Chain())
 
 
@@ -698,11 +698,11 @@ def test_every_button_can_be_pressed_from_code(gpt, monkeypatch):
     widget.choose("ns:fast")
     monkeypatch.setattr(_session, "LARGE_LAYOUT", 5)  # "open all" asks first
     order = [
-        "swap", "verify", "compare", "bisect", "undo", "redo", "expand", "collapse",
+        "swap", "verify", "compare", "find_culprits", "undo", "redo", "expand", "collapse",
         "expand_all", "confirm_layout", "expand_all", "cancel_layout", "auto", "next_match",
-        "previous_match", "escape", "break", "step", "step_over", "run_to", "step_into",
-        "step_out", "continue", "restart", "find_similar", "swap_region", "clear_region",
-        "fuse_region", "fuse", "reset",
+        "previous_match", "escape", "toggle_breakpoint", "step", "step_over", "run_to_selection",
+        "step_into", "step_out", "continue_", "reset_stepper", "find_similar", "swap_region",
+        "clear_region", "fuse_region", "fuse", "reset",
     ]  # fmt: skip
     assert sorted(set(order)) == sorted(widget.BUTTONS), "every button is pressed below"
     pressed: list[str] = []
@@ -968,9 +968,9 @@ def test_shortcuts_resets_and_a_caption_that_does_not_change_with_the_view(gpt):
     widget, model, _ = gpt
     keys = {a.name: a.key for a in ACTIONS}
     assert (keys["step_over"], keys["step_into"], keys["step_out"]) == ("F10", "F11", "Shift+F11")
-    assert keys["continue"] == "F8" and keys["escape"] == "Escape"
+    assert keys["continue_"] == "F8" and keys["escape"] == "Escape"
     labels = {a.name: a.label for a in ACTIONS}
-    assert labels["reset"] == "Reset surgery" and labels["restart"] == "Restart run"
+    assert labels["reset"] == "Reset surgery" and labels["reset_stepper"] == "Restart run"
     widget.swap(FusedAttention(model.layers[1].attn), name="layers.1.attn")
     totals = set()
     for view in ("program", "merged", "split"):
@@ -1585,6 +1585,35 @@ def test_the_buttons_click_and_the_page_messages_come_from_one_actions_table(gpt
     assert pressed == names
 
 
+def test_each_action_has_one_name_the_method_of_the_session_and_of_the_widget(gpt):
+    widget, _, _ = gpt
+    for action in ACTIONS:
+        assert action.method == action.name, action
+        assert callable(getattr(SurgerySession, action.name, None)), action.name
+        assert callable(getattr(gs.SurgeryWidget, action.name, None)), action.name
+    # the widget's method, w.click(name) and the page's button message reach the same
+    # session method
+    pressed: list[str] = []
+
+    def pressing(name):
+        return lambda *_args, **_kwargs: pressed.append(name)
+
+    for action in ACTIONS:
+        pressed.clear()
+        setattr(widget.session, action.name, pressing(action.name))
+        getattr(widget, action.name)()
+        widget.click(action.name)
+        page_event(widget, event="button", name=action.name)
+        assert pressed == [action.name] * 3 and widget.error == {}, (action.name, widget.error)
+    # the names buttons had before are still taken, for code and notebooks written with them
+    for old, name in OLD_NAMES.items():
+        pressed.clear()
+        widget.click(old)
+        page_event(widget, event="button", name=old)
+        assert pressed == [name, name], old
+    assert not set(OLD_NAMES) & set(widget.BUTTONS), "the buttons carry the one name"
+
+
 def test_a_container_name_opens_and_collapses_the_calls_it_covers_as_a_highlight_reads_it(gpt):
     widget, _, _ = gpt
     ep = widget.surgery.program
@@ -1615,12 +1644,28 @@ class NeverCalled(nn.Module):
 
 def test_a_container_that_covers_no_call_is_refused_saying_why():
     widget = gs.Surgery.from_model(NeverCalled(), (torch.randn(2, 4),)).widget(namespace={})
-    with pytest.raises(gs.errors.UnknownModuleError, match="'spare' covers no call.*never"):
+    with pytest.raises(gs.errors.UnknownModuleError, match=r"'spare' covers no call.*never"):
         widget.expand("spare")
     page_event(widget, event="toggle", id="spare")
     assert widget.error["type"] == "UnknownModuleError"
     with pytest.raises(gs.errors.UnknownNameError, match="Did you mean 'spare'"):
         widget.expand("spar")
+
+
+def test_the_widget_reads_programs_and_inputs_through_the_one_door(tiny_gpt):
+    model, tokens, ep = tiny_gpt
+    with pytest.raises(gs.errors.InputStructureError, match="SurgeryWidget: args is a list"):
+        gs.SurgeryWidget(ep, args=[tokens])
+    surgery = gs.Surgery(ep, model=model)
+    with pytest.raises(gs.errors.InputStructureError, match="args is a list"):
+        gs.SurgeryWidget(surgery, args=[tokens])
+    swapped = gs.swap(ep, {"layers.0.mlp": GeluTanhMLP(model.layers[0].mlp)})
+    with pytest.raises(gs.errors.NotAProgramError, match=r"made by gs\.swap or gs\.fuse"):
+        gs.SurgeryWidget(swapped)
+    widget = gs.SurgeryWidget(surgery, args=tokens, namespace={})  # a lone tensor: (x,)
+    assert surgery.args is None and surgery.kwargs == {}, "the Surgery given is not changed"
+    assert widget.verify() and widget.step().ran, "the widget runs on its own inputs"
+    assert widget.surgery is surgery and surgery.args is None
 
 
 def test_the_widget_is_in_no_import_circle_but_surgery_widget():
