@@ -53,10 +53,9 @@ import torch
 from .._program import as_inputs
 from ..checks.compare import Comparison
 from ..checks.verify import VerifyReport
-from ..errors import UnknownModuleError, WidgetError
-from ..partition import Partition, partition, program_index
+from ..errors import WidgetError
+from ..partition import Partition, partition
 from ..patterns.search import Match
-from ..rewrite import swap_info
 from ..surgery import Surgery
 from ._picker import REGION, Candidate, Picker, module_from
 from ._regions import Regions
@@ -130,8 +129,8 @@ class SurgerySession:
     """The state and the actions of a :class:`~graphsurgeon.SurgeryWidget`, without a widget.
 
     Args:
-        surgery: the live Surgery every action works on (the widget's ``w.surgery``); the
-            session never changes its example inputs.
+        surgery: the live Surgery every action works on (the widget's ``w.surgery``); its
+            example inputs are never changed.
         namespace: returns the user's namespace (the notebook's globals), where the picker
             looks for replacements and evaluates expressions; None: no namespace.
         on_busy: called with a line of progress before slow work (layout, verify, compare,
@@ -140,17 +139,9 @@ class SurgerySession:
             read as every entry point reads inputs (a list is refused); default: the
             Surgery's own.
 
-    State read by the panels: :attr:`surgery`, :attr:`tree`, :attr:`partitions`,
-    :attr:`report`, :attr:`comparison`, :attr:`bisection`, and through the session, each
-    concern's: :attr:`view`, :attr:`scene`, :attr:`overlay`, :attr:`pending` (the view);
-    :attr:`selected` (a call or module name), :attr:`selected_node` (an fx node;
-    ``"call/node"`` inside a swapped call), :attr:`marks`, :attr:`scroll` (the selection);
-    :attr:`search_text`, :attr:`matches`, :attr:`match_index` (the search);
-    :attr:`replacement_label`, :attr:`replacement_key`, :attr:`can_swap` (the picker);
-    :attr:`region`, :attr:`region_plan`, :attr:`similar` (the region); :attr:`stepper`,
-    :attr:`last_step`, :attr:`breakpoints`, :attr:`break_on_nan`, :attr:`current` (the element
-    id of the stepper's node), :attr:`scroll_current`, :attr:`inside` (the picture of the
-    swapped call the stepper is in) and :attr:`inside_current` (the stepper).
+    State: :attr:`surgery`, :attr:`tree`, :attr:`partitions`, :attr:`report`,
+    :attr:`comparison`, :attr:`bisection`, :attr:`changed`; each concern's state is read
+    through the session too (``session.selected`` is ``session.selection.selected``).
     """
 
     def __init__(
@@ -233,33 +224,6 @@ class SurgerySession:
             self.searcher.close_search()
         else:
             self.selection.select(None)
-
-    # -- names, as every view reads them -----------------------------------------------------
-
-    def calls_of(self, name: str) -> list[str]:
-        """The calls a module or call name stands for, read as every entry point reads it
-        (``"blk@0"`` is ``"blk"``); [] for a name the program does not have, or a container."""
-        try:
-            return list(program_index(self.surgery.program).resolve(name).calls)
-        except UnknownModuleError:
-            return []
-
-    def call_nodes(self) -> Mapping[str, str]:
-        """Each swapped or fused call of the current program (regions included) -> the node
-        that calls it; empty while nothing is swapped or fused."""
-        s = self.surgery
-        info = swap_info(s.module) if (s.replacements or s.fused) else None
-        return info.call_nodes if info is not None else {}
-
-    def call_node(self, call: str) -> str | None:
-        """The node of the current program that runs swapped or fused ``call``, or None."""
-        return self.call_nodes().get(call)
-
-    def inner_call(self, name: str) -> str | None:
-        """The swapped or fused call of ``"call/node"`` (a node inside it, as the stepper
-        names it), or None."""
-        call, slash, node = name.partition("/")
-        return call if slash and node and call in self.call_nodes() else None
 
     # -- edits --------------------------------------------------------------------------------
 
@@ -383,6 +347,10 @@ class SurgerySession:
     opened_by_user = _state("viewer", "opened_by_user")
     revealed = _state("viewer", "revealed")
     drawn_program = _delegated("viewer", View.drawn_program)
+    calls_of = _delegated("viewer", View.calls_of)
+    call_nodes = _delegated("viewer", View.call_nodes)
+    call_node = _delegated("viewer", View.call_node)
+    inner_call = _delegated("viewer", View.inner_call)
     chain_of_node = _delegated("viewer", View.chain_of_node)
     set_view = _delegated("viewer", View.set_view)
     set_overlay = _delegated("viewer", View.set_overlay)

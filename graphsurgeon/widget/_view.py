@@ -23,6 +23,7 @@ from ..partition import Partition, call_index, program_index
 from ..render import GraphView, graph_view
 from ..render.graphviz import layout
 from ..render.picture import Picture, PictureNode
+from ..rewrite import swap_info
 
 __all__ = ["DEPTHS", "OVERLAYS", "VIEWS", "PendingLayout", "Scene", "View"]
 
@@ -165,6 +166,31 @@ class View:
         swapped region in them (it can in the program's own picture)."""
         surgery = self.session.surgery
         return not any(name in surgery.regions for name in surgery.replacements)
+
+    def calls_of(self, name: str) -> list[str]:
+        """The calls a module or call name stands for, read as every entry point reads it
+        (``"blk@0"`` is ``"blk"``); [] for a name the program does not have, or a container."""
+        try:
+            return list(program_index(self.session.surgery.program).resolve(name).calls)
+        except UnknownModuleError:
+            return []
+
+    def call_nodes(self) -> Mapping[str, str]:
+        """Each swapped or fused call of the current program (regions included) -> the node
+        that calls it; empty while nothing is swapped or fused."""
+        s = self.session.surgery
+        info = swap_info(s.module) if (s.replacements or s.fused) else None
+        return info.call_nodes if info is not None else {}
+
+    def call_node(self, call: str) -> str | None:
+        """The node of the current program that runs swapped or fused ``call``, or None."""
+        return self.call_nodes().get(call)
+
+    def inner_call(self, name: str) -> str | None:
+        """The swapped or fused call of ``"call/node"`` (a node inside it, as the stepper
+        names it), or None."""
+        call, slash, node = name.partition("/")
+        return call if slash and node and call in self.call_nodes() else None
 
     def chain_of_node(self, node: str) -> tuple[str, ...]:
         """The calls around fx node ``node``, outermost first: in the program drawn, else (a
