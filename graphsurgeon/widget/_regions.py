@@ -64,7 +64,7 @@ class Regions:
     def _region_nodes(self, element_id: str) -> list[str]:
         """The ops of the program an element of the picture stands for: its node, or every
         op of a box or of an open module."""
-        picture = self.session.scene.picture
+        picture = self.session.viewer.scene.picture
         if element_id not in picture:
             raise WidgetError(f"the picture has no element {element_id!r}")
         element = picture[element_id]

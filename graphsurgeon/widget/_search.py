@@ -103,7 +103,7 @@ class Searcher:
         viewer = session.viewer
         match = self.matches[self.match_index]
         if match.kind == "module":
-            wanted = {a for c in session.calls_of(match.name) for a in viewer.ancestors(c)}
+            wanted = {a for c in session.viewer.calls_of(match.name) for a in viewer.ancestors(c)}
         else:
             wanted = set(viewer.chain_of_node(match.name)[-1:])
         viewer.reveal("search", wanted)

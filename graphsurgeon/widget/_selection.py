@@ -52,7 +52,7 @@ class Selection:
     def click(self, element_id: str) -> None:
         """Select what a click in the picture hit: a cluster or box selects its module call,
         a node selects that node (and the call it belongs to)."""
-        picture = self.session.scene.picture
+        picture = self.session.viewer.scene.picture
         if element_id not in picture:
             raise WidgetError(f"the picture has no element {element_id!r}")
         element = picture[element_id]
@@ -97,16 +97,16 @@ class Selection:
             raise WidgetError(f"select: expected a module or node name, got {name!r}")
         session = self.session
         tree = session.tree
-        if name in tree or session.calls_of(name):
+        if name in tree or session.viewer.calls_of(name):
             if name not in tree:  # a call: as every view names it ("blk@0" is "blk")
                 name = program_index(session.surgery.program).resolve(name).name
             self._selection_is(name, None, [])
         elif name in self._node_names():
             self._select_node(name, None)
-        elif name in session.call_nodes():  # a region made one call: drawn as one node
+        elif name in session.viewer.call_nodes():  # a region made one call: drawn as one node
             self._selection_is(name, None, self.call_elements(name))
-        elif session.inner_call(name) is not None:
-            self._selection_is(session.inner_call(name), name, [])
+        elif session.viewer.inner_call(name) is not None:
+            self._selection_is(session.viewer.inner_call(name), name, [])
         else:
             choices = dict.fromkeys([*tree.keys(), *session.partitions])
             raise UnknownNameError(unknown_name(name, choices, kind="module or node"))
@@ -148,7 +148,7 @@ class Selection:
             for node in graph.nodes:
                 if node.name == name:
                     return node
-        call = session.inner_call(name)
+        call = session.viewer.inner_call(name)
         stepper = session.stepping.stepper
         if call is not None and stepper is not None and stepper.frames[:1] == (call,):
             inner = name[len(call) + 1 :]
@@ -200,10 +200,10 @@ class Selection:
         """Mark in the picture shown: the selection, its producers and consumers, the
         search's matches, the culprits, the region and what is similar to it."""
         session = self.session
-        scene = session.scene
+        scene = session.viewer.scene
         if self.selected_node is not None:
             node = self.selected_node
-            call = session.inner_call(node)
+            call = session.viewer.inner_call(node)
             if call is not None and node not in self._node_names():
                 ids = self.ids_of(call)  # inside a call: the call
             else:
@@ -213,8 +213,7 @@ class Selection:
             ids = [e for e in self._elements if e in scene.picture]
             ids = (
                 ids
-                or scene.elements(self._covered(self.selected))
-                or self._box_holding(self.selected)
+                or self._calls_drawn(self._covered(self.selected))
                 or self.call_elements(self.selected)
             )
         else:
@@ -256,17 +255,17 @@ class Selection:
         """The ids drawing a module (a container: the calls it covers), a call or an fx node
         (the box holding it when it is collapsed); [] when the picture does not show it."""
         session = self.session
-        scene = session.scene
+        scene = session.viewer.scene
         known = name in session.tree or name in session.partitions
         calls = self._covered(name) if known else []
         if calls:
-            return scene.elements(calls) or self._box_holding(name)
+            return self._calls_drawn(calls)
         element = scene.node_element(name)
         return [element.id] if element is not None else []
 
     def _node_ids(self, nodes: Iterable[str]) -> list[str]:
         """The ids drawing fx nodes (a box holding one, once), in order."""
-        scene = self.session.scene
+        scene = self.session.viewer.scene
         found = []
         for node in nodes:
             element = scene.node_element(node)
@@ -276,15 +275,19 @@ class Selection:
 
     def call_elements(self, call: str) -> list[str]:
         """The element drawing swapped or fused ``call`` as one node of the program drawn."""
-        node = self.session.call_node(call)
-        element = self.session.scene.node_element(node) if node is not None else None
+        node = self.session.viewer.call_node(call)
+        element = self.session.viewer.scene.node_element(node) if node is not None else None
         return [element.id] if element is not None else []
 
-    def _box_holding(self, name: str) -> list[str]:
-        """The box a collapsed call is drawn in (a parent's box, or a run of boxes)."""
+    def _calls_drawn(self, calls: list[str]) -> list[str]:
+        """The ids drawing ``calls`` (a cluster, a box, a call's one node), else the box they
+        are collapsed in (a parent's box, or a run of boxes)."""
         session = self.session
-        scene = session.scene
-        for call in self._covered(name):
+        scene = session.viewer.scene
+        found = scene.elements(calls)
+        if found:
+            return found
+        for call in calls:
             part = session.partitions.get(call)
             for node in part.nodes if part is not None else ():
                 element = scene.picture.element_of_node(node, scene.prefix)

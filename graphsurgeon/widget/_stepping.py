@@ -70,7 +70,7 @@ class Stepping:
         return self.stepper
 
     def _drawn(self) -> Callable[[Any], bool]:
-        scene = self.session.scene
+        scene = self.session.viewer.scene
 
         def drawn(node: Any) -> bool:
             return scene.picture.element_of_node(node.name, scene.prefix) is not None
@@ -109,7 +109,7 @@ class Stepping:
         self._reveal_current()
         self.session.touch("stepper")
         selected_node = self.session.selection.selected_node
-        if selected_node is not None and self.session.inner_call(selected_node):
+        if selected_node is not None and self.session.viewer.inner_call(selected_node):
             self.session.touch("selection")  # a node inside a call: drawn once it is entered
         return result
 
@@ -142,8 +142,8 @@ class Stepping:
         if node is not None:
             return self._move(lambda st: st.run_to(node=node), f"run to {node}")
         name = session.selection.target(None, "run to")
-        call_node = session.call_node(name)
-        if not session.calls_of(name) and call_node is not None:
+        call_node = session.viewer.call_node(name)
+        if not session.viewer.calls_of(name) and call_node is not None:
             # a region made one call: its node
             return self._move(lambda st: st.run_to(node=call_node), f"run to {name}")
         return self._move(lambda st: st.run_to(module=name), f"run to {name}")
@@ -218,7 +218,7 @@ class Stepping:
         if stepper is None or stepper.done:
             return None
         if stepper.frames:
-            return self.session.call_node(stepper.frames[0])
+            return self.session.viewer.call_node(stepper.frames[0])
         return stepper.current.name
 
     def _fused_inside(self) -> str | None:
@@ -235,7 +235,7 @@ class Stepping:
         node = self._outer_node()
         if node is None:
             return ""
-        scene = self.session.scene
+        scene = self.session.viewer.scene
         inner = self._fused_inside()
         if inner is not None and scene.shows_node(inner):
             return scene.node_element(inner).id
