@@ -31,7 +31,8 @@ import graphsurgeon as gs
 from graphsurgeon.checks.verify import eager_reference
 from graphsurgeon.display import comparison_table, history_table, id_text
 from graphsurgeon.examples import FusedAttention, GeluTanhMLP
-from graphsurgeon.render import graph_view
+from graphsurgeon.partition import call_index
+from graphsurgeon.render import graph_view, layer_calls
 from graphsurgeon.widget import ACTIONS, SurgerySession
 from graphsurgeon.widget._panels import page as panel_values
 from graphsurgeon.widget._session import PARTS
@@ -805,6 +806,13 @@ def test_run_to_a_layers_attention_draws_at_most_that_layer_more(llama32):
         assert widget.current == f"node:{widget.stepper.current.name}"
         assert widget.current in svg_ids(widget.svg)
     assert len(sent(widget, "svg")) == layouts
+
+
+def test_what_a_layer_is_is_the_renderers_not_a_name_ending_in_a_digit(llama32, tiny_gpt):
+    calls = call_index(llama32[3]).calls
+    layers = layer_calls(calls)
+    assert layers == {f"model.layers.{i}" for i in range(32)}, "the decoder's stack, only"
+    assert not layer_calls(call_index(tiny_gpt[2]).calls), "two blocks are no stack"
 
 
 def test_stepping_through_a_layer_lays_it_out_once_as_the_run_enters_it(llama32):
