@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
+import math
 import operator
 import os
 import re
@@ -212,6 +213,27 @@ def number_text(value: float | None) -> str:
     if value is None:
         return ""
     return f"{value:.3g}"
+
+
+def tolerance_text(ratio: float) -> str:
+    """An error as a multiple of what the tolerance allows (a ``tolerance_ratio`` of the
+    checks): ``0.41x``, ``37x``, ``1,234x``, ``inf``; '' for NaN (not measured).
+
+    Example:
+        >>> [tolerance_text(r) for r in (0.0, 0.00478, 0.41, 37.2, 1234.0, math.inf)]
+        ['0x', '0.0048x', '0.41x', '37x', '1,234x', 'inf']
+    """
+    if math.isnan(ratio):
+        return ""
+    if math.isinf(ratio):
+        return "inf"
+    if ratio == 0:
+        return "0x"
+    if ratio >= 1e6:
+        return f"{ratio:.1e}x"
+    if ratio >= 100:
+        return f"{ratio:,.0f}x"
+    return f"{ratio:.2g}x"
 
 
 def count_text(value: int | None) -> str:

@@ -791,15 +791,7 @@ class Surgery:
         if fused:
             badges.append(d.badge(f"{len(fused)} fused", "info"))
         body = f'<div class="gs-title">Surgery {" ".join(badges)}</div>'
-        rows = []
-        for i, step in enumerate(self._steps, start=1):
-            undone = i > self._position
-            mark = d.badge("undone", "warn") if undone else d.badge(f"step {i}", "ok")
-            rows.append(
-                [mark, d.escape(step.action), d.escape(step.name), d.escape(step.replacement_type)]
-            )
-        if rows:
-            body += d.table(["", "", "module", "replacement"], rows, raw=range(4))
+        body += d.history_table(self._steps, self._position)  # the widget's panel's too
         report = self._verified.get(self._position)
         if report is not None:
             body += report._repr_html_()

@@ -466,24 +466,7 @@ class Comparison:
             f"swapped call{'s' if n != 1 else ''}, rtol={self.rtol:g}, atol={self.atol:g}"
             "</span></div>"
         )
-        # the diverging calls first (in graph order: the first is where it starts), then the rest
-        ordered = [c for c in self.calls if not c.ok] + [c for c in self.calls if c.ok]
-        rows = [
-            [
-                d.badge("ok", "ok") if c.ok else d.badge("DIVERGES", "bad"),
-                c.call_name,
-                c.replacement,
-                len(c.leaves),
-                d.number(c.max_abs) if c.values_compared else "no values compared",
-                d.number(c.max_rel) if c.values_compared else "",
-                tolerance_text(c.tolerance_ratio) if c.values_compared else "",
-                _meta.number_text(c.input_drift) if c.values_compared else "",
-                c.problem,
-            ]
-            for c in ordered
-        ]
-        headers = ["", *_COLUMNS, ""]
-        body = d.table(headers, rows, numeric=(3, 4, 5, 6, 7), raw=(0,))
+        body = d.comparison_table(self)  # the one writer, the widget's compare panel's too
         note = ""
         if first is not None:
             note += self._location_html()

@@ -17,7 +17,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
-from .._meta import describe_spec
+from .._meta import describe_spec, number_text, tolerance_text
 from .._program import as_inputs
 from ..errors import GraphSurgeonError, VerifyError, a_type, did_you_mean
 from ..rewrite import check_module
@@ -85,26 +85,6 @@ def _measured(leaf: LeafCheck) -> str:
         f"max abs {leaf.max_abs:.3g}, max rel {leaf.max_rel:.3g}, "
         f"{tolerance_text(leaf.tolerance_ratio)} of tolerance"
     )
-
-
-def tolerance_text(ratio: float) -> str:
-    """A :attr:`LeafCheck.tolerance_ratio` as text: ``0.41x``, ``37x``, ``1,234x``, ``inf``.
-
-    Example:
-        >>> [tolerance_text(r) for r in (0.0, 0.00478, 0.41, 37.2, 1234.0, math.inf)]
-        ['0x', '0.0048x', '0.41x', '37x', '1,234x', 'inf']
-    """
-    if math.isnan(ratio):
-        return ""
-    if math.isinf(ratio):
-        return "inf"
-    if ratio == 0:
-        return "0x"
-    if ratio >= 1e6:
-        return f"{ratio:.1e}x"
-    if ratio >= 100:
-        return f"{ratio:,.0f}x"
-    return f"{ratio:.2g}x"
 
 
 def _details(leaf: LeafCheck) -> str:
@@ -319,8 +299,8 @@ def leaf_table(leaves: tuple[LeafCheck, ...], limit: int = 12) -> str:
         [
             d.badge("ok", "ok") if leaf.ok else d.badge("differs", "bad"),
             leaf.path or "(output)",
-            d.number(leaf.max_abs) if leaf.values_compared else "no values compared",
-            d.number(leaf.max_rel) if leaf.values_compared else "",
+            number_text(leaf.max_abs) if leaf.values_compared else "no values compared",
+            number_text(leaf.max_rel) if leaf.values_compared else "",
             tolerance_text(leaf.tolerance_ratio) if leaf.values_compared else "",
             _details(leaf),
         ]

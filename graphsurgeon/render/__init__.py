@@ -83,6 +83,7 @@ from ._scene import (
     _swaps_named,
     ops_key,
 )
+from ._stack import layer_calls as layer_calls  # what a layer is: read by the widget
 from ._writer import _Context, _picture, _Writer
 from .graphviz import layout, remember
 from .picture import Heat, Picture
