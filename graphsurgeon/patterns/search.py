@@ -1,4 +1,4 @@
-"""Find a program's modules and ops by what a person types: a name, a type, an op, initials or
+r"""Find a program's modules and ops by what a person types: a name, a type, an op, initials or
 a regular expression.
 
 :func:`search` is the one reading of such a text, for the widget's search box, the command
@@ -7,7 +7,7 @@ its type (``LayerNorm``, or the qualified ``torch.nn.modules.normalization.Layer
 initials of its type (``bn`` for ``BatchNorm2d``); an op (an fx node that computes) when it is
 part of the node's name or of its op (``aten.gelu``, ``aten.gelu.default``) or the initials of
 its op (``sdpa`` for ``scaled_dot_product_attention``). A text with a character of a regular
-expression (``layers\\.\\d+\\.mlp$``) is also tried as one. Case is ignored.
+expression (``layers\.\d+\.mlp$``) is also tried as one. Case is ignored.
 
 The modules are those of the original program (its module tree); the ops those of the program
 as it is now (a Surgery's current module, a swap result's graph). A module that a swap or a
