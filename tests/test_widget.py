@@ -1662,10 +1662,13 @@ def test_a_container_that_covers_no_call_is_refused_saying_why():
 
 def test_the_widget_reads_programs_and_inputs_through_the_one_door(tiny_gpt):
     model, tokens, ep = tiny_gpt
-    with pytest.raises(gs.errors.InputStructureError, match="SurgeryWidget: args is a list"):
+    with pytest.raises(
+        gs.errors.InputStructureError,
+        match="SurgeryWidget: args: expected a tuple of positional inputs such as \\(x,\\), got a list",
+    ):
         gs.SurgeryWidget(ep, args=[tokens])
     surgery = gs.Surgery(ep, model=model)
-    with pytest.raises(gs.errors.InputStructureError, match="args is a list"):
+    with pytest.raises(gs.errors.InputStructureError, match="SurgeryWidget: args: expected a"):
         gs.SurgeryWidget(surgery, args=[tokens])
     swapped = gs.swap(ep, {"layers.0.mlp": GeluTanhMLP(model.layers[0].mlp)})
     with pytest.raises(gs.errors.NotAProgramError, match=r"made by gs\.swap or gs\.fuse"):

@@ -104,7 +104,8 @@ class _Builder(_GraphWriter):
 
     def attribute_target(self, target: str) -> str:
         # A parameter still used outside a swapped module (tied weights) must not resolve into
-        # the replacement now installed at that path: keep it under a name of its own.
+        # the replacement now installed at that path: keep it under a name of its own ("blk@1",
+        # one call's install path, holds nothing of "blk": see _meta.inside).
         for path in self.swapped_paths:
             if _meta.inside(target, path):
                 return "_retained_" + _flat_name(target)

@@ -50,10 +50,10 @@ from typing import Any
 
 import torch
 
-from .._program import as_inputs
+from .._program import as_inputs, no_inputs
 from ..checks.compare import Comparison
 from ..checks.verify import VerifyReport
-from ..errors import WidgetError
+from ..errors import InputStructureError, WidgetError
 from ..partition import Partition, partition
 from ..patterns.search import Match
 from ..surgery import Surgery
@@ -200,6 +200,8 @@ class SurgerySession:
         saying how to give them."""
         args = self._args if self._args is not None else self.surgery.args
         kwargs = self._kwargs if self._kwargs is not None else self.surgery.kwargs
+        if args is None:
+            raise InputStructureError(no_inputs(_VERB))
         return as_inputs(args, kwargs, verb=_VERB)
 
     @property
