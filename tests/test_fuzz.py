@@ -7,6 +7,7 @@ run explores the same ones (``python tools/fuzz.py`` explores thousands more, wi
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import pytest
@@ -18,6 +19,7 @@ from helpers.fuzzing import (
     Mismatch,
     P,
     ReadState,
+    RegionNames,
     V,
     check_case,
     features,
@@ -234,6 +236,23 @@ def test_a_written_parameter_is_the_swapped_programs_own_copy(view):
     assert "param_write" in features(case)
 
 
+@pytest.mark.parametrize("verb", ["fuse", "swap"])
+@pytest.mark.parametrize("before_swaps", [True, False], ids=["region first", "swap first"])
+def test_a_region_named_like_a_call_leaves_the_call_to_its_swap(verb, before_swaps):
+    # x -> act0 -> act0 (call act0@1, swapped) -> * 0.5 (the region) -> out
+    spec = BlockSpec(
+        inputs=1,
+        children=(("act0", LeafSpec("act", "tanh")),),
+        steps=(Call("act0", (V(0),)), Call("act0", (V(1),))),
+        returns=(("", ((2, 0.5),)),),
+    )
+    tried = ("act0@1", "act0", "act0.lin", "gate@2", "act0@5")
+    region = RegionNames(verb, "act0.part", tried, in_force=True, before_swaps=before_swaps)
+    case = dataclasses.replace(_fixed_case(spec, "act0@1", "wrapped"), region=region)
+    assert not check_case(case).refused
+    assert "region_name" in features(case)
+
+
 def _fixed_case(spec: BlockSpec, swapped: str, kind: str) -> Case:
     """``spec`` run on one input, ``swapped`` swapped for a replacement of ``kind``."""
     return Case(
@@ -241,7 +260,7 @@ def _fixed_case(spec: BlockSpec, swapped: str, kind: str) -> Case:
         second_input="none",
         dynamic=False,
         swaps=((swapped, 0),),
-        replacements=((swapped, 0.25),),
+        replacements=((swapped.partition("@")[0], 0.25),),  # a copy of the module
         seed=0,
         replacement_kinds=(kind,),
     )
