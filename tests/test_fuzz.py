@@ -30,9 +30,10 @@ from hypothesis import strategies as st
 
 # Situations the engine is known to get wrong, left out of the bounded run so that it stays a
 # regression test (tools/fuzz.py draws them; a strict xfail below forces each one):
-# - reads_written_state: a parent reading a buffer its swapped child wrote in place reads the
-#   original's (the graph reads the written value, not the buffer, so the engine does not see
-#   the read), and a replacement lacking the buffer is not refused
+# - reads_written_state: a parent reading a buffer its child wrote in place (the graph reads
+#   the written value, not the buffer, so the engine does not see the read): after the child
+#   is swapped whole it reads the original's, a replacement lacking the buffer is not refused,
+#   and module_tree's note leaves the read out
 ENGINE_GAPS = frozenset({"reads_written_state"})
 cases = functools.partial(all_cases, exclude=ENGINE_GAPS)
 

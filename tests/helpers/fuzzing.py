@@ -42,8 +42,8 @@ any of them):
   read of the original's shows), else lacks it (``Shifted``, whose copy sits under ``inner.``)
   or holds it with another shape or dtype. ``reads_written_state``: the state read is a
   buffer the child wrote in place before the read (``self.counter0.total`` after
-  ``counter0(x)``), its module swapped whole or one call of it; ``cases(exclude=...)`` can
-  leave it out (:data:`EXCLUDABLE`).
+  ``counter0(x)``; forced, with a swap of that module, whole or one call of it);
+  ``cases(exclude=...)`` can leave it out (:data:`EXCLUDABLE`).
 - ``param_write``: a block handing a child its own parameter or a view of it
   (``scale(h, self.w0.t())``, ``[1]``, ``.diagonal()``), the child swapped for a replacement
   that writes what it is handed in place under no_grad (``w.mul_(2)``).
@@ -1900,9 +1900,9 @@ def features(case: Case, facts: Facts | None = None) -> set[str]:
     reads = outside_reads(case.program)
     if any(split_request(r)[1] is None and split_request(r)[0] in reads for r in requests):
         found.add("reads_child_state")
-    written = written_read_owners(case.program)
-    if any(split_request(r)[0] in written for r in requests):
-        found.add("reads_written_state")  # (a one-call swap too: that call wrote it)
+    if written_read_owners(case.program):
+        # swapped or not: module_tree must note the read on every module holding the buffer
+        found.add("reads_written_state")
     kinds = dict(enumerate(case.replacement_kinds))
     later = set()  # checked after the swap: only when it is accepted
     if any(kinds.get(n) == "writes" for _, n in case.swaps):
