@@ -16,7 +16,6 @@ from helpers.fuzzing import (
     Call,
     Case,
     LeafSpec,
-    Mismatch,
     P,
     ReadState,
     RegionNames,
@@ -29,12 +28,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 # Situations the engine is known to get wrong, left out of the bounded run so that it stays a
-# regression test (tools/fuzz.py draws them; a strict xfail below forces each one):
-# - reads_written_state: a parent reading a buffer its child wrote in place (the graph reads
-#   the written value, not the buffer, so the engine does not see the read): after the child
-#   is swapped whole it reads the original's, a replacement lacking the buffer is not refused,
-#   and module_tree's note leaves the read out
-ENGINE_GAPS = frozenset({"reads_written_state"})
+# regression test (tools/fuzz.py draws them; give each a strict xfail that forces it). None is
+# open: reads_written_state (a parent reading a buffer its child wrote in place) was the last.
+ENGINE_GAPS: frozenset[str] = frozenset()
 cases = functools.partial(all_cases, exclude=ENGINE_GAPS)
 
 # About 0.1 s a case on one thread (drawing it runs the program once; then export, swap, two
@@ -166,15 +162,11 @@ def test_a_parent_reading_a_swapped_childs_state(case):
     _check(case, "reads_child_state")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=Mismatch,
-    reason="engine: a buffer written in place is read from the original after its module is "
-    "swapped (see ENGINE_GAPS)",
-)
 @BOUNDED
-@given(case=all_cases(require={"reads_written_state"}))
+@given(case=cases(require={"reads_written_state"}))
 def test_a_parent_reading_a_buffer_its_swapped_child_wrote(case):
+    # after the child is swapped (whole, or one call of it), the read takes the buffer as the
+    # replacement wrote it, as in eager; a replacement lacking the buffer is refused
     _check(case, "reads_written_state")
 
 

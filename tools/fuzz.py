@@ -12,7 +12,7 @@ how many cases had each feature (and how many failing cases had it, which tells 
 comes with one situation from one that does not), then the first failing cases of each kind,
 each as the model's pseudo-code, the swap set and a command that replays it. ``--exclude``
 leaves out a situation the strategy can leave out (``fuzzing.EXCLUDABLE``: one an engine
-defect is known in), to see what else fails. Exit status 1 when there is any mismatch or error.
+defect was known in), to see what else fails. Exit status 1 when there is any mismatch or error.
 
 The engine checked is this checkout's (its root comes first on the import path), whatever
 else is installed.

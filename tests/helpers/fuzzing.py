@@ -178,7 +178,8 @@ FEATURES = (
     "param_write",
     "region_name",
 )
-# the features cases(exclude=...) can leave out (a situation an engine defect is known in)
+# the features cases(exclude=...) can leave out (a situation an engine defect was known in:
+# leaving it out shows what else fails)
 EXCLUDABLE = frozenset({"reads_written_state"})
 # what the check of a case came to, counted beside the features (see :func:`features`)
 OUTCOMES = ("pass_through_read", "pass_through_swapped", "state_read_refused", "refused")
