@@ -552,6 +552,12 @@ class ProgramIndex:
                 if isinstance(value, torch.Tensor):
                     holders.setdefault(id(value), []).append(key)
         kinds = {"PARAMETER": "parameter", "BUFFER": "buffer", "CONSTANT_TENSOR": "constant"}
+        written = self._state_as_written()
+        user_outputs = {
+            spec.arg.name
+            for spec in ep.graph_signature.output_specs
+            if spec.kind.name == "USER_OUTPUT" and hasattr(spec.arg, "name")
+        }
         found: dict[str, list[OutsideRead]] = {}
         for name, spec in self.state_specs.items():
             kind = kinds.get(spec.kind.name)
@@ -561,7 +567,7 @@ class ProgramIndex:
                 continue
             value = (ep.constants if target in ep.constants else ep.state_dict).get(target)
             names = holders.get(id(value), [target])
-            users = list(node.users)
+            tensor_nodes = [node, *written.get(node, ())]
             parts = target.split(".")
             for end in range(1, len(parts)):
                 owner = ".".join(parts[:end])
@@ -572,7 +578,19 @@ class ProgramIndex:
                 # inside: in a call of the owner, or of a module between it and the tensor
                 # (a container's child reading its own weight reads nothing of the outside)
                 holders_of = {".".join(parts[:i]) for i in range(end, len(parts))}
-                for user in users:
+                inside = [
+                    n
+                    for n in tensor_nodes
+                    if n is node
+                    or any(split_call_name(c)[0] in holders_of for c in self.calls.chain(n.name))
+                ]
+                users = [
+                    (user, n)
+                    for n in inside
+                    for user in n.users
+                    if user.op != "output" or n is node or n.name in user_outputs
+                ]
+                for user, _ in users:
                     chain = self.calls.chain(user.name)
                     if any(split_call_name(c)[0] in holders_of for c in chain):
                         continue
@@ -587,6 +605,32 @@ class ProgramIndex:
                     found.setdefault(owner, []).append(read)
                     break  # one reader names the read
         return {fqn: tuple(reads) for fqn, reads in found.items()}
+
+    def _state_as_written(self) -> dict[Node, list[Node]]:
+        """A state placeholder -> the nodes that are that tensor as written in place: an
+        in-place op on it (``total.add_(x)``: eager code reading ``self.total`` after it reads
+        that node), or, in a functional graph, its new value (the node its ``*_MUTATION``
+        output returns). A read of such a node outside the writer's call is a read of the
+        state: after a swap it is the replacement's, as written by the replacement."""
+        placeholders = {n.name: n for n in self.nodes if n.op == "placeholder"}
+        by_target = {
+            spec.target: placeholders.get(spec.arg.name)
+            for spec in self.ep.graph_signature.input_specs
+            if spec.target is not None and hasattr(spec.arg, "name")
+        }
+        written: dict[Node, list[Node]] = {}
+        for node in self.nodes:
+            if node.op != "placeholder":
+                root = returned_root(node)
+                if root is not node and root.op == "placeholder":
+                    written.setdefault(root, []).append(node)
+        for spec in self.ep.graph_signature.output_specs:
+            if spec.kind.name in ("BUFFER_MUTATION", "PARAMETER_MUTATION"):
+                placeholder = by_target.get(spec.target)
+                value = self.by_name.get(getattr(spec.arg, "name", ""))
+                if placeholder is not None and value is not None:
+                    written.setdefault(placeholder, []).append(value)
+        return written
 
     def _called_in_subgraphs(self) -> dict[str, str]:
         """fqn -> the control-flow operator (``cond``, ``while_loop``) whose branch calls it.

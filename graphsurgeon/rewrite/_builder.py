@@ -91,13 +91,13 @@ class _Builder(_GraphWriter):
         install, attribute = self.replacement_attributes[x.target]
         held = self.graph.create_node("get_attr", install, name=self.fresh(f"{install}_module"))
         held.meta[_meta.GLUE] = "constant"
-        for part in attribute.split("."):
-            last = part == attribute.rsplit(".", 1)[-1]
+        parts = attribute.split(".")
+        for depth, part in enumerate(parts, start=1):
             held = self.graph.create_node(
                 "call_function",
                 getattr,
                 (held, part),
-                name=x.name if last else self.fresh(f"{install}_{part}"),
+                name=x.name if depth == len(parts) else self.fresh(f"{install}_{part}"),
             )
         held.meta = x.meta
         return held
