@@ -578,19 +578,20 @@ class ProgramIndex:
                 # inside: in a call of the owner, or of a module between it and the tensor
                 # (a container's child reading its own weight reads nothing of the outside)
                 holders_of = {".".join(parts[:i]) for i in range(end, len(parts))}
-                inside = [
+                # the tensor as its holders leave it: the placeholder, or written in their call
+                as_left = [
                     n
                     for n in tensor_nodes
                     if n is node
                     or any(split_call_name(c)[0] in holders_of for c in self.calls.chain(n.name))
                 ]
                 users = [
-                    (user, n)
-                    for n in inside
+                    user
+                    for n in as_left
                     for user in n.users
                     if user.op != "output" or n is node or n.name in user_outputs
                 ]
-                for user, _ in users:
+                for user in users:
                     chain = self.calls.chain(user.name)
                     if any(split_call_name(c)[0] in holders_of for c in chain):
                         continue
