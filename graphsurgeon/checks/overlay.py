@@ -148,6 +148,16 @@ class OverlayValues(Mapping[str, float]):
         return name in self.nodes or name in self.calls
 
     def get(self, name: str, default: Any = None) -> Any:
+        """The value of node or call ``name``, or ``default`` where it has none.
+
+        Args:
+            name: a node name of the program drawn, or a call name (``"layers.0"``,
+                ``"blk@1"``); a node's value comes first where both have the name.
+            default: what to return for a name without a value.
+
+        Returns:
+            The value, or ``default``.
+        """
         if name in self.nodes:
             return self.nodes[name]
         return self.calls.get(name, default)
@@ -160,8 +170,26 @@ class OverlayValues(Mapping[str, float]):
         return len(self.nodes) + sum(1 for name in self.calls if name not in self.nodes)
 
     def top(self, n: int = 10, *, of: str = "calls") -> list[tuple[str, float]]:
-        """The ``n`` largest values of ``of`` (``"calls"`` or ``"nodes"``), largest first; ties
-        in graph order."""
+        """The ``n`` largest values of the calls or of the nodes, largest first.
+
+        Args:
+            n: how many to keep (fewer when there are fewer values).
+            of: ``"calls"`` (module calls) or ``"nodes"`` (fx nodes).
+
+        Returns:
+            ``(name, value)`` pairs, largest value first; ties in graph order.
+
+        Raises:
+            RenderError: ``of`` is neither ``"calls"`` nor ``"nodes"``.
+
+        Example:
+            >>> import torch, graphsurgeon as gs
+            >>> from graphsurgeon.checks.overlay import overlay_values
+            >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+            >>> ep = gs.export(model, (torch.randn(2, 4),))
+            >>> overlay_values(ep, kind={"0": 3.0, "1": 5.0}).top(1)
+            [('1', 5.0)]
+        """
         if of not in ("calls", "nodes"):
             raise RenderError(f"top(of={of!r}): expected 'calls' or 'nodes'")
         values = self.calls if of == "calls" else self.nodes
@@ -169,8 +197,15 @@ class OverlayValues(Mapping[str, float]):
         return [pair for _, pair in ranked[: max(0, n)]]
 
     def describe(self, value: float) -> str:
-        """``value`` as a tooltip says it: ``error: 37.2x tolerance``, ``latency: 12.5% of
-        the forward``, ``values: 0.25``."""
+        """``value`` as a tooltip says it, with the overlay's kind and unit.
+
+        Args:
+            value: a value of this overlay (or any number in its unit).
+
+        Returns:
+            ``"error: 37.2x tolerance"``, ``"latency: 12.5% of the forward"``,
+            ``"values: 0.25"``.
+        """
         if self.unit == _LATENCY_UNIT:
             return f"{self.kind}: {self._number(value)} of the forward"
         if self.unit == _TOLERANCE_UNIT:
@@ -179,14 +214,28 @@ class OverlayValues(Mapping[str, float]):
         return f"{self.kind}: {self._number(value)}"
 
     def combine(self, values: list[float]) -> float | None:
-        """The value of a box drawing ``values``' elements: the worst of them (``aggregate``
-        ``"max"``, or None), or their sum (``"sum"``); None for no values."""
+        """The value of a box that draws several elements, made as the calls' values are.
+
+        Args:
+            values: the values of the elements the box draws.
+
+        Returns:
+            The worst of them (``aggregate`` ``"max"``, or None), or their sum (``"sum"``);
+            None for no values.
+        """
         if not values:
             return None
         return math.fsum(values) if self.aggregate == "sum" else max(values)
 
     def number(self, value: float) -> str:
-        """``value`` in few characters, in the overlay's unit: ``37.2x``, ``12.5%``, ``0.25``."""
+        """``value`` in few characters, in the overlay's unit, as the picture labels it.
+
+        Args:
+            value: a value of this overlay (or any number in its unit).
+
+        Returns:
+            ``"37.2x"`` (errors; ``"0"`` and ``"inf"`` too), ``"12.5%"`` (latency), ``"0.25"``.
+        """
         return self._number(value)
 
     def _number(self, value: float) -> str:
@@ -944,22 +993,28 @@ def overlay_values(
 ) -> OverlayValues:
     """A value for each node and module call of ``program``'s picture (see the module docstring).
 
+    An ExportedProgram has nothing swapped: its errors are 0. Errors run both programs under
+    ``no_grad``, node by node, from the same random state (the caller's is left as it was), each
+    on private copies of its buffers; the latency runs put back the buffers they write.
+
     Args:
         program: an ExportedProgram, a :func:`graphsurgeon.swap` or :func:`graphsurgeon.fuse`
             result, or a :class:`graphsurgeon.Surgery` (its current program against its
             original, on its inputs unless others are given). None of them is changed.
-        args, kwargs: the model's inputs, for the kinds that run the program.
+        args: the model's positional inputs (a tuple), for the kinds that run the program;
+            default: a Surgery's example inputs.
+        kwargs: the model's keyword inputs, likewise.
         kind: ``"error"``, ``"own error"``, ``"latency"``, or a mapping ``{node or module
             name: number}`` of your own (node names of the program drawn; module names, which
             stand for each of the module's calls, and call names such as ``"blk@1"``).
-        rtol, atol: the tolerances the errors are relative to (as for gs.verify).
+        rtol: the relative tolerance the errors are measured against (as for gs.verify).
+        atol: the absolute tolerance the errors are measured against.
         repeat: latency: the timed runs (after one warm-up run); each node's median is kept.
         aggregate: a mapping's call values from its nodes' values: ``"max"``, ``"sum"``, or
             None (only the calls named get values). The kinds aggregate as they must.
 
-    An ExportedProgram has nothing swapped: its errors are 0. Errors run both programs under
-    ``no_grad``, node by node, from the same random state (the caller's is left as it was), each
-    on private copies of its buffers; the latency runs put back the buffers they write.
+    Returns:
+        The :class:`OverlayValues`: a value per node drawn and per module call.
 
     Raises:
         RenderError: an unknown kind, a bad tolerance or value, or no inputs for a kind that

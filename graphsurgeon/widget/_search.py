@@ -33,9 +33,9 @@ class Searcher:
         self.match_index = -1
 
     def search(self, text: str) -> None:
-        """Find modules and nodes by name, module type (``LayerNorm``), op (``aten.gelu``),
+        r"""Find modules and nodes by name, module type (``LayerNorm``), op (``aten.gelu``),
         initials (``sdpa`` for scaled_dot_product_attention, ``bn`` for BatchNorm2d) or a
-        regular expression (``layers\\.\\d+\\.mlp``): every match is listed and marked in
+        regular expression (``layers\.\d+\.mlp``): every match is listed and marked in
         the picture, and the first is selected, with the modules around it opened (an exact
         name comes first). :meth:`next_match` and :meth:`previous_match` go through them."""
         text = (text or "").strip()

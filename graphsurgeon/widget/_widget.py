@@ -1,4 +1,4 @@
-"""SurgeryWidget: the notebook app, an anywidget over a :class:`SurgerySession`.
+r"""SurgeryWidget: the notebook app, an anywidget over a :class:`SurgerySession`.
 
 The class holds traits and one table of actions, :data:`ACTIONS`: each button's name (the one
 name of the action: the session's method it calls and the widget's method that does the same),
@@ -9,7 +9,7 @@ click shows in the widget (``w.error``); the same action called from code raises
 
 Names travel to the page as data: ``selected`` holds the name itself; element ids and the
 ``data-gs-module`` / ``data-gs-call`` attributes of the panels hold it as ids do
-(:func:`graphsurgeon.display.id_text`: ``a%00b`` for a module named ``"a\\x00b"``), and what the
+(:func:`graphsurgeon.display.id_text`: ``a%00b`` for a module named ``"a\x00b"``), and what the
 page sends back from them is read the same way.
 """
 
