@@ -97,6 +97,23 @@ class Breakpoints:
     Add with :meth:`node`, :meth:`enter`, :meth:`leave`, :meth:`condition`, :meth:`nan_or_inf`,
     :meth:`nan`, :meth:`magnitude_over` (each returns the :class:`Breakpoint`, adding one twice keeps one);
     remove with :meth:`remove` or :meth:`clear`. Iterating gives them in the order added.
+    A name is checked when the breakpoint is added: an unknown one is refused with the
+    closest names.
+
+    Example:
+        >>> import torch, graphsurgeon as gs
+        >>> model = torch.nn.Sequential(
+        ...     torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU()), torch.nn.Tanh()
+        ... )
+        >>> x = torch.tensor([[1.0, -1.0]])
+        >>> st = gs.Stepper(gs.export(model, (x,)), x)
+        >>> print(st.breakpoints.leave("0"))
+        break on leaving '0'
+        >>> print(st.continue_())
+        ran 7 nodes (input_1 .. relu); stopped: break on leaving '0'
+        >>> st.breakpoints.clear()
+        >>> st.continue_().reason
+        'end'
     """
 
     def __init__(self, layout: Layout, changed: Callable[[], None]):
@@ -113,20 +130,50 @@ class Breakpoints:
         return breakpoint
 
     def node(self, name: str) -> Breakpoint:
-        """Stop before node ``name`` runs. ``"call/node"`` names a node inside a swapped or
-        fused call (as the call's graph names it, see :meth:`Stepper.step_into`): running
-        reaches it by entering the call."""
+        """Stop before a node runs.
+
+        Args:
+            name: a node name of the graph stepped; ``"call/node"`` names a node inside a
+                swapped or fused call (as the call's graph names it, see
+                :meth:`Stepper.step_into`): running reaches it by entering the call.
+
+        Returns:
+            The :class:`Breakpoint` (the one already set, if it was).
+
+        Raises:
+            UnknownNodeError: the graph has no node ``name`` (the closest names are given).
+        """
         if self._layout.inner_target(name) is None:
             self._layout.node(name)
         return self._add(Breakpoint("node", name))
 
     def enter(self, module: str) -> Breakpoint:
-        """Stop before the first node of each call of ``module`` (or of call ``"fqn@k"``)."""
+        """Stop before the first node of each call of a module.
+
+        Args:
+            module: a module name (each of its calls) or one call (``"fqn@k"``).
+
+        Returns:
+            The :class:`Breakpoint` (the one already set, if it was).
+
+        Raises:
+            UnknownModuleError: the graph has no such module or call.
+        """
         self._layout.calls_named(module)
         return self._add(Breakpoint("enter", module))
 
     def leave(self, module: str) -> Breakpoint:
-        """Stop right after the last node of each call of ``module`` (or of call ``"fqn@k"``)."""
+        """Stop right after the last node of each call of a module.
+
+        Args:
+            module: a module name (each of its calls) or one call (``"fqn@k"``).
+
+        Returns:
+            The :class:`Breakpoint` (the one already set, if it was).
+
+        Raises:
+            UnknownModuleError: the graph has no such module or call.
+        """
         self._layout.calls_named(module)
         return self._add(Breakpoint("leave", module))
 
@@ -138,6 +185,27 @@ class Breakpoints:
         The predicate sees each tensor of the node's value (a node returning a tuple is
         checked leaf by leaf); non-tensor values are not checked. Checking costs a call per
         node, so runs with a condition are slower than without.
+
+        Args:
+            predicate: a function ``tensor -> bool``.
+            label: how the breakpoint is named (default: the function's name).
+
+        Returns:
+            The :class:`Breakpoint`; a move it stops names the node in ``trigger``.
+
+        Raises:
+            StepError: ``predicate`` is not callable.
+
+        Example:
+            >>> import torch, graphsurgeon as gs
+            >>> model = torch.nn.Sequential(
+            ...     torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU()), torch.nn.Tanh()
+            ... )
+            >>> x = torch.tensor([[1.0, -1.0]])
+            >>> st = gs.Stepper(gs.export(model, (x,)), x)
+            >>> _ = st.breakpoints.condition(lambda t: bool((t < 0).any()), "a value < 0")
+            >>> print(st.continue_())  # the input holds -1: it stops at once
+            ran input_1; stopped: break when a value < 0 (node 'input_1')
         """
         if not callable(predicate):
             raise StepError(
@@ -148,22 +216,48 @@ class Breakpoints:
         return self._add(Breakpoint("condition", text, predicate))
 
     def nan_or_inf(self) -> Breakpoint:
-        """Stop after the first node whose value holds a NaN or an Inf."""
+        """Stop after the first node whose value holds a NaN or an Inf.
+
+        Returns:
+            The :class:`Breakpoint` (the one already set, if it was).
+        """
         return self._add(Breakpoint("condition", "a NaN or Inf appears", _nan_or_inf))
 
     def nan(self) -> Breakpoint:
-        """Stop after the first node whose value holds a NaN (an Inf, e.g. an attention mask
-        filled with ``-inf``, does not stop it)."""
+        """Stop after the first node whose value holds a NaN.
+
+        An Inf (an attention mask filled with ``-inf``, say) does not stop it.
+
+        Returns:
+            The :class:`Breakpoint` (the one already set, if it was).
+        """
         return self._add(Breakpoint("condition", "a NaN appears", _has_nan))
 
     def magnitude_over(self, bound: float) -> Breakpoint:
-        """Stop after the first node whose value has an element with ``|x| > bound``."""
+        """Stop after the first node whose value has an element with ``|x| > bound``.
+
+        Args:
+            bound: the largest magnitude allowed.
+
+        Returns:
+            The :class:`Breakpoint` (the one already set, if it was).
+
+        Raises:
+            StepError: ``bound`` is not a number.
+        """
         if not isinstance(bound, (int, float)) or isinstance(bound, bool) or math.isnan(bound):
             raise StepError(f"magnitude_over: expected a number, got {bound!r}")
         return self._add(Breakpoint("condition", f"|value| > {bound:g}", _MagnitudeOver(bound)))
 
     def remove(self, breakpoint: Breakpoint) -> None:
-        """Remove one breakpoint (as returned when it was added)."""
+        """Remove one breakpoint.
+
+        Args:
+            breakpoint: the :class:`Breakpoint` as it was returned when it was added.
+
+        Raises:
+            StepError: it is not set (the message lists those that are).
+        """
         if breakpoint not in self._items:
             listed = ", ".join(str(b) for b in self._items) or "none"
             raise StepError(f"{breakpoint} is not set (set: {listed})")
