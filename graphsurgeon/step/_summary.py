@@ -82,6 +82,7 @@ class Summary:
 
     @property
     def is_tensor(self) -> bool:
+        """Whether the value is a tensor (it has a shape); else ``text`` shows it."""
         return self.shape is not None
 
     @property
@@ -91,7 +92,17 @@ class Summary:
 
     @classmethod
     def of(cls, value: Any, name: str = "", op: str = "", module: str = "") -> Summary:
-        """Summarize ``value`` (computed now; the value itself is not kept)."""
+        """Summarize a value now; the value itself is not kept.
+
+        Args:
+            value: a tensor, or anything else (a tuple of tensors, an int...).
+            name: the node the value is of.
+            op: the op that computed it (``"aten.relu.default"``).
+            module: the module call it was computed in.
+
+        Returns:
+            The :class:`Summary`.
+        """
         if isinstance(value, torch.Tensor):
             return _tensor_summary(value, name, op, module)
         tensors = tensor_leaves(value)
@@ -128,7 +139,12 @@ class Summary:
         return "  ".join(parts)
 
     def row(self) -> list[str]:
-        """The cells of this summary in :func:`summary_table`: name, value, statistics."""
+        """The cells of this summary in :func:`summary_table`.
+
+        Returns:
+            Seven texts: the name, the value (dtype, shape, device), min, max, mean, std, and
+            the NaN / Inf counts.
+        """
         if not self.is_tensor:
             return [self.name, f"{self.type} {self.text}", "", "", "", "", ""]
         value = f"{self.dtype}{list(self.shape)} {self.device}"
@@ -144,7 +160,23 @@ class Summary:
 
 
 def summary_table(summaries: list[Summary]) -> str:
-    """Summaries as one HTML table; a value holding a NaN or an Inf is marked."""
+    """Summaries as one HTML table; a value holding a NaN or an Inf is marked.
+
+    Args:
+        summaries: the :class:`Summary` objects, one row each, in this order.
+
+    Returns:
+        The HTML of the table, a header row and one row per summary (:meth:`Summary.row`).
+
+    Example:
+        >>> import torch
+        >>> from graphsurgeon.step import Summary, summary_table
+        >>> x = Summary.of(torch.tensor([1.0, float("inf")]), name="x")
+        >>> x.row()
+        ['x', 'float32[2] cpu', '1', '1', '1', '0', '0 / 1']
+        >>> summary_table([x]).count("<tr>")
+        2
+    """
     from .. import display as d
 
     rows = []
