@@ -2,7 +2,8 @@ r"""SurgeryWidget: the notebook app, an anywidget over a :class:`SurgerySession`
 
 The class holds traits and one table of actions, :data:`ACTIONS`: each button's name (the one
 name of the action: the session's method it calls and the widget's method that does the same),
-label, tooltip, when it is enabled and its keyboard shortcut. The page's buttons (``static/widget.js`` builds them from the ``actions`` trait), ``w.click(name)``,
+label, tooltip, when it is enabled and its keyboard shortcut. The page's buttons
+(``static/widget.js`` builds them from the ``actions`` trait), ``w.click(name)``,
 :attr:`SurgeryWidget.BUTTONS` and the page's ``button`` messages all read that table. After
 every action the widget copies what changed (:mod:`._panels`) into its traits. An error from a
 click shows in the widget (``w.error``); the same action called from code raises too.
@@ -234,9 +235,14 @@ class SurgeryWidget(anywidget.AnyWidget):
     ``STATIC_COPY_DELAY`` seconds, a change from code at once).
 
     Everything a button does is a method too, of the button's name (``w.click("step_over")``
-    is ``w.step_over()``; ``w.select(name)``, ``w.swap(module)``...), and the live objects are ``w.surgery``,
-    ``w.stepper`` and ``w.selected``: the next cell goes on in code. ``w.session`` is the
-    :class:`~graphsurgeon.widget.SurgerySession` behind it all.
+    is ``w.step_over()``; ``w.select(name)``, ``w.swap(module)``...), and the live objects are
+    ``w.surgery``, ``w.stepper`` and ``w.selected``: the next cell goes on in code.
+    ``w.session`` is the :class:`~graphsurgeon.widget.SurgerySession` behind it all. A method
+    returns the widget, so calls chain (``w.select("1").swap(module)``), unless it says what it
+    returns (a check's report, a stepper move's StepResult). An action that cannot run (nothing
+    selected, no region, nothing to undo, the program finished) raises a
+    :class:`~graphsurgeon.errors.GraphSurgeonError` that says what to do (mostly
+    :class:`~graphsurgeon.errors.WidgetError`), and ``w.error`` shows it as it shows a click's.
 
     Args:
         program: an ExportedProgram (``gs.export(model, args)``) or a
@@ -495,9 +501,25 @@ class SurgeryWidget(anywidget.AnyWidget):
     # -- the Python API -------------------------------------------------------------------
 
     def click(self, button: str) -> Any:
-        """Press a button of the widget by its name (one of ``SurgeryWidget.BUTTONS``: the
-        name of the method that does the same, ``w.click("step_over")`` is ``w.step_over()``),
-        as the page does; returns what its action returns (a StepResult, a VerifyReport...)."""
+        """Press a button by its name, as the page does (``w.click("undo")`` is ``w.undo()``).
+
+        Args:
+            button: one of :attr:`BUTTONS`, or a name a button had before (``"bisect"``).
+
+        Returns:
+            What the action's method returns.
+
+        Raises:
+            WidgetError: the widget has no such button.
+
+        Example:
+            >>> import torch, graphsurgeon as gs
+            >>> x = torch.ones(1, 2)
+            >>> model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
+            >>> w = gs.SurgeryWidget(gs.export(model, (x,)), args=(x,))
+            >>> w.click("step").ran[-1], w.stepper.current.name
+            ('p_0_bias', 'linear')
+        """
         return self._run(lambda: self._press(button))
 
     @property
@@ -516,20 +538,42 @@ class SurgeryWidget(anywidget.AnyWidget):
         return self._session.stepper
 
     def refresh(self) -> SurgeryWidget:
-        """Show ``w.surgery`` as it is now. Any action does this first when the Surgery was
-        changed from code (``w.surgery.swap(...)`` in a cell)."""
+        """Show ``w.surgery`` as it is now; any action does this first after a change from code."""
         self._run(self._session.refresh)
         return self
 
     def select(self, name: str | None) -> SurgeryWidget:
-        """Select a module, a call (``"shared@1"``) or an fx node; None clears."""
+        """Select a module, a call or an fx node, as a click in the picture does.
+
+        Args:
+            name: a module (``"1"``), a call (``"shared@1"``) or an fx node name; None clears.
+
+        Raises:
+            UnknownNameError: the program has no such module or node.
+        """
         self._run(lambda: self._session.select(name))
         return self
 
     def search(self, text: str) -> SurgeryWidget:
-        r"""Find modules and nodes by name, type (``"LayerNorm"``), op (``"aten.gelu"``),
-        initials (``"sdpa"``) or regex (``r"layers\.\d+\.mlp"``): every match is marked and
-        listed, the first selected with what hides it opened (:meth:`next_match`)."""
+        r"""Find modules and nodes, mark every match and select the first, opening what hides it.
+
+        Args:
+            text: a name, a type (``"LayerNorm"``), an op (``"aten.gelu"``), initials (``"sdpa"``)
+                or a regex (``r"layers\.\d+\.mlp"``).
+
+        Raises:
+            WidgetError: nothing matches.
+
+        Example:
+            >>> import torch, graphsurgeon as gs
+            >>> x = torch.ones(1, 2)
+            >>> model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
+            >>> w = gs.SurgeryWidget(gs.export(model, (x,)), args=(x,))
+            >>> [(m.name, m.kind) for m in w.search("ReLU").matches]
+            [('1', 'module'), ('relu', 'node')]
+            >>> w.selected, w.next_match().selected_node, w.previous_match().selected
+            ('1', 'relu', '1')
+        """
         self._run(lambda: self._session.search(text))
         return self
 
@@ -539,14 +583,17 @@ class SurgeryWidget(anywidget.AnyWidget):
         return list(self._session.matches)
 
     def next_match(self) -> SurgeryWidget:
+        """Select the next match of the last :meth:`search` (after the last, the first)."""
         self._run(self._session.next_match)
         return self
 
     def previous_match(self) -> SurgeryWidget:
+        """Select the previous match of the last :meth:`search` (before the first, the last)."""
         self._run(self._session.previous_match)
         return self
 
     def close_search(self) -> SurgeryWidget:
+        """Close the search: its matches are no longer marked; the selection stays."""
         self._run(self._session.close_search)
         return self
 
@@ -556,32 +603,62 @@ class SurgeryWidget(anywidget.AnyWidget):
         return self
 
     def toggle(self, name: str) -> SurgeryWidget:
-        """Open a collapsed module, or collapse an open one (a name or an element id)."""
+        """Open a collapsed module, or collapse an open one, as a double-click does.
+
+        Args:
+            name: a module name, or the element id the picture gives it.
+        """
         self._run(lambda: self._session.toggle(name))
         return self
 
     def expand(self, name: str | None = None, *, force: bool = False) -> SurgeryWidget:
-        """Open module ``name`` (default: the selection) and the modules around it. A picture
-        of more nodes than ``graphsurgeon.widget.LARGE_LAYOUT`` waits for
-        :meth:`confirm_layout` (``w.pending``), unless ``force``."""
+        """Open a module, and the modules around it, in the picture.
+
+        Args:
+            name: the module (default: the selection).
+            force: lay out a picture of more nodes than ``graphsurgeon.widget.LARGE_LAYOUT`` at
+                once; without it the picture waits for :meth:`confirm_layout` (``w.pending``).
+
+        Example:
+            >>> import torch, graphsurgeon as gs
+            >>> inner = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
+            >>> model, x = torch.nn.Sequential(inner, torch.nn.Tanh()), torch.ones(1, 2)
+            >>> w = gs.SurgeryWidget(gs.export(model, (x,)), args=(x,))
+            >>> w.collapse("0").caption
+            '4 nodes drawn · the program: 7 fx nodes, 4 module calls'
+            >>> w.expand("0").caption
+            '5 nodes drawn · the program: 7 fx nodes, 4 module calls'
+        """
         self._run(lambda: self._session.expand(name, force))
         return self
 
     def collapse(self, name: str | None = None) -> SurgeryWidget:
-        """Draw module ``name`` (default: the selection) as one box again."""
+        """Draw a module as one box again (see :meth:`expand`).
+
+        Args:
+            name: the module (default: the selection).
+        """
         self._run(lambda: self._session.collapse(name))
         return self
 
     def expand_all(self, *, force: bool = False) -> SurgeryWidget:
-        """Open every module. A picture of more nodes than
-        ``graphsurgeon.widget.LARGE_LAYOUT`` waits for :meth:`confirm_layout` (``w.pending``
-        and ``w.warning`` say so), unless ``force``."""
+        """Open every module (``w.warning`` says when a large picture waits).
+
+        Args:
+            force: lay out a picture of more nodes than ``graphsurgeon.widget.LARGE_LAYOUT`` at
+                once; without it the picture waits for :meth:`confirm_layout` (``w.pending``).
+        """
         self._run(lambda: self._session.expand_all(force))
         return self
 
     def expand_to_depth(self, depth: int | str, *, force: bool = False) -> SurgeryWidget:
-        """Open every module down to ``depth`` levels (1: top-level modules are boxes);
-        ``"all"`` or ``"auto"`` too. A large picture waits as :meth:`expand_all`'s does."""
+        """Open every module down to a depth.
+
+        Args:
+            depth: the levels opened (1: the top-level modules are boxes); ``"all"`` or ``"auto"``.
+            force: lay out a picture of more nodes than ``graphsurgeon.widget.LARGE_LAYOUT`` at
+                once; without it the picture waits for :meth:`confirm_layout` (``w.pending``).
+        """
         self._run(lambda: self._session.expand_to_depth(depth, force))
         return self
 
@@ -591,18 +668,26 @@ class SurgeryWidget(anywidget.AnyWidget):
         return self
 
     def cancel_layout(self) -> SurgeryWidget:
+        """Keep the picture as it is instead of the large layout waiting (``w.pending``)."""
         self._run(self._session.cancel_layout)
         return self
 
     def show_overlay(self, kind: str | None) -> SurgeryWidget:
-        """Paint the picture and the tree with ``"error"``, ``"own error"`` or ``"latency"``
-        (None or ``""``: none); recomputed after every edit, kept across views."""
+        """Paint the picture and the tree with an overlay, recomputed after every edit.
+
+        Args:
+            kind: ``"error"``, ``"own error"`` or ``"latency"``; None or ``""``: none.
+        """
         self._run(lambda: self._session.set_overlay(kind))
         return self
 
     def find_culprits(self):
-        """Bisect the swaps (:meth:`graphsurgeon.Surgery.bisect`): the culprits are marked in
-        the tree and the picture; returns the :class:`~graphsurgeon.checks.bisect.Bisection`."""
+        """The smallest set of swaps that explains a mismatch, marked in the picture.
+
+        Returns:
+            The :class:`~graphsurgeon.checks.bisect.Bisection`, as
+            :meth:`graphsurgeon.Surgery.bisect` gives it.
+        """
         return self._run(self._session.find_culprits)
 
     def auto(self) -> SurgeryWidget:
@@ -611,36 +696,88 @@ class SurgeryWidget(anywidget.AnyWidget):
         return self
 
     def show(self, view: str) -> SurgeryWidget:
-        """Show ``"program"``, or before/after ``"merged"`` or ``"split"``."""
+        """Show ``"program"``, or the program before and after: ``"merged"`` or ``"split"``.
+
+        Args:
+            view: ``"program"``, ``"merged"`` (one picture) or ``"split"`` (side by side).
+        """
         self._run(lambda: self._session.set_view(view))
         return self
 
     def choose(self, key: str | None) -> SurgeryWidget:
-        """Pick a replacement for the selection as the picker does: ``"copy"``, ``"identity"``,
-        ``"ns:<name>"``; ``""`` or None: none. Selecting another module clears it."""
+        """Pick a replacement for the selection, as the picker does; another selection clears it.
+
+        Args:
+            key: ``"copy"``, ``"identity"``, ``"ns:<name>"`` (a module of the namespace); ``""``
+                or None: none.
+
+        Example:
+            >>> import torch, graphsurgeon as gs
+            >>> x = torch.ones(1, 2)
+            >>> model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
+            >>> w = gs.SurgeryWidget(gs.export(model, (x,)), args=(x,))
+            >>> w.select("1").choose("identity").swap().surgery.replacements
+            {'1': Identity()}
+        """
         self._run(lambda: self._session.choose(key))
         return self
 
     def choose_expression(self, text: str) -> SurgeryWidget:
-        """Evaluate ``text`` in the namespace; the module it makes is the next replacement."""
+        """Evaluate an expression in the namespace: the module it makes is the choice.
+
+        Args:
+            text: Python code that makes a ``torch.nn.Module`` (``"MyNorm(64)"``).
+        """
         self._run(lambda: self._session.choose_expression(text))
         return self
 
     def swap(self, module: torch.nn.Module | None = None, name: str | None = None):
-        """Swap the selection (or ``name``) for ``module`` (default: the picker's choice)."""
+        """Swap a module for a replacement, as the Swap button does.
+
+        Args:
+            module: the replacement (default: the picker's choice, :meth:`choose`).
+            name: the module or call swapped (default: the selection).
+
+        Raises:
+            SwapError: the swap is refused (the message says why); the Surgery stays as it was.
+
+        Example:
+            >>> import torch, graphsurgeon as gs
+            >>> x = torch.ones(1, 2)
+            >>> model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
+            >>> w = gs.SurgeryWidget(gs.export(model, (x,)), args=(x,))
+            >>> w.swap(torch.nn.Sigmoid(), "1").swapped
+            ['1']
+            >>> w.undo().can_redo, w.redo().surgery.replacements
+            (True, {'1': Sigmoid()})
+        """
         self._run(lambda: self._session.swap(module, name))
         return self
 
     def fuse(self, name: str | None = None) -> SurgeryWidget:
-        """Fuse the selection (or ``name``): its nodes become one call."""
+        """Fuse a module: its nodes become one call (:meth:`graphsurgeon.Surgery.fuse`).
+
+        Args:
+            name: the module or call fused (default: the selection).
+        """
         self._run(lambda: self._session.fuse(name))
         return self
 
     def undo(self) -> SurgeryWidget:
+        """Go back one step of the Surgery (see :meth:`swap`).
+
+        Raises:
+            SurgeryError: nothing to undo.
+        """
         self._run(self._session.undo)
         return self
 
     def redo(self) -> SurgeryWidget:
+        """Go forward again over a step :meth:`undo` went back.
+
+        Raises:
+            SurgeryError: nothing to redo.
+        """
         self._run(self._session.redo)
         return self
 
@@ -651,7 +788,21 @@ class SurgeryWidget(anywidget.AnyWidget):
         return self
 
     def region(self, nodes) -> SurgeryWidget:
-        """Make fx nodes ``nodes`` the region (as shift-clicks do); ``[]`` forgets it."""
+        """Make fx nodes the region, as shift-clicks do (``w.can_use_region``: one call?).
+
+        Args:
+            nodes: fx node names of the program, as the picture names them; ``[]`` forgets it.
+
+        Example:
+            >>> import torch, graphsurgeon as gs
+            >>> x = torch.ones(1, 2)
+            >>> model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
+            >>> w = gs.SurgeryWidget(gs.export(model, (x,)), args=(x,))
+            >>> w.region(["linear", "relu"]).can_use_region, len(w.find_similar())
+            (True, 1)
+            >>> [step.name for step in w.fuse_region().surgery.steps]
+            ['region:(top)']
+        """
         self._run(lambda: self._session.set_region(nodes))
         return self
 
@@ -666,21 +817,46 @@ class SurgeryWidget(anywidget.AnyWidget):
         return self
 
     def swap_region(self, module: torch.nn.Module | None = None) -> SurgeryWidget:
-        """Replace the region by one call of ``module`` (default: the picker's choice)."""
+        """Replace the region by one call of a module (:meth:`graphsurgeon.Surgery.swap_region`).
+
+        Args:
+            module: the replacement (default: the picker's choice, :meth:`choose`).
+        """
         self._run(lambda: self._session.swap_region(module))
         return self
 
     def find_similar(self):
-        """Where else the program computes what the region does: the
-        :class:`graphsurgeon.patterns.find.Matches`, marked in the picture and listed."""
+        """Where else the program computes what the region does, marked and listed.
+
+        Returns:
+            The :class:`graphsurgeon.patterns.find.Matches` (see :meth:`region`).
+        """
         return self._run(self._session.find_similar)
 
     def verify(self):
-        """Verify against the eager reference: the :class:`~graphsurgeon.VerifyReport`."""
+        """Verify the current program on the widget's inputs, as :meth:`Surgery.verify` does.
+
+        Returns:
+            The :class:`~graphsurgeon.VerifyReport`, shown in the check panel too.
+        """
         return self._run(self._session.verify)
 
     def compare(self):
-        """Compare each swapped call with the original: the :class:`~graphsurgeon.Comparison`."""
+        """Compare each swapped call with the original it replaced, on the same inputs.
+
+        Returns:
+            The :class:`~graphsurgeon.Comparison`, shown in the check panel too.
+
+        Example:
+            >>> import torch, graphsurgeon as gs
+            >>> x = torch.ones(1, 2)
+            >>> model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
+            >>> w = gs.SurgeryWidget(gs.export(model, (x,)), args=(x,))
+            >>> print(w.swap(torch.nn.Sigmoid(), "1").verify().against)  # no model was given
+            the original program
+            >>> w.verify().ok, w.compare().first_divergence  # a Sigmoid is no ReLU
+            (False, '1')
+        """
         return self._run(self._session.compare)
 
     def step(self):
@@ -688,18 +864,36 @@ class SurgeryWidget(anywidget.AnyWidget):
         return self._run(self._session.step)
 
     def step_over(self):
+        """Run the next node, or the whole module call it starts (F10): the StepResult."""
         return self._run(self._session.step_over)
 
     def step_into(self):
+        """Enter the swapped or fused call next (F11), drawn beside: the StepResult.
+
+        Example:
+            >>> import torch, graphsurgeon as gs
+            >>> x = torch.ones(1, 2)
+            >>> model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
+            >>> w = gs.SurgeryWidget(gs.export(model, (x,)), args=(x,))
+            >>> w.swap(torch.nn.Sigmoid(), "1").select("1").run_to_selection().reason
+            'target'
+            >>> w.step_into().note, w.stepper.current.name
+            ("entered swapped call '1'", 'sigmoid')
+            >>> w.step_out().note
+            "left swapped call '1'"
+        """
         return self._run(self._session.step_into)
 
     def step_out(self):
+        """Run to the end of the current module call (Shift+F11): the StepResult."""
         return self._run(self._session.step_out)
 
     def run_to_selection(self):
+        """Run until the selected node or module is next: the StepResult."""
         return self._run(self._session.run_to_selection)
 
     def continue_(self):
+        """Run to the next breakpoint, or to the end (F8): the StepResult."""
         return self._run(self._session.continue_)
 
     def reset_stepper(self) -> SurgeryWidget:
@@ -708,13 +902,30 @@ class SurgeryWidget(anywidget.AnyWidget):
         return self
 
     def toggle_breakpoint(self) -> SurgeryWidget:
-        """Stop at the selection: before the selected node, or at the first op of the
-        selected module ("Breakpoint"); again: remove it."""
+        """Stop before the selected node, or the selected module's first op.
+
+        Pressed again, it removes the breakpoint.
+
+        Example:
+            >>> import torch, graphsurgeon as gs
+            >>> x = torch.ones(1, 2)
+            >>> model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
+            >>> w = gs.SurgeryWidget(gs.export(model, (x,)), args=(x,))
+            >>> print(w.select("1").toggle_breakpoint().continue_())
+            ran 6 nodes (input_1 .. linear); stopped: break on entering '1'
+        """
         self._run(self._session.toggle_breakpoint)
         return self
 
     def save(self, path: str | Path) -> Path:
-        """Write the picture shown to ``path`` (``.svg`` or ``.dot``)."""
+        """Write the picture shown to a file, as the page's save button does.
+
+        Args:
+            path: where to write it; its suffix is the format, ``.svg`` or ``.dot``.
+
+        Returns:
+            ``path`` as a ``pathlib.Path``.
+        """
         path = Path(path)
         _name, text = self._run(lambda: self._session.picture_text(path.suffix.lstrip(".")))
         path.write_text(text)
