@@ -177,7 +177,7 @@ class Layout:
         """The calls of this graph a module or call name stands for, in call order: read by
         the program's index as every entry point reads it (``"blk@0"`` is ``"blk"``; a
         container such as nn.ModuleList stands for the outermost calls of its submodules,
-        :meth:`ProgramIndex.calls_covered`)."""
+        :meth:`graphsurgeon.partition.ProgramIndex.calls_covered`)."""
         if not isinstance(module, str):
             raise StepError(f"expected a module name such as 'layers.0', got {module!r}")
         if module in self.call_position and module not in self.program_fqns:
