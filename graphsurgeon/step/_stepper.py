@@ -1,6 +1,34 @@
 """The :class:`Stepper`, a cursor over a program's graph, and :class:`StepResult`, what one of
 its moves did. Its layout, breakpoints, summaries and entered calls are rooms of their own in
-this package; nodes run through :class:`graphsurgeon.checks._exec.NodeRunner`."""
+this package; nodes run through :class:`graphsurgeon.checks._exec.NodeRunner`.
+
+Example:
+    Every move, on a model of two modules, the first of two (a step into a call is
+    :meth:`Stepper.step_into`'s example):
+
+    >>> import torch, graphsurgeon as gs
+    >>> inner = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
+    >>> x = torch.tensor([[1.0, -1.0]])
+    >>> st = gs.Stepper(gs.export(torch.nn.Sequential(inner, torch.nn.Tanh()), (x,)), x)
+    >>> st.step().ran  # the input, its checks and the weights run on the way to the first op
+    ('input_1', 'input_guard_0', 'check_inputs', 'p_0_0_weight', 'p_0_0_bias')
+    >>> st.step().ran, st.current.name, st.stack  # in module "0" now, at its ReLU
+    (('linear',), 'relu', ('0', '0.1'))
+    >>> st.step_out().ran, st.stack  # to the end of "0"
+    (('relu',), ('1',))
+    >>> st.reset()
+    >>> _ = st.run_to("0")  # the module's first op: at its entry, not in it yet
+    >>> st.step_over().ran, st.current.name  # the whole of "0"
+    (('linear', 'relu'), 'tanh')
+    >>> st.summary("relu").shape, st.module_of("relu"), st.nodes_of("0.1")
+    ((1, 2), '0.1', ('relu',))
+    >>> st.reset()
+    >>> _ = st.breakpoints.node("tanh")
+    >>> print(st.continue_())
+    ran 7 nodes (input_1 .. relu); stopped: break before node 'tanh'
+    >>> st.run_to(lambda node: node.op == "output").ran, st.continue_().reason
+    (('tanh',), 'end')
+"""
 
 from __future__ import annotations
 
@@ -147,11 +175,8 @@ def _resolve_program(program: Any, args: tuple, kwargs: dict) -> tuple[GraphModu
 class Stepper:
     """A cursor over a program's graph: run it node by node, stop where you like, look around.
 
-    ``program`` is an ExportedProgram (its unlifted graph is stepped), a GraphModule (from
-    ``gs.swap``, or any other), or an object with a ``.module`` GraphModule; ``args`` and
-    ``kwargs`` are the inputs, as for calling the program (keywords matched by name; none
-    given: a Surgery's example inputs). Each run gets its own copy of the inputs, so
-    :meth:`reset` replays exactly the same run.
+    Each run gets its own copy of the inputs, so :meth:`reset` replays exactly the same run.
+    The module's example shows every move.
 
     Moving: :meth:`step`, :meth:`step_over`, :meth:`step_out`, :meth:`run_to`,
     :meth:`continue_`, :meth:`step_into`, :meth:`reset`. Every move stops at breakpoints
@@ -178,19 +203,14 @@ class Stepper:
 
     Errors: when a node raises, the stepper stops *at* that node (it has not run), keeps the
     error in ``st.error`` and raises it as a :class:`NodeError` naming the node and its module
-    call. Everything stays inspectable; fix the cause and step again, or :meth:`reset`.
+    call. Everything stays inspectable; fix the cause and step again, or :meth:`reset`. A move
+    once the program has finished raises :class:`AlreadyRanError`.
 
     Args:
-        program: an ExportedProgram, a :func:`graphsurgeon.swap` or :func:`graphsurgeon.fuse`
-            result, a :class:`graphsurgeon.Surgery` (its current program), or any other
-            ``torch.fx.GraphModule``. None of them is changed by stepping.
-        *args: the program's positional inputs, as for calling it; none (and no ``kwargs``):
-            a Surgery's example inputs.
-        **kwargs: the program's keyword inputs, matched by name.
-
-    Raises:
-        NotAProgramError: ``program`` is no program (a model: export it first).
-        StepError: the inputs do not bind to the program's inputs (too few, an unknown keyword).
+        program: an ExportedProgram (its unlifted graph is stepped), a GraphModule (from
+            ``gs.swap``, or any other), a Surgery, or an object with a ``.module`` GraphModule.
+        *args: the inputs, as for calling the program; none: a Surgery's example inputs.
+        **kwargs: the keyword inputs, matched by name.
 
     Example:
         >>> import torch, graphsurgeon as gs
@@ -241,24 +261,8 @@ class Stepper:
     # -- state ------------------------------------------------------------------------------
 
     def reset(self) -> None:
-        """Back to the start, with fresh copies of the inputs.
-
-        Breakpoints are kept; a call entered with :meth:`step_into` is left, so the next run
-        is the same run again.
-
-        Example:
-            >>> import torch, graphsurgeon as gs
-            >>> model = torch.nn.Sequential(
-            ...     torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU()), torch.nn.Tanh()
-            ... )
-            >>> x = torch.tensor([[1.0, -1.0]])
-            >>> st = gs.Stepper(gs.export(model, (x,)), x)
-            >>> st.continue_().reason, st.done
-            ('end', True)
-            >>> st.reset()
-            >>> st.position, st.done
-            (0, False)
-        """
+        """Back to the start, with fresh copies of the inputs. Breakpoints are kept; a call
+        entered with :meth:`step_into` is left."""
         self._frame = None
         self._summaries: dict[Node, Summary] = {}
         self._pos = 0
@@ -324,7 +328,7 @@ class Stepper:
 
     @property
     def done(self) -> bool:
-        """Whether the program has run to its end (``output`` is then its value)."""
+        """Whether the program has run to its end (``output`` is then what it returned)."""
         return self._pos >= self._total
 
     @property
@@ -377,85 +381,22 @@ class Stepper:
                     self._retire(node)
 
     def module_of(self, name: str) -> str:
-        """The innermost module call a node belongs to.
-
-        Args:
-            name: a node name of the graph stepped.
-
-        Returns:
-            The call's name (``"0.1"``, ``"blk@1"``), or ``""`` for a node of the top level.
-
-        Raises:
-            UnknownNodeError: the graph has no node ``name`` (the closest names are given).
-
-        Example:
-            >>> import torch, graphsurgeon as gs
-            >>> model = torch.nn.Sequential(
-            ...     torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU()), torch.nn.Tanh()
-            ... )
-            >>> x = torch.tensor([[1.0, -1.0]])
-            >>> st = gs.Stepper(gs.export(model, (x,)), x)
-            >>> st.module_of("relu"), st.module_of("input_1")
-            ('0.1', '')
-        """
+        """The innermost module call node ``name`` belongs to ('' for the top level)."""
         stack = self._layout.stacks[self._layout.position[self._layout.node(name)]]
         return stack[-1] if stack else ""
 
     def nodes_of(self, module: str) -> tuple[str, ...]:
-        """The nodes of a module's calls, in graph order.
-
-        Args:
-            module: a module name (every call of it) or one call (``"fqn@k"``).
-
-        Returns:
-            The names of the nodes of those calls (the weights they read included).
-
-        Raises:
-            UnknownModuleError: the graph has no such module or call (the closest names are
-                given).
-            StepError: ``module`` is no name.
-
-        Example:
-            >>> import torch, graphsurgeon as gs
-            >>> model = torch.nn.Sequential(
-            ...     torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU()), torch.nn.Tanh()
-            ... )
-            >>> x = torch.tensor([[1.0, -1.0]])
-            >>> st = gs.Stepper(gs.export(model, (x,)), x)
-            >>> st.nodes_of("0")
-            ('p_0_0_weight', 'p_0_0_bias', 'linear', 'relu')
-        """
+        """The names of the nodes of ``module`` (every call of an fqn, or one ``"fqn@k"``)."""
         positions = sorted(
             {i for call in self._layout.calls_named(module) for i in self._layout.members[call]}
         )
         return tuple(self._layout.names[i] for i in positions)
 
     def summary(self, name: str) -> Summary:
-        """What the value of a node that ran looks like: shape, dtype, range, NaNs.
-
-        Kept for every node that ran, also once ``memory_light`` dropped its value.
+        """The :class:`Summary` of a node's value (it must have run).
 
         Args:
-            name: a node name; inside a call entered with :meth:`step_into`, the call's nodes
-                are looked up first, then the program's.
-
-        Returns:
-            The :class:`Summary` of the node's value.
-
-        Raises:
-            UnknownNodeError: no such node, or it has not run yet (the message says which).
-
-        Example:
-            >>> import torch, graphsurgeon as gs
-            >>> model = torch.nn.Sequential(
-            ...     torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU()), torch.nn.Tanh()
-            ... )
-            >>> x = torch.tensor([[1.0, -1.0]])
-            >>> st = gs.Stepper(gs.export(model, (x,)), x)
-            >>> _ = st.run_to("tanh")
-            >>> s = st.summary("relu")
-            >>> s.module, s.shape, s.min >= 0
-            ('0.1', (1, 2), True)
+            name: the node; inside an entered call, its nodes are looked up first.
         """
         inner = self._frame.stepper if self._frame is not None else None
         if inner is not None and (inner._frame is not None or name in inner._layout.by_name):
@@ -469,12 +410,7 @@ class Stepper:
         raise UnknownNodeError(self._why_no_value(node))
 
     def where(self) -> str:
-        """Where the stepper is, in one line: the position, the next node, its module call.
-
-        Returns:
-            ``"at 7/9: next 'tanh' (aten.tanh.default(self=relu)) in 1"``, or
-            ``"done: ran all 9 nodes"``.
-        """
+        """Where the stepper is, in one line."""
         frame, active, stack = self._frame, self._active(), self.stack
         if frame is None and self.done:
             return f"done: ran all {self._total} nodes"
@@ -523,34 +459,15 @@ class Stepper:
     # -- moving -----------------------------------------------------------------------------
 
     def step(self, n: int = 1) -> StepResult:
-        """Run the next ``n`` ops, and what carries values between them, up to the next op.
-
-        A swapped or fused call counts as one op. Fewer run if a breakpoint or the end comes
-        first. Inside a call entered with :meth:`step_into`, a step that finishes the call
-        leaves it and stops.
+        """Run the next ``n`` ops (or swapped or fused calls), and what carries values between
+        them, up to the next op (fewer if a breakpoint or the end comes first). Inside a call
+        entered with :meth:`step_into`, a step that finishes the call leaves it and stops.
 
         Args:
             n: how many ops to run, at least 1.
 
         Returns:
-            The :class:`StepResult`: the nodes that ran and why the stepper stopped.
-
-        Raises:
-            StepError: ``n`` is not a positive int.
-            AlreadyRanError: the program has finished (:meth:`reset` runs it again).
-            NodeError: a node raised; the stepper stays at that node (``st.error``).
-
-        Example:
-            >>> import torch, graphsurgeon as gs
-            >>> model = torch.nn.Sequential(
-            ...     torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU()), torch.nn.Tanh()
-            ... )
-            >>> x = torch.tensor([[1.0, -1.0]])
-            >>> st = gs.Stepper(gs.export(model, (x,)), x)
-            >>> st.step().ran  # the inputs, their checks and the weights, then the first op
-            ('input_1', 'input_guard_0', 'check_inputs', 'p_0_0_weight', 'p_0_0_bias')
-            >>> st.step(2).ran, st.current.name
-            (('linear', 'relu'), 'tanh')
+            The :class:`StepResult` of the move, as every move returns.
         """
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise StepError(f"step(n): n is a number of nodes, at least 1; got {n!r}")
@@ -563,24 +480,6 @@ class Stepper:
         """Run the next node; if it starts a module call (or is a swapped call), run the whole call.
 
         Of the calls that begin at ``current``, the outermost one is run to its end.
-
-        Returns:
-            The :class:`StepResult` of the move.
-
-        Raises:
-            AlreadyRanError: the program has finished (:meth:`reset` runs it again).
-            NodeError: a node raised; the stepper stays at that node (``st.error``).
-
-        Example:
-            >>> import torch, graphsurgeon as gs
-            >>> model = torch.nn.Sequential(
-            ...     torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU()), torch.nn.Tanh()
-            ... )
-            >>> x = torch.tensor([[1.0, -1.0]])
-            >>> st = gs.Stepper(gs.export(model, (x,)), x)
-            >>> _ = st.run_to("0")  # at the first op of module "0"
-            >>> st.step_over().ran, st.current.name, st.stack
-            (('linear', 'relu'), 'tanh', ('1',))
         """
         if self._frame is not None:
             return self._inside(lambda inner: inner.step_over())
@@ -596,31 +495,7 @@ class Stepper:
 
     def step_out(self) -> StepResult:
         """Run to the end of the module call the stepper is in (at the top level: to the end).
-
-        At the first op of a call the stepper stands at its entry, not in it: the call it is
-        in is the one around. At the top of a call entered with :meth:`step_into`: finish that
-        call and leave it.
-
-        Returns:
-            The :class:`StepResult` of the move.
-
-        Raises:
-            AlreadyRanError: the program has finished (:meth:`reset` runs it again).
-            NodeError: a node raised; the stepper stays at that node (``st.error``).
-
-        Example:
-            >>> import torch, graphsurgeon as gs
-            >>> model = torch.nn.Sequential(
-            ...     torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU()), torch.nn.Tanh()
-            ... )
-            >>> x = torch.tensor([[1.0, -1.0]])
-            >>> st = gs.Stepper(gs.export(model, (x,)), x)
-            >>> _ = st.run_to("0")
-            >>> st.step().ran, st.stack  # inside "0" now, at the ReLU
-            (('linear',), ('0', '0.1'))
-            >>> st.step_out().ran, st.current.name, st.stack
-            (('relu',), 'tanh', ('1',))
-        """
+        At the top of a call entered with :meth:`step_into`: finish that call and leave it."""
         if self._frame is not None:
             return self._inside(lambda inner: inner.step_out())
         self._check_not_done()
@@ -648,30 +523,11 @@ class Stepper:
 
         Args:
             target: a node or module name, ``"call/node"``, or a predicate on the next node.
-            node: a node name, where the name is a module's too.
-            module: a module or call name, where the name is a node's too.
+            node: a node name, for a name that is a module's too.
+            module: a module or call name, for a name that is a node's too.
 
         Returns:
-            The :class:`StepResult`: ``reason`` is ``"target"`` when it got there,
-            ``"breakpoint"`` or ``"end"`` when something else stopped it first.
-
-        Raises:
-            StepError: not exactly one target, or a name both a node and a module.
-            UnknownNameError: no node or module of that name (the closest names are given).
-            AlreadyRanError: the target already ran, or the program has finished.
-            NodeError: a node raised on the way; the stepper stays at that node.
-
-        Example:
-            >>> import torch, graphsurgeon as gs
-            >>> model = torch.nn.Sequential(
-            ...     torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU()), torch.nn.Tanh()
-            ... )
-            >>> x = torch.tensor([[1.0, -1.0]])
-            >>> st = gs.Stepper(gs.export(model, (x,)), x)
-            >>> st.run_to("0.1").reason, st.current.name  # a module: its first op
-            ('target', 'relu')
-            >>> st.run_to(lambda node: node.name == "tanh").ran
-            ('relu',)
+            The :class:`StepResult`; ``reason`` ``"target"`` once it is there.
         """
         given = [t for t in (target, node, module) if t is not None]
         if len(given) != 1:
@@ -745,29 +601,7 @@ class Stepper:
         return replace(inside, ran=reached.ran + inside.ran)
 
     def continue_(self) -> StepResult:
-        """Run to the next breakpoint, or to the end.
-
-        Returns:
-            The :class:`StepResult`: ``reason`` ``"breakpoint"`` (``breakpoints`` says which)
-            or ``"end"``.
-
-        Raises:
-            AlreadyRanError: the program has finished (:meth:`reset` runs it again).
-            NodeError: a node raised; the stepper stays at that node (``st.error``).
-
-        Example:
-            >>> import torch, graphsurgeon as gs
-            >>> model = torch.nn.Sequential(
-            ...     torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU()), torch.nn.Tanh()
-            ... )
-            >>> x = torch.tensor([[1.0, -1.0]])
-            >>> st = gs.Stepper(gs.export(model, (x,)), x)
-            >>> _ = st.breakpoints.node("tanh")
-            >>> print(st.continue_())
-            ran 7 nodes (input_1 .. relu); stopped: break before node 'tanh'
-            >>> print(st.continue_())
-            ran tanh, output; the program finished
-        """
+        """Run to the next breakpoint, or to the end."""
         if self._frame is not None:
             return self._inside(lambda inner: inner.continue_(), then=self.continue_)
         self._check_not_done()
@@ -785,14 +619,6 @@ class Stepper:
         ``summary`` are the call's, with the call's node names (``frames`` lists the calls
         entered); the call is left when its last node has run, by any move, and its output is
         the call's value.
-
-        Returns:
-            The :class:`StepResult`; its ``note`` says which call was entered, or why the call
-            ran as one node.
-
-        Raises:
-            AlreadyRanError: the program has finished (:meth:`reset` runs it again).
-            NodeError: a node raised; the stepper stays at that node (``st.error``).
 
         Example:
             >>> import torch, graphsurgeon as gs
