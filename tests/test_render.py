@@ -26,7 +26,15 @@ from graphsurgeon import _meta, render
 from graphsurgeon.examples import FusedAttention, TinyGPT
 from graphsurgeon.render import RenderError, graph_view, to_dot, to_svg
 from graphsurgeon.render import graphviz as graphviz_runner
-from graphsurgeon.render.picture import Picture, PictureNode
+from graphsurgeon.render.picture import (
+    ClusterRow,
+    EdgeRow,
+    NodeRow,
+    Picture,
+    PictureCluster,
+    PictureEdge,
+    PictureNode,
+)
 from graphsurgeon.swap import swap_info
 
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="graphviz `dot` not installed")
@@ -1008,6 +1016,24 @@ def test_the_picture_is_semantic_and_to_dot_owns_every_dot_style(outer, swapped)
         'shape=box3d, margin="0.1,0.06", style="filled,dashed", fillcolor="#f3f4f6", '
         'color="#9ca3af", fontcolor="#6b7280"];\n'
         '  "x" -> "module:m" [id="edge:x->module:m", style=dashed, color="#9ca3af"];\n'
+    )
+
+
+def test_the_rows_a_picture_keeps_are_its_records_fields_by_name():
+    pairs = ((NodeRow, PictureNode), (ClusterRow, PictureCluster), (EdgeRow, PictureEdge))
+    for row, record in pairs:
+        fields = dataclasses.fields(record)
+        assert row._fields == tuple(f.name for f in fields), record.__name__
+        defaults = {f.name: f.default for f in fields if f.default is not dataclasses.MISSING}
+        assert row._field_defaults == defaults, record.__name__
+    picture = graph_view(gs.export(Outer(), (torch.randn(1, 2),)), collapse=1).picture
+    assert {type(row) for row in picture.rows.values()} <= {NodeRow, ClusterRow}
+    assert {type(row) for row in picture.edge_rows} == {EdgeRow}
+    box = picture.rows["module:block"]
+    assert (box.kind, box.calls, box.members) == (
+        "box",
+        ("block",),
+        picture["module:block"].members,
     )
 
 

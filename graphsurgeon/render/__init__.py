@@ -85,7 +85,7 @@ from ._scene import (
 )
 from ._writer import _Context, _picture, _Writer
 from .graphviz import layout, remember
-from .picture import Heat, Picture
+from .picture import EdgeRow, Heat, Picture
 
 __all__ = ["AUTO_MAX_NODES", "GraphView", "RenderError", "graph_view", "to_dot", "to_svg"]
 
@@ -396,13 +396,13 @@ def _heat(values: Any, writers: list[_Writer]) -> Heat:
     return Heat(values.kind, values.unit, values.threshold, low, high)
 
 
-def _on_cycles(edges: list[tuple]) -> set[str]:
-    """The nodes that lie on a cycle of ``edges`` (rows of PictureEdge fields): those in a
-    strongly connected component of more than one node (Tarjan's algorithm, iteratively)."""
+def _on_cycles(edges: list[EdgeRow]) -> set[str]:
+    """The nodes that lie on a cycle of ``edges``: those in a strongly connected component of
+    more than one node (Tarjan's algorithm, iteratively)."""
     heads: dict[str, list[str]] = {}
-    for _, tail, head, *_ in edges:
-        heads.setdefault(tail, []).append(head)
-        heads.setdefault(head, [])
+    for edge in edges:
+        heads.setdefault(edge.tail, []).append(edge.head)
+        heads.setdefault(edge.head, [])
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -455,14 +455,14 @@ def _boxes_on_cycles(writer: _Writer) -> tuple[set, set[str]]:
     runs: set[str] = set()
     for element_id in on_cycles:
         row = writer.rows.get(element_id)
-        if row is None or row[1] not in ("box", "ops"):
+        if row is None or row.kind not in ("box", "ops"):
             continue
-        if row[1] == "ops":
-            boxes.add(ops_key(row[3][0] if row[3] else ""))
-        elif len(row[3]) > 1:
-            runs.update(row[3])
+        if row.kind == "ops":
+            boxes.add(ops_key(row.calls[0] if row.calls else ""))
+        elif len(row.calls) > 1:
+            runs.update(row.calls)
         else:
-            boxes.update(row[3])
+            boxes.update(row.calls)
     return boxes, runs
 
 

@@ -27,9 +27,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .picture import (
-    _CLUSTER_MEMBERS,
     _HEADER,
-    _NODE_FIELDS,
+    ClusterRow,
+    EdgeRow,
+    NodeRow,
     Picture,
     Placed,
     _cluster_attributes,
@@ -51,7 +52,6 @@ MIN_LAYERS = 8
 MIN_NODES = 1200
 # Points between two layers of the stack, and around the stack in its placeholder.
 _GAP = 18.0
-_CLUSTER_COLOR = 7
 _DIGITS = re.compile(r"[0-9]")
 
 
@@ -71,19 +71,17 @@ def _stack(picture: Picture) -> tuple[str | None, list[str]] | None:
     if picture.split or picture.rank_same:
         return None
     rows = picture.rows
-    if sum(1 for row in rows.values() if len(row) == _NODE_FIELDS) < MIN_NODES:
+    if sum(1 for row in rows.values() if type(row) is NodeRow) < MIN_NODES:
         return None
     containers = [(None, picture.top)]
-    containers += [
-        (i, row[_CLUSTER_MEMBERS]) for i, row in rows.items() if len(row) != _NODE_FIELDS
-    ]
+    containers += [(i, row.members) for i, row in rows.items() if type(row) is ClusterRow]
     best: tuple[str | None, list[str]] | None = None
     for container, members in containers:
         run_: list[str] = []
         for member in [*members, None]:
             row = rows.get(member) if member is not None else None
-            cluster = row is not None and len(row) != _NODE_FIELDS and row[1] is not None
-            same = cluster and run_ and row[_CLUSTER_COLOR] == rows[run_[0]][_CLUSTER_COLOR]
+            cluster = type(row) is ClusterRow and row.call is not None
+            same = cluster and run_ and row.color == rows[run_[0]].color
             if run_ and not same:
                 if len(run_) >= MIN_LAYERS and (best is None or len(run_) > len(best[1])):
                     best = (container, run_)
@@ -111,16 +109,16 @@ class _Stacked:
                 element = todo.pop()
                 inside.append(element)
                 row = rows[element]
-                if len(row) != _NODE_FIELDS:
-                    todo += reversed(row[_CLUSTER_MEMBERS])
+                if type(row) is ClusterRow:
+                    todo += reversed(row.members)
             self.elements.append(inside)
             self.layer_of.update(dict.fromkeys(inside, i))
         # each layer's edges inside it, and the edges that cross into or out of the stack
-        self.inner: list[list[tuple]] = [[] for _ in layers]
-        self.crossing: list[tuple] = []
-        self.outside: list[tuple] = []
+        self.inner: list[list[EdgeRow]] = [[] for _ in layers]
+        self.crossing: list[EdgeRow] = []
+        self.outside: list[EdgeRow] = []
         for row in picture.edge_rows:
-            tail, head = self.layer_of.get(row[1]), self.layer_of.get(row[2])
+            tail, head = self.layer_of.get(row.tail), self.layer_of.get(row.head)
             if tail is not None and tail == head:
                 self.inner[tail].append(row)
             elif tail is None and head is None:
@@ -145,34 +143,35 @@ class _Stacked:
         def lower(element: str, indent: str) -> None:
             row = rows[element]
             name = local[element]
-            if len(row) == _NODE_FIELDS:
-                made = (name, row[1], None, (), row[4], text(row[5]), "", None, (), *row[9:])
+            if type(row) is NodeRow:
+                made = row._replace(id=name, label=text(row.label), tooltip="")
                 lines.append(indent + _node_statement(made))
                 return
             lines.append(f"{indent}subgraph {quote('cluster:' + name)} {{")
-            made = (name, row[1], row[2], text(row[3]), "", None, (), *row[7:])
+            made = row._replace(id=name, label=text(row.label), tooltip="")
             lines.extend(f"{indent}  {k}={v};" for k, v in _cluster_attributes(made))
-            for member in row[_CLUSTER_MEMBERS]:
+            for member in row.members:
                 lower(member, indent + "  ")
             lines.append(f"{indent}}}")
 
         lower(self.layers[i], "  ")
         for j, row in enumerate(self.inner[i]):
-            edge = (f"x{j}", local[row[1]], local[row[2]], row[3], row[4], None)
+            edge = EdgeRow(f"x{j}", local[row.tail], local[row.head], row.path, row.mark)
             lines.append("  " + _edge_statement(edge))
         # ports: where an edge from outside comes in (one per element it comes from), and
         # where one leaves (one per element it leaves from; the outgoing ones at the bottom)
         ports: dict[tuple[str, str], str] = {}
         port_edges: list[str] = []
         ins, outs = [], []
-        for edge_id, tail, head, path, mark, _ in self.crossing:
+        for edge in self.crossing:
+            edge_id, tail, head, path, mark = edge.id, edge.tail, edge.head, edge.path, edge.mark
             if self.layer_of.get(head) == i:
                 port = ports.setdefault(("in", tail), f"in{len(ins)}")
                 if port == f"in{len(ins)}":
                     ins.append(port)
                 port_edges.append(edge_id)
                 statement = _edge_statement(
-                    (f"p{len(port_edges)}", port, local[head], "", mark, None)
+                    EdgeRow(f"p{len(port_edges)}", port, local[head], "", mark)
                 )
                 lines.append("  " + statement)
             if self.layer_of.get(tail) == i:
@@ -181,7 +180,7 @@ class _Stacked:
                     outs.append(port)
                 port_edges.append(edge_id)
                 statement = _edge_statement(
-                    (f"p{len(port_edges)}", local[tail], port, path, mark, None)
+                    EdgeRow(f"p{len(port_edges)}", local[tail], port, path, mark)
                 )
                 lines.append("  " + statement[:-2] + ", arrowhead=none];")
         point = ' [shape=point, width=0.02, height=0.02, style=invis, label=""];'
@@ -217,14 +216,14 @@ class _Stacked:
                     order.append("stack:")
                 return
             row = rows[element]
-            if len(row) == _NODE_FIELDS:
+            if type(row) is NodeRow:
                 lines.append(indent + _node_statement(row, picture._fill(element)))
                 order.append(element)
                 return
             lines.append(f"{indent}subgraph {quote('cluster:' + element)} {{")
             attributes = _cluster_attributes(row, neutral=picture.heat is not None)
             lines.extend(f"{indent}  {k}={v};" for k, v in attributes)
-            for member in row[_CLUSTER_MEMBERS]:
+            for member in row.members:
                 lower(member, indent + "  ")
             lines.append(f"{indent}}}")
 
@@ -235,10 +234,11 @@ class _Stacked:
         # the rotary tables; an unused input) is drawn above it, not beside it.
         heads: dict[str, list[str]] = {}
         tails: dict[str, list[str]] = {}
-        for _, tail, head, *_ in self.outside:
-            heads.setdefault(tail, []).append(head)
-            tails.setdefault(head, []).append(tail)
-        for _, tail, head, *_ in self.crossing:
+        for edge in self.outside:
+            heads.setdefault(edge.tail, []).append(edge.head)
+            tails.setdefault(edge.head, []).append(edge.tail)
+        for edge in self.crossing:
+            tail, head = edge.tail, edge.head
             if tail not in self.layer_of:
                 heads.setdefault(tail, []).append("stack:")
                 tails.setdefault("stack:", []).append(tail)
@@ -250,7 +250,8 @@ class _Stacked:
             if element not in linked and not heads.get(element):
                 lines.append(f'  {quote(_dot_name(element))} -> "stack:" [style=invis];')
         seen = set()
-        for _, tail, head, path, mark, _ in self.crossing:
+        for edge in self.crossing:
+            tail, head, path, mark = edge.tail, edge.head, edge.path, edge.mark
             if tail not in self.layer_of:
                 key = ("stack:in:" + tail, tail, "stack:", path)
             elif head not in self.layer_of:
@@ -260,7 +261,7 @@ class _Stacked:
             if key[0] in seen:
                 continue
             seen.add(key[0])
-            statement = _edge_statement((*key, mark, None))
+            statement = _edge_statement(EdgeRow(*key, mark))
             if key[1] != "stack:":  # into the stack: at the top of the placeholder
                 statement = statement[:-2] + ", arrowhead=none, headport=n];"
             else:  # out of it: from its bottom
@@ -344,12 +345,13 @@ class _Stacked:
                 pos = _moved(edge["pos"], dx, dy)
                 tail_lp = _moved(edge["tail_lp"], dx, dy) if "tail_lp" in edge else None
                 if edge_id.startswith("x"):
-                    placed.edges[self.inner[i][int(edge_id[1:])][0]] = (pos, tail_lp)
+                    placed.edges[self.inner[i][int(edge_id[1:])].id] = (pos, tail_lp)
                 elif edge_id.startswith("p"):
                     real = port_edges[i][int(edge_id[1:]) - 1]
                     pieces[(real, i)] = [pos, tail_lp]
         skeleton_edges = {e.get("id", ""): e for e in skeleton["edges"]}
-        for edge_id, tail, head, _, _, _ in self.crossing:
+        for edge in self.crossing:
+            edge_id, tail, head = edge.id, edge.tail, edge.head
             tail_layer, head_layer = self.layer_of.get(tail), self.layer_of.get(head)
             if tail_layer is None:  # from outside: the skeleton's piece, then the layer's
                 first = skeleton_edges.get("stack:in:" + tail)

@@ -39,6 +39,7 @@ import itertools
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..display import id_text, label_text
 from ..errors import RenderError, did_you_mean
@@ -47,7 +48,10 @@ __all__ = [
     "ADDED",
     "FUSED",
     "HIGHLIGHTED",
+    "ClusterRow",
+    "EdgeRow",
     "Heat",
+    "NodeRow",
     "REMOVED",
     "SIDE",
     "SWAPPED_BOUNDARY",
@@ -165,6 +169,62 @@ class PictureEdge:
 Element = PictureNode | PictureCluster | PictureEdge
 
 
+# -- the rows a Picture keeps: each record's fields, by name -----------------------------------
+#
+# A picture of a large program holds thousands of elements, most never looked up: each is kept
+# as a named tuple of its record's fields (as cheap to make as a plain tuple) and becomes its
+# record when asked for. The fields are the records', in the same order (a test checks).
+
+
+class NodeRow(NamedTuple):
+    """The fields of a :class:`PictureNode`, as a :class:`Picture` keeps them."""
+
+    id: str
+    kind: str
+    node: str | None
+    calls: tuple[str, ...]
+    classes: tuple[str, ...]
+    label: str
+    tooltip: str
+    cluster: str | None
+    members: tuple[str, ...]
+    color: str | None = None
+    style: tuple[str, ...] = ()
+
+
+class ClusterRow(NamedTuple):
+    """The fields of a :class:`PictureCluster`, as a :class:`Picture` keeps them."""
+
+    id: str
+    call: str | None
+    classes: tuple[str, ...]
+    label: str
+    tooltip: str
+    cluster: str | None
+    members: tuple[str, ...]
+    color: str | None = None
+    style: tuple[str, ...] = ()
+
+
+class EdgeRow(NamedTuple):
+    """The fields of a :class:`PictureEdge`, as a :class:`Picture` keeps them."""
+
+    id: str
+    tail: str
+    head: str
+    path: str
+    mark: str
+    cluster: str | None = None
+
+
+def _named(row: tuple) -> NodeRow | ClusterRow:
+    """A row as given to :class:`Picture`: a named row, or a plain tuple of a node's fields
+    (11) or a cluster's (9), read as the row it spells."""
+    if type(row) is NodeRow or type(row) is ClusterRow:
+        return row
+    return NodeRow._make(row) if len(row) == len(NodeRow._fields) else ClusterRow._make(row)
+
+
 @dataclass(frozen=True)
 class Heat:
     """How an overlay's values are coloured: decided with the picture, drawn by
@@ -225,12 +285,17 @@ class Picture:
 
     ``picture[id]`` is the element with that id (a :class:`PictureNode`,
     :class:`PictureCluster` or :class:`PictureEdge`); iterating gives every id in drawing order.
-    A picture of a large program holds thousands of elements: each is kept as a plain row of
-    its fields and becomes an object when asked for, so drawing costs no more than writing.
+    A picture of a large program holds thousands of elements: each is kept as a row of its
+    fields (:class:`NodeRow`, :class:`ClusterRow`, :class:`EdgeRow`) and becomes its record
+    when asked for, so drawing costs no more than writing.
 
     Attributes:
         name: the graph's name (the model's type).
         top: the ids drawn at the top level, in order.
+        rows: id -> the :class:`NodeRow` or :class:`ClusterRow` of each node, box and
+            cluster, in drawing order (a plain tuple of a node's fields, or a cluster's, is
+            read as the row it spells).
+        edge_rows: the :class:`EdgeRow` of each edge, in drawing order (plain tuples too).
         rank_same: pairs of node ids drawn level with each other (a split diff).
         split: whether it is a side-by-side diff (two top-level clusters).
         overlay: with an overlay (``gs.draw(s, overlay="error")``), each drawn node's and
@@ -241,10 +306,8 @@ class Picture:
 
     name: str
     top: tuple[str, ...] = field(repr=False)
-    # id -> the fields of a PictureNode (11) or a PictureCluster (9), in field order
-    rows: Mapping[str, tuple] = field(repr=False)
-    # the fields of each PictureEdge, in drawing order
-    edge_rows: tuple[tuple, ...] = field(repr=False)
+    rows: Mapping[str, NodeRow | ClusterRow] = field(repr=False)
+    edge_rows: tuple[EdgeRow, ...] = field(repr=False)
     rank_same: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     split: bool = False
     # an overlay: element id -> value (its nodes and boxes), and how values are coloured
@@ -252,14 +315,20 @@ class Picture:
     heat: Heat | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_edge_index", {row[0]: row for row in self.edge_rows})
+        if any(type(row) is not EdgeRow for row in self.edge_rows):
+            object.__setattr__(self, "edge_rows", tuple(EdgeRow._make(r) for r in self.edge_rows))
+        if any(
+            type(row) is not NodeRow and type(row) is not ClusterRow for row in self.rows.values()
+        ):
+            object.__setattr__(self, "rows", {i: _named(row) for i, row in self.rows.items()})
+        object.__setattr__(self, "_edge_index", {row.id: row for row in self.edge_rows})
         object.__setattr__(self, "_made", {})
         object.__setattr__(self, "_lookups", None)
         boxes: dict[str, str] = {}
         for element_id, row in self.rows.items():
-            if len(row) == _NODE_FIELDS and row[_MEMBERS]:  # a box: its fx nodes
+            if type(row) is NodeRow and row.members:  # a box: its fx nodes
                 prefix = _side_prefix(element_id)
-                for member in row[_MEMBERS]:
+                for member in row.members:
                     boxes[prefix + member] = element_id
         object.__setattr__(self, "_box_of", boxes)
 
@@ -269,7 +338,7 @@ class Picture:
             return made
         row = self.rows.get(element_id)
         if row is not None:
-            made = (PictureNode if len(row) == _NODE_FIELDS else PictureCluster)(*row)
+            made = (PictureNode if type(row) is NodeRow else PictureCluster)(*row)
         elif element_id in self._edge_index:
             made = PictureEdge(*self._edge_index[element_id])
         else:
@@ -292,17 +361,17 @@ class Picture:
     @property
     def nodes(self) -> tuple[PictureNode, ...]:
         """Every drawn node and box, in drawing order."""
-        return tuple(self[i] for i, row in self.rows.items() if len(row) == _NODE_FIELDS)
+        return tuple(self[i] for i, row in self.rows.items() if type(row) is NodeRow)
 
     @property
     def clusters(self) -> tuple[PictureCluster, ...]:
         """Every cluster, in drawing order."""
-        return tuple(self[i] for i, row in self.rows.items() if len(row) != _NODE_FIELDS)
+        return tuple(self[i] for i, row in self.rows.items() if type(row) is ClusterRow)
 
     @property
     def edges(self) -> tuple[PictureEdge, ...]:
         """Every edge, in drawing order."""
-        return tuple(self[row[0]] for row in self.edge_rows)
+        return tuple(self[row.id] for row in self.edge_rows)
 
     # -- lookups -----------------------------------------------------------------------------
 
@@ -348,21 +417,21 @@ class Picture:
         inside: dict[str, list[str]] = {}
         rows = self.rows
         for element_id, row in rows.items():
-            if len(row) == _NODE_FIELDS:
-                calls = row[_CALLS]
-                parent = row[_NODE_CLUSTER]
+            if type(row) is NodeRow:
+                calls = row.calls
+                parent = row.cluster
                 while parent is not None:
                     inside.setdefault(parent, []).append(element_id)
-                    parent = rows[parent][_CLUSTER_CLUSTER]
+                    parent = rows[parent].cluster
             else:
-                calls = (row[_CALL],) if row[_CALL] is not None else ()
+                calls = (row.call,) if row.call is not None else ()
             for call in calls:
                 of_call.setdefault(call, []).append(element_id)
         incoming: dict[str, list[str]] = {}
         outgoing: dict[str, list[str]] = {}
         for edge in self.edge_rows:
-            outgoing.setdefault(edge[_TAIL], []).append(edge[0])
-            incoming.setdefault(edge[_HEAD], []).append(edge[0])
+            outgoing.setdefault(edge.tail, []).append(edge.id)
+            incoming.setdefault(edge.head, []).append(edge.id)
         lookups = (of_call, inside, incoming, outgoing)
         object.__setattr__(self, "_lookups", lookups)
         return lookups
@@ -390,8 +459,8 @@ class Picture:
         edges: dict[str | None, list[str]] = {}
         names: dict[str, str] = {}
         for row in self.edge_rows:
-            extra = placed.edge_attributes(row[0]) if placed is not None else ()
-            edges.setdefault(row[_EDGE_CLUSTER], []).append(_edge_statement(row, extra, names))
+            extra = placed.edge_attributes(row.id) if placed is not None else ()
+            edges.setdefault(row.cluster, []).append(_edge_statement(row, extra, names))
         for element_id in self.top:
             self._lower(element_id, "  ", lines, edges, placed)
         lines += ["  " + statement for statement in edges.get(None, ())]
@@ -411,16 +480,15 @@ class Picture:
         placed: Placed | None = None,
     ) -> None:
         row = self.rows[element_id]
-        if len(row) == _NODE_FIELDS:
+        if type(row) is NodeRow:
             extra = placed.node_attributes(element_id) if placed is not None else ()
             lines.append(indent + _node_statement(row, self._fill(element_id), extra))
             return
-        members, style = row[_CLUSTER_MEMBERS], row[_CLUSTER_STYLE]
-        if SIDE in style:  # a side of a split diff: its attributes on one line
+        if SIDE in row.style:  # a side of a split diff: its attributes on one line
             lines.append(f"{indent}subgraph {quote('cluster:' + element_id[5:])} {{")
             attributes = (
                 ("id", quote(element_id)),
-                ("label", quote(row[_CLUSTER_LABEL])),
+                ("label", quote(row.label)),
                 ("fontsize", "12"),
                 ("color", '"#d1d5db"'),
             )
@@ -434,7 +502,7 @@ class Picture:
             if placed is not None:
                 attributes += placed.cluster_attributes(element_id)
             lines += [f"{indent}  {key}={value};" for key, value in attributes]
-        for member in members:
+        for member in row.members:
             self._lower(member, indent + "  ", lines, edges, placed)
         lines += [indent + "  " + statement for statement in edges.get(element_id, ())]
         lines.append(f"{indent}}}")
@@ -485,14 +553,6 @@ def _side_prefix(element_id: str) -> str:
         if element_id.startswith(prefix):
             return prefix
     return ""
-
-
-# Positions in the rows a Picture keeps (the fields of PictureNode, PictureCluster and
-# PictureEdge, in order).
-_NODE_FIELDS = 11
-_KIND, _CALLS, _NODE_CLUSTER, _MEMBERS = 1, 3, 7, 8
-_CALL, _CLUSTER_LABEL, _CLUSTER_CLUSTER, _CLUSTER_MEMBERS, _CLUSTER_STYLE = 1, 3, 5, 6, 8
-_TAIL, _HEAD, _EDGE_CLUSTER = 1, 2, 5
 
 
 # -- DOT styles ------------------------------------------------------------------------------
@@ -622,19 +682,19 @@ def _merge(attributes: list[tuple[str, str]]) -> str:
     return "".join(f", {key}={value}" for key, value in merged.items())
 
 
-def _node_statement(row: tuple, fill: str | None = None, extra: Iterable = ()) -> str:
+def _node_statement(row: NodeRow, fill: str | None = None, extra: Iterable = ()) -> str:
     """A node's statement; ``fill``: an overlay's colour for it (a value's heat, or white),
     ``extra``: more attributes (its position)."""
-    element_id, kind, _, _, classes, label, tooltip, _, _, color, style = row
+    element_id, kind = row.id, row.kind
     name = quote(element_id) if kind == "box" else quote(_dot_name(element_id))
     head = (
-        f"id={quote(element_id)}, class={_classes(classes)}, label={quote(label)}, "
-        f"tooltip={_tooltip(tooltip)}"
+        f"id={quote(element_id)}, class={_classes(row.classes)}, label={quote(row.label)}, "
+        f"tooltip={_tooltip(row.tooltip)}"
     )
     tail = (
-        _node_style(kind, color, style, fill)
+        _node_style(kind, row.color, row.style, fill)
         if not extra
-        else _node_style_text(kind, color, style, fill, tuple(extra))
+        else _node_style_text(kind, row.color, row.style, fill, tuple(extra))
     )
     return f"{name} [{head}{tail}];"
 
@@ -691,10 +751,10 @@ def _node_style_text(
     return _merge(attributes)
 
 
-def _cluster_attributes(row: tuple, neutral: bool = False) -> list[tuple[str, str]]:
+def _cluster_attributes(row: ClusterRow, neutral: bool = False) -> list[tuple[str, str]]:
     """A cluster's attributes; ``neutral``: a pale grey fill (an overlay's colours are the
     values, the modules' would compete with them)."""
-    element_id, _, classes, label, tooltip, _, _, color, style = row
+    style = row.style
     highlighted = HIGHLIGHTED in style
     line_style, line, width = "filled", _CLUSTER_LINE, "0.8"
     if SWAPPED_BOUNDARY in style:
@@ -704,23 +764,23 @@ def _cluster_attributes(row: tuple, neutral: bool = False) -> list[tuple[str, st
     if highlighted:
         line, width = _HIGHLIGHT, "2.5"
     return [
-        ("id", quote(element_id)),
-        ("class", quote(" ".join(classes))),
-        ("label", quote(label)),
-        ("tooltip", _tooltip(tooltip)),
+        ("id", quote(row.id)),
+        ("class", quote(" ".join(row.classes))),
+        ("label", quote(row.label)),
+        ("tooltip", _tooltip(row.tooltip)),
         ("style", quote(line_style)),
-        ("fillcolor", quote(_NEUTRAL if neutral else _color(color, highlighted))),
+        ("fillcolor", quote(_NEUTRAL if neutral else _color(row.color, highlighted))),
         ("color", quote(line)),
         ("penwidth", width),
     ]
 
 
-def _edge_statement(row: tuple, extra: Iterable = (), names: dict[str, str] | None = None) -> str:
+def _edge_statement(row: EdgeRow, extra: Iterable = (), names: dict[str, str] | None = None) -> str:
     """An edge's statement; ``names``: the DOT names of the picture's elements written so far
     (element id -> quoted name), shared by the statements of one picture: a node has several
     edges."""
-    edge_id, tail, head, path, mark, _ = row
-    text = f"id={quote(edge_id)}"
+    tail, head, path, mark = row.tail, row.head, row.path, row.mark
+    text = f"id={quote(row.id)}"
     if path:
         text += f", taillabel={quote(path)}"
     if mark == REMOVED:
