@@ -32,7 +32,6 @@ from typing import Any
 from . import display
 from .errors import RenderError
 from .render import AUTO_MAX_NODES, GraphView, graph_view, legend_html, overlay_of
-from .render.graphviz import layout
 from .render.picture import Picture
 
 __all__ = ["Drawing", "draw"]
@@ -102,7 +101,7 @@ class Drawing:
         elif suffix in ("dot", "gv"):
             path.write_text(self.dot)
         elif suffix in ("png", "pdf"):
-            path.write_bytes(layout(self.dot, suffix))
+            path.write_bytes(self.view.laid_out(suffix))
         else:
             raise RenderError(
                 f"cannot save a drawing as {path.name!r}: name a .svg, .dot, .png or .pdf file"
@@ -192,7 +191,7 @@ def draw(
         ):
             break
         view, chosen = candidate, budget
-        svg = layout(view.dot, "svg").decode()
+        svg = view.laid_out("svg").decode()
         if _fits(*display.svg_size(svg)):
             break
     return Drawing(view, svg, view.picture.name, chosen if choose else None)

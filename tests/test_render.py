@@ -1479,7 +1479,6 @@ def test_a_stack_of_identical_layers_is_laid_out_one_layer_at_a_time(monkeypatch
     from graphsurgeon.render import _stack
 
     monkeypatch.setattr(_stack, "MIN_NODES", 0)  # a small stack, to keep the test quick
-    monkeypatch.setattr(graphviz_runner, "_STACKED_MIN_TEXT", 0)
     torch.manual_seed(0)
     model = TinyGPT(10).eval()
     ep = gs.export(model, (model.example_input(),))
@@ -1494,7 +1493,7 @@ def test_a_stack_of_identical_layers_is_laid_out_one_layer_at_a_time(monkeypatch
 
     monkeypatch.setattr(graphviz_runner, "run", counting_run)
     graphviz_runner._LAYOUTS.clear()
-    svg = graphviz_runner.layout(view.dot).decode()
+    svg = view.laid_out("svg").decode()
     # a few layouts of one layer each, the picture around the stack, then drawn as one
     assert runs[0][0] == "dot" and runs[0][1] < 10 and runs[1:] == [("dot", 1), ("neato", 1)]
     whole = subprocess.run(["dot", "-Tsvg"], input=view.dot.encode(), capture_output=True)
@@ -1513,6 +1512,32 @@ def test_a_stack_of_identical_layers_is_laid_out_one_layer_at_a_time(monkeypatch
     assert _positions(svg, "cluster:layers.2") == _positions(svg, "cluster:layers.7")
     # no stack, no parts: laid out whole
     assert _stack._stack(graph_view(exported(Outer(), torch.randn(1, 2))).picture) is None
+    # the layout of the text alone is dot's, whatever was laid out before (pure, by text)
+    runs.clear()
+    assert graphviz_runner.layout(view.dot) == whole.stdout and not runs
+
+
+@needs_dot
+def test_a_stack_laid_out_in_parts_that_cannot_be_joined_says_what_failed(monkeypatch):
+    from graphsurgeon.render import _stack
+
+    monkeypatch.setattr(_stack, "MIN_NODES", 0)
+    torch.manual_seed(0)
+    model = TinyGPT(8).eval()
+    view = graph_view(gs.export(model, (model.example_input(),)), collapse=None)
+    real_run = graphviz_runner.run
+
+    def losing_the_placeholder(texts, arguments, program="dot"):
+        outputs = real_run(texts, arguments, program)
+        if program == "dot" and len(texts) == 1:  # the skeleton: its placeholder goes missing
+            return [out.replace(b'"name": "stack:"', b'"name": "lost"') for out in outputs]
+        return outputs
+
+    monkeypatch.setattr(graphviz_runner, "run", losing_the_placeholder)
+    graphviz_runner._LAYOUTS.clear()
+    message = r"8 layers layers\.0 … layers\.7 laid out one at a time failed while placing"
+    with pytest.raises(RenderError, match=message):
+        view.laid_out("svg")
 
 
 def test_a_replaced_region_of_ops_is_drawn_before_and_after_like_a_swap():

@@ -68,6 +68,7 @@ from typing import Any
 
 from .. import display
 from ..errors import RenderError
+from . import _stack
 from ._scene import (
     OPS_PREFIX,
     _analysis,
@@ -84,7 +85,6 @@ from ._scene import (
     ops_key,
 )
 from ._writer import _Context, _picture, _Writer
-from .graphviz import layout, remember
 from .picture import EdgeRow, Heat, Picture
 
 __all__ = ["AUTO_MAX_NODES", "GraphView", "RenderError", "graph_view", "to_dot", "to_svg"]
@@ -142,10 +142,19 @@ class GraphView:
             text += f", {len(self.fused)} fused"
         return text
 
+    def laid_out(self, format: str = "svg") -> bytes:
+        """The picture laid out by graphviz in ``format`` (``"svg"``, ``"png"``, ``"pdf"``...):
+        a stack of many open layers a layer at a time (:mod:`graphsurgeon.render._stack`),
+        anything else by ``dot`` whole; cached by the DOT text.
+
+        Raises :class:`~graphsurgeon.MissingDependencyError` when ``dot`` is not installed.
+        """
+        return _stack.layout(self.picture, self.dot, format)
+
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
         """Shown as its picture, laid out (as :func:`graphsurgeon.draw` shows it)."""
         name = self.picture.name
-        svg = layout(self.dot, "svg").decode()
+        svg = self.laid_out("svg").decode()
         html = display.picture_html(
             name, self.caption(), svg, len(self.collapsed), legend=legend_html(self.picture)
         )
@@ -364,10 +373,8 @@ def _view(
     boxes = {b for w in writers for b in w.boxes}
     clusters = {c for w in writers for c in w.clusters}
     folded = {o for w in writers for o in w.folded_ops}
-    dot = picture.to_dot()
-    remember(dot, picture)  # laying the text out may then lay the picture out in parts
     return GraphView(
-        dot=dot,
+        dot=picture.to_dot(),
         picture=picture,
         graph_nodes=graph_nodes,
         drawn_nodes=sum(w.drawn for w in writers),
@@ -600,5 +607,4 @@ def to_svg(
         args=args,
         kwargs=kwargs,
     )
-    # the view lives while its text is laid out: a stack of layers is laid out in parts
-    return layout(view.dot, "svg").decode()
+    return view.laid_out("svg").decode()

@@ -49,7 +49,9 @@ __all__ = [
     "FUSED",
     "HIGHLIGHTED",
     "ClusterRow",
+    "EXIT",
     "EdgeRow",
+    "HIDDEN",
     "Heat",
     "NodeRow",
     "REMOVED",
@@ -74,6 +76,19 @@ FUSED = "fused"
 SWAPPED_BOUNDARY = "swapped-boundary"
 #: One side (before or after) of a side-by-side diff.
 SIDE = "side"
+
+# -- the parts of a large picture laid out one at a time (graphsurgeon.render._stack) --------
+#
+# A part is a Picture too, written by the same to_dot: its own elements, plus a ``"port"`` node
+# (an invisible point) where an edge enters it, or leaves it (style :data:`EXIT`: on its last
+# rank, the edge without an arrowhead), and a ``"placeholder"`` node (an invisible box of the
+# size :class:`Placed` gives it) standing for a part laid out on its own: edges into it end at
+# its top, edges out of it start at its bottom.
+
+#: A port where an edge leaves a part.
+EXIT = "exit"
+#: An edge that is not drawn: it only holds its ends in order (``style=invis``).
+HIDDEN = "hidden"
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +169,8 @@ class PictureEdge:
         tail: the id of the node it comes from.
         head: the id of the node it goes to.
         path: the index taken from the tail's value (``[0]``), or ``""``.
-        mark: its style token in a diff: :data:`REMOVED` or :data:`ADDED`, else ``""``.
+        mark: its style token in a diff: :data:`REMOVED` or :data:`ADDED`, else ``""``
+            (:data:`HIDDEN` in a part of a picture laid out one part at a time).
         cluster: the side of a split diff it is written in (``diff:before``), else None.
     """
 
@@ -325,12 +341,21 @@ class Picture:
         object.__setattr__(self, "_made", {})
         object.__setattr__(self, "_lookups", None)
         boxes: dict[str, str] = {}
+        exits: list[str] = []  # a part's ports where edges leave it
+        part = False  # whether it is a part of a picture laid out in parts (see EXIT)
         for element_id, row in self.rows.items():
-            if type(row) is NodeRow and row.members:  # a box: its fx nodes
-                prefix = _side_prefix(element_id)
-                for member in row.members:
-                    boxes[prefix + member] = element_id
+            if type(row) is NodeRow:
+                if row.members:  # a box: its fx nodes
+                    prefix = _side_prefix(element_id)
+                    for member in row.members:
+                        boxes[prefix + member] = element_id
+                elif row.kind in _PART_KINDS:
+                    part = True
+                    if EXIT in row.style:
+                        exits.append(element_id)
         object.__setattr__(self, "_box_of", boxes)
+        object.__setattr__(self, "_exits", tuple(exits))
+        object.__setattr__(self, "_part", part)
 
     def __getitem__(self, element_id: str) -> Element:
         made = self._made.get(element_id)
@@ -438,21 +463,19 @@ class Picture:
 
     # -- the lowering to DOT -----------------------------------------------------------------
 
-    def to_dot(self) -> str:
+    def to_dot(self, placed: Placed | None = None) -> str:
         """The DOT text: the clusters nested as drawn, then the edges, then the alignment.
-        Every DOT style (colours, shapes, line styles, default attributes) is decided here."""
-        return self._dot()
-
-    def _dot(self, placed: Placed | None = None) -> str:
-        """The DOT text; with ``placed``, every element also carries its position (the form
-        ``neato -n2`` draws as it is, :mod:`graphsurgeon.render._stack`)."""
+        Every DOT style (colours, shapes, line styles, default attributes) is decided here:
+        this is the one writer of DOT, for a whole picture and for the parts
+        :mod:`graphsurgeon.render._stack` lays out one at a time. With ``placed``, elements
+        also carry their positions (the form ``neato -n2`` draws as it is) and sizes."""
         lines = [f"digraph {quote(self.name)} {{", _HEADER]
         if self.split:
             lines.append("  newrank=true;")  # lets nodes of the two sides share a rank
         if self.heat is not None:
             text = _overlay_title(self.heat)
             lines.append(f"  label={quote(text)}; labelloc=t; fontsize=11;")
-        if placed is not None:
+        if placed is not None and placed.bb is not None:
             lines.append(f'  bb="{placed.bb}";')
             if placed.lp is not None:
                 lines.append(f"  lp={quote(placed.lp)};")
@@ -460,7 +483,8 @@ class Picture:
         names: dict[str, str] = {}
         for row in self.edge_rows:
             extra = placed.edge_attributes(row.id) if placed is not None else ()
-            edges.setdefault(row.cluster, []).append(_edge_statement(row, extra, names))
+            ends = self._ends(row) if self._part else ""
+            edges.setdefault(row.cluster, []).append(_edge_statement(row, extra, names, ends))
         for element_id in self.top:
             self._lower(element_id, "  ", lines, edges, placed)
         lines += ["  " + statement for statement in edges.get(None, ())]
@@ -468,8 +492,23 @@ class Picture:
             f"  {{rank=same; {quote(_dot_name(a))}; {quote(_dot_name(b))};}}"
             for a, b in self.rank_same
         ]
+        if self._exits:
+            lines.append("  {rank=max; " + " ".join(f"{quote(p)};" for p in self._exits) + "}")
         lines.append("}")
         return "\n".join(lines) + "\n"
+
+    def _ends(self, row: EdgeRow) -> str:
+        """The attributes an edge of a part takes from its ends (see :data:`EXIT`)."""
+        if row.mark == HIDDEN:
+            return ""
+        head, tail = self.rows.get(row.head), self.rows.get(row.tail)
+        if head is not None and head.kind == "port" and EXIT in head.style:
+            return ", arrowhead=none"
+        if head is not None and head.kind == "placeholder":
+            return ", arrowhead=none, headport=n"
+        if tail is not None and tail.kind == "placeholder":
+            return ", tailport=s"
+        return ""
 
     def _lower(
         self,
@@ -518,16 +557,27 @@ class Picture:
 
 class Placed:
     """Where every element of a picture was laid out (graphviz's ``pos``, ``bb``, ``lp`` in
-    points), for :meth:`Picture._dot`: made by :mod:`graphsurgeon.render._stack`."""
+    points), and the size of a placeholder, for :meth:`Picture.to_dot`: made by
+    :mod:`graphsurgeon.render._stack`."""
 
-    def __init__(self) -> None:
-        self.bb = "0,0,0,0"
+    def __init__(self, sizes: Mapping[str, tuple[float, float]] | None = None) -> None:
+        self.bb: str | None = None  # the picture's bounding box
         self.lp: str | None = None  # the graph's label
         self.nodes: dict[str, str] = {}  # element id -> "x,y"
         self.clusters: dict[str, tuple[str, str | None]] = {}  # id -> (bb, lp)
         self.edges: dict[str, tuple[str, str | None]] = {}  # id -> (pos, tail_lp)
+        # element id -> (width, height) in points: drawn at that size (a placeholder)
+        self.sizes: Mapping[str, tuple[float, float]] = sizes or {}
 
     def node_attributes(self, element_id: str) -> tuple[tuple[str, str], ...]:
+        size = self.sizes.get(element_id)
+        if size is not None:
+            width, height = size
+            return (
+                ("fixedsize", "true"),
+                ("width", f"{width / 72:.4f}"),
+                ("height", f"{height / 72:.4f}"),
+            )
         pos = self.nodes.get(element_id)
         return (("pos", quote(pos)),) if pos is not None else ()
 
@@ -642,6 +692,9 @@ _KIND_STYLE: dict[str, list[tuple[str, str]]] = {
         ("color", '"#9ca3af"'),
         ("fontcolor", '"#374151"'),
     ],
+    # the parts of a picture laid out in parts (see EXIT)
+    "port": [("shape", "point"), ("width", "0.02"), ("height", "0.02"), ("style", "invis")],
+    "placeholder": [("shape", "box"), ("style", "invis")],
     "swapped": [
         ("style", quote("filled,bold")),
         ("peripheries", "2"),
@@ -671,6 +724,8 @@ def _dot_name(element_id: str) -> str:
 
 
 _NODE_MARKERS = tuple((prefix, prefix + "node:") for prefix in ("", "before/", "after/"))
+# The kinds of node only a part of a picture laid out in parts has (see EXIT)
+_PART_KINDS = ("port", "placeholder")
 
 
 def _merge(attributes: list[tuple[str, str]]) -> str:
@@ -775,10 +830,12 @@ def _cluster_attributes(row: ClusterRow, neutral: bool = False) -> list[tuple[st
     ]
 
 
-def _edge_statement(row: EdgeRow, extra: Iterable = (), names: dict[str, str] | None = None) -> str:
+def _edge_statement(
+    row: EdgeRow, extra: Iterable = (), names: dict[str, str] | None = None, ends: str = ""
+) -> str:
     """An edge's statement; ``names``: the DOT names of the picture's elements written so far
     (element id -> quoted name), shared by the statements of one picture: a node has several
-    edges."""
+    edges; ``ends``: what it takes from its ends in a part (:meth:`Picture._ends`)."""
     tail, head, path, mark = row.tail, row.head, row.path, row.mark
     text = f"id={quote(row.id)}"
     if path:
@@ -787,6 +844,9 @@ def _edge_statement(row: EdgeRow, extra: Iterable = (), names: dict[str, str] | 
         text += _REMOVED_EDGE
     elif mark == ADDED:
         text += _ADDED_EDGE
+    elif mark == HIDDEN:
+        text += ", style=invis"
+    text += ends
     if extra:
         text += "".join(f", {key}={value}" for key, value in extra)
     if names is None:

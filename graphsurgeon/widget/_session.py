@@ -18,7 +18,7 @@ It reads the other stages through their public faces only: the Surgery's state (
 ``position``, ``steps``, ``replacements``...), the Picture's lookups (what draws a call, what
 is inside a cluster, what feeds an element), ``program_index(ep).resolve(name)`` for names
 and ``.call_text(call)`` for how a call is made, :mod:`graphsurgeon._meta` for every printed
-value, and :func:`graphsurgeon.render.graphviz.layout` to lay a picture out.
+value, and :meth:`graphsurgeon.types.GraphView.laid_out` to lay a picture out.
 
 Example:
     >>> import torch, graphsurgeon as gs
@@ -65,7 +65,6 @@ from ..errors import (
 )
 from ..partition import ModuleInfo, Partition, call_index, partition, program_index
 from ..render import GraphView, graph_view
-from ..render.graphviz import layout
 from ..render.picture import Picture, PictureNode
 from ..rewrite import swap_info
 from ..step import Stepper, StepResult, Summary
@@ -411,7 +410,7 @@ class SurgerySession:
                 if limit is not None and graph.drawn_nodes > limit:
                     raise _TooLarge(graph.drawn_nodes)
                 self._busy(f"laying out the picture ({graph.drawn_nodes:,} nodes)…")
-                svg = layout(graph.dot, "svg").decode()
+                svg = graph.laid_out("svg").decode()
             prefix = "after/" if view == "split" else ""
             scene = Scene(graph, display.inline_svg(svg), prefix, module)
             self._pictures[key] = scene
@@ -1725,7 +1724,7 @@ class SurgerySession:
             except GraphSurgeonError:
                 self._leave_inside()  # a graph the renderer cannot read: the call stays marked
                 return
-            svg = layout(view.dot, "svg").decode()
+            svg = view.laid_out("svg").decode()
             scene = Scene(view, display.inline_svg(svg), "", graph)
             self._inside_pictures[id(graph)] = scene
             while len(self._inside_pictures) > 4:
