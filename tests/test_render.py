@@ -24,6 +24,7 @@ from torch import nn
 import graphsurgeon as gs
 from graphsurgeon import _meta, render
 from graphsurgeon.examples import FusedAttention, TinyGPT
+from graphsurgeon.partition import program_index
 from graphsurgeon.render import RenderError, graph_view, to_dot, to_svg
 from graphsurgeon.render import graphviz as graphviz_runner
 from graphsurgeon.render.picture import (
@@ -360,6 +361,34 @@ def test_highlight_a_module_called_twice_or_one_of_its_calls(shared):
     dot = to_dot(shared, highlight="lin@1")
     assert '"linear" [id="node:linear", class="op module",' in dot
     assert '"linear_1" [id="node:linear_1", class="op module highlighted",' in dot
+
+
+def test_a_container_name_highlights_what_every_entry_point_reads_it_as(tiny_gpt):
+    _, _, ep = tiny_gpt
+    covered = program_index(ep).calls_covered("layers")  # the one reading of a container
+    assert covered == ("layers.0", "layers.1"), "precondition: a ModuleList of two layers"
+    view = graph_view(ep, highlight="layers")
+    assert view.highlighted == covered
+    assert to_dot(ep, highlight="layers") == to_dot(ep, highlight=list(covered))
+    with pytest.raises(gs.errors.UnknownModuleError, match=r"highlight: .*'layers'"):
+        to_dot(ep, highlight="layerz")
+
+
+def test_the_drawing_entry_points_share_one_set_of_options(outer):
+    fields = dataclasses.fields(render.DrawOptions)
+    expected = [(f.name, f.default) for f in fields]
+    for function in (to_dot, to_svg, gs.draw, graph_view):
+        parameters = inspect.signature(function).parameters.values()
+        keywords = [(p.name, p.default) for p in parameters if p.kind == p.KEYWORD_ONLY]
+        assert keywords == expected, function.__name__
+        with pytest.raises(TypeError, match=r"unexpected keyword argument 'colapse'"):
+            function(outer, colapse=1)
+    # max_nodes not told is the same budget everywhere: the auto budget for a picture's text
+    assert render.DrawOptions().max_nodes is None
+    assert to_dot(outer, max_nodes=None) == to_dot(outer, max_nodes=render.AUTO_MAX_NODES)
+    options = render.DrawOptions(collapse=1)
+    assert graph_view(outer, options).dot == to_dot(outer, collapse=1)
+    assert graph_view(outer, options, collapse=None).dot == to_dot(outer, collapse=None)
 
 
 def test_show_parameters_draws_them_with_edges_to_their_users(outer):

@@ -9,9 +9,10 @@ collapse plan.
   the rewrite never runs here;
 * the merge of a program and its swap result for a before/after picture (:func:`_pictures`);
 * the scene (:class:`_Scene`: the vertices of one picture and the calls they sit in) and the
-  collapse plan (:func:`_plan`: which calls are open, which runs of siblings are one box);
-* the names a caller gives (``highlight=``, ``collapse=``) read as every entry point reads
-  them, by the program's one resolver (:meth:`ProgramIndex.resolve`).
+  collapse plan (:func:`_plan`: which calls are open, which runs of siblings are one box).
+
+The names a caller gives (``highlight=``, ``collapse=``) are read by the assembly
+(:mod:`graphsurgeon.render._assemble`), as every entry point reads them.
 
 Only names are kept (never fx nodes): the cache of analyses must not keep programs alive.
 """
@@ -32,7 +33,6 @@ from torch.fx import Graph, GraphModule, Node
 from .. import _meta
 from .._derived import cached
 from .._program import as_program
-from ..errors import RenderError, UnknownModuleError
 from ..partition import call_index, program_index, split_call_name
 from ..swap import SwapInfo
 
@@ -1125,85 +1125,3 @@ def _merge_programs(
         if source_name in removed_set
     ]
     return missing + merged, removed, removed_edges, aliases
-
-
-def _swaps_named(names: list[str], swapped: Iterable[str]) -> list[str]:
-    """The swapped calls that ``names`` point at (by call name, fqn, or a parent's fqn)."""
-    names = [fqn if k == 0 else name for name in names for fqn, k in [split_call_name(name)]]
-    chosen = []
-    for call in swapped:
-        fqn = split_call_name(call)[0]
-        if any(name in (call, fqn) or fqn.startswith(name + ".") for name in names):
-            chosen.append(call)
-    return chosen
-
-
-# -- names the caller gives ------------------------------------------------------------------
-
-
-def _names(value: Any, argument: str) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, Iterable) and not isinstance(value, Mapping):
-        names = list(value)
-        for name in names:
-            if not isinstance(name, str):
-                raise RenderError(f"{argument}: expected module names (str), got {name!r}")
-        return sorted(set(names)) if isinstance(value, (set, frozenset)) else names
-    raise RenderError(
-        f"{argument}: expected a module name or a collection of them, got {type(value).__name__}"
-    )
-
-
-def _resolve(names: list[str], scene: _Scene, program: _Program, argument: str) -> list:
-    """Module or call names -> the calls of the picture they stand for, in model order.
-
-    Names are read as every entry point reads them (:meth:`ProgramIndex.resolve`: ``"blk@0"``
-    is ``"blk"``). A module stands for each of its calls; a module without calls of its own (a
-    container such as nn.ModuleList) for the outermost calls of its submodules. ``"ops:<name>"``
-    stands for the own-ops box of each of those calls (``"ops:"``: the root's), as its key
-    (:func:`ops_key`), after the calls.
-    """
-    calls = scene.calls
-    index = program_index(program.ep)
-    by_fqn: dict[str, list[str]] = {}
-    for call in calls.values():
-        by_fqn.setdefault(call.fqn, []).append(call.name)
-    wanted: set[str] = set()
-    owners: list[str] = []
-    for name in names:
-        if name.startswith(OPS_PREFIX):
-            owner = name[len(OPS_PREFIX) :]
-            owners += [""] if owner == "" else _resolve([owner], scene, program, argument)
-            continue
-        if name == "":
-            raise RenderError(
-                f"{argument}: the root module '' is the whole picture; name a submodule"
-            )
-        try:
-            resolved = index.resolve(name)
-        except UnknownModuleError as error:
-            raise UnknownModuleError(f"{argument}: {error}") from None
-        if resolved.one_call:
-            wanted.add(resolved.name)
-            continue
-        fqn = resolved.fqn
-        if fqn in by_fqn:
-            # a module with calls of its own stands for them (its submodules' calls are
-            # inside them): no need to look through every call of the picture
-            wanted.update(by_fqn[fqn])
-            continue
-        for call in calls.values():
-            if call.fqn.startswith(fqn + ".") and _outermost(call, fqn, calls):
-                wanted.add(call.name)
-    resolved = [name for name in calls if name in wanted]
-    return resolved + [ops_key(owner) for owner in dict.fromkeys(owners)]
-
-
-def _outermost(call: _Call, prefix: str, calls: Mapping[str, _Call]) -> bool:
-    parent = call.parent
-    while parent:
-        if calls[parent].fqn == prefix or calls[parent].fqn.startswith(prefix + "."):
-            return False
-        parent = calls[parent].parent
-    return True

@@ -79,7 +79,7 @@ def _plural(count: int, word: str) -> str:
 def _relative(target: str, chain: tuple[str, ...]) -> str:
     """``layers.0.attn.q.weight`` seen from inside ``layers.0.attn.q``: ``weight``."""
     fqn = split_call_name(chain[-1])[0] if chain else ""
-    if fqn and target.startswith(fqn + "."):
+    if fqn and _meta.inside(target, fqn, strictly=True):
         return target[len(fqn) + 1 :]
     return target
 
