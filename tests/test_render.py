@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers.imports import import_graph
-from helpers.models import NoCausalMask, hf_decoder
+from helpers.models import Halves, NoCausalMask, SizedHeads, hf_decoder
 from torch import nn
 
 import graphsurgeon as gs
@@ -1567,6 +1567,26 @@ def test_a_stack_laid_out_in_parts_that_cannot_be_joined_says_what_failed(monkey
     message = r"8 layers layers\.0 … layers\.7 laid out one at a time failed while placing"
     with pytest.raises(RenderError, match=message):
         view.laid_out("svg")
+
+
+def test_a_diff_draws_what_the_swap_says_it_removed_size_arithmetic_dropped_outside_calls_too():
+    torch.manual_seed(0)
+    tokens = torch.export.Dim("tokens", max=64)
+    ep = exported(SizedHeads(), torch.randn(1, 5, 4), dynamic_shapes=({1: tokens},))
+    gm = gs.swap(ep, {"heads": Halves()})
+    diff = swap_info(gm).diff
+    assert diff.removed_by_call[""] == ("sym_size_int_1",), "precondition: dropped, no call's"
+
+    def marked(picture, token: str) -> set[str]:
+        return {node.node for node in picture.nodes if token in node.style}
+
+    merged = graph_view(gm, diff="merged", collapse=None).picture
+    assert marked(merged, "removed") == set(diff.removed)  # the swap's answer, all of it
+    assert marked(merged, "added") == {"swapped_heads"} and "swapped_heads" in diff.added
+    # greyed where it was: after the input it reads, not first
+    assert merged.top.index("node:sym_size_int_1") == merged.top.index("node:x") + 1
+    split = graph_view(gm, diff="split", collapse=None).picture
+    assert "removed" in split["before/node:sym_size_int_1"].style
 
 
 def test_a_replaced_region_of_ops_is_drawn_before_and_after_like_a_swap():

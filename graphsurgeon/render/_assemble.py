@@ -139,9 +139,13 @@ class DrawOptions:
         diff: compare a swapped program with the program it was made from:
             ``"merged"`` (or ``True``) draws one picture: the removed nodes greyed and dashed
             inside the swapped module's boundary (a dashed orange cluster), next to the added
-            box marked ``+`` in green. ``"split"`` draws two pictures side by side, ``before``
-            and ``after``, each node level with itself in the other, ids prefixed ``before/``
-            and ``after/``. Both keep the original node order. Swapped modules stay open.
+            box marked ``+`` in green; the nodes the swap dropped outside every swapped call
+            (size arithmetic only a swapped call read) are greyed where they were. ``"split"``
+            draws two pictures side by side, ``before`` and ``after``, each node level with
+            itself in the other, ids prefixed ``before/`` and ``after/``. Both keep the
+            original node order, and draw what the swap says it removed, added and kept (its
+            :class:`~graphsurgeon.rewrite.info.Diff`, as ``Surgery.diff()`` returns it).
+            Swapped modules stay open.
         max_nodes: the budget of ``collapse="auto"`` (per picture). None (not told):
             :data:`AUTO_MAX_NODES` for a picture's text and :func:`to_svg`;
             :func:`graphsurgeon.draw` chooses, from it down, the most detailed view that fits

@@ -1007,11 +1007,7 @@ def _pictures(
         _stacks_of_original(merged, before, show_parameters, show_checks)
     marks.boundaries = set(source.swapped)
     marks.status = dict.fromkeys(removed, "removed")
-    marks.status.update(
-        (v.name, "added")
-        for v in after.vertices
-        if v.kind in (_SWAPPED, _GLUE) and v.name not in before.by_name
-    )
+    marks.status.update((name, "added") for name in source.info.diff.added if name in after.by_name)
     if mode == "merged":
         return merged, [(merged, "", removed_edges)]
     return merged, [
@@ -1085,29 +1081,45 @@ def _merge_programs(
 ) -> tuple[list[_Vertex], list[str], list[tuple[str, str, str]], dict[str, str]]:
     """Both programs as one list of vertices, in the original order.
 
-    Returns the vertices of the swapped program with the removed ones of the original put
-    back just before the box that replaced them; the names of the removed vertices; the
-    original edges from removed vertices to vertices that were kept; and the new names of
-    kept values that the swap renamed (an argument named ``input`` becomes ``input_1``).
+    What the swap removed, added and kept is the swap's own answer (its
+    :class:`~graphsurgeon.rewrite.info.Diff`), never worked out again here. Returns the
+    vertices of the swapped program with the removed ones of the original put back: a swapped
+    call's just before the box that replaced them, the nodes the swap dropped outside every
+    call (size arithmetic only a swapped call read) where they were; the names of the removed
+    vertices; the original edges from removed vertices to vertices that were kept; and the new
+    names of kept values that the swap renamed (an argument named ``input`` becomes
+    ``input_1``).
     """
-    info = source.info
+    diff = source.info.diff
     removed_by_call = {
-        call: [name for name in info.partitions[call].nodes if name in before.by_name]
+        call: [name for name in diff.removed_by_call.get(call, ()) if name in before.by_name]
         for call in source.swapped
     }
+    dropped = {name for name in diff.removed_by_call.get("", ()) if name in before.by_name}
     removed = [name for names in removed_by_call.values() for name in names]
-    removed_set = set(removed)
-    aliases = {
-        old: new
-        for old, new in getattr(info, "node_map", {}).items()
-        if old != new and old not in removed_set and new in after.by_name
-    }
+    removed_set = set(removed) | dropped
+    aliases = {old: new for old, new in diff.renamed.items() if new in after.by_name}
+    # each dropped vertex is put back before the next vertex of the original that is drawn
+    put_back: dict[str, list[_Vertex]] = {}
+    pending: list[_Vertex] = []
+    for vertex in before.vertices:
+        if vertex.name in dropped:
+            pending.append(vertex)
+        elif pending and (
+            vertex.name in removed_set or aliases.get(vertex.name, vertex.name) in after.by_name
+        ):
+            put_back[aliases.get(vertex.name, vertex.name)] = pending
+            pending = []
     merged: list[_Vertex] = []
     for vertex in after.vertices:
         if vertex.kind == _SWAPPED:
-            call = vertex.swap_call
-            merged += [before.by_name[name] for name in removed_by_call.get(call, [])]
+            for name in removed_by_call.get(vertex.swap_call, []):
+                merged += put_back.get(name, [])
+                merged.append(before.by_name[name])
+        merged += put_back.get(vertex.name, [])
         merged.append(vertex)
+    merged += pending
+    removed += [vertex.name for vertex in before.vertices if vertex.name in dropped]
     # A value that only the removed nodes used (an input leaf only the swapped call read)
     # is gone from the swapped program: draw it from the original.
     names = {vertex.name for vertex in merged}
