@@ -203,7 +203,7 @@ def measure(page, name: str) -> dict:
     result["run_to"] = timed(
         page,
         "window.__gsCurrent = (root.querySelector('.gs-current') || {}).id;"
-        "root.querySelector('[data-gs-button=\"run_to\"]').click();",
+        "root.querySelector('[data-gs-button=\"run_to_selection\"]').click();",
         "const c = root.querySelector('.gs-current'); return c && c.id !== window.__gsCurrent;",
     )
 

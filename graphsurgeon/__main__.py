@@ -1,3 +1,5 @@
+"""``python -m graphsurgeon``: the ``graphsurgeon`` command (:func:`graphsurgeon.cli.main`)."""
+
 import sys
 
 from .cli import main

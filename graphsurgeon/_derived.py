@@ -21,6 +21,9 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
+from torch.export import ExportedProgram
+
+from ._program import is_surgery, not_a_program
 
 __all__ = ["cached", "derived", "forget"]
 
@@ -70,10 +73,15 @@ def cached(owner: Any, key: str, make: Callable[[], T]) -> T:
 
 def forget(program: Any) -> None:
     """Forget what graphsurgeon worked out about ``program``: after editing its graph in place
-    (``node.args = ...``), call this so the next view reads the graph as it now is.
+    (``node.args = ...``), call this so the next view reads the graph as it now is. Edits that
+    add or remove nodes are noticed without it.
 
-    ``program`` is an ExportedProgram, a GraphModule (a swap or fuse result) or a Surgery (its
-    program and the modules built for it). Edits that add or remove nodes are noticed without it.
+    Args:
+        program: an ExportedProgram, a GraphModule (a swap or fuse result) or a Surgery (its
+            program and the modules built for it).
+
+    Raises:
+        NotAProgramError: ``program`` is none of them (a model), as from every entry point.
 
     Example:
         >>> import torch, graphsurgeon as gs
@@ -82,6 +90,9 @@ def forget(program: Any) -> None:
         1
         >>> gs.forget(ep)
     """
+    # any GraphModule has derived facts; a Surgery's current module is not built to be dropped
+    if not isinstance(program, (ExportedProgram, torch.fx.GraphModule)) and not is_surgery(program):
+        raise not_a_program(program, "forget")  # a model: refused as by every verb
     owners = [program]
     inner = getattr(program, "program", None)  # a Surgery: its program, and its built states
     if inner is not None:

@@ -30,6 +30,7 @@ from torch.fx.node import map_arg
 from ._meta import (
     describe_spec,
     describe_value,
+    inside,
     is_constant,
     leaf_keystrs,
     leaf_paths,
@@ -70,7 +71,7 @@ def carry_module_types(
     swapped = tuple(replacements)
     for fqn in types:
         kind = known.get(fqn)
-        if kind and not any(fqn == n or fqn.startswith(n + ".") for n in swapped):
+        if kind and not any(inside(fqn, n) for n in swapped):
             types[fqn] = kind
             if before is not None and fqn in before.parameters:
                 parameters[fqn] = before.parameters[fqn]
@@ -153,10 +154,6 @@ class _Owner:
     """In a region's extras: the hierarchy's module ``path``."""
 
     path: str
-
-
-def _within(path: str, fqn: str) -> bool:
-    return not fqn or path.startswith(fqn + ".")
 
 
 def _relative(path: str, fqn: str) -> str:
@@ -347,7 +344,7 @@ class _Plan:
         return found
 
     def replaced_above(self, path: str) -> bool:
-        return any(path.startswith(name + ".") for name in self.replacements)
+        return any(inside(path, name, strictly=True) for name in self.replacements)
 
     def outlined(self, fqn: str) -> bool:
         """Whether module ``fqn`` is called as a module of its own (a replacement, or a
@@ -398,7 +395,7 @@ class _Plan:
         """A name of the tensor ``target`` that module ``fqn`` holds (itself or an alias:
         tied weights), outside every replacement; None if it holds none."""
         for path in (target, *self.aliases.get(target, ())):
-            if _within(path, fqn) and not self.replaced_above(path):
+            if inside(path, fqn, strictly=True) and not self.replaced_above(path):
                 return path
         return None
 
@@ -540,7 +537,7 @@ class _Region:
 
     def _held_by(self, path: str, meta: Mapping[str, Any]) -> Node:
         """The parameter or buffer the hierarchy holds at ``path``, read from this module."""
-        if _within(path, self.fqn):
+        if inside(path, self.fqn, strictly=True):
             return self._get_attr(_relative(path, self.fqn), meta)
         # another module's parameter or buffer (as a module reads its parent's through a
         # reference): read through a plain reference to the module holding it, as export
@@ -715,7 +712,7 @@ class _Region:
         """One call of a submodule, with the arguments of its preserved signature."""
         plan = self.plan
         fqn = plan.path_of(child)
-        if fqn == self.fqn or not _within(fqn, self.fqn):
+        if not inside(fqn, self.fqn, strictly=True):
             raise _Inline(self.fqn, f"it calls {fqn!r}, which is not one of its submodules")
         signature = plan.parts[child].signature
         flat = []

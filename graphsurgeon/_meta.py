@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
+import math
 import operator
 import os
 import re
@@ -212,6 +213,27 @@ def number_text(value: float | None) -> str:
     if value is None:
         return ""
     return f"{value:.3g}"
+
+
+def tolerance_text(ratio: float) -> str:
+    """An error as a multiple of what the tolerance allows (a ``tolerance_ratio`` of the
+    checks): ``0.41x``, ``37x``, ``1,234x``, ``inf``; '' for NaN (not measured).
+
+    Example:
+        >>> [tolerance_text(r) for r in (0.0, 0.00478, 0.41, 37.2, 1234.0, math.inf)]
+        ['0x', '0.0048x', '0.41x', '37x', '1,234x', 'inf']
+    """
+    if math.isnan(ratio):
+        return ""
+    if math.isinf(ratio):
+        return "inf"
+    if ratio == 0:
+        return "0x"
+    if ratio >= 1e6:
+        return f"{ratio:.1e}x"
+    if ratio >= 100:
+        return f"{ratio:,.0f}x"
+    return f"{ratio:.2g}x"
 
 
 def count_text(value: int | None) -> str:
@@ -494,18 +516,24 @@ def split_call_name(name: str) -> tuple[str, int | None]:
 def inside(name: str, outer: str, *, strictly: bool = False) -> bool:
     """Whether module (or call) ``name`` is ``outer`` or inside it, by module path: the one
     reading of "is A inside B" (``""``, the root, holds everything; ``"blk@1"`` is in ``"blk"``).
-    ``strictly``: inside and not ``outer`` itself.
+    ``strictly``: inside and not ``outer`` itself. One call (``"blk@1"``) holds only itself and
+    the paths under it (a replacement installed there: ``"blk@1.w"``), not the module ``blk``,
+    its other calls or its state.
 
     Example:
         >>> inside("layers.1.attn", "layers.1"), inside("layers.10", "layers.1")
         (True, False)
         >>> inside("blk@1", "blk"), inside("blk", "blk", strictly=True), inside("a", "")
         (True, False, True)
+        >>> inside("blk.w", "blk@1"), inside("blk@2", "blk@1"), inside("blk@1.w", "blk@1")
+        (False, False, True)
     """
-    fqn, outer_fqn = split_call_name(name)[0], split_call_name(outer)[0]
-    if fqn == outer_fqn:
+    if split_call_name(outer)[1] is not None:
+        return (name == outer and not strictly) or name.startswith(outer + ".")
+    fqn = split_call_name(name)[0]
+    if fqn == outer:
         return not strictly
-    return not outer_fqn or fqn.startswith(outer_fqn + ".")
+    return not outer or fqn.startswith(outer + ".")
 
 
 def ambiguous_name_message(name: str, owner: str) -> str:

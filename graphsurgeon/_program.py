@@ -12,9 +12,10 @@ The verbs that change a program (``swap``, ``fuse``) and the views of its module
 (``module_tree``, ``partition``) take the ExportedProgram itself: :func:`not_a_program` is their
 refusal, worded the same way.
 
-Inputs are read here once too (:func:`as_inputs`): ``args`` is a tuple of the model's positional
-inputs (a lone tensor is the one input, ``(x,)``), ``kwargs`` a mapping; a list, a dict or
-anything else where the tuple goes is refused with one
+Inputs are read here once too (:func:`as_inputs`): ``args`` is a tuple of the model's
+positional inputs (one value that is no tuple, a tensor or a number, is the one input,
+``(x,)``), ``kwargs`` a mapping; a list, a dict, None, a string, a model or an iterator where the
+tuple goes is more likely a mistake than one input, and is refused with one
 :class:`~graphsurgeon.errors.InputStructureError` that names the verb and what to pass, by every
 entry point alike. :func:`as_program` with inputs gives both at once, and falls back on the
 example inputs a Surgery keeps.
@@ -22,7 +23,8 @@ example inputs a Surgery keeps.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from dataclasses import replace as dataclass_replace
 from typing import Any
@@ -34,7 +36,7 @@ from torch.fx import GraphModule
 from . import _meta
 from .errors import InputStructureError, NotAProgramError, a_type
 
-__all__ = ["Program", "as_inputs", "as_program", "not_a_program"]
+__all__ = ["Program", "as_inputs", "as_program", "is_surgery", "no_inputs", "not_a_program"]
 
 
 @dataclass(frozen=True)
@@ -58,11 +60,12 @@ class Program:
     kwargs: dict | None = None
     verb: str = ""
 
-    def inputs(self) -> tuple[tuple, dict]:
-        """``(args, kwargs)`` to run the program on; raises
-        :class:`~graphsurgeon.errors.InputStructureError` when there are none."""
+    def inputs(self, error: type[Exception] = InputStructureError) -> tuple[tuple, dict]:
+        """``(args, kwargs)`` to run the program on. When there are none, raises ``error``
+        (the verbs of a Surgery keep the class they always raised for it) with the one message
+        of :func:`no_inputs`."""
         if self.args is None:
-            raise InputStructureError(_no_inputs(self.verb))
+            raise error(no_inputs(self.verb, surgery=self.surgery is not None))
         return self.args, dict(self.kwargs or {})
 
     @property
@@ -74,9 +77,12 @@ class Program:
         return meta.get(_meta.INFO) if isinstance(meta, dict) else None
 
 
-def _is_surgery(value: Any) -> bool:
-    # read by what it has, not by its class: this module sits below surgery.py
-    return isinstance(getattr(value, "program", None), ExportedProgram) and hasattr(value, "module")
+def is_surgery(value: Any) -> bool:
+    """Whether ``value`` is a Surgery (or holds a program and a module as one does)."""
+    # read by what it has, not by its class: this module sits below surgery.py. Its module is
+    # looked for without reading it (a Surgery builds its current module when it is read).
+    has_module = hasattr(type(value), "module") or "module" in getattr(value, "__dict__", {})
+    return isinstance(getattr(value, "program", None), ExportedProgram) and has_module
 
 
 def _info(module: Any) -> Any:
@@ -87,8 +93,9 @@ def _info(module: Any) -> Any:
 def as_program(value: Any, args: Any = None, kwargs: Any = None, *, verb: str = "") -> Program:
     """What ``value`` means as a program to draw, step or check (see the module docstring),
     with the inputs to run it on: ``args`` and ``kwargs`` as :func:`as_inputs` reads them, or
-    when ``args`` is None, the example inputs of a Surgery (``.args`` and ``.kwargs`` of the
-    result are None when there are none: :meth:`Program.inputs` then says what to pass).
+    when ``args`` is None, the example inputs of a Surgery (its ``kwargs`` unless others are
+    given); ``.args`` and ``.kwargs`` of the result are None when there are none
+    (:meth:`Program.inputs` then says what to pass).
 
     A Surgery (or anything with its ``program`` and ``module``) with nothing swapped or fused
     is its ExportedProgram. ``verb`` names the entry point in the messages (``"compare"``).
@@ -102,8 +109,10 @@ def as_program(value: Any, args: Any = None, kwargs: Any = None, *, verb: str = 
         (tensor([1., 1.]),)
     """
     program = _program_of(value, verb)
-    if args is None and kwargs is None and program.surgery is not None:
-        args, kwargs = getattr(value, "args", None), getattr(value, "kwargs", None)
+    if args is None and program.surgery is not None:
+        args = getattr(value, "args", None)
+        if kwargs is None:
+            kwargs = getattr(value, "kwargs", None)
     if args is None:
         if kwargs is not None:
             as_inputs((), kwargs, verb=verb)  # refuses a kwargs that is no mapping, alike
@@ -112,11 +121,34 @@ def as_program(value: Any, args: Any = None, kwargs: Any = None, *, verb: str = 
     return dataclass_replace(program, args=args, kwargs=kwargs, verb=verb)
 
 
-def as_inputs(args: Any, kwargs: Any = None, *, verb: str = "") -> tuple[tuple, dict]:
+# What ``args`` that are no tuple are refused as, by the type that came: each is more likely a
+# mistake than the model's one input (a list may be the inputs or one input that is a list, so
+# it is never guessed); ``{args}`` and ``{kwargs}`` are the names the verb gives its inputs.
+_NOT_INPUTS = {
+    type(None): "pass () for a model that takes no positional inputs",
+    list: "pass tuple({args}) when the list holds the inputs, or ({args},) when the model takes "
+    "one list",
+    Mapping: "keyword inputs go in {kwargs}; pass ({args},) when the model takes one dict",
+    str: "pass ({args},) when the model really takes a string",
+    bytes: "pass ({args},) when the model really takes bytes",
+    torch.nn.Module: "is the order of model and {args} swapped?",
+    Iterator: "pass tuple({args})",
+}
+
+
+def as_inputs(
+    args: Any,
+    kwargs: Any = None,
+    *,
+    verb: str = "",
+    names: tuple[str, str] = ("args", "kwargs"),
+) -> tuple[tuple, dict]:
     """``(args, kwargs)`` as every entry point reads inputs: ``args`` a tuple of the model's
-    positional inputs (a lone tensor is ``(x,)``), ``kwargs`` a mapping or None. Anything else
-    raises :class:`~graphsurgeon.errors.InputStructureError` naming ``verb`` and what to pass:
-    a list may be the inputs or one input that is a list, so it is never guessed.
+    positional inputs, ``kwargs`` a mapping or None. One value that is no tuple (a tensor, a
+    number) is the one input, ``(x,)``; what is more likely a mistake (a list, a dict, None, a
+    string, a model, an iterator) raises :class:`~graphsurgeon.errors.InputStructureError`
+    naming ``verb`` and what to pass. ``names``: what the verb calls its two inputs
+    (``("example_args", "example_kwargs")`` for a pattern's).
 
     Example:
         >>> import torch
@@ -125,37 +157,38 @@ def as_inputs(args: Any, kwargs: Any = None, *, verb: str = "") -> tuple[tuple, 
         >>> as_inputs([torch.ones(1)], verb="verify")
         Traceback (most recent call last):
           ...
-        graphsurgeon.errors.InputStructureError: verify: args is a list; ...
+        graphsurgeon.errors.InputStructureError: verify: args: expected a tuple of positional ...
     """
     where = f"{verb}: " if verb else ""
-    if args is None:
-        raise InputStructureError(_no_inputs(verb))
-    if isinstance(args, torch.Tensor):
+    args_name, kwargs_name = names
+    if not isinstance(args, tuple):
+        for kind, advice in _NOT_INPUTS.items():
+            if isinstance(args, kind):
+                raise InputStructureError(
+                    f"{where}{args_name}: expected a tuple of positional inputs such as (x,), "
+                    f"got {a_type(args)}; {advice.format(args=args_name, kwargs=kwargs_name)}"
+                )
         args = (args,)  # the one input
-    elif isinstance(args, list):
-        raise InputStructureError(
-            f"{where}args is a list; the model's positional inputs are a tuple: pass "
-            "tuple(args) when its items are the inputs, or (args,) when the model takes the "
-            "list as its one input"
-        )
-    elif not isinstance(args, tuple):
-        hint = " (keyword inputs go in kwargs)" if isinstance(args, Mapping) else ""
-        raise InputStructureError(
-            f"{where}args must be a tuple of the model's positional inputs, got {a_type(args)}"
-            f"{hint}; wrap a single input as (x,)"
-        )
     if kwargs is None:
         return args, {}
     if not isinstance(kwargs, Mapping):
         raise InputStructureError(
-            f"{where}kwargs must be a mapping of the model's keyword inputs, such as "
-            f"{{'mask': mask}}, got {a_type(kwargs)}"
+            f"{where}{kwargs_name}: expected a mapping of keyword inputs such as "
+            f"{{'mask': mask}}, got {a_type(kwargs)}; positional inputs go in {args_name}"
         )
     return args, dict(kwargs)
 
 
-def _no_inputs(verb: str) -> str:
+def no_inputs(verb: str, *, surgery: bool = False) -> str:
+    """The one message for a verb that has no inputs to run a program on (none given, and
+    none kept by a Surgery): how to pass them (``surgery``: to the Surgery's own verb)."""
     where = f"{verb}: " if verb else ""
+    if surgery:
+        call = f"s.{verb}((x,)) or s.{verb}(args, kwargs)" if verb else "s.verify((x,))"
+        return (
+            f"{where}no inputs: pass the example inputs, as in {call}, or give them when the "
+            "Surgery starts: gs.Surgery.from_model(model, args) or gs.Surgery(ep, args=(x,))"
+        )
     call = f"{verb}(..., args)" if verb else "it"
     return (
         f"{where}no inputs to run the program on: pass the model's example inputs as a tuple, "
@@ -177,7 +210,7 @@ def _program_of(value: Any, verb: str) -> Program:
                 "came from. Pass that program (or gs.swap(ep, {...}) of it)"
             )
         return Program(info.program, value)
-    if _is_surgery(value):
+    if is_surgery(value):
         replacements = getattr(value, "replacements", None)
         if (
             isinstance(replacements, Mapping)
@@ -200,18 +233,24 @@ def not_a_program(value: object, verb: str = "") -> NotAProgramError:
     """The error for an object given where an ExportedProgram is expected: what it is, and what
     to pass instead (``verb``: the entry point, named first)."""
     where = f"{verb}: " if verb else ""
-    got = f"{where}expected a torch.export.ExportedProgram, got {a_type(value)}"
+    got = f"{where}expected an ExportedProgram (torch.export), got {a_type(value)}"
     meta = getattr(value, "meta", None)
     if isinstance(meta, dict) and _meta.INFO in meta:
         return NotAProgramError(
             f"{got}, a program made by gs.swap or gs.fuse. Pass the ExportedProgram it was made "
-            "from (graphsurgeon.swap.swap_info(gm).program) with every replacement in one mapping, or make the "
-            "changes step by step with gs.Surgery(ep)"
+            "from (graphsurgeon.swap.swap_info(gm).program) with every replacement in one "
+            "mapping, or make the changes step by step with gs.Surgery(ep)"
         )
-    if _is_surgery(value):
+    if is_surgery(value):
         return NotAProgramError(f"{got}; its program is s.program (its current state: s.module)")
     if isinstance(value, torch.nn.Module):
         return NotAProgramError(
-            f"{got}, a model: export it first, ep = gs.export(model, args), and pass ep"
+            f"{got}, a model: export it first, ep = gs.export(model, args), and pass ep "
+            "(or start a Surgery from the model: gs.Surgery.from_model(model, args))"
+        )
+    if isinstance(value, (str, os.PathLike)):
+        return NotAProgramError(
+            f"{got}; load a saved program with torch.export.load(path), or make one with "
+            "gs.export(model, args)"
         )
     return NotAProgramError(f"{got}; make one with gs.export(model, args)")

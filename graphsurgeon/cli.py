@@ -9,37 +9,26 @@ traceback.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-import importlib
 import inspect
-import io
-import logging
 import math
 import os
-import pickle
 import re
-import stat
 import statistics
 import sys
 import time
-import warnings
-import zipfile
-import zlib
 from pathlib import Path
 
+from ._load import CannotLoad, import_from_here, load_program
+from ._load import first_line as _first_line
 from .errors import GraphSurgeonError
 
 __all__ = ["main"]
 
 
-# -- reading a program file ---------------------------------------------------------------------
+# -- what the options say -------------------------------------------------------------------
 
-# A .pt2 is code. torch.export.load unpickles what the file holds (its example inputs, weights
-# that are tensor subclasses, opaque constants) and retries a weights-only unpickling that fails
-# with a full one, which calls whatever the pickle names; it also loads the compiled AOTInductor
-# libraries a package may hold. Unless told to trust the file, the commands load it with every
-# unpickling restricted to tensors and plain values, and refuse what needs more.
+# A .pt2 is code: see graphsurgeon._load, which reads it weights-only unless told to trust it.
 _TRUST_NOTE = """\
 A .pt2 file is code: torch.export.load unpickles what it holds, and a pickle can run any
 Python. graphsurgeon loads it weights-only (tensors and plain values) and refuses a file that
@@ -52,427 +41,29 @@ _TRUST_HELP = (
     "holds: only for a file you trust as you would a program"
 )
 
-_TRUST_HINT = "pass --trust-file only if you trust the file as you would a program"
-
-# What the folders of a .pt2 hold, for the messages (names as torch's archive reader gives them).
-_ARCHIVE_ROLES = {
-    "data/sample_inputs/": "its example inputs",
-    "data/weights/": "a weight",
-    "data/constants/": "a constant",
-}
-
-# The largest entry read to say what its pickle calls.
-_SCANNED_AT_MOST = 64 << 20
-
-
-class _PickleRefused(Exception):
-    """A plain pickle.load(s) reached while loading an untrusted file: refused before it ran."""
-
-
-@contextlib.contextmanager
-def _weights_only(refused: list):
-    """Every unpickling in the block is weights-only.
-
-    torch.load as with ``weights_only=True``: torch's own switch, which also overrides the
-    ``weights_only=False`` of the retry. A plain ``pickle.load(s)`` (torch unpickles opaque
-    constants with it) is refused before it reads a byte; ``refused`` gets the bytes.
-    """
-    names = ("TORCH_FORCE_WEIGHTS_ONLY_LOAD", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD")
-    saved_environment = {name: os.environ.get(name) for name in names}
-    saved_pickle = pickle.load, pickle.loads
-
-    def refuse(data, *args, **kwargs):
-        refused.append(data if isinstance(data, (bytes, bytearray)) else None)
-        raise _PickleRefused("a plain pickle")
-
-    os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
-    os.environ.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)  # both set is an error of torch's
-    pickle.load = pickle.loads = refuse
-    try:
-        yield
-    finally:
-        pickle.load, pickle.loads = saved_pickle
-        for name, value in saved_environment.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
-class _Keep(logging.Handler):
-    """A log handler that keeps the records, to be read instead of printed."""
-
-    def __init__(self, records: list):
-        super().__init__(logging.DEBUG)
-        self.records = records
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
-@contextlib.contextmanager
-def _torch_logs_kept(records: list):
-    """torch logs what goes wrong while loading, whole tracebacks included, and then raises an
-    error that says "check the warnings above": the records are kept here instead of printed,
-    and the one-line error names the cause they hold (and its Python warnings likewise)."""
-    keep = _Keep(records)
-    loggers = [
-        logger
-        for name, logger in sorted(logging.root.manager.loggerDict.items())
-        if isinstance(logger, logging.Logger) and (name == "torch" or name.startswith("torch."))
-    ]
-    saved = [(logger, logger.handlers, logger.propagate) for logger in loggers]
-    for logger in loggers:
-        logger.handlers = [keep]
-        logger.propagate = False
-    try:
-        with warnings.catch_warnings(record=True):
-            warnings.simplefilter("always")
-            yield
-    finally:
-        for logger, handlers, propagate in saved:
-            logger.handlers, logger.propagate = handlers, propagate
-
-
-def _compiled_code(path: Path) -> str | None:
-    """The first entry of compiled AOTInductor code in the archive (torch.export.load loads
-    it as a shared library), or None."""
-    from torch.export.pt2_archive import PT2ArchiveReader
-    from torch.export.pt2_archive.constants import AOTINDUCTOR_DIR
-
-    try:
-        with PT2ArchiveReader(str(path)) as reader:
-            names = reader.get_file_names()
-    except Exception:  # not a .pt2 archive: torch's loader stops at the same place
-        return None
-    return next((name for name in sorted(names) if name.startswith(AOTINDUCTOR_DIR)), None)
-
-
-def _chain(error: BaseException) -> list[BaseException]:
-    """``error`` and the errors it was raised from or while handling, each once."""
-    chain: list[BaseException] = []
-    while error is not None and not any(error is seen for seen in chain):
-        chain.append(error)
-        error = error.__cause__ or error.__context__
-    return chain
-
-
-def _weights_only_refusal(error: BaseException) -> bool:
-    return isinstance(error, pickle.UnpicklingError) and str(error).startswith(
-        "Weights only load failed"
-    )
-
-
-def _entries(archive: zipfile.ZipFile) -> list[tuple[str, zipfile.ZipInfo]]:
-    """(the name torch reads it by, without the archive's top folder; the entry) of each entry."""
-    return [(info.filename.partition("/")[2] or info.filename, info) for info in archive.infolist()]
-
-
-def _in_words(name: str) -> str:
-    """An entry's name, and what it holds when its folder says (``data/weights/w``: a weight)."""
-    role = next((r for folder, r in _ARCHIVE_ROLES.items() if name.startswith(folder)), "")
-    return f"{name} ({role})" if role else name
-
-
-def _unsafe_globals(archive: zipfile.ZipFile) -> list[tuple[str, list[str]]]:
-    """(entry, what its pickle calls beyond weights-only unpickling) of each torch.save pickle
-    in the archive that calls anything more; read statically, nothing is unpickled."""
-    import torch
-
-    found = []
-    for name, info in _entries(archive):
-        if info.file_size > _SCANNED_AT_MOST:  # (for the message only: a bomb is not read)
-            continue
-        with archive.open(info) as entry:
-            if entry.read(4) != b"PK\x03\x04":  # what torch.save writes is a zip archive
-                continue
-        try:
-            calls = torch.serialization.get_unsafe_globals_in_checkpoint(
-                io.BytesIO(archive.read(info))
-            )
-        except Exception:  # not a torch.save archive after all
-            continue
-        if calls:
-            found.append((name, sorted(calls)))
-    return found
-
-
-def _holding(archive: zipfile.ZipFile, data) -> str | None:
-    """The entry that holds exactly ``data`` (by size and CRC-32), or None."""
-    if data is None:
-        return None
-    size_and_crc = (len(data), zlib.crc32(data))
-    return next(
-        (n for n, info in _entries(archive) if (info.file_size, info.CRC) == size_and_crc), None
-    )
-
-
-def _needs_trust(path: Path, causes: list[BaseException], refused: list) -> str | None:
-    """What in the file needs more than weights-only unpickling, in words, or None."""
-    refusal = next((c for c in causes if _weights_only_refusal(c)), None)
-    if not refused and refusal is None:
-        return None
-    try:
-        archive = zipfile.ZipFile(path)
-    except (OSError, zipfile.BadZipFile, ValueError):
-        archive = None
-    with archive or contextlib.nullcontext():
-        if refused:
-            entry = _holding(archive, refused[0]) if archive else None
-            where = _in_words(entry) if entry else "an entry"
-            return f"{where} is a pickled Python object, which torch unpickles without restriction"
-        unsafe = _unsafe_globals(archive) if archive else []
-    if unsafe:
-        name, calls = unsafe[0]
-        return f"{_in_words(name)} is a pickle that calls {', '.join(calls)}"
-    detail = next(
-        (
-            line.strip()
-            for line in str(refusal).splitlines()
-            if line.strip().startswith("WeightsUnpickler error:")
-        ),
-        "",
-    )
-    return "a pickle in it needs more than weights-only unpickling" + (
-        f" ({detail})" if detail else ""
-    )
-
-
-def _refuse_untrusted(path: Path, what: str) -> SystemExit:
-    return SystemExit(
-        _fail(f"{path}: {what}: unpickling it could run code from the file; {_TRUST_HINT}")
-    )
-
-
-def _load_failure(error: BaseException, logged: list[BaseException]) -> str:
-    """The cause of a failed load, in one short line of text."""
-    if "warnings above" in str(error):  # torch points at what it logged: name that instead
-        if not logged:
-            return "torch found no exported program in it"
-        error = logged[0]
-    return _shortened(_first_line(error))
-
-
-def _shortened(text: str, limit: int = 200) -> str:
-    """``text`` cut after its last sentence that ends within ``limit`` characters, or at the
-    limit (a hostile file's names and values are in torch's messages, at any length).
-
-    >>> _shortened("RuntimeError: the file is not found. This is an internal error. Or", 60)
-    'RuntimeError: the file is not found.'
-    >>> _shortened("x" * 300, 10)
-    'xxxxxxxxxx…'
-    """
-    if len(text) <= limit:
-        return text
-    end = text.rfind(". ", 0, limit)
-    return text[: end + 1] if end > limit // 2 else text[:limit] + "…"
-
-
-# -- the types a program's specs name ----------------------------------------------------------
-
-# A program stores the structure of its inputs and outputs, and of each preserved module call,
-# as pytree specs that name their container types by torch's serialized type names
-# ("transformers.modeling_outputs.Seq2SeqLMOutput"). torch reads a spec only when that type is
-# registered with its pytree, which importing the module that defines it does: in a notebook,
-# the model's own imports did. A file is not trusted to choose what is imported: the commands
-# import on their own only the modules of this fixed list, whose import registers the output
-# types and runs nothing a file can choose; any other module only when given with --import.
-_KNOWN_TYPE_MODULES = ("transformers.modeling_outputs",)
-
 _IMPORT_HELP = (
     "import the Python module MODULE first (from the current directory, then sys.path), for a "
     "program whose specs name a type it registers with torch's pytree (repeat for more)"
 )
 
-# torch's error for a spec that names a type it does not know (the serialized type name).
-_UNREGISTERED = re.compile(r"Deserializing (\S+) in pytree is not registered")
-
-
-def _import_requested(modules: list[str]) -> None:
-    """Import the modules given with ``--import``: the user's consent to run them."""
-    for module_name in modules:
-        _import_from_here(f"--import {module_name}", module_name)
-
-
-def _spec_types(path: Path) -> dict[str, str]:
-    """{serialized type name: where the program first names it, as the start of a sentence
-    ("its output is a", "the input of its module 'encoder' holds a")} of the types its specs
-    name, read from the archive's JSON (nothing is unpickled); empty when that cannot be read
-    (torch's load then says what is wrong)."""
-    import json
-
-    from torch.export.pt2_archive.constants import MODELS_DIR
-
-    found: dict[str, str] = {}
-
-    def types_of(spec, subject: str, outermost: bool) -> None:
-        if isinstance(spec, list):
-            for item in spec:
-                types_of(item, subject, outermost)
-        elif isinstance(spec, dict):
-            if isinstance(spec.get("type"), str):
-                found.setdefault(spec["type"], f"{subject} {'is' if outermost else 'holds'} a")
-            types_of(spec.get("children_spec"), subject, False)
-
-    def walk(value, fqn: str) -> None:
-        if isinstance(value, list):
-            for item in value:
-                walk(item, fqn)
-        elif isinstance(value, dict):
-            fqn = value["fqn"] if isinstance(value.get("fqn"), str) else fqn
-            for key, item in value.items():
-                if key in ("in_spec", "out_spec") and isinstance(item, str):
-                    side = "input" if key == "in_spec" else "output"
-                    subject = f"the {side} of its module {_shown(fqn)}" if fqn else f"its {side}"
-                    # a spec is [protocol, outermost node]
-                    types_of(json.loads(item)[1:], subject, True)
-                else:
-                    walk(item, fqn)
-
-    try:
-        with zipfile.ZipFile(path) as archive:
-            for name, info in _entries(archive):
-                if name.startswith(MODELS_DIR) and name.endswith(".json"):
-                    walk(json.loads(archive.read(info)), "")
-    except Exception:  # the scan only helps: torch's load reads the file and says what is wrong
-        return {}
-    return found
-
-
-def _shown(name: str) -> str:
-    """A name from the file as the message shows it: a Python name as it is, anything else
-    quoted and shortened (a hostile file's names may hold line breaks, at any length)."""
-    return name if re.fullmatch(r"[\w.]{1,200}", name) else _shortened(repr(name))
-
-
-def _module_of(type_name: str) -> str:
-    """The module a serialized type name names (torch writes ``module.Class`` by default)."""
-    return type_name.rpartition(".")[0] or type_name
-
-
-def _unregistered_type(path: Path, type_name: str, where: str, imported: set[str]) -> str:
-    """The one line for a type torch must know to read the program and does not; ``where``
-    starts the sentence (see _spec_types)."""
-    module_name = _module_of(type_name)
-    if module_name in imported:
-        return (
-            f"{path}: {where} {_shown(type_name)}, which importing {module_name} did not "
-            "register with torch's pytree; pass --import with the module that registers it, as "
-            "the code that saved the program did"
-        )
-    return (
-        f"{path}: {where} {_shown(type_name)}, a type torch must know to read the file; pass "
-        f"--import {_shown(module_name)} if you trust that module (graphsurgeon imports on its "
-        f"own only {', '.join(_KNOWN_TYPE_MODULES)}, never a module a file names)"
-    )
-
-
-def _register_spec_types(path: Path, imports: list[str]) -> None:
-    """Make torch able to read the types the program's specs name: the modules given with
-    ``--import``, then the known modules of the types still missing, are imported; exit 2
-    with one line naming a type that is still missing, and the flag that brings it."""
-    import torch.utils._pytree as pytree
-
-    _import_requested(imports)
-    registered = pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE
-    missing = {name: where for name, where in _spec_types(path).items() if name not in registered}
-    imported = set(imports)
-    for module_name in sorted({_module_of(name) for name in missing}):
-        if module_name not in _KNOWN_TYPE_MODULES:
-            continue
-        try:
-            with warnings.catch_warnings():  # what the module warns of is not the user's concern
-                warnings.simplefilter("ignore")
-                importlib.import_module(module_name)
-        except Exception as error:
-            name = next(n for n in missing if _module_of(n) == module_name)
-            package = module_name.partition(".")[0]
-            if isinstance(error, ModuleNotFoundError) and error.name == package:
-                remedy = f"{package} is not installed: pip install {package}"
-            else:
-                remedy = f"importing {module_name} failed: {_first_line(error)}"
-            raise SystemExit(_fail(f"{path}: {missing[name]} {_shown(name)}; {remedy}")) from None
-        imported.add(module_name)
-    still = [name for name in missing if name not in registered]
-    if still:
-        more = f" (and {len(still) - 1} more types)" if len(still) > 1 else ""
-        first = still[0]
-        raise SystemExit(_fail(_unregistered_type(path, first, missing[first], imported) + more))
-
 
 def _load_program(path_text: str, *, trust: bool = False, imports: list[str] = ()):
-    """The ExportedProgram in the file ``path_text``; exit 2 with one line when it cannot be
-    read, or, unless ``trust``, when reading it could run code from it. The modules
-    ``imports`` are imported first, and the known modules of the types its specs name (see
-    ``_KNOWN_TYPE_MODULES``)."""
-    import torch
-
-    path = Path(path_text)
+    """The ExportedProgram in the file ``path_text`` (:func:`graphsurgeon._load.load_program`);
+    exit 2 with its one line when it cannot be read, or, unless ``trust``, when reading it could
+    run code from it."""
     try:
-        mode = path.stat().st_mode  # through links: what a link names is what would be read
-    except FileNotFoundError:
-        raise SystemExit(_fail(f"{path}: no such file")) from None
-    except OSError as error:  # a name too long, a loop of links: the path cannot be looked at
-        raise SystemExit(_fail(f"{path}: cannot read ({error.strerror or error})")) from None
-    if stat.S_ISDIR(mode):
-        raise SystemExit(_fail(f"{path}: is a directory, expected a .pt2 file"))
-    if not stat.S_ISREG(mode):
-        # opening a named pipe waits for a writer, forever; a device such as /dev/zero never ends
-        raise SystemExit(
-            _fail(
-                f"{path}: is {_file_kind(mode)}, not a regular file; expected a .pt2 file saved "
-                "with torch.export.save"
-            )
-        )
-    if path.suffix != ".pt2":
-        raise SystemExit(
-            _fail(
-                f"{path}: expected a .pt2 file saved with torch.export.save, got {path.suffix or 'no suffix'!r}"
-            )
-        )
-    if not trust:
-        compiled = _compiled_code(path)
-        if compiled is not None:
-            raise SystemExit(
-                _fail(
-                    f"{path}: {compiled} is compiled AOTInductor code, which torch.export.load "
-                    f"loads as a shared library and so runs; {_TRUST_HINT}"
-                )
-            )
-    _register_spec_types(path, list(imports))
-    records: list = []
-    refused: list = []
-    restricted = contextlib.nullcontext() if trust else _weights_only(refused)
+        return load_program(path_text, trust=trust, imports=imports)
+    except CannotLoad as refusal:
+        raise SystemExit(_fail(str(refusal))) from None
+
+
+def _import_from_here(option: str, module_name: str):
+    """Import ``module_name`` as ``python -m`` would (:func:`graphsurgeon._load.import_from_here`);
+    exit 2 with one line that starts with ``option`` when it cannot be."""
     try:
-        with _torch_logs_kept(records), restricted:
-            program = torch.export.load(str(path))
-    except Exception as error:
-        logged = [r.exc_info[1] for r in records if r.exc_info and r.exc_info[1] is not None]
-        causes = [cause for e in (error, *logged) for cause in _chain(e)]
-        unsafe = None if trust else _needs_trust(path, causes, refused)
-        if unsafe is not None:
-            raise _refuse_untrusted(path, unsafe) from None
-        unknown = next((m for c in causes if (m := _UNREGISTERED.search(str(c))) is not None), None)
-        if unknown is not None:  # a spec the scan above could not read: the same line
-            message = _unregistered_type(path, unknown.group(1), "it names", set(imports))
-            raise SystemExit(_fail(message)) from None
-        raise SystemExit(
-            _fail(f"{path}: not a readable torch.export program ({_load_failure(error, logged)})")
-        ) from None
-    if refused:  # torch went on without what it could not unpickle: the program is not whole
-        raise _refuse_untrusted(path, _needs_trust(path, [], refused))
-    return program
-
-
-def _file_kind(mode: int) -> str:
-    """What a file that is not a regular file is, in words, from its ``st_mode``."""
-    kinds = (
-        (stat.S_ISFIFO, "a named pipe (FIFO)"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    )
-    return next((kind for test, kind in kinds if test(mode)), "a special file")
+        return import_from_here(option, module_name)
+    except CannotLoad as refusal:
+        raise SystemExit(_fail(str(refusal))) from None
 
 
 def _fail(message: str) -> int:
@@ -656,39 +247,6 @@ def _parse_swap(spec: str) -> tuple[str, str, str]:
     return name, module_name, attribute
 
 
-def _import_from_here(option: str, module_name: str):
-    """Import ``module_name`` with the current directory first on sys.path, as ``python -m``
-    does (a console script's sys.path starts with its own folder instead); exit 2 with one
-    line that starts with ``option`` (``--swap NAME=MODULE:ATTR``) when it cannot be."""
-    saved = list(sys.path)
-    sys.path.insert(0, os.getcwd())
-    try:
-        return importlib.import_module(module_name)
-    except ModuleNotFoundError as error:
-        if error.name and (module_name == error.name or module_name.startswith(error.name + ".")):
-            raise SystemExit(
-                _fail(
-                    f"{option}: no Python module {module_name!r} in the current directory "
-                    "or on sys.path; run from the folder that holds it, or add that folder to "
-                    "PYTHONPATH"
-                )
-            ) from None
-        raise SystemExit(
-            _fail(f"{option}: importing {module_name!r} failed: {_first_line(error)}")
-        ) from None
-    except Exception as error:  # its own code raised (a SyntaxError, an ImportError, ...)
-        raise SystemExit(
-            _fail(f"{option}: importing {module_name!r} failed: {_first_line(error)}")
-        ) from None
-    finally:
-        sys.path[:] = saved
-
-
-def _first_line(error: BaseException) -> str:
-    first = (str(error).strip().splitlines() or [""])[0]
-    return f"{type(error).__name__}: {first}" if first else type(error).__name__
-
-
 def _required_arguments(factory) -> int | None:
     """How many arguments ``factory`` needs (None: it needs keyword-only ones)."""
     try:
@@ -702,7 +260,7 @@ def _required_arguments(factory) -> int | None:
     return sum(1 for p in required if p.kind in positional)
 
 
-def _replacement(spec: str, program, rebuilt: dict):
+def _replacement(spec: str, surgery, listing: str):
     """(the name, the module ``--swap spec`` names, made as _SWAP_HELP says, and
     ``MODULE:ATTR``)."""
     import torch
@@ -742,7 +300,7 @@ def _replacement(spec: str, program, rebuilt: dict):
         )
     call = f"{source}()" if needed == 0 else f"{source}(original)"
     try:
-        made = value() if needed == 0 else value(_original_module(spec, program, name, rebuilt))
+        made = value() if needed == 0 else value(_original_module(spec, surgery, name, listing))
     except SystemExit:
         raise
     except AttributeError as error:
@@ -774,7 +332,7 @@ class _RebuiltAs:
     type_name: str  # its type as the program recorded it ('' when it did not)
     path: str  # how the replacement's code reaches it: "original", "original.q"
     swapped_type: str  # the recorded type of the swapped module, the one to build for real
-    swap: tuple[str, str, str] | None  # the --swap's (name, module, attribute); None: several
+    swap: tuple[str, str, str]  # the --swap's (name, module, attribute)
 
 
 class _Rebuilt:
@@ -798,12 +356,8 @@ class _Rebuilt:
 def _missing_attribute(rebuilt_as: _RebuiltAs, name: str, reader: str = "") -> str:
     """The one line for an attribute ``name`` that a rebuilt original does not have, and how
     to give the replacement the real module instead, with the program's weights."""
-    swap_name, module_name, attribute = rebuilt_as.swap or ("NAME", "MODULE", "Replacement")
-    reader = reader or (
-        f"the replacement made by {module_name}:{attribute}"
-        if rebuilt_as.swap
-        else "the replacement"
-    )
+    swap_name, module_name, attribute = rebuilt_as.swap
+    reader = reader or f"the replacement made by {module_name}:{attribute}"
     real = rebuilt_as.swapped_type.rpartition(".")[2] or "TheModule"
     recorded = f" ({rebuilt_as.type_name})" if rebuilt_as.type_name else ""
     return (
@@ -818,8 +372,8 @@ def _missing_attribute(rebuilt_as: _RebuiltAs, name: str, reader: str = "") -> s
 
 def _explain_missing_attributes(original, fqn: str, program, swap: tuple[str, str, str]):
     """Give each module of ``original`` (the program's module ``fqn``, rebuilt for ``swap``) a
-    class of its own that says what it lacks (see _Rebuilt); the rebuilt modules are the
-    command's own, nothing else holds them."""
+    class of its own that says what it lacks (see _Rebuilt); ``original`` is a copy of the
+    command's own (:meth:`graphsurgeon.Surgery.original`), nothing else holds it."""
     import graphsurgeon as gs
 
     tree = gs.module_tree(program)
@@ -829,9 +383,6 @@ def _explain_missing_attributes(original, fqn: str, program, swap: tuple[str, st
 
     for sub, module in original.named_modules():
         kind = type(module)
-        if isinstance(module, _Rebuilt):  # passed to another --swap too: which one is unknown
-            kind._rebuilt_as = dataclasses.replace(kind._rebuilt_as, swap=None)
-            continue
         full = f"{fqn}.{sub}" if sub else fqn
         path = f"original.{sub}" if sub else "original"
         rebuilt_as = _RebuiltAs(full, recorded(full), path, recorded(fqn), swap)
@@ -839,29 +390,25 @@ def _explain_missing_attributes(original, fqn: str, program, swap: tuple[str, st
         module.__class__ = type(kind.__name__, (_Rebuilt, kind), namespace)
 
 
-def _original_module(spec: str, program, name: str, rebuilt: dict):
-    """The program's module ``name`` rebuilt as a plain nn.Module (the hierarchy is rebuilt
-    once for all the --swap options that need it), whose missing attributes say so."""
-    from graphsurgeon._hierarchy import rebuild_hierarchy
-    from graphsurgeon.errors import did_you_mean
+def _original_module(spec: str, surgery, name: str, listing: str):
+    """The program's module ``name`` as the Surgery has it (:meth:`graphsurgeon.Surgery.original`:
+    rebuilt from the program once, a copy of its own for each --swap), whose missing attributes
+    say so."""
+    from graphsurgeon.errors import UnknownNameError
 
-    fqn = name.partition("@")[0]
-    if "hierarchy" not in rebuilt:
-        try:
-            rebuilt["hierarchy"] = rebuild_hierarchy(program, {})[0]
-        except GraphSurgeonError as error:
-            raise SystemExit(
-                _fail(f"--swap {spec}: the original module cannot be rebuilt to pass it: {error}")
-            ) from None
-    hierarchy = rebuilt["hierarchy"]
     try:
-        original = hierarchy.get_submodule(fqn) if fqn else hierarchy
-    except AttributeError:
-        names = [n for n, _ in hierarchy.named_modules() if n]
+        original = surgery.original(name)
+    except UnknownNameError as error:
+        # on the command line, the command line's way to list the modules
         raise SystemExit(
-            _fail(f"--swap {spec}: the program has no module {fqn!r}.{did_you_mean(fqn, names)}")
+            _fail(f"--swap {spec}: {str(error).replace('gs.module_tree(ep)', listing)}")
         ) from None
-    _explain_missing_attributes(original, fqn, program, _parse_swap(spec))
+    except GraphSurgeonError as error:
+        raise SystemExit(
+            _fail(f"--swap {spec}: the original module cannot be rebuilt to pass it: {error}")
+        ) from None
+    fqn = name.partition("@")[0]
+    _explain_missing_attributes(original, fqn, surgery.program, _parse_swap(spec))
     return original
 
 
@@ -893,14 +440,13 @@ def _cmd_report(options) -> int:
     program = _load_program(options.program, trust=options.trust_file, imports=options.imports)
     surgery = gs.Surgery(program)
     sources: dict[str, str] = {}
-    rebuilt: dict = {}
+    # on the command line, the command line's way to list the modules
+    listing = f"`graphsurgeon modules {options.program}`"
     for spec in options.swap:
-        name, replacement, sources[name] = _replacement(spec, program, rebuilt)
+        name, replacement, sources[name] = _replacement(spec, surgery, listing)
         try:
             surgery.swap(name, replacement)
         except GraphSurgeonError as error:
-            # on the command line, the command line's way to list the modules
-            listing = f"`graphsurgeon modules {options.program}`"
             return _fail(f"--swap {spec}: {str(error).replace('gs.module_tree(ep)', listing)}")
     title = (
         options.title or f"{gs.module_tree(program).root.type_name} ({Path(options.program).name})"
@@ -1087,6 +633,8 @@ def _add_reading_options(command: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the ``graphsurgeon`` command on ``argv`` (default: the command line); returns the
+    exit code (see the module docstring)."""
     parser = argparse.ArgumentParser(
         prog="graphsurgeon",
         description="Swap modules of torch.export programs for eager code, and check the result.",

@@ -32,17 +32,20 @@ from __future__ import annotations
 import functools
 import html
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ._meta import count_text, number_text, tolerance_text
 from .errors import RenderError
 
 __all__ = [
     "badge",
     "bundle",
+    "comparison_table",
     "details",
     "escape",
+    "history_table",
     "id_text",
     "inline_svg",
     "label_text",
@@ -126,13 +129,6 @@ def names(values: Iterable[str], *, limit: int = 400) -> str:
     return f'<span class="gs-mono">{text}{more}</span>'
 
 
-def number(value: float | None) -> str:
-    """``1.19e-07``, ``0.504``: a tolerance-sized number in few characters; '' for None."""
-    if value is None:
-        return ""
-    return f"{value:.3g}"
-
-
 def bundle(body: str, plain: str, include=None, exclude=None) -> dict[str, str]:
     """The mime bundle of a result: ``body`` (HTML) in a scoped container, and ``plain``."""
     data = {
@@ -146,6 +142,83 @@ def bundle(body: str, plain: str, include=None, exclude=None) -> dict[str, str]:
     return data
 
 
+# -- the tables of a Surgery's history and of a comparison --------------------------------------
+
+#: How many characters of a name the history and comparison tables show (the middle of a
+#: longer one gives way to "…"; ``data-gs-call`` carries it whole).
+TABLE_NAME_LIMIT = 120
+
+
+def _table_name(name: str) -> str:
+    return f"<code>{escape(shown(name, TABLE_NAME_LIMIT))}</code>"
+
+
+def history_table(steps: Sequence[Any], position: int) -> str:
+    """A Surgery's history as a table: each step's number (or ``undone``, past ``position``),
+    what it did, the module and the replacement's type; '' when there are no steps. The one
+    writer of it: the Surgery's own display and the widget's history panel show this.
+
+    Example:
+        >>> from types import SimpleNamespace as Step
+        >>> steps = [Step(action="swap", name="act", replacement_type="GELU")]
+        >>> "step 1" in history_table(steps, position=1), "undone" in history_table(steps, 0)
+        (True, True)
+    """
+    rows = []
+    for number, step in enumerate(steps, start=1):
+        mark = badge("undone", "warn") if number > position else badge(f"step {number}", "ok")
+        rows.append(
+            [mark, escape(step.action), _table_name(step.name), escape(step.replacement_type)]
+        )
+    if not rows:
+        return ""
+    return table(["", "action", "module", "replacement"], rows, raw=range(4))
+
+
+def comparison_table(comparison: Any) -> str:
+    """A :class:`~graphsurgeon.Comparison` as a table: one row per swapped call, the diverging
+    ones first (in graph order: the first is where it starts), then the program's outputs.
+    Each call's name carries it as ids do (``data-gs-call``; the first divergence is marked
+    ``data-gs-first``), so a page can select it. Where no values were compared (on the meta
+    device) the row says so instead of printing NaN. The one writer of it: the Comparison's
+    own display and the widget's compare panel show this."""
+    first = comparison.first_divergence
+    rows = comparison.rows  # one per call, in graph order, then the outputs'
+    calls = list(comparison.calls)
+    order = [i for i, c in enumerate(calls) if not c.ok] + [i for i, c in enumerate(calls) if c.ok]
+    cells = []
+    for i in order:
+        call, row = calls[i], rows[i]
+        marked = " data-gs-first" if call.call_name == first else ""
+        name = (
+            f'<code data-gs-call="{escape(id_text(call.call_name))}"{marked}>'
+            f"{escape(shown(call.call_name, TABLE_NAME_LIMIT))}</code>"
+        )
+        verdict = badge("ok", "ok") if call.ok else badge("DIVERGES", "bad")
+        measured = _measured_cells(row)
+        drift = number_text(row["input_drift"]) if row["values_compared"] else ""
+        replacement, problem = escape(call.replacement), escape(call.problem)
+        cells.append([verdict, name, replacement, str(row["leaves"]), *measured, drift, problem])
+    outputs = rows[-1]
+    verdict = badge("match", "ok") if outputs["ok"] else badge("DRIFT", "bad")
+    measured = _measured_cells(outputs)
+    cells.append([verdict, "(outputs)", "", str(outputs["leaves"]), *measured, "", ""])
+    headers = ["", "call", "replacement", "leaves", "max abs", "max rel", "of tolerance"]
+    headers += ["input drift", "what differs"]
+    return table(headers, cells, numeric=(3, 4, 5, 6, 7), raw=range(9))
+
+
+def _measured_cells(row: Mapping[str, Any]) -> list[str]:
+    """The max abs, max rel and tolerance cells of a comparison's row (``Comparison.rows``)."""
+    if not row["values_compared"]:
+        return ['<span class="gs-muted">no values compared</span>', "", ""]
+    return [
+        number_text(row["max_abs"]),
+        number_text(row["max_rel"]),
+        tolerance_text(row["tolerance_ratio"]),
+    ]
+
+
 _TREE_STYLE = """<style>
 .gs-out .gs-tree summary,.gs-out .gs-tree .gs-leaf{display:grid;grid-template-columns:minmax(180px,2fr) minmax(90px,1fr) 44px 56px 64px minmax(120px,3fr);gap:8px;align-items:baseline;padding:1px 0;border-bottom:1px solid rgba(127,127,127,.12)}
 .gs-out .gs-tree summary{list-style:none;cursor:pointer}
@@ -157,16 +230,6 @@ _TREE_STYLE = """<style>
 .gs-out .gs-tree .gs-num{text-align:right;font-variant-numeric:tabular-nums}
 .gs-out .gs-tree.gs-valued summary,.gs-out .gs-tree.gs-valued .gs-leaf{grid-template-columns:minmax(180px,2fr) minmax(90px,1fr) 44px 56px 64px 76px minmax(120px,3fr)}
 </style>"""
-
-
-def _count(value: int | None) -> str:
-    """``137.2K``: a parameter count in few characters ('' for none)."""
-    if not value:
-        return ""
-    for unit, size in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
-        if value >= size:
-            return f"{value / size:.1f}{unit}"
-    return str(value)
 
 
 def module_tree_html(
@@ -232,7 +295,7 @@ def module_tree_html(
             f"{head}<code>{escape(name)}</code></span>{kind}"
             f'<span class="gs-num">{info.calls}</span>'
             f'<span class="gs-num">{info.num_nodes:,}</span>'
-            f'<span class="gs-num">{_count(parameters.get(fqn))}</span>{value}<span>{verdict}</span>'
+            f'<span class="gs-num">{count_text(parameters.get(fqn))}</span>{value}<span>{verdict}</span>'
         )
 
     def block(fqn: str, depth: int) -> str:

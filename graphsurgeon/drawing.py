@@ -74,10 +74,12 @@ class Drawing:
 
     @property
     def dot(self) -> str:
+        """The DOT text of the picture."""
         return self.view.dot
 
     @property
     def picture(self) -> Picture:
+        """The semantic picture drawn (its named nodes, clusters and edges)."""
         return self.view.picture
 
     @property
@@ -140,7 +142,7 @@ def draw(program: Any, **options: Any) -> Drawing:
     the budget is chosen so the picture, fitted to a notebook's output width, is at most about
     two screens tall and its text at least :data:`MIN_SCALE` of its size (collapsing more on
     larger programs, never below the layer stack). Needs graphviz's ``dot``
-    (:class:`~graphsurgeon.MissingDependencyError` otherwise).
+    (:class:`~graphsurgeon.errors.MissingDependencyError` otherwise).
 
     ``overlay=`` paints values on the picture, with a legend: ``"error"``, ``"own error"``,
     ``"latency"`` (these run the program: pass ``args``/``kwargs``, or draw a Surgery, which

@@ -78,6 +78,8 @@ class FusedAttention(nn.Module):
 
 
 class MLP(nn.Module):
+    """A transformer's feed-forward block: up-projection, GELU, down-projection."""
+
     def __init__(self, hidden: int):
         super().__init__()
         self.up = nn.Linear(hidden, 4 * hidden)
@@ -98,6 +100,8 @@ class GeluTanhMLP(MLP):
 
 
 class Block(nn.Module):
+    """One pre-norm transformer layer: attention and an MLP, each around a residual."""
+
     def __init__(self, hidden: int, heads: int):
         super().__init__()
         self.ln1 = nn.LayerNorm(hidden)
@@ -111,6 +115,9 @@ class Block(nn.Module):
 
 
 class TinyGPT(nn.Module):
+    """A small decoder-only transformer (token and position embeddings, ``n_layers`` blocks,
+    a final norm and a head): the model of the demo and the tutorials."""
+
     def __init__(
         self,
         n_layers: int = 4,
@@ -136,6 +143,7 @@ class TinyGPT(nn.Module):
         return self.head(self.ln_f(x))
 
     def example_input(self, batch: int = 1, tokens: int = 16, seed: int = 0) -> torch.Tensor:
+        """Random token ids of shape ``(batch, tokens)``, the same for the same ``seed``."""
         generator = torch.Generator().manual_seed(seed)
         return torch.randint(0, self.vocab, (batch, tokens), generator=generator)
 

@@ -5,6 +5,9 @@ module's calling convention (``preserve_module_call_signature``). ``export`` fil
 every submodule by default. A module whose signature torch cannot preserve (for example one
 called twice with different argument structures) is dropped from the request, the export is
 retried, and the reason is kept so that :func:`graphsurgeon.module_tree` can show it.
+
+``graphsurgeon.export`` is the function; the module's helpers are imported by name, as in
+``from graphsurgeon.export import export_notes``.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from torch.export import ExportedProgram
 
 from . import _derived, _meta
 from ._meta import CALL_SUFFIX, ambiguous_name_message, traced_path_fqn
+from ._program import as_inputs
 from .errors import ExportError, UnknownModuleError, a_type, did_you_mean
 
 __all__ = ["ExportNotes", "export"]
@@ -219,36 +223,6 @@ def _clip(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-# What export does with ``args`` that are not a tuple, by the type that came.
-_ARGS_ADVICE = {
-    type(None): "pass () for a model that takes no positional inputs",
-    list: "pass tuple(args) when the list holds the inputs, or (args,) when the model takes one "
-    "list",
-    Mapping: "keyword inputs go in kwargs, as in gs.export(model, (), kwargs); pass (args,) "
-    "when the model takes one dict",
-    str: "pass (args,) when the model really takes a string",
-    bytes: "pass (args,) when the model really takes bytes",
-    torch.nn.Module: "is the order of model and args swapped? gs.export(model, args)",
-    Iterator: "pass tuple(args)",
-}
-
-
-def _check_args(args: Any) -> tuple[Any, ...]:
-    """``args`` as a tuple: a tuple as is, one input (a tensor, a number) wrapped.
-
-    Values that are more likely a mistake than one input raise, saying what to pass.
-    """
-    if isinstance(args, tuple):
-        return args
-    for kind, advice in _ARGS_ADVICE.items():
-        if isinstance(args, kind):
-            raise ExportError(
-                f"args: expected a tuple of positional inputs such as (x,), got "
-                f"{a_type(args)}; {advice}"
-            )
-    return (args,)
-
-
 # torch names the module it could not preserve in these messages, as "_export_root.<fqn>".
 _CULPRIT = re.compile(r"_export_root\.([A-Za-z0-9_.]+)")
 
@@ -305,19 +279,24 @@ def export(
 
     Args:
         model: the eager model. It is not modified.
-        args, kwargs: example inputs, as for ``torch.export.export``. A single tensor (or
-            number) as ``args`` is taken as the one positional input.
+        args: example positional inputs, as for ``torch.export.export``. A single tensor
+            (or number) is taken as the one positional input.
+        kwargs: example keyword inputs.
         preserve: ``"all"`` (every submodule; ones torch cannot preserve are dropped, with the
             reason kept for :func:`module_tree`), ``"none"``, an iterable of fqns (all must be
             preservable, else :class:`ExportError`), or a predicate ``(fqn, module) -> bool``
             (treated like ``"all"`` for the modules it selects).
-        dynamic_shapes, strict: passed to ``torch.export.export``.
+        dynamic_shapes: passed to ``torch.export.export``.
+        strict: passed to ``torch.export.export``.
 
     Raises:
-        ExportError: an argument export cannot use (``preserve=3``, ``args`` that are a list,
-            a dict or None, a ``model`` that is not an nn.Module), or torch.export failed; the
-            message says what to do where the cause is well known (a Hugging Face model
-            exported with its key/value cache on: pass ``use_cache=False``).
+        ExportError: an argument export cannot use (``preserve=3``, a ``model`` that is not an
+            nn.Module), or torch.export failed; the message says what to do where the cause is
+            well known (a Hugging Face model exported with its key/value cache on: pass
+            ``use_cache=False``).
+        InputStructureError: ``args`` that are a list, a dict or None, or ``kwargs`` that are
+            no mapping: refused as by every entry point
+            (:func:`graphsurgeon._program.as_inputs`).
         UnknownModuleError: a name in ``preserve`` that the model does not have.
 
     Example:
@@ -334,15 +313,11 @@ def export(
             else " Wrap a function in an nn.Module whose forward calls it."
         )
         raise ExportError(f"export: expected an nn.Module, got {a_type(model)}.{hint}")
-    args = _check_args(args)
+    # read as every entry point reads inputs (a lone tensor or number is the one input)
+    args, kwargs = as_inputs(args, kwargs, verb="export")
     for name, _ in model.named_modules(remove_duplicate=False):
         if any(CALL_SUFFIX.search(part) for part in name.split(".")):
             raise ExportError(ambiguous_name_message(name, f"the model ({type(model).__name__})"))
-    if kwargs is not None and not isinstance(kwargs, Mapping):
-        raise ExportError(
-            f"kwargs: expected a mapping of keyword inputs such as {{'mask': mask}}, got "
-            f"{a_type(kwargs)}; positional inputs go in args"
-        )
     wanted = _select(model, preserve)
     tolerant = not (isinstance(preserve, Iterable) and not isinstance(preserve, str))
     keep = list(wanted)

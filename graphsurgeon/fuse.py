@@ -8,6 +8,9 @@ returned, so it runs on its own, prints as code, and exports again.
 
 The same cut serves :func:`graphsurgeon.compare`, which runs a swapped call's original nodes
 on the inputs the replacement received: :func:`fused_call`.
+
+``graphsurgeon.fuse`` is the function; the module's helpers are imported by name, as in
+``from graphsurgeon.fuse import fused_call``.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ def fuse(
         >>> [n.op for n in block.graph.nodes]
         ['placeholder', 'get_attr', 'get_attr', 'call_function', 'output']
     """
+    program_index(ep, "fuse")  # the program first: a model is refused as by every verb
     if isinstance(names, str):
         names = [names]
     try:

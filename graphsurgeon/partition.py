@@ -4,12 +4,15 @@ Every node torch.export records carries ``meta["nn_module_stack"]``: the chain o
 it was traced in, outermost first. A call's key ends in ``@k`` for the k-th repeated call of the
 same module (k >= 1), so a module called twice has two partitions, ``"shared"`` and
 ``"shared@1"``, each with its own signature in ``ep.module_call_graph``.
+
+Which call each node belongs to is the :class:`CallIndex` (:mod:`graphsurgeon._calls`), what an
+op's result is at run time :mod:`graphsurgeon._aliases`: both imported from here too.
+``graphsurgeon.partition`` is the function; the module's names are imported by name, as in
+``from graphsurgeon.partition import call_index``.
 """
 
 from __future__ import annotations
 
-import functools
-import re
 import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -23,7 +26,21 @@ from torch.export.exported_program import ModuleCallSignature
 from torch.fx import Node
 
 from . import _derived, _meta
-from ._meta import CALL_SUFFIX, ambiguous_name_message, split_call_name, traced_path_fqn
+from ._aliases import (  # the stage's rooms, read by this path too (re-exported: noqa)
+    DROPOUTS,
+    aliased_input,  # noqa: F401
+    in_place_alias,
+    merges_reads,
+    op_argument,  # noqa: F401
+    returned_object,  # noqa: F401
+    returned_root,
+)
+from ._calls import Call, CallIndex, call_index, call_name  # noqa: F401
+from ._meta import (
+    ambiguous_name_message,
+    inside,
+    split_call_name,
+)
 from ._program import not_a_program
 from .errors import (
     PartitionError,
@@ -43,11 +60,6 @@ __all__ = [
     "partition",
     "split_call_name",
 ]
-
-
-def call_name(fqn: str, index: int) -> str:
-    """The name of the ``index``-th call of ``fqn``: ``"fqn"`` for the first, ``"fqn@k"`` after."""
-    return fqn if index == 0 else f"{fqn}@{index}"
 
 
 @dataclass(frozen=True)
@@ -84,10 +96,12 @@ class Partition:
 
     @property
     def preserved(self) -> bool:
+        """Whether torch.export preserved the call's signature (so it can be swapped)."""
         return self.signature is not None
 
     @property
     def num_nodes(self) -> int:
+        """How many nodes of the program the call owns."""
         return len(self.nodes)
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
@@ -248,6 +262,7 @@ class ModuleTree(Mapping[str, ModuleInfo]):
 
     @property
     def root(self) -> ModuleInfo:
+        """The root module (fqn ``""``): the model itself."""
         return self._infos[""]
 
     def table(self) -> str:
@@ -282,443 +297,8 @@ class ModuleTree(Mapping[str, ModuleInfo]):
         return display.bundle(body, repr(self), include, exclude)
 
 
-def in_place_alias(node: Node) -> Node | None:
-    """For an in-place or ``out=`` op, the argument node its result aliases (and writes); else None."""
-    target = node.target
-    if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
-        return None
-    written = _written_argument(target)
-    if written is None:
-        return None
-    position, name, kwarg_only = written
-    if kwarg_only or position >= len(node.args):
-        value = node.kwargs.get(name)
-    else:
-        value = node.args[position]
-    return value if isinstance(value, Node) else None
-
-
-@functools.lru_cache(maxsize=1024)  # asked of every node a swap or a partition reads
-def _written_argument(op: torch._ops.OpOverload) -> tuple[int, str, bool] | None:
-    """(position, name, keyword-only) of the argument an op writes and returns, by its schema
-    (read once per op: each read of ``_schema`` makes its Python objects anew); else None."""
-    schema = op._schema
-    if not schema.returns or schema.returns[0].alias_info is None:
-        return None
-    if not schema.returns[0].alias_info.is_write:
-        return None
-    alias_set = schema.returns[0].alias_info.before_set
-    for position, argument in enumerate(schema.arguments):
-        info = argument.alias_info
-        if info is None or not info.is_write or info.before_set != alias_set:
-            continue
-        return position, argument.name, argument.kwarg_only
-    return None
-
-
-def aliased_input(node: Node) -> Node | None:
-    """The argument node whose storage ``node``'s result shares: a view (``t``, ``view``,
-    ``select``, ``expand``...), an in-place op, or a conversion that may return the tensor
-    itself (``to`` the dtype it has); else None."""
-    target = node.target
-    if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
-        return None
-    if target in _CONVERSIONS:
-        first = node.args[0] if node.args else None
-        return first if isinstance(first, Node) else None
-    aliased = _aliased_argument(target)
-    if aliased is None:
-        return None
-    position, name, kwarg_only = aliased
-    value = (
-        node.kwargs.get(name) if kwarg_only or position >= len(node.args) else node.args[position]
-    )
-    return value if isinstance(value, Node) else None
-
-
-@functools.lru_cache(maxsize=1024)
-def _aliased_argument(op: torch._ops.OpOverload) -> tuple[int, str, bool] | None:
-    """(position, name, keyword-only) of the argument whose storage an op's first result
-    shares, by its schema; else None."""
-    schema = op._schema
-    if not schema.returns or schema.returns[0].alias_info is None:
-        return None
-    alias_set = schema.returns[0].alias_info.before_set
-    for position, argument in enumerate(schema.arguments):
-        info = argument.alias_info
-        if info is not None and info.before_set == alias_set:
-            return position, argument.name, argument.kwarg_only
-    return None
-
-
-_aten = torch.ops.aten
-# Ops that return their first argument itself (the very tensor object, not a view) when they
-# have nothing to do: a conversion to the dtype, device and layout the tensor already has.
-_CONVERSIONS = frozenset(
-    {
-        _aten.to.dtype,
-        _aten.to.dtype_layout,
-        _aten.to.device,
-        _aten.to.other,
-        _aten.type_as.default,
-    }
-)
-_DROPOUTS = frozenset(
-    {
-        _aten.dropout.default,
-        _aten.feature_dropout.default,
-        _aten.alpha_dropout.default,
-        _aten.feature_alpha_dropout.default,
-    }
-)
-
-
-def op_argument(node: Node, name: str, default: Any = None) -> Any:
-    """The value of argument ``name`` of an op node, by its schema (positional or keyword;
-    the schema's default when not given)."""
-    if name in node.kwargs:
-        return node.kwargs[name]
-    schema = node.target._schema
-    for position, argument in enumerate(schema.arguments):
-        if argument.name == name:
-            if not argument.kwarg_only and position < len(node.args):
-                return node.args[position]
-            return argument.default_value if argument.has_default_value() else default
-    return default
-
-
-def _val(node: Any) -> Any:
-    return node.meta.get("val") if isinstance(node, Node) else None
-
-
-def _converts_nothing(node: Node, source: Node) -> bool:
-    """Whether a ``to``/``type_as`` node returns ``source`` itself: as ``aten.to`` decides
-    (same dtype, layout and device, no ``copy=True``, a memory format the tensor has)."""
-    before, after = _val(source), _val(node)
-    if not isinstance(before, torch.Tensor) or not isinstance(after, torch.Tensor):
-        return False
-    if (before.dtype, before.layout, before.device) != (after.dtype, after.layout, after.device):
-        return False
-    if node.target is _aten.type_as.default:
-        return True
-    if op_argument(node, "copy", False):
-        return False
-    memory_format = op_argument(node, "memory_format")
-    if memory_format in (None, torch.preserve_format):
-        return True
-    try:
-        return bool(before.is_contiguous(memory_format=memory_format))
-    except (RuntimeError, TypeError):  # a symbolic stride: cannot tell, so not the same
-        return False
-
-
-def returned_object(node: Node) -> Node | None:
-    """The node whose very tensor object ``node`` returns at run time, or None when it returns
-    a tensor of its own (views are tensors of their own).
-
-    Eager code sees these as one tensor: an in-place or ``out=`` op returns the tensor it wrote;
-    a conversion with nothing to do (``x.to(torch.float32)`` of a float32 ``x``, ``.float()``,
-    ``.type_as``, ``.to("cpu")``) and dropout in eval mode (or with ``p=0``) return their input.
-    torch.export records such an op as a node of its own and reads every later use of that
-    tensor from it, also uses that are, in the model's code, uses of the op's input.
-
-    Example:
-        >>> import torch, graphsurgeon as gs
-        >>> class Norm(torch.nn.Module):
-        ...     def forward(self, x):
-        ...         return x.to(torch.float32) * 2
-        >>> ep = gs.export(Norm(), (torch.randn(2, 4),))
-        >>> to = next(n for n in ep.graph.nodes if n.name == "to")
-        >>> returned_object(to).name
-        'x'
-    """
-    written = in_place_alias(node)
-    if written is not None:
-        return written
-    if node.op != "call_function" or not node.args or not isinstance(node.args[0], Node):
-        return None
-    target, source = node.target, node.args[0]
-    if target in _CONVERSIONS:
-        return source if _converts_nothing(node, source) else None
-    if target in _DROPOUTS:
-        train, p = op_argument(node, "train", True), op_argument(node, "p", 0.5)
-        return source if train is False or p == 0 else None
-    if target in (_aten.flatten.using_ints, _aten.contiguous.default):
-        value = _val(source)
-        if not isinstance(value, torch.Tensor) or value.dim() == 0:
-            return None
-        if target is _aten.contiguous.default:
-            memory_format = op_argument(node, "memory_format", torch.contiguous_format)
-            try:
-                return source if value.is_contiguous(memory_format=memory_format) else None
-            except (RuntimeError, TypeError):
-                return None
-        start, end = op_argument(node, "start_dim", 0), op_argument(node, "end_dim", -1)
-        if not isinstance(start, int) or not isinstance(end, int):
-            return None
-        return source if start % value.dim() == end % value.dim() else None
-    return None
-
-
-# Ops that return their input at run time (eval-mode dropout) but that torch.export traces as a
-# tensor of their own: later reads of the input are recorded as reads of the input.
-_TRACED_APART = frozenset({_aten.dropout.default, _aten.feature_dropout.default})
-
-
-def merges_reads(node: Node) -> Node | None:
-    """The node whose reads torch.export recorded as reads of ``node`` too: the input of an op
-    that returned it (traced as the same tensor object), or None."""
-    if node.op == "call_function" and node.target in _TRACED_APART:
-        return None
-    return returned_object(node)
-
-
-def returned_root(node: Node, members: set[Node] | frozenset[Node] = frozenset()) -> Node:
-    """Follow :func:`returned_object` from ``node`` while it stays among ``members`` (or as far
-    as it goes): the first node whose tensor ``node`` is at run time."""
-    for _ in range(10_000):  # a chain of in-place ops, bounded against a malformed graph
-        source = returned_object(node)
-        if source is None:
-            return node
-        node = source
-        if members and node not in members:
-            return node
-    return node
-
-
-def _type_text(type_: object) -> str:
-    if isinstance(type_, str):
-        return type_
-    return f"{getattr(type_, '__module__', '')}.{getattr(type_, '__qualname__', type_)}"
-
-
 def _short_type(qualified: str) -> str:
     return qualified.rsplit(".", 1)[-1] if qualified else ""
-
-
-# -- which module call each node belongs to ---------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Call:
-    """One module call seen in a graph (internal: what :class:`CallIndex` knows of it).
-
-    ``parent`` is the enclosing call ('' for the root), ``depth`` 1 for a top-level module,
-    ``type`` the module's qualified type name as the graph recorded it.
-    """
-
-    name: str
-    fqn: str
-    index: int
-    parent: str
-    depth: int
-    type: str
-
-
-class CallIndex:
-    """Which module calls each node of one fx graph belongs to: decided here, read everywhere.
-
-    Partition, swap, fuse, render, the stepper and compare all read this index, so a node sits
-    in the same module in the picture and in the stepper. The rules:
-
-    * a node with ``meta["nn_module_stack"]`` belongs to the calls its stack records, outermost
-      first (the root entry and torch's bookkeeping entries name no module and are skipped); a
-      key ending in ``@k`` is the k-th repeated call, named ``"fqn@k"``;
-    * the program's inputs and the output node belong to the top level;
-    * a ``call_module`` node without a stack (a symbolically traced graph) is a call of its
-      target;
-    * any other node without a stack (a parameter or buffer, pytree glue made by a swap) belongs
-      to the innermost call that all its users share, and to the top level when unused.
-
-    Only names are kept (never nodes), so a cached index does not keep its graph alive.
-    Internal; :func:`call_index` builds it once per graph.
-    """
-
-    def __init__(self, graph: torch.fx.Graph, state: frozenset[str] = frozenset()):
-        nodes = list(graph.nodes)
-        self.size = len(nodes)
-        self.root_type = ""
-        self.calls: dict[str, Call] = {}
-        # modules whose own name ends in "@k", as graphsurgeon names repeated calls
-        self.ambiguous: list[str] = []
-        # (stack key, recorded path) of every stack entry -> (fqn, call index)
-        self._entries = _number_calls(nodes)
-        interned: dict[tuple[str, ...], tuple[str, ...]] = {}
-        chains: dict[str, tuple[str, ...]] = {}
-        pending: list[Node] = []  # placed by their users, once those are settled
-        # thousands of nodes record a few hundred distinct stacks: each is read once
-        read: dict[tuple, tuple[str, ...]] = {}
-        for node in nodes:
-            stack = node.meta.get("nn_module_stack")
-            if stack:
-                try:
-                    recorded: tuple | None = tuple(stack.items())
-                    chain = read.get(recorded)  # type: ignore[arg-type]
-                except TypeError:  # an entry that cannot be hashed: read this stack itself
-                    recorded, chain = None, None
-                if chain is None:
-                    chain = self._chain(stack)
-                    chain = interned.setdefault(chain, chain)
-                    if recorded is not None:
-                        read[recorded] = chain
-                chains[node.name] = chain
-            elif node.op == "output" or (node.op == "placeholder" and node.name not in state):
-                chains[node.name] = ()
-            elif node.op == "call_module" and isinstance(node.target, str):
-                # a module call in a symbolically traced graph: the call of its target
-                if node.target not in self.calls:
-                    self.calls[node.target] = Call(node.target, node.target, 0, "", 1, "")
-                chains[node.name] = (node.target,)
-            else:
-                pending.append(node)
-        for node in reversed(pending):  # users come later in the graph: settle them first
-            users = [chains[user.name] for user in node.users if user.name in chains]
-            chains[node.name] = _common_prefix(users) if users else ()
-        self.chains = chains
-        self.order = [node.name for node in nodes]
-        members: dict[str, list[str]] = {name: [] for name in self.calls}
-        for name in self.order:
-            for call in chains[name]:
-                members[call].append(name)
-        self.members = members
-
-    def _chain(self, stack: Mapping) -> tuple[str, ...]:
-        names: list[str] = []
-        entries = self._entries
-        for key, value in stack.items():
-            if not isinstance(value, tuple) or not value:
-                continue
-            path = value[0]
-            if not isinstance(path, str) or path == _meta.EMPTY_STACK_KEY:
-                continue
-            if path == "":
-                if not self.root_type:
-                    self.root_type = _type_text(value[1]) if len(value) > 1 else ""
-                continue
-            fqn, index, name = entries[(str(key), path)]
-            if name in names:
-                continue
-            if name not in self.calls:
-                if CALL_SUFFIX.search(fqn) and fqn not in self.ambiguous:
-                    self.ambiguous.append(fqn)
-                parent = names[-1] if names else ""
-                type_ = _type_text(value[1]) if len(value) > 1 else ""
-                self.calls[name] = Call(name, fqn, index, parent, len(names) + 1, type_)
-            names.append(name)
-        return tuple(names)
-
-    #: whether module or call ``name`` is ``outer`` or inside it (:func:`graphsurgeon._meta.inside`)
-    inside = staticmethod(_meta.inside)
-
-    def chain(self, node: str) -> tuple[str, ...]:
-        """The calls around node ``node``, outermost first (``()`` at the top level)."""
-        return self.chains[node]
-
-    def call_of(self, node: str) -> str:
-        """The innermost call node ``node`` belongs to ('' at the top level)."""
-        chain = self.chains[node]
-        return chain[-1] if chain else ""
-
-
-# A key torch's strict tracer (dynamo) writes: the module's id, "@k" from its second call on.
-_ID_KEY = re.compile(r"\d+(?:@\d+)?")
-
-
-def _number_calls(nodes: list[Node]) -> dict[tuple[str, str], tuple[str, int, str]]:
-    """The module call each ``nn_module_stack`` entry of ``nodes`` records: ``(key, path)`` ->
-    ``(fqn, call index, call name)``, numbered as torch's non-strict export numbers them.
-
-    Both exports write ``@k`` on the key of the k-th repeated call, but the strict one counts the
-    calls of each *spelling* of the path (``layers.1`` and ``getattr(L['self'].layers, '1')`` are
-    one module reached two ways, each counted from 0). When a module is reached by one spelling
-    only, its ``@k`` is the call index (and stays right when a call left no node). When by
-    several, its calls are numbered again in the order the graph first reaches them, which is
-    the order they ran in."""
-    seen: dict[tuple[str, str], tuple[str, str, int]] = {}  # in order of first appearance
-    stacks: set[tuple] = set()  # thousands of nodes record a few hundred distinct stacks
-    for node in nodes:
-        stack = node.meta.get("nn_module_stack")
-        if not stack:
-            continue
-        try:
-            recorded = tuple(stack.items())
-            if recorded in stacks:
-                continue
-            stacks.add(recorded)
-        except TypeError:  # an entry that cannot be hashed: read this stack itself
-            pass
-        for key, value in stack.items():
-            if isinstance(value, tuple) and value and isinstance(value[0], str):
-                entry = (str(key), value[0])
-                if entry not in seen:
-                    seen[entry] = _read_entry(*entry)
-    spellings: dict[str, set[str]] = {}
-    for fqn, spelling, _ in seen.values():
-        spellings.setdefault(fqn, set()).add(spelling)
-    numbered: dict[tuple[str, str], tuple[str, int, str]] = {}
-    ranks: dict[str, dict[tuple[str, int], int]] = {}
-    for entry, (fqn, spelling, k) in seen.items():
-        if len(spellings[fqn]) > 1:
-            rank = ranks.setdefault(fqn, {})
-            k = rank.setdefault((spelling, k), len(rank))
-        numbered[entry] = (fqn, k, call_name(fqn, k))
-    return numbered
-
-
-def _read_entry(key: str, path: str) -> tuple[str, str, int]:
-    """One stack entry as ``(fqn, the path as recorded, torch's call number)``.
-
-    * non-strict export writes the key as a prefix, the fqn and ``@k``: ``L__self__blk@1`` is
-      the second call of ``blk``, or the first of a module registered as ``"blk@1"``, whose
-      path says which (a symbolically traced graph writes the fqn alone);
-    * strict export keys the entry by the module's id (``140534481052752@1``) and records the
-      path as the Python expression that reached the module (:func:`_meta.traced_path_fqn`)."""
-    match = CALL_SUFFIX.search(key)
-    if not _ID_KEY.fullmatch(key):
-        if key.endswith(path):
-            return path, path, 0
-        if match is not None and key[: match.start()].endswith(path):
-            return path, path, int(match.group(1))
-    return traced_path_fqn(path), path, int(match.group(1)) if match else 0
-
-
-def _common_prefix(chains: list[tuple[str, ...]]) -> tuple[str, ...]:
-    first = chains[0]
-    length = len(first)
-    for chain in chains[1:]:
-        length = min(length, len(chain))
-        for i in range(length):
-            if chain[i] != first[i]:
-                length = i
-                break
-    return first[:length]
-
-
-def call_index(program: ExportedProgram | torch.fx.GraphModule | torch.fx.Graph) -> CallIndex:
-    """The :class:`CallIndex` of a program's graph, built once (kept by
-    :mod:`graphsurgeon._derived`, under its one rule). For an ExportedProgram, its lifted
-    parameters and buffers are placed with the nodes that read them; its user inputs are
-    top-level."""
-    graph = (
-        program.graph if isinstance(program, (ExportedProgram, torch.fx.GraphModule)) else program
-    )
-
-    def build() -> CallIndex:
-        # the program's lifted state, read only when the index is built: a walk of every input
-        # spec on each lookup cost 1.3 ms on a 96-layer program, paid per call the widget asks
-        state: frozenset[str] = frozenset()
-        if isinstance(program, ExportedProgram):
-            state = frozenset(
-                spec.arg.name
-                for spec in program.graph_signature.input_specs
-                if spec.kind.name != "USER_INPUT" and getattr(spec.arg, "name", None)
-            )
-        return CallIndex(graph, state)
-
-    # kept with the graph, not the program object: what it says depends on the graph (and, for
-    # an ExportedProgram, on which placeholders are state), so copies of a program share it
-    kind = "call index of a program" if isinstance(program, ExportedProgram) else "call index"
-    return _derived.cached(graph, kind, build)
 
 
 class ProgramIndex:
@@ -972,6 +552,12 @@ class ProgramIndex:
                 if isinstance(value, torch.Tensor):
                     holders.setdefault(id(value), []).append(key)
         kinds = {"PARAMETER": "parameter", "BUFFER": "buffer", "CONSTANT_TENSOR": "constant"}
+        written = self._state_as_written()
+        user_outputs = {
+            spec.arg.name
+            for spec in ep.graph_signature.output_specs
+            if spec.kind.name == "USER_OUTPUT" and hasattr(spec.arg, "name")
+        }
         found: dict[str, list[OutsideRead]] = {}
         for name, spec in self.state_specs.items():
             kind = kinds.get(spec.kind.name)
@@ -981,17 +567,30 @@ class ProgramIndex:
                 continue
             value = (ep.constants if target in ep.constants else ep.state_dict).get(target)
             names = holders.get(id(value), [target])
-            users = list(node.users)
+            tensor_nodes = [node, *written.get(node, ())]
             parts = target.split(".")
             for end in range(1, len(parts)):
                 owner = ".".join(parts[:end])
                 if owner not in self.calls_of and owner not in self.fqns:
                     continue
-                if any(n != target and not n.startswith(owner + ".") for n in names):
+                if any(not inside(n, owner, strictly=True) for n in names):
                     continue  # tied to a name outside the module: see the docstring
                 # inside: in a call of the owner, or of a module between it and the tensor
                 # (a container's child reading its own weight reads nothing of the outside)
                 holders_of = {".".join(parts[:i]) for i in range(end, len(parts))}
+                # the tensor as its holders leave it: the placeholder, or written in their call
+                as_left = [
+                    n
+                    for n in tensor_nodes
+                    if n is node
+                    or any(split_call_name(c)[0] in holders_of for c in self.calls.chain(n.name))
+                ]
+                users = [
+                    user
+                    for n in as_left
+                    for user in n.users
+                    if user.op != "output" or n is node or n.name in user_outputs
+                ]
                 for user in users:
                     chain = self.calls.chain(user.name)
                     if any(split_call_name(c)[0] in holders_of for c in chain):
@@ -1007,6 +606,32 @@ class ProgramIndex:
                     found.setdefault(owner, []).append(read)
                     break  # one reader names the read
         return {fqn: tuple(reads) for fqn, reads in found.items()}
+
+    def _state_as_written(self) -> dict[Node, list[Node]]:
+        """A state placeholder -> the nodes that are that tensor as written in place: an
+        in-place op on it (``total.add_(x)``: eager code reading ``self.total`` after it reads
+        that node), or, in a functional graph, its new value (the node its ``*_MUTATION``
+        output returns). A read of such a node outside the writer's call is a read of the
+        state: after a swap it is the replacement's, as written by the replacement."""
+        placeholders = {n.name: n for n in self.nodes if n.op == "placeholder"}
+        by_target = {
+            spec.target: placeholders.get(spec.arg.name)
+            for spec in self.ep.graph_signature.input_specs
+            if spec.target is not None and hasattr(spec.arg, "name")
+        }
+        written: dict[Node, list[Node]] = {}
+        for node in self.nodes:
+            if node.op != "placeholder":
+                root = returned_root(node)
+                if root is not node and root.op == "placeholder":
+                    written.setdefault(root, []).append(node)
+        for spec in self.ep.graph_signature.output_specs:
+            if spec.kind.name in ("BUFFER_MUTATION", "PARAMETER_MUTATION"):
+                placeholder = by_target.get(spec.target)
+                value = self.by_name.get(getattr(spec.arg, "name", ""))
+                if placeholder is not None and value is not None:
+                    written.setdefault(placeholder, []).append(value)
+        return written
 
     def _called_in_subgraphs(self) -> dict[str, str]:
         """fqn -> the control-flow operator (``cond``, ``while_loop``) whose branch calls it.
@@ -1177,7 +802,7 @@ class ProgramIndex:
             first = chain[-1] if chain else node
             if in_place_alias(first) is not None:
                 how = f"node {first.name!r} writes it in place and returns it"
-            elif first.target in _DROPOUTS:
+            elif first.target in DROPOUTS:
                 how = f"node {first.name!r} is dropout in eval mode (or with p=0)"
             else:
                 how = f"node {first.name!r} converts it to the dtype and device it already has"
@@ -1280,11 +905,12 @@ class ProgramIndex:
         return result
 
 
-def program_index(ep: ExportedProgram) -> ProgramIndex:
+def program_index(ep: ExportedProgram, verb: str = "") -> ProgramIndex:
     """The :class:`ProgramIndex` of ``ep``, made once (kept by :mod:`graphsurgeon._derived`,
-    under its one rule: made again when the graph changed)."""
+    under its one rule: made again when the graph changed). Anything but an ExportedProgram
+    raises the one refusal, naming ``verb``."""
     if not isinstance(ep, ExportedProgram):
-        raise not_a_program(ep)
+        raise not_a_program(ep, verb)
     return _derived.cached(ep, "program index", lambda: ProgramIndex(ep))
 
 
@@ -1298,7 +924,7 @@ def partition(ep: ExportedProgram) -> dict[str, Partition]:
         >>> parts["0"].nodes, parts["0"].input_names, parts["0"].output_names
         (('linear',), ('input',), ('linear',))
     """
-    return dict(program_index(ep).partitions())
+    return dict(program_index(ep, "partition").partitions())
 
 
 def module_tree(ep: ExportedProgram) -> ModuleTree:
@@ -1307,7 +933,7 @@ def module_tree(ep: ExportedProgram) -> ModuleTree:
     Modules that were never called (containers such as ``nn.ModuleList``) have 0 calls and
     are not swappable; their children are.
     """
-    index = program_index(ep)
+    index = program_index(ep, "module_tree")
     parts = index.partitions()
     fqns = list(index.fqns)
     children: dict[str, list[str]] = {f: [] for f in fqns}

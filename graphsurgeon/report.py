@@ -44,6 +44,7 @@ from torch.export import ExportedProgram
 
 from . import display as d
 from ._hierarchy import describe_dynamic
+from ._program import as_inputs, as_program
 from .checks.compare import Comparison, compare
 from .checks.overlay import overlay_values
 from .checks.verify import VerifyReport, verify
@@ -51,7 +52,6 @@ from .drawing import draw
 from .errors import GraphSurgeonError, MissingDependencyError, RenderError, a_type
 from .export import export_notes
 from .partition import module_tree
-from .surgery import Surgery
 from .swap import swap_info
 
 __all__ = ["Report", "build_report", "write_report"]
@@ -163,16 +163,18 @@ def build_report(
     Args:
         program: an ExportedProgram (the page shows it alone), a GraphModule made by
             :func:`graphsurgeon.swap`, or a Surgery (its current swaps and fused calls).
-        args, kwargs: the inputs verify and compare run on. Without them: a Surgery's own
+        args: the positional inputs verify and compare run on. Without them: a Surgery's own
             inputs, else the example inputs the program keeps (``torch.export.save`` stores
             them), else inputs made from the program's input shapes and dtypes (seeded normal
             floats, zero integers), when they are all static tensors; else the checks are
             skipped and the page says why.
+        kwargs: the keyword inputs that go with ``args``.
         title: the page's title (default: the program's model type).
         description: a paragraph under the title (plain text).
         sources: call name -> where its replacement came from (``"kernels:FusedAttention"``),
             shown next to the replacement's type.
-        rtol, atol: the tolerances of verify and compare.
+        rtol: the relative tolerance of verify and compare.
+        atol: the absolute tolerance of verify and compare.
         overlay: also paint the swapped program's picture with ``"error"`` (its values
             against the original's), ``"own error"`` (each swapped call on the original's
             inputs) or ``"latency"`` (time per node, of the program alone too); see
@@ -233,20 +235,10 @@ def build_report(
 
 def _unpack(program: Any):
     """(the original ExportedProgram, the swapped GraphModule or None, the eager model or
-    None, the inputs the object carries or None)."""
-    if isinstance(program, Surgery):
-        changed = bool(program.replacements or program.fused)
-        inputs = None if program.args is None else (program.args, dict(program.kwargs))
-        return program.program, program.module if changed else None, program.model, inputs
-    if isinstance(program, ExportedProgram):
-        return program, None, None, None
-    info = swap_info(program)
-    if info is not None:
-        return info.program, program, None, None
-    raise RenderError(
-        f"report: expected an ExportedProgram, a GraphModule made by gs.swap or a "
-        f"gs.Surgery, got {a_type(program)}"
-    )
+    None, the inputs the object carries or None), as every entry point reads a program."""
+    source = as_program(program, verb="report")
+    own = None if source.args is None else (source.args, dict(source.kwargs or {}))
+    return source.ep, source.module, getattr(source.surgery, "model", None), own
 
 
 def _model_name(ep: ExportedProgram) -> str:
@@ -267,9 +259,7 @@ def _user_inputs(ep: ExportedProgram) -> list[tuple[str, Any]]:
 def _choose_inputs(ep, args, kwargs, own):
     """((args, kwargs), where they come from) or (None, why there are none)."""
     if args is not None:
-        if isinstance(args, torch.Tensor):
-            args = (args,)
-        return (tuple(args), dict(kwargs or {})), "the inputs given"
+        return as_inputs(args, kwargs, verb="report"), "the inputs given"
     if own is not None:
         return own, "the Surgery's example inputs"
     stored = ep.example_inputs

@@ -34,9 +34,8 @@ from ._hierarchy import (
     rebuild_hierarchy,
     region_path,
 )
-from ._meta import (
-    split_call_name,
-)
+from ._meta import inside, split_call_name
+from ._program import as_inputs, as_program, not_a_program
 from .checks._eager_calls import call_differences
 from .checks.compare import Comparison, compare
 from .checks.verify import VerifyReport, eager_reference, verify
@@ -94,18 +93,15 @@ class Surgery:
         kwargs: Mapping[str, Any] | None = None,
     ):
         if not isinstance(program, ExportedProgram):
-            hint = (
-                "use gs.Surgery.from_model(model, args) to start from a model"
-                if isinstance(program, torch.nn.Module)
-                else "export a model with gs.export(model, args) first"
-            )
-            raise SurgeryError(
-                f"Surgery: expected an ExportedProgram, got {a_type(program)}; {hint}"
-            )
+            raise not_a_program(program, "Surgery")
         self.program = program
         self.model = model
-        self.args = args
-        self.kwargs = dict(kwargs or {})
+        # the example inputs, read once as every entry point reads inputs; each verb runs on
+        # them when given none (graphsurgeon._program.as_program falls back on them)
+        if args is None:
+            self.args, self.kwargs = None, as_inputs((), kwargs, verb="Surgery")[1]
+        else:
+            self.args, self.kwargs = as_inputs(args, kwargs, verb="Surgery")
         # Each state is the full mapping {name: replacement, or FUSE}; the history lists how
         # it was reached.
         self._states: list[dict[str, Any]] = [{}]
@@ -136,8 +132,7 @@ class Surgery:
         The model is kept (not modified) as the eager reference for :meth:`verify`, and the
         example inputs as the default inputs of :meth:`verify` and :meth:`export`.
         """
-        if isinstance(args, torch.Tensor):
-            args = (args,)  # a lone tensor is the one input; anything else export checks
+        args, kwargs = as_inputs(args, kwargs, verb="Surgery.from_model")
         program = export(model, args, kwargs, **export_options)
         return cls(program, model=model, args=args, kwargs=kwargs)
 
@@ -362,6 +357,9 @@ class Surgery:
         """
         from .patterns.find import find
 
+        example_args, example_kwargs = as_inputs(
+            example_args, example_kwargs, verb="replace", names=("example_args", "example_kwargs")
+        )
         found = find(self.program, pattern, example_args, example_kwargs)
         chosen = _chosen_matches(found, matches)
         label = found.pattern  # the pattern's name, as find decides it
@@ -499,8 +497,9 @@ class Surgery:
                     )
                 continue
             if any(n in nodes for c in other_calls for n in index.call_nodes.get(c, ())):
+                step, undo = self._step_text(other, made)
                 raise ConflictError(
-                    self._nested(name, value, fqn, other, other_value, other_fqn, made)
+                    _nested(name, value, fqn, other, other_value, other_fqn, step, undo)
                 )
         return covered
 
@@ -555,56 +554,6 @@ class Surgery:
             "call runs."
         )
 
-    def _nested(
-        self,
-        name: str,
-        value: Any,
-        fqn: str,
-        other: str,
-        other_value: Any,
-        other_fqn: str,
-        made: Mapping[str, int],
-    ) -> str:
-        """The message for a request whose nodes overlap an earlier request of another
-        module: inside it, around it, or sharing nodes with it."""
-        step, undo = self._step_text(other, made)
-        verb = "fuse" if value is FUSE else "swap"
-        was = f"{_what(other_value)} in {step}"
-        if fqn.startswith(other_fqn + "."):  # the new request is inside the earlier one
-            if other_value is FUSE:
-                return (
-                    f"cannot {verb} {name!r}: it is inside {other!r}, which is fused ({step}): "
-                    "a fused call runs the program's own nodes as one module, so nothing "
-                    f"inside it can be {'fused' if value is FUSE else 'swapped'} on its own. "
-                    f"To {verb} {name!r}, undo the fuse of {other!r} first: {undo}."
-                )
-            return (
-                f"cannot {verb} {name!r}: it is inside {other!r}, which is {was}, so the "
-                f"program no longer runs it. Put what {name!r} should run inside the replacement "
-                f"for {other!r} and swap {other!r} again, or {undo} and {verb} {name!r} alone."
-            )
-        if other_fqn.startswith(fqn + "."):  # the new request is around the earlier one
-            if value is FUSE and other_value is FUSE:
-                return (
-                    f"cannot fuse {name!r}: {other!r} inside it is fused already ({step}), and "
-                    f"one fused call cannot hold another. To fuse {name!r} (which then holds "
-                    f"{other!r} too), {undo} first."
-                )
-            if value is FUSE:
-                return (
-                    f"cannot fuse {name!r}: {other!r} inside it is {was}, and a fused call "
-                    f"runs the program's own nodes. To fuse {name!r}, {undo} first."
-                )
-            return (
-                f"cannot swap {name!r}: {other!r} inside it is {was}, and the replacement for "
-                f"{name!r} would run instead of it. Put what {other!r} should run inside the "
-                f"replacement for {name!r}, then {undo} and swap {name!r}."
-            )
-        return (
-            f"cannot {verb} {name!r}: it shares nodes with {other!r}, {was}. Request only one "
-            f"of them: {undo} first, or {verb} another module."
-        )
-
     def undo(self) -> Surgery:
         """Go back one step (its module is built again if it was dropped: see
         :attr:`keep_built`)."""
@@ -636,25 +585,6 @@ class Surgery:
         :class:`~graphsurgeon.swap.Diff` the before/after pictures draw too)."""
         return swap_info(self.module).diff
 
-    def _inputs(self, args, kwargs, verb: str = "verify") -> tuple[tuple, dict]:
-        error = VerifyError if verb == "verify" else SurgeryError
-        if args is None:
-            if self.args is None:
-                raise error(
-                    f"{verb}: no inputs: pass the example inputs, as in s.{verb}((x,)) or "
-                    f"s.{verb}(args, kwargs), or give them when the Surgery starts: "
-                    "gs.Surgery.from_model(model, args) or gs.Surgery(ep, args=(x,))"
-                )
-            return self.args, dict(self.kwargs) if kwargs is None else dict(kwargs)
-        if isinstance(args, torch.Tensor):
-            args = (args,)
-        elif not isinstance(args, tuple):
-            raise error(
-                f"args: expected a tuple of the model's positional inputs, got {a_type(args)}; "
-                "wrap a single input as (x,)"
-            )
-        return args, dict(kwargs or {})
-
     def verify(
         self,
         args: tuple[Any, ...] | None = None,
@@ -673,7 +603,7 @@ class Surgery:
         the model, the report is against the original program only (``.original`` is None).
         The report is truthy when the first verdict holds.
         """
-        args, kwargs = self._inputs(args, kwargs)
+        args, kwargs = as_program(self, args, kwargs, verb="verify").inputs(error=VerifyError)
         replacements = self.replacements  # fused calls and regions compute what the original did
         module = self.module
         # a swapped region of ops is no module of the model: eager has nowhere to hold its
@@ -730,7 +660,7 @@ class Surgery:
         on the inputs the call receives (:func:`graphsurgeon.compare`): where :meth:`verify`
         says the swaps are faithful, this says whether each replacement computes what it
         replaced."""
-        args, kwargs = self._inputs(args, kwargs, verb="compare")
+        args, kwargs = as_program(self, args, kwargs, verb="compare").inputs(error=SurgeryError)
         return compare(self.program, self.module, args, kwargs, rtol=rtol, atol=atol)
 
     def bisect(
@@ -768,8 +698,9 @@ class Surgery:
         the replacements' own submodules can be swapped in turn.
 
         Args:
-            args, kwargs: example inputs, as for the original model (default: those given to
-                :meth:`from_model`, or as ``args=``/``kwargs=``).
+            args: example positional inputs, as for the original model (default: those
+                given to :meth:`from_model`, or as ``args=``).
+            kwargs: example keyword inputs (default: those given with them).
             export_options: passed to :func:`graphsurgeon.export`. ``dynamic_shapes`` is given
                 as for the original model's forward (``({1: Dim("t")},)``); without it the
                 program's own dynamic sizes are kept, with their ranges. Pass
@@ -794,7 +725,7 @@ class Surgery:
             >>> gs.module_tree(again)["1"].type_name, gs.module_tree(again)["1"].swappable
             ('GELU', True)
         """
-        args, kwargs = self._inputs(args, kwargs, verb="export")
+        args, kwargs = as_program(self, args, kwargs, verb="export").inputs(error=SurgeryError)
         replacements = self.replacements
         single_calls = [name for name in replacements if split_call_name(name)[1] is not None]
         if single_calls:
@@ -860,15 +791,7 @@ class Surgery:
         if fused:
             badges.append(d.badge(f"{len(fused)} fused", "info"))
         body = f'<div class="gs-title">Surgery {" ".join(badges)}</div>'
-        rows = []
-        for i, step in enumerate(self._steps, start=1):
-            undone = i > self._position
-            mark = d.badge("undone", "warn") if undone else d.badge(f"step {i}", "ok")
-            rows.append(
-                [mark, d.escape(step.action), d.escape(step.name), d.escape(step.replacement_type)]
-            )
-        if rows:
-            body += d.table(["", "", "module", "replacement"], rows, raw=range(4))
+        body += d.history_table(self._steps, self._position)  # the widget's panel's too
         report = self._verified.get(self._position)
         if report is not None:
             body += report._repr_html_()
@@ -888,6 +811,57 @@ class Surgery:
 
 
 # -- helpers ------------------------------------------------------------------------------------
+
+
+def _nested(
+    name: str,
+    value: Any,
+    fqn: str,
+    other: str,
+    other_value: Any,
+    other_fqn: str,
+    step: str,
+    undo: str,
+) -> str:
+    """The message for a request whose nodes overlap an earlier request of another module:
+    inside it, around it, or sharing nodes with it (``step``, ``undo``: the step that made
+    the other request, and how to go back over it, as :meth:`Surgery._step_text` says)."""
+    verb = "fuse" if value is FUSE else "swap"
+    was = f"{_what(other_value)} in {step}"
+    if inside(fqn, other_fqn, strictly=True):  # the new request is inside the earlier one
+        if other_value is FUSE:
+            return (
+                f"cannot {verb} {name!r}: it is inside {other!r}, which is fused ({step}): "
+                "a fused call runs the program's own nodes as one module, so nothing "
+                f"inside it can be {'fused' if value is FUSE else 'swapped'} on its own. "
+                f"To {verb} {name!r}, undo the fuse of {other!r} first: {undo}."
+            )
+        return (
+            f"cannot {verb} {name!r}: it is inside {other!r}, which is {was}, so the "
+            f"program no longer runs it. Put what {name!r} should run inside the replacement "
+            f"for {other!r} and swap {other!r} again, or {undo} and {verb} {name!r} alone."
+        )
+    if inside(other_fqn, fqn, strictly=True):  # the new request is around the earlier one
+        if value is FUSE and other_value is FUSE:
+            return (
+                f"cannot fuse {name!r}: {other!r} inside it is fused already ({step}), and "
+                f"one fused call cannot hold another. To fuse {name!r} (which then holds "
+                f"{other!r} too), {undo} first."
+            )
+        if value is FUSE:
+            return (
+                f"cannot fuse {name!r}: {other!r} inside it is {was}, and a fused call "
+                f"runs the program's own nodes. To fuse {name!r}, {undo} first."
+            )
+        return (
+            f"cannot swap {name!r}: {other!r} inside it is {was}, and the replacement for "
+            f"{name!r} would run instead of it. Put what {other!r} should run inside the "
+            f"replacement for {name!r}, then {undo} and swap {name!r}."
+        )
+    return (
+        f"cannot {verb} {name!r}: it shares nodes with {other!r}, {was}. Request only one "
+        f"of them: {undo} first, or {verb} another module."
+    )
 
 
 def _calls(index: Any, name: str) -> list[str] | None:

@@ -2,6 +2,9 @@
 
 The verb over :mod:`graphsurgeon.rewrite`, the one pass that swaps and fuses; what a result was
 made from is its :class:`SwapInfo` (:func:`swap_info`), what it changed its :class:`Diff`.
+
+``graphsurgeon.swap`` is the function; the module's helpers are imported by name, as in
+``from graphsurgeon.swap import swap_info``.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 import graphsurgeon as gs
-from graphsurgeon import cli
+from graphsurgeon import _load
 from graphsurgeon.cli import _load_program, main
 from graphsurgeon.render import to_dot
 
@@ -768,7 +768,7 @@ def test_a_spec_the_scan_cannot_read_gets_the_same_line_from_torchs_error(
     hf_files, capsys, monkeypatch
 ):
     monkeypatch.chdir(hf_files["folder"])
-    monkeypatch.setattr(cli, "_spec_types", lambda path: {})  # as a format it does not know
+    monkeypatch.setattr(_load, "_spec_types", lambda path: {})  # as a format it does not know
     assert main(["modules", "planted.pt2"]) == 2
     line = one_error_line(capsys)
     assert "planted.pt2: it names planted.Output, a type torch must know to read the file" in line

@@ -23,7 +23,7 @@ import graphsurgeon as gs
 from graphsurgeon.checks._exec import runnable_original
 from graphsurgeon.checks.compare import Comparison, compare
 from graphsurgeon.checks.verify import eager_reference
-from graphsurgeon.errors import CompareError, UnknownModuleError
+from graphsurgeon.errors import CompareError, NotAProgramError, UnknownModuleError
 from graphsurgeon.examples import MLP, Attention, FusedAttention, TinyGPT
 from graphsurgeon.fuse import fused_call
 from graphsurgeon.swap import swap_info
@@ -261,11 +261,12 @@ def test_misuse_raises_compare_errors_that_say_what_to_pass():
     ep = gs.export(model, (x,))
     other = gs.export(model, (x,))
     swapped = gs.swap(ep, {"act": ClampReLU()})
-    with pytest.raises(CompareError, match=r"not made by gs.swap"):
+    # what is no program is refused as by every entry point (graphsurgeon._program)
+    with pytest.raises(NotAProgramError, match=r"gs.swap or gs.fuse did not make"):
         compare(ep, torch.fx.symbolic_trace(model), (x,))
     with pytest.raises(CompareError, match=r"another ExportedProgram"):
         compare(other, swapped, (x,))
-    with pytest.raises(CompareError, match=r"pass the ExportedProgram"):
+    with pytest.raises(NotAProgramError, match=r"a model: export it first"):
         compare(model, swapped, (x,))
 
     class Raises(nn.Module):

@@ -297,7 +297,8 @@ def test_a_string_preserve_that_is_no_module_names_the_keywords():
         ("generator", r"got a generator; pass tuple\(args\)"),
     ],
 )
-def test_args_that_are_obviously_not_inputs_raise_export_error(args, said):
+def test_args_that_are_obviously_not_inputs_raise_input_structure_error(args, said):
+    # refused as by every entry point (graphsurgeon._program.as_inputs), naming the verb
     model, x = small()
     args = {
         "list": [x],
@@ -306,14 +307,16 @@ def test_args_that_are_obviously_not_inputs_raise_export_error(args, said):
         "generator": (t for t in [x]),
     }.get(args, args)
     with pytest.raises(
-        gs.ExportError, match=r"^args: expected a tuple of positional inputs.*" + said
+        gs.InputStructureError,
+        match=r"^export: args: expected a tuple of positional inputs.*" + said,
     ):
         gs.export(model, args)
 
 
 def test_kwargs_that_are_not_a_mapping_and_a_model_that_is_not_a_module_raise_export_error():
     model, x = small()
-    with pytest.raises(gs.ExportError, match=r"kwargs: expected a mapping.*got a list"):
+    # kwargs are refused as by every entry point (graphsurgeon._program.as_inputs)
+    with pytest.raises(gs.InputStructureError, match=r"kwargs: expected a mapping.*got a list"):
         gs.export(model, (x,), [x])
     with pytest.raises(gs.ExportError, match=r"expected an nn.Module, got a function"):
         gs.export(lambda x: x, (x,))

@@ -7,15 +7,36 @@ run explores the same ones (``python tools/fuzz.py`` explores thousands more, wi
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+
 import pytest
-from helpers.fuzzing import cases, check_case, features
+from helpers.fuzzing import (
+    BlockSpec,
+    Call,
+    Case,
+    LeafSpec,
+    P,
+    ReadState,
+    RegionNames,
+    V,
+    check_case,
+    features,
+)
+from helpers.fuzzing import cases as all_cases
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+# Situations the engine is known to get wrong, left out of the bounded run so that it stays a
+# regression test (tools/fuzz.py draws them; give each a strict xfail that forces it). None is
+# open: reads_written_state (a parent reading a buffer its child wrote in place) was the last.
+ENGINE_GAPS: frozenset[str] = frozenset()
+cases = functools.partial(all_cases, exclude=ENGINE_GAPS)
+
 # About 0.1 s a case on one thread (drawing it runs the program once; then export, swap, two
-# runs of the swapped program and of the eager reference): the file takes about 30 s. A failure
-# is reported as drawn, not shrunk: shrinking re-exports hundreds of programs (minutes), and the
-# printed case is small and replays with tools/fuzz.py --replay.
+# runs of the swapped program and of the eager reference): the file takes about a minute. A
+# failure is reported as drawn, not shrunk: shrinking re-exports hundreds of programs (minutes),
+# and the printed case is small and replays with tools/fuzz.py --replay.
 settings.register_profile(
     "fuzz-bounded",
     max_examples=12,
@@ -131,3 +152,108 @@ def test_overlapping_requests_are_refused(case):
 def test_inline_pattern_replaced_beside_swaps(case):
     # s.replace after the swaps: gs.find must match the gate in each gated call, and nowhere else
     _check(case, "pattern_replace")
+
+
+@BOUNDED
+@given(case=cases(require={"reads_child_state"}))
+def test_a_parent_reading_a_swapped_childs_state(case):
+    # the replacement holds it (the read takes the replacement's), or lacks it, or holds it with
+    # another shape or dtype (refused, naming it)
+    _check(case, "reads_child_state")
+
+
+@BOUNDED
+@given(case=cases(require={"reads_written_state"}))
+def test_a_parent_reading_a_buffer_its_swapped_child_wrote(case):
+    # after the child is swapped (whole, or one call of it), the read takes the buffer as the
+    # replacement wrote it, as in eager; a replacement lacking the buffer is refused
+    _check(case, "reads_written_state")
+
+
+@BOUNDED
+@given(case=cases(require={"param_write"}))
+def test_a_replacement_writing_the_parameter_it_is_handed(case):
+    # after two runs: the outputs of each equal eager's, the user's model and the program are
+    # unchanged, and the swapped program's copy equals the reference's
+    _check(case, "param_write")
+
+
+@BOUNDED
+@given(case=cases(require={"region_name"}))
+def test_region_names_apart_from_module_and_call_names(case):
+    # a name colliding with a module, a call, an @k name or a region in force is refused and
+    # leaves the Surgery as it was; the request it named is then swapped as the module or call
+    _check(case, "region_name")
+
+
+# -- the refusal rule for state read outside a module, on fixed programs ----------------------
+
+# x -> act0 -> + self.act0.lin.bias (read by the root) -> out
+READS_BIAS = BlockSpec(
+    inputs=1,
+    children=(("act0", LeafSpec("act", "tanh")),),
+    steps=(Call("act0", (V(0),)), ReadState("act0.lin.bias", V(1))),
+    returns=(("", ((2, 1.0),)),),
+)
+
+
+@pytest.mark.parametrize(
+    ("swapped", "kind", "refused"),
+    [
+        ("act0", "copy", False),
+        ("act0", "wrapped", True),
+        ("act0", "reshaped", True),
+        ("act0", "retyped", True),
+        ("act0.lin", "copy", False),
+        ("act0.lin", "wrapped", True),
+    ],
+)
+def test_a_replacement_must_hold_what_a_parent_reads_of_its_module(swapped, kind, refused):
+    case = _fixed_case(READS_BIAS, swapped, kind)
+    result = check_case(case)
+    assert result.refused == refused
+    assert ("state_read_refused" in features(case, result.facts)) == refused
+
+
+@pytest.mark.parametrize("view", ["whole", "t", "row", "diagonal"])
+def test_a_written_parameter_is_the_swapped_programs_own_copy(view):
+    # x -> scale0(x, self.w0 or a view of it) -> @ self.w0 (read again, as written) -> out
+    spec = BlockSpec(
+        inputs=1,
+        children=(("scale0", LeafSpec("scale", "sin")),),
+        steps=(Call("scale0", (V(0), P("w0", view))), ReadState("w0", V(1))),
+        returns=(("", ((2, 1.0),)),),
+    )
+    case = _fixed_case(spec, "scale0", "writes")
+    assert not check_case(case).refused
+    assert "param_write" in features(case)
+
+
+@pytest.mark.parametrize("verb", ["fuse", "swap"])
+@pytest.mark.parametrize("before_swaps", [True, False], ids=["region first", "swap first"])
+def test_a_region_named_like_a_call_leaves_the_call_to_its_swap(verb, before_swaps):
+    # x -> act0 -> act0 (call act0@1, swapped) -> * 0.5 (the region) -> out
+    spec = BlockSpec(
+        inputs=1,
+        children=(("act0", LeafSpec("act", "tanh")),),
+        steps=(Call("act0", (V(0),)), Call("act0", (V(1),))),
+        returns=(("", ((2, 0.5),)),),
+    )
+    tried = ("act0@1", "act0", "act0.lin", "gate@2", "act0@5")
+    region = RegionNames(verb, "act0.part", tried, in_force=True, before_swaps=before_swaps)
+    case = dataclasses.replace(_fixed_case(spec, "act0@1", "wrapped"), region=region)
+    assert not check_case(case).refused
+    assert "region_name" in features(case)
+
+
+def _fixed_case(spec: BlockSpec, swapped: str, kind: str) -> Case:
+    """``spec`` run on one input, ``swapped`` swapped for a replacement of ``kind``."""
+    return Case(
+        program=spec,
+        second_input="none",
+        dynamic=False,
+        swaps=((swapped, 0),),
+        replacements=((swapped.partition("@")[0], 0.25),),  # a copy of the module
+        seed=0,
+        replacement_kinds=(kind,),
+    )

@@ -21,7 +21,7 @@ from torch import nn
 import graphsurgeon as gs
 from graphsurgeon.cli import main
 from graphsurgeon.display import picture_script as _script
-from graphsurgeon.errors import RenderError
+from graphsurgeon.errors import NotAProgramError
 from graphsurgeon.report import build_report, write_report
 
 # The replacements, as a user's module next to the program. Named for this test file, since a
@@ -383,7 +383,8 @@ def test_write_report_takes_a_program_a_swapped_module_or_a_surgery(tiny_gpt, tm
     assert repr(report).startswith("<Report '<t>': 1 swap; verify MISMATCH")
     plain = build_report(ep)
     assert plain.ok and plain.verify is None and plain.swaps == ()
-    with pytest.raises(RenderError, match="expected an ExportedProgram"):
+    # what is no program is refused as by every entry point (graphsurgeon._program)
+    with pytest.raises(NotAProgramError, match="report: expected an ExportedProgram"):
         build_report(model)
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
-from helpers.models import Chain, Shared
+from helpers.models import Chain, NormedBlock, Shared
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -18,6 +20,8 @@ from graphsurgeon.errors import (
     UnknownNameError,
 )
 from graphsurgeon.examples import FusedAttention
+from graphsurgeon.partition import program_index
+from graphsurgeon.render import graph_view
 from graphsurgeon.step import (
     Breakpoint,
     NodeError,
@@ -421,8 +425,117 @@ def test_a_submodule_of_a_swapped_call_cannot_be_stepped_into(gpt):
         UnknownModuleError, match=r"inside the swapped call 'layers.0.attn'.*step_into"
     ):
         stepper.breakpoints.enter("layers.0.attn.q")
-    with pytest.raises(UnknownModuleError, match=r"container"):
-        stepper.run_to("layers")
+    # a container is no longer refused: it stands for the calls it covers (see below)
+    assert stepper.run_to("layers").reason == "target" and stepper.stack[0] == "layers.0"
+
+
+def test_run_to_a_container_runs_to_the_next_call_it_covers(gpt):
+    # "layers" (an nn.ModuleList) has no call of its own: as a highlight of it does, it stands
+    # for the outermost calls of its submodules (ProgramIndex.calls_covered, the one reading)
+    _, tokens, ep, swapped = gpt
+    assert program_index(ep).calls_covered("layers") == ("layers.0", "layers.1")
+    assert graph_view(ep, highlight="layers").highlighted == ("layers.0", "layers.1")
+    for program in (ep, swapped):
+        stepper = Stepper(program, tokens)
+        layers = stepper.nodes_of("layers.0") + stepper.nodes_of("layers.1")
+        assert stepper.nodes_of("layers") == layers
+        assert stepper.run_to("layers").reason == "target"
+        assert stepper.stack[0] == "layers.0" and stepper.current.name == first_op(
+            stepper, "layers.0"
+        )
+        assert stepper.run_to("layers").ran == ()  # already there: nothing runs
+        stepper.run_to("layers.0.mlp")  # past the first layer's entry: the next is the second's
+        assert stepper.run_to(module="layers").reason == "target"
+        assert stepper.current.name == first_op(stepper, "layers.1")
+        stepper.run_to("layers.1.mlp")
+        with pytest.raises(AlreadyRanError, match=r"no call of 'layers' starts"):
+            stepper.run_to("layers")
+    stepper = Stepper(ep, tokens)
+    stepper.breakpoints.enter("layers")  # each call it covers: each layer
+    assert stepper.continue_().reason == "breakpoint" and stepper.stack[0] == "layers.0"
+    assert stepper.continue_().reason == "breakpoint" and stepper.stack[0] == "layers.1"
+    assert stepper.continue_().reason == "end"
+
+
+def test_a_container_or_the_root_is_refused_where_every_entry_point_refuses_it(chain):
+    model, x, _ = chain
+    spare = Chain().eval()
+    spare.load_state_dict(model.state_dict())
+    spare.unused = nn.ModuleList([nn.Linear(4, 4)])  # a container nothing calls
+    ep = gs.export(spare, (x,))
+    stepper = Stepper(ep, x)
+    why = program_index(ep).why_no_calls("unused")
+    with pytest.raises(UnknownModuleError, match=re.escape(why)):
+        stepper.run_to("unused")
+    with pytest.raises(gs.errors.NotSwappableError, match=re.escape(why)):
+        gs.swap(ep, {"unused": nn.Identity()})
+    # the root is the whole program: the picture and fuse refuse it too
+    with pytest.raises(UnknownModuleError, match=r"the root module '' is the whole program"):
+        stepper.run_to("")
+    with pytest.raises(UnknownModuleError, match=r"the root module '' is the whole program"):
+        stepper.breakpoints.enter("")
+    with pytest.raises(gs.errors.RenderError, match=r"the root module ''"):
+        gs.to_dot(ep, highlight="")
+    assert stepper.position == 0, "a refused move runs nothing"
+
+
+def test_the_stepper_and_the_overlay_walk_run_nodes_through_one_runner(monkeypatch):
+    """One node-by-node runner (checks._exec.NodeRunner) for the stepper and the overlays: on
+    the same program and inputs, the overlay's walk sees at every node the value the stepper's
+    env holds, inside a fused call too (the module-call handling), on private copies of the
+    buffers the run writes (BatchNorm statistics in training mode)."""
+    from graphsurgeon.checks._exec import NodeRunner, RandomState, bind_inputs
+    from graphsurgeon.checks.overlay import _Walk, overlay_values
+
+    made: list[torch.fx.GraphModule] = []
+    make = NodeRunner.__init__
+
+    def recording(self, gm, *args, **kwargs):
+        made.append(gm)
+        make(self, gm, *args, **kwargs)
+
+    monkeypatch.setattr(NodeRunner, "__init__", recording)
+    torch.manual_seed(0)
+    model, x = NormedBlock().train(), torch.randn(4, 3)
+    program = gs.fuse(gs.export(model, (x,)), "block")
+    call = swap_info(program).call_nodes["block"]
+    fused_module = program.get_submodule(swap_info(program).installed_at["block"])
+
+    walk = _Walk(NodeRunner(program, bind_inputs(program, (x,), {})), RandomState(), "program")
+    walk.expand = {call}
+    walked, walked_inside = {}, {}
+    while (step := walk.step()) is not None:
+        walked[step[0].name] = step[1]
+        walked_inside.update((node.name, value) for node, value in walk.inner)
+        walk.inner = []
+
+    stepper = Stepper(program, x)
+    assert made[-1] is program, "the stepper runs its program through the runner"
+    stepper.breakpoints.node(f"block/{next(reversed(fused_module.graph.nodes))}")
+    stepper.continue_()
+    assert stepper.frames == ("block",)  # stopped before the fused call's output
+    inside = dict(stepper.env)
+    stepper.continue_()
+    outside = dict(stepper.env)
+
+    assert walked.keys() == outside.keys() and walked_inside.keys() <= inside.keys()
+    assert len(walked_inside) >= 5, "precondition: the fused call's own nodes were walked"
+    for seen, kept in ((walked, outside), (walked_inside, inside)):
+        for name, value in seen.items():
+            leaves, spec = torch.utils._pytree.tree_flatten(value)
+            kept_leaves, kept_spec = torch.utils._pytree.tree_flatten(kept[name])
+            assert spec == kept_spec, name
+            for a, b in zip(leaves, kept_leaves):
+                same = torch.equal(a, b) if isinstance(a, torch.Tensor) else a is b or a == b
+                assert same, name
+    torch.testing.assert_close(
+        walk.runner.state_of(walk.runner.gm.graph.find_nodes(op="call_module")[0]),
+        stepper._interpreter.private_buffers[str(swap_info(program).installed_at["block"])],
+    )
+    # and the overlays made from the program walk it with the same runner
+    made.clear()
+    overlay_values(program, (x,), kind="error")
+    assert program in made and any(gm is fused_module for gm in made)
 
 
 def test_a_node_that_is_also_a_module_must_be_disambiguated():
@@ -744,17 +857,7 @@ def test_a_condition_breakpoint_fires_inside_an_entered_call():
 def test_a_fused_call_that_updates_buffers_writes_the_steppers_private_copies():
     #   x ──▶ block (Linear, BatchNorm1d in training) fused ──▶ head ──▶ out
     torch.manual_seed(0)
-
-    class Net(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.block = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3))
-            self.head = nn.Linear(3, 2)
-
-        def forward(self, x):
-            return self.head(self.block(x))
-
-    model, x = Net().train(), torch.randn(4, 3)
+    model, x = NormedBlock().train(), torch.randn(4, 3)
     fused = gs.fuse(gs.export(model, (x,)), "block")
     block = swap_info(fused).calls["block"]
     mean = block.get_buffer("1.running_mean")

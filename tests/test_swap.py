@@ -1601,6 +1601,56 @@ def test_a_replacement_without_the_state_its_parent_reads_is_refused(replacement
         gs.swap(ep, {"c": replacement})
 
 
+class Counts(nn.Module):
+    """Adds each batch's column sums into its buffer ``total`` (in place) and returns x * 2."""
+
+    def __init__(self, step: float = 0.0):
+        super().__init__()
+        self.step = step
+        self.register_buffer("total", torch.zeros(4))
+
+    def forward(self, x):
+        self.total.add_(x.sum(0) + self.step)
+        return x * 2
+
+
+class ReadsWrittenBuffer(nn.Module):
+    #   x -> c (writes c.total in place) -> + c.total (read by the parent after the write) -> out
+    def __init__(self):
+        super().__init__()
+        self.c = Counts()
+
+    def forward(self, x):
+        return self.c(x) + self.c.total
+
+
+@pytest.mark.parametrize("graph", ["in place", "functional"])
+def test_a_parent_reading_a_buffer_its_swapped_child_wrote_reads_the_replacements(graph):
+    """Was: the graph reads the written value (the in-place op's result, or in a functional
+    graph the buffer's new value), not the buffer, so the read went unseen: the swapped
+    program read the original's buffer while eager reads the replacement's, as it wrote it."""
+    model, x = ReadsWrittenBuffer().eval(), torch.randn(3, 4)
+    if graph == "in place":
+        ep = gs.export(model, (x,))
+    else:
+        ep = torch.export.export(
+            model, (x,), preserve_module_call_signature=("c",)
+        ).run_decompositions()
+    replacement = Counts(step=1.0)
+    with torch.no_grad():
+        replacement.total.fill_(10.0)
+    reference = copy.deepcopy(model)
+    reference.c = copy.deepcopy(replacement)
+    # precondition: reading the original's buffer gives another answer
+    assert not torch.allclose(copy.deepcopy(model)(x), copy.deepcopy(reference)(x))
+    gm = gs.swap(ep, {"c": replacement})
+    for _ in range(2):  # the second run reads what the first wrote
+        torch.testing.assert_close(gm(x), reference(x))
+    assert "buffer 'total' (f32[4])" in gs.module_tree(ep)["c"].note
+    with pytest.raises(gs.errors.ReplacementError, match=r"buffer 'total' \(f32\[4\]\) outside"):
+        gs.swap(ep, {"c": Scale(2.0)})
+
+
 def test_a_tied_weight_read_outside_a_swapped_module_keeps_the_original():
     #   ids -> emb -> head (its weight is emb's) -> out: eager with emb swapped keeps head's
     class Tied(nn.Module):

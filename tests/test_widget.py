@@ -29,11 +29,14 @@ from torch import nn
 
 import graphsurgeon as gs
 from graphsurgeon.checks.verify import eager_reference
-from graphsurgeon.display import id_text
+from graphsurgeon.display import comparison_table, history_table, id_text
 from graphsurgeon.examples import FusedAttention, GeluTanhMLP
+from graphsurgeon.partition import call_index
+from graphsurgeon.render import graph_view, layer_calls
 from graphsurgeon.widget import ACTIONS, SurgerySession
 from graphsurgeon.widget._panels import page as panel_values
 from graphsurgeon.widget._session import PARTS
+from graphsurgeon.widget._widget import OLD_NAMES
 
 pytestmark = pytest.mark.skipif(shutil.which("dot") is None, reason="needs graphviz's dot")
 
@@ -119,9 +122,8 @@ def test_built_from_a_program_a_surgery_or_s_widget(tiny_gpt):
 
 
 def test_a_model_instead_of_a_program_is_refused_with_what_to_do():
-    with pytest.raises(
-        gs.errors.WidgetError, match=r"Surgery.from_model\(model, args\).widget\(\)"
-    ):
+    # refused as every entry point refuses a model (one door: graphsurgeon._program)
+    with pytest.raises(gs.errors.NotAProgramError, match=r"a model: export it first"):
         gs.SurgeryWidget(Chain())
 
 
@@ -529,6 +531,19 @@ def test_compare_finds_the_wrong_call_and_a_click_on_its_row_selects_it(gpt):
     assert ">equal to the original<" in widget.verify_html
 
 
+def test_the_compare_and_history_panels_are_the_tables_the_objects_show(gpt):
+    widget, model, _ = gpt
+    widget.swap(OffByOne(model.layers[0].mlp), name="layers.0.mlp")
+    widget.swap(FusedAttention(model.layers[1].attn), name="layers.1.attn")
+    widget.undo()
+    comparison = widget.compare()
+    table = comparison_table(comparison)
+    assert table in widget.compare_html and table in comparison._repr_html_(), "one writer"
+    history = history_table(widget.surgery.steps, widget.surgery.position)
+    assert "undone" in history and history in widget.history
+    assert history in widget.surgery._repr_mimebundle_()["text/html"], "one writer"
+
+
 def test_checks_without_example_inputs_say_how_to_give_them(tiny_gpt):
     _, _, ep = tiny_gpt
     widget = gs.SurgeryWidget(ep)
@@ -684,11 +699,11 @@ def test_every_button_can_be_pressed_from_code(gpt, monkeypatch):
     widget.choose("ns:fast")
     monkeypatch.setattr(_session, "LARGE_LAYOUT", 5)  # "open all" asks first
     order = [
-        "swap", "verify", "compare", "bisect", "undo", "redo", "expand", "collapse",
+        "swap", "verify", "compare", "find_culprits", "undo", "redo", "expand", "collapse",
         "expand_all", "confirm_layout", "expand_all", "cancel_layout", "auto", "next_match",
-        "previous_match", "escape", "break", "step", "step_over", "run_to", "step_into",
-        "step_out", "continue", "restart", "find_similar", "swap_region", "clear_region",
-        "fuse_region", "fuse", "reset",
+        "previous_match", "escape", "toggle_breakpoint", "step", "step_over", "run_to_selection",
+        "step_into", "step_out", "continue_", "reset_stepper", "find_similar", "swap_region",
+        "clear_region", "fuse_region", "fuse", "reset",
     ]  # fmt: skip
     assert sorted(set(order)) == sorted(widget.BUTTONS), "every button is pressed below"
     pressed: list[str] = []
@@ -791,6 +806,13 @@ def test_run_to_a_layers_attention_draws_at_most_that_layer_more(llama32):
         assert widget.current == f"node:{widget.stepper.current.name}"
         assert widget.current in svg_ids(widget.svg)
     assert len(sent(widget, "svg")) == layouts
+
+
+def test_what_a_layer_is_is_the_renderers_not_a_name_ending_in_a_digit(llama32, tiny_gpt):
+    calls = call_index(llama32[3]).calls
+    layers = layer_calls(calls)
+    assert layers == {f"model.layers.{i}" for i in range(32)}, "the decoder's stack, only"
+    assert not layer_calls(call_index(tiny_gpt[2]).calls), "two blocks are no stack"
 
 
 def test_stepping_through_a_layer_lays_it_out_once_as_the_run_enters_it(llama32):
@@ -954,9 +976,9 @@ def test_shortcuts_resets_and_a_caption_that_does_not_change_with_the_view(gpt):
     widget, model, _ = gpt
     keys = {a.name: a.key for a in ACTIONS}
     assert (keys["step_over"], keys["step_into"], keys["step_out"]) == ("F10", "F11", "Shift+F11")
-    assert keys["continue"] == "F8" and keys["escape"] == "Escape"
+    assert keys["continue_"] == "F8" and keys["escape"] == "Escape"
     labels = {a.name: a.label for a in ACTIONS}
-    assert labels["reset"] == "Reset surgery" and labels["restart"] == "Restart run"
+    assert labels["reset"] == "Reset surgery" and labels["reset_stepper"] == "Restart run"
     widget.swap(FusedAttention(model.layers[1].attn), name="layers.1.attn")
     totals = set()
     for view in ("program", "merged", "split"):
@@ -1571,6 +1593,92 @@ def test_the_buttons_click_and_the_page_messages_come_from_one_actions_table(gpt
     assert pressed == names
 
 
+def test_each_action_has_one_name_the_method_of_the_session_and_of_the_widget(gpt):
+    widget, _, _ = gpt
+    for action in ACTIONS:
+        assert action.method == action.name, action
+        assert callable(getattr(SurgerySession, action.name, None)), action.name
+        assert callable(getattr(gs.SurgeryWidget, action.name, None)), action.name
+    # the widget's method, w.click(name) and the page's button message reach the same
+    # session method
+    pressed: list[str] = []
+
+    def pressing(name):
+        return lambda *_args, **_kwargs: pressed.append(name)
+
+    for action in ACTIONS:
+        pressed.clear()
+        setattr(widget.session, action.name, pressing(action.name))
+        getattr(widget, action.name)()
+        widget.click(action.name)
+        page_event(widget, event="button", name=action.name)
+        assert pressed == [action.name] * 3 and widget.error == {}, (action.name, widget.error)
+    # the names buttons had before are still taken, for code and notebooks written with them
+    for old, name in OLD_NAMES.items():
+        pressed.clear()
+        widget.click(old)
+        page_event(widget, event="button", name=old)
+        assert pressed == [name, name], old
+    assert not set(OLD_NAMES) & set(widget.BUTTONS), "the buttons carry the one name"
+
+
+def test_a_container_name_opens_and_collapses_the_calls_it_covers_as_a_highlight_reads_it(gpt):
+    widget, _, _ = gpt
+    ep = widget.surgery.program
+    covered = graph_view(ep, highlight="layers").highlighted
+    assert covered == ("layers.0", "layers.1"), "precondition: the highlight covers each layer"
+    widget.collapse("layers")
+    ids = svg_ids(widget.svg)
+    assert {"module:layers.0", "module:layers.1"} <= ids or "modules:layers.0..layers.1" in ids
+    widget.expand("layers")
+    assert widget.error == {}
+    ids = svg_ids(widget.svg)
+    assert {f"cluster:{call}" for call in covered} <= ids, "each call it covers, opened"
+    widget.select("layers")
+    assert set(widget.marks["selected"]) == {f"cluster:{call}" for call in covered}
+    page_event(widget, event="toggle", id="layers")  # open: collapses it
+    assert not {f"cluster:{call}" for call in covered} & svg_ids(widget.svg)
+
+
+class NeverCalled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.used = nn.Linear(4, 4)
+        self.spare = nn.ModuleList([nn.Linear(4, 4)])
+
+    def forward(self, x):
+        return self.used(x)
+
+
+def test_a_container_that_covers_no_call_is_refused_saying_why():
+    widget = gs.Surgery.from_model(NeverCalled(), (torch.randn(2, 4),)).widget(namespace={})
+    with pytest.raises(gs.errors.UnknownModuleError, match=r"'spare' covers no call.*never"):
+        widget.expand("spare")
+    page_event(widget, event="toggle", id="spare")
+    assert widget.error["type"] == "UnknownModuleError"
+    with pytest.raises(gs.errors.UnknownNameError, match="Did you mean 'spare'"):
+        widget.expand("spar")
+
+
+def test_the_widget_reads_programs_and_inputs_through_the_one_door(tiny_gpt):
+    model, tokens, ep = tiny_gpt
+    with pytest.raises(
+        gs.errors.InputStructureError,
+        match="SurgeryWidget: args: expected a tuple of positional inputs such as \\(x,\\), got a list",
+    ):
+        gs.SurgeryWidget(ep, args=[tokens])
+    surgery = gs.Surgery(ep, model=model)
+    with pytest.raises(gs.errors.InputStructureError, match="SurgeryWidget: args: expected a"):
+        gs.SurgeryWidget(surgery, args=[tokens])
+    swapped = gs.swap(ep, {"layers.0.mlp": GeluTanhMLP(model.layers[0].mlp)})
+    with pytest.raises(gs.errors.NotAProgramError, match=r"made by gs\.swap or gs\.fuse"):
+        gs.SurgeryWidget(swapped)
+    widget = gs.SurgeryWidget(surgery, args=tokens, namespace={})  # a lone tensor: (x,)
+    assert surgery.args is None and surgery.kwargs == {}, "the Surgery given is not changed"
+    assert widget.verify() and widget.step().ran, "the widget runs on its own inputs"
+    assert widget.surgery is surgery and surgery.args is None
+
+
 def test_the_widget_is_in_no_import_circle_but_surgery_widget():
     circles = circles_but_surgery_widget()
     assert not [c for c in circles if any(m.startswith("graphsurgeon.widget") for m in c)]
@@ -1633,7 +1741,7 @@ def test_the_widget_imports_no_private_name_and_reads_no_private_attribute():
     # every reach is seen, but _meta (shared by design) and self._seen (its own)
     assert len(found) == 5, found
     widget = sorted(m for m in MODULES if m.startswith("graphsurgeon.widget"))
-    assert len(widget) == 4, widget
+    assert len(widget) == 10, widget  # the face, the widget, the session, its six concerns, panels
     for module in widget:
         source = MODULES[module].read_text()
         assert _private_reaches(module, source) == [], module

@@ -336,7 +336,7 @@ def test_stepping_with_the_keyboard_opens_only_the_layer_being_run(page):
     hf = page.locator(".gs-widget").nth(HF)
     before = in_kernel(page, "hf.session.scene.view.drawn_nodes")
     in_kernel(page, "hf.select('model.layers.1.self_attn') and None")
-    hf.locator('[data-gs-button="run_to"]').click()
+    hf.locator('[data-gs-button="run_to_selection"]').click()
     page.wait_for_function(f"() => {nth(HF)}.querySelector('.gs-viewport .gs-current')")
     first = page.evaluate(f"() => {nth(HF)}.querySelector('.gs-viewport .gs-current').id")
     page.evaluate(f"() => {nth(HF)}.focus()")

@@ -1,6 +1,6 @@
 """The long fuzz run of the swap engine: thousands of random programs and swap sets.
 
-    python tools/fuzz.py --programs 10000 [--seed N] [--jobs 2]
+    python tools/fuzz.py --programs 10000 [--seed N] [--jobs 2] [--exclude FEATURE]
     python tools/fuzz.py --replay "Case(...)"      # one case again, as printed by a failure
 
 Each job runs hypothesis over ``tests/helpers/fuzzing.py``'s ``cases()`` strategy in its own process
@@ -8,8 +8,14 @@ Each job runs hypothesis over ``tests/helpers/fuzzing.py``'s ``cases()`` strateg
 the same programs. Every drawn case is checked end to end (``fuzzing.check_case``); a failure
 is recorded and the run goes on. At the end it prints how many programs were tried, how many
 calls were swapped, how many refusals were expected (and seen), the mismatches and the errors,
-then the first failing cases of each kind, each as the model's pseudo-code, the swap set and a
-command that replays it. Exit status 1 when there is any mismatch or error.
+how many cases had each feature (and how many failing cases had it, which tells a failure that
+comes with one situation from one that does not), then the first failing cases of each kind,
+each as the model's pseudo-code, the swap set and a command that replays it. ``--exclude``
+leaves out a situation the strategy can leave out (``fuzzing.EXCLUDABLE``: one an engine
+defect was known in), to see what else fails. Exit status 1 when there is any mismatch or error.
+
+The engine checked is this checkout's (its root comes first on the import path), whatever
+else is installed.
 """
 
 from __future__ import annotations
@@ -27,8 +33,8 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch is imported, in every process
 
-TESTS = Path(__file__).resolve().parent.parent / "tests"
-sys.path.insert(0, str(TESTS))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import torch  # noqa: E402
 from helpers import fuzzing  # noqa: E402
@@ -57,6 +63,9 @@ class Tally:
         self.mismatches = 0
         self.errors = 0
         self.features: collections.Counter[str] = collections.Counter()
+        # the features of the failing cases: a failure that every one of them shares with a
+        # feature is likely that feature's
+        self.failing_features: collections.Counter[str] = collections.Counter()
         self.kinds: collections.Counter[str] = collections.Counter()
         self.failures: list[dict] = []
 
@@ -67,6 +76,10 @@ class Tally:
             self.errors += 1
         kind = failure_kind(error)
         self.kinds[kind] += 1
+        if case is not None:
+            found = fuzzing.features(case, fuzzing.analyze(case.program, case.second_input))
+            self.features.update(found)
+            self.failing_features.update(found)
         if self.kinds[kind] <= KEPT_PER_KIND:
             self.failures.append(
                 {
@@ -83,6 +96,7 @@ class Tally:
         for name in ("programs", "swaps", "refusals", "mismatches", "errors"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.features.update(other.features)
+        self.failing_features.update(other.failing_features)
         for kind, count in other.kinds.items():
             kept = sum(1 for f in self.failures if f["kind"] == kind)
             self.failures += [f for f in other.failures if f["kind"] == kind][
@@ -91,8 +105,11 @@ class Tally:
             self.kinds[kind] += count
 
 
-def check_drawn(tally: Tally, examples: int, hypothesis_seed: int, label: str, report) -> None:
-    """Check ``examples`` cases drawn by hypothesis with ``hypothesis_seed`` into ``tally``."""
+def check_drawn(
+    tally: Tally, examples: int, hypothesis_seed: int, label: str, report, exclude=()
+) -> None:
+    """Check ``examples`` cases drawn by hypothesis with ``hypothesis_seed`` into ``tally``,
+    none with a feature in ``exclude``."""
 
     @seed(hypothesis_seed)
     @settings(
@@ -102,7 +119,7 @@ def check_drawn(tally: Tally, examples: int, hypothesis_seed: int, label: str, r
         phases=[Phase.generate],  # a failure is recorded, not shrunk: the run goes on
         suppress_health_check=list(HealthCheck),
     )
-    @given(case=fuzzing.cases())
+    @given(case=fuzzing.cases(exclude=exclude))
     def check(case):
         where = f"{label}, hypothesis seed {hypothesis_seed}, program {tally.programs}"
         try:
@@ -123,7 +140,7 @@ def check_drawn(tally: Tally, examples: int, hypothesis_seed: int, label: str, r
     check()
 
 
-def run_job(job: int, programs: int, base_seed: int) -> Tally:
+def run_job(job: int, programs: int, base_seed: int, exclude: tuple[str, ...] = ()) -> Tally:
     """Check ``programs`` drawn cases in this process; never raises for a failing case."""
     torch.set_num_threads(1)
     tally = Tally()
@@ -146,7 +163,9 @@ def run_job(job: int, programs: int, base_seed: int) -> Tally:
         before = tally.programs
         hypothesis_seed = base_seed * 1000 + job + 100_000 * round_
         try:
-            check_drawn(tally, programs - tally.programs, hypothesis_seed, f"job {job}", report)
+            label = f"job {job}"
+            remaining = programs - tally.programs
+            check_drawn(tally, remaining, hypothesis_seed, label, report, exclude)
         except Exception as error:  # the strategy itself failed: a generator bug, stop here
             tally.record_failure("error", error, None, f"job {job}, drawing a case")
             break
@@ -155,7 +174,7 @@ def run_job(job: int, programs: int, base_seed: int) -> Tally:
     return tally
 
 
-def _job(arguments: tuple[int, int, int]) -> dict:
+def _job(arguments: tuple[int, int, int, tuple[str, ...]]) -> dict:
     # a plain dict crosses the process boundary: the class lives in a main module that the
     # parent and the workers import under different names
     return vars(run_job(*arguments))
@@ -186,15 +205,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="base seed of every job")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
     parser.add_argument("--replay", metavar="CASE", help="check one printed case again")
+    parser.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        choices=sorted(fuzzing.EXCLUDABLE),
+        help="leave a situation out of the programs (repeatable)",
+    )
     options = parser.parse_args(argv)
     if options.replay is not None:
         return replay(options.replay)
 
     jobs = max(1, min(options.jobs, options.programs))
     shares = [options.programs // jobs + (j < options.programs % jobs) for j in range(jobs)]
-    print(f"fuzz: {options.programs} programs, {jobs} jobs, seed {options.seed}", flush=True)
+    exclude = tuple(options.exclude)
+    left_out = f", leaving out {', '.join(exclude)}" if exclude else ""
+    print(
+        f"fuzz: {options.programs} programs, {jobs} jobs, seed {options.seed}{left_out}",
+        flush=True,
+    )
     started = time.monotonic()
-    work = [(j, shares[j], options.seed) for j in range(jobs)]
+    work = [(j, shares[j], options.seed, exclude) for j in range(jobs)]
     if jobs == 1:
         tallies = [_job(work[0])]
     else:
@@ -209,9 +240,10 @@ def main(argv: list[str] | None = None) -> int:
 
     per_program = elapsed * jobs / max(total.programs, 1)
     print(f"\nfuzz: done in {elapsed:.0f} s, {per_program:.3f} s a program in each job")
-    print("cases with each feature:")
-    for feature in (*fuzzing.FEATURES, "pass_through_read", "pass_through_swapped", "refused"):
-        print(f"  {feature:<22} {total.features[feature]}")
+    print("cases with each feature (and failing cases with it):")
+    for feature in (*fuzzing.FEATURES, *fuzzing.OUTCOMES):
+        failing = total.failing_features[feature]
+        print(f"  {feature:<22} {total.features[feature]:>6}  ({failing} failing)")
     print(f"programs tried:    {total.programs}")
     print(f"swaps tried:       {total.swaps} (calls replaced)")
     print(f"refusals expected: {total.refusals}")

@@ -1,4 +1,4 @@
-"""What running a program takes, shared by verify, compare and the stepper.
+"""What running a program takes, shared by verify, compare, the overlays and the stepper.
 
 * :func:`runnable_original`: the one runnable form of an ExportedProgram, made once per program
   (``gs.swap(ep, {})``: the program's own nodes, unlifted, with copies of its buffers, so
@@ -8,6 +8,8 @@
 * :class:`PrivateStateInterpreter` and :class:`keep_state`: runs that leave every buffer of a
   program, a model or a replacement as it was (BatchNorm statistics in training mode, a buffer
   a forward reassigns);
+* :class:`NodeRunner`: the one node-by-node runner (the stepper and the overlays run programs
+  through it), and :func:`value_lifetimes`, when each value of a graph is last read;
 * :class:`RandomState`: torch's random state, to start two runs from the same one.
 """
 
@@ -16,7 +18,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -31,6 +33,7 @@ from ..partition import program_index
 from ..rewrite import rewrite, swap_info
 
 __all__ = [
+    "NodeRunner",
     "PrivateStateInterpreter",
     "RandomState",
     "bind_inputs",
@@ -40,6 +43,7 @@ __all__ = [
     "original_nodes",
     "runnable_original",
     "state_attributes",
+    "value_lifetimes",
 ]
 
 
@@ -214,18 +218,30 @@ class PrivateStateInterpreter(torch.fx.Interpreter):
     (``get_attr``) and for those of the modules it calls (replacements, fused calls), which run
     with their buffers swapped for the same private copies (``torch.func.functional_call``): a
     tensor shared by both has one private copy. Other attributes are read as usual.
+    ``shared``: attribute -> a tensor read and written in place of its private copy (another
+    run's copy of that state, when this graph runs one of that run's module calls).
     """
 
-    def __init__(self, gm: GraphModule, garbage_collect_values: bool = True):
+    def __init__(
+        self,
+        gm: GraphModule,
+        garbage_collect_values: bool = True,
+        shared: Mapping[str, torch.Tensor] | None = None,
+    ):
         super().__init__(gm, garbage_collect_values=garbage_collect_values)
         self.written = state_attributes(gm)
         self.called = sorted({str(n.target) for n in gm.graph.nodes if n.op == "call_module"})
+        # state read and written as it is, not copied: another run's private copies, when this
+        # graph runs a call of that run (a fused call, a replacement's export)
+        self.shared = dict(shared or {})
         self.private: dict[str, Any] = {}
         self.private_buffers: dict[str, dict[str, torch.Tensor]] = {}
         self.renew_state()
 
     def renew_state(self) -> None:
         copies: dict[int, torch.Tensor] = {}
+        for target in self.written & self.shared.keys():  # another run's copy: used as it is
+            copies[id(self.fetch_attr(target))] = self.shared[target]
 
         def private(value: Any) -> Any:
             if not isinstance(value, torch.Tensor):
@@ -253,6 +269,140 @@ class PrivateStateInterpreter(torch.fx.Interpreter):
             return super().call_module(target, args, kwargs)
         module = self.fetch_attr(target)
         return torch.func.functional_call(module, buffers, tuple(args), dict(kwargs), strict=False)
+
+
+class NodeRunner:
+    """One run of a GraphModule, node by node: the one node-by-node runner of the package (the
+    stepper and the overlays run programs through it).
+
+    :meth:`run` runs a node with ``torch.fx.Interpreter.run_node`` (the true aten ops, a
+    ``call_module`` node calling its module), on its arguments fetched from :attr:`env` (node ->
+    value), and keeps its value there; placeholders take ``inputs`` in order (see
+    :func:`bind_inputs`). A graph that writes state (BatchNorm statistics, its own buffers or
+    its modules') runs on private copies of it (:class:`PrivateStateInterpreter`): the program
+    and its modules stay as they were, and :meth:`start` begins again from the same state.
+
+    The module calls: :meth:`call` is the module a ``call_module`` node calls with its
+    arguments from :attr:`env`; :meth:`inner` a runner of a graph for that call (a fused call's
+    own GraphModule, a replacement's export) that reads and writes this run's copies of the
+    module's state, so that what the call writes stays in this run.
+
+    Example:
+        >>> import torch, graphsurgeon as gs
+        >>> model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
+        >>> x = torch.randn(1, 2)
+        >>> gm = runnable_original(gs.export(model, (x,)))
+        >>> runner = NodeRunner(gm, bind_inputs(gm, (x,), {}))
+        >>> for node in runner.nodes:
+        ...     value = runner.run(node)
+        >>> [node.name for node in runner.env][-3:]
+        ['linear', 'relu', 'output']
+        >>> torch.equal(gm.graph.process_outputs(value), model(x))  # what gm(x) returns
+        True
+    """
+
+    def __init__(
+        self,
+        gm: GraphModule,
+        inputs: Iterable[Any] = (),
+        shared: Mapping[str, torch.Tensor] | None = None,
+    ):
+        private = PrivateStateInterpreter(gm, garbage_collect_values=False, shared=shared)
+        # a graph without state to write runs on the plain Interpreter: the same values, and
+        # no lookup of private copies per attribute read or module call
+        stateful = private.private or private.private_buffers
+        self.interpreter: torch.fx.Interpreter = (
+            private if stateful else torch.fx.Interpreter(gm, garbage_collect_values=False)
+        )
+        self.gm = gm
+        self.nodes: list[Node] = list(gm.graph.nodes)
+        # bound once: the loops that run thousands of nodes call it directly
+        self.run_node = self.interpreter.run_node
+        self.env: dict[Node, Any] = {}
+        self.failed_at: Node | None = None
+        self.start(inputs, renew=False)
+
+    def start(self, inputs: Iterable[Any], *, renew: bool = True) -> None:
+        """Begin a run again: a new :attr:`env`, these inputs, and (``renew``) fresh private
+        copies of the state."""
+        self.env = {}
+        self.interpreter.env = self.env
+        self.interpreter.args_iter = iter(inputs)
+        self.failed_at = None
+        if renew and isinstance(self.interpreter, PrivateStateInterpreter):
+            self.interpreter.renew_state()
+
+    def run(self, node: Node) -> Any:
+        """Run ``node`` on its arguments from :attr:`env`; its value is kept there and returned."""
+        value = self.env[node] = self.run_node(node)
+        return value
+
+    def run_span(
+        self,
+        start: int,
+        limit: int,
+        dead: list[tuple[Node, ...]] | None = None,
+        drop: Callable[[Node], None] | None = None,
+    ) -> None:
+        """Run the nodes at positions ``start`` to ``limit`` (excluded), in order; with ``drop``,
+        call it on each node of ``dead[i]`` once the node at ``i`` has run (values no later
+        node reads, :func:`value_lifetimes`). On an error, :attr:`failed_at` is the node that
+        was running (its value kept if it ran) and the error goes on as it is."""
+        # The hot loop: what Interpreter.run does per node, minus its bookkeeping.
+        env, run_node, nodes = self.env, self.run_node, self.nodes
+        node = None
+        try:
+            if drop is None:
+                for node in nodes[start:limit]:
+                    env[node] = run_node(node)
+            else:
+                for i in range(start, limit):
+                    node = nodes[i]
+                    env[node] = run_node(node)
+                    for value in dead[i]:
+                        drop(value)
+        except BaseException:
+            self.failed_at = node
+            raise
+
+    def call(self, node: Node) -> tuple[torch.nn.Module, tuple, dict]:
+        """The module ``call_module`` node ``node`` calls, and its arguments from :attr:`env`."""
+        args, kwargs = self.interpreter.fetch_args_kwargs_from_env(node)
+        return self.interpreter.fetch_attr(node.target), tuple(args), dict(kwargs)
+
+    def state_of(self, node: Node) -> dict[str, torch.Tensor]:
+        """This run's private copies of the buffers of the module ``node`` calls, by name
+        (empty when it runs on the module's own: it writes none)."""
+        private = getattr(self.interpreter, "private_buffers", {})
+        return private.get(str(node.target), {})
+
+    def inner(self, node: Node, graph: GraphModule, inputs: Iterable[Any]) -> NodeRunner:
+        """A runner of ``graph``, a graph of the module ``node`` calls (its own GraphModule, or
+        its export), on ``inputs``, reading and writing this run's copies of that module's
+        buffers (:meth:`state_of`)."""
+        return NodeRunner(graph, inputs, shared=self.state_of(node))
+
+
+def value_lifetimes(nodes: list[Node]) -> tuple[list[int], list[tuple[Node, ...]]]:
+    """When each value of a graph (``nodes``: its nodes in order) is last read: for each node
+    the position of the last node reading it (its own when none does), and for each position
+    the values no later node reads, to drop once the node there has run. The output and the
+    parameters and buffers (``get_attr``) are never dropped: the module holds those anyway, so
+    dropping them would free nothing."""
+    position = {node: i for i, node in enumerate(nodes)}
+    last = list(range(len(nodes)))
+    for i, node in enumerate(nodes):
+        for arg in node.all_input_nodes:
+            j = position[arg]
+            last[j] = max(last[j], i)
+    dead: list[tuple[Node, ...]] = [() for _ in nodes]
+    pending: dict[int, list[Node]] = {}
+    for j, i in enumerate(last):
+        if nodes[j].op not in ("output", "get_attr"):
+            pending.setdefault(i, []).append(nodes[j])
+    for i, values in pending.items():
+        dead[i] = tuple(values)
+    return last, dead
 
 
 class keep_state:

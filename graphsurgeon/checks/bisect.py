@@ -46,6 +46,7 @@ import torch
 from torch.export import ExportedProgram
 from torch.fx import GraphModule
 
+from .._program import as_program
 from ..errors import SurgeryError, a_type
 from ..partition import program_index
 from ..rewrite import rewrite, safe_path
@@ -418,8 +419,10 @@ def bisect(
 
     Args:
         surgery: a :class:`graphsurgeon.Surgery` (it is not changed).
-        args, kwargs: the model's inputs (default: the Surgery's, as for ``s.verify()``).
-        rtol, atol: the tolerances, as for :func:`graphsurgeon.verify`.
+        args: the model's positional inputs (default: the Surgery's, as for ``s.verify()``).
+        kwargs: its keyword inputs (default: the Surgery's).
+        rtol: the relative tolerance, as for :func:`graphsurgeon.verify`.
+        atol: the absolute tolerance, as for :func:`graphsurgeon.verify`.
 
     The program with all the Surgery's swaps is run against the original program (``ep``,
     not the eager model: a swap is to blame when its replacement does not compute what the
@@ -441,16 +444,16 @@ def bisect(
             program fails to run on the inputs. A program with swaps that fails to run is a
             mismatch, not an error: the run's log says why.
     """
-    program = getattr(surgery, "program", None)
-    replacements = getattr(surgery, "replacements", None)
-    if not isinstance(program, ExportedProgram) or not isinstance(replacements, Mapping):
+    source = as_program(surgery, args, kwargs, verb="bisect")  # a model: refused as everywhere
+    if source.surgery is None:
         raise SurgeryError(
             f"bisect: expected a gs.Surgery, got {a_type(surgery)}; start one with "
             "gs.Surgery(ep, args=(x,)) or gs.Surgery.from_model(model, args) and make the swaps"
         )
+    program, replacements = surgery.program, surgery.replacements
     rtol = checked_tolerance("rtol", rtol, SurgeryError, "bisect: ")
     atol = checked_tolerance("atol", atol, SurgeryError, "bisect: ")
-    args, kwargs = surgery._inputs(args, kwargs, verb="bisect")
+    args, kwargs = source.inputs(error=SurgeryError)
     regions = dict(getattr(surgery, "regions", {}) or {})
     order = tuple(_graph_order(program, list(replacements), regions))
     if not order:

@@ -33,6 +33,7 @@ from torch.export import ExportedProgram
 from torch.fx import GraphModule, Node
 
 from .. import _meta
+from .._program import as_inputs, as_program, not_a_program
 from ..errors import CompareError, UnknownModuleError, did_you_mean
 from ..fuse import fused_call
 from ..partition import call_index, op_argument, program_index
@@ -121,7 +122,7 @@ class CallComparison:
     Attributes:
         call_name: ``"layers.1.attn"``, or ``"shared@1"`` for the second call of ``shared``.
         replacement: the replacement's class name; ``original`` the original module's.
-        leaves: one :class:`~graphsurgeon.LeafCheck` per output leaf (path as in the output).
+        leaves: one :class:`~graphsurgeon.types.LeafCheck` per output leaf (path as in the output).
         input_drift: the largest absolute difference between the inputs this call received
             in the swapped program and in the original program (0.0 when upstream matches
             exactly; NaN when shapes differ).
@@ -140,14 +141,17 @@ class CallComparison:
 
     @property
     def max_abs(self) -> float:
+        """The largest absolute difference over its output leaves."""
         return max((leaf.max_abs for leaf in self.leaves), default=0.0)
 
     @property
     def max_rel(self) -> float:
+        """The largest relative difference over its output leaves."""
         return max((leaf.max_rel for leaf in self.leaves), default=0.0)
 
     @property
     def tolerance_ratio(self) -> float:
+        """The worst error relative to the tolerance over its leaves: below 1 it matches."""
         return max(
             (leaf.tolerance_ratio for leaf in self.leaves if leaf.values_compared), default=0.0
         )
@@ -214,6 +218,7 @@ class Comparison:
 
     @property
     def first_divergence(self) -> str | None:
+        """The first call (in graph order) whose outputs differ beyond tolerance, or None."""
         return next((c.call_name for c in self.calls if not c.ok), None)
 
     @property
@@ -223,6 +228,7 @@ class Comparison:
 
     @property
     def ok(self) -> bool:
+        """Whether no call diverges and the program's outputs match."""
         return not self.divergent and self.outputs.ok
 
     def __bool__(self) -> bool:
@@ -460,24 +466,7 @@ class Comparison:
             f"swapped call{'s' if n != 1 else ''}, rtol={self.rtol:g}, atol={self.atol:g}"
             "</span></div>"
         )
-        # the diverging calls first (in graph order: the first is where it starts), then the rest
-        ordered = [c for c in self.calls if not c.ok] + [c for c in self.calls if c.ok]
-        rows = [
-            [
-                d.badge("ok", "ok") if c.ok else d.badge("DIVERGES", "bad"),
-                c.call_name,
-                c.replacement,
-                len(c.leaves),
-                d.number(c.max_abs) if c.values_compared else "no values compared",
-                d.number(c.max_rel) if c.values_compared else "",
-                tolerance_text(c.tolerance_ratio) if c.values_compared else "",
-                _meta.number_text(c.input_drift) if c.values_compared else "",
-                c.problem,
-            ]
-            for c in ordered
-        ]
-        headers = ["", *_COLUMNS, ""]
-        body = d.table(headers, rows, numeric=(3, 4, 5, 6, 7), raw=(0,))
+        body = d.comparison_table(self)  # the one writer, the widget's compare panel's too
         note = ""
         if first is not None:
             note += self._location_html()
@@ -557,10 +546,13 @@ def compare(
 
     Args:
         ep: the ExportedProgram ``swapped`` was made from (it is not modified).
-        swapped: the result of ``gs.swap(ep, {...})``.
-        args, kwargs: inputs for the model, as for ``gs.verify``.
-        rtol, atol: a leaf matches when ``|a - b| <= atol + rtol * |a|`` everywhere (NaN
-            matches NaN), ``a`` being the original's value.
+        swapped: the result of ``gs.swap(ep, {...})`` (or a Surgery of ``ep``: its current
+            program).
+        args: the model's positional inputs, as for ``gs.verify``.
+        kwargs: its keyword inputs.
+        rtol: the relative tolerance: a leaf matches when ``|a - b| <= atol + rtol * |a|``
+            everywhere (NaN matches NaN), ``a`` being the original's value.
+        atol: the absolute tolerance.
         locate: whether to find the line where the first diverging call's replacement starts
             to differ now (``cmp.locate()``, shown in the report): True, False, or None (the
             default) for "when the call is small" (at most 400 nodes and 16 MiB of inputs:
@@ -585,20 +577,20 @@ def compare(
         >>> bool(cmp.outputs)
         False
     """
-    if not isinstance(args, tuple):
-        args = (args,)
-    kwargs = dict(kwargs or {})
     if not isinstance(ep, ExportedProgram):
-        raise CompareError(
-            f"compare: the first argument is a {type(ep).__name__}; pass the ExportedProgram "
-            "that the swapped program was made from"
-        )
-    info = swap_info(swapped)
-    if info is None:
+        raise not_a_program(ep, "compare")
+    candidate = as_program(swapped, verb="compare")  # a model, any other object: refused alike
+    args, kwargs = as_inputs(args, kwargs, verb="compare")
+    if candidate.module is None and candidate.surgery is not None:
+        swapped = candidate.surgery.module  # nothing swapped: there is nothing to compare
+    elif candidate.module is None:
         raise CompareError(
             f"compare: the second argument ({type(swapped).__name__}) was not made by gs.swap; "
             "pass gs.swap(ep, {name: replacement})"
         )
+    else:
+        swapped = candidate.module
+    info = swap_info(swapped)
     if info.program is not ep:
         raise CompareError(
             "compare: the swapped program was made from another ExportedProgram than the one "

@@ -193,7 +193,7 @@ class Location:
             rows.append(
                 [
                     "closest original value",
-                    f"{d.escape(self.nearest)}, max abs {d.number(self.max_abs)}",
+                    f"{d.escape(self.nearest)}, max abs {_meta.number_text(self.max_abs)}",
                 ]
             )
         else:

@@ -60,6 +60,7 @@ from torch.export import ExportedProgram
 from torch.fx import GraphModule, Node
 
 from .. import _meta
+from .._program import as_program
 from ..errors import (
     CompareError,
     GraphSurgeonError,
@@ -71,9 +72,9 @@ from ..errors import (
     unknown_name,
 )
 from ..partition import call_index, program_index, split_call_name
-from ..rewrite import SwapInfo, _forget_source_with, swap_info
+from ..rewrite import SwapInfo, _forget_source_with
 from ._exec import (
-    PrivateStateInterpreter,
+    NodeRunner,
     RandomState,
     _placeholder_signature,
     bind_inputs,
@@ -81,6 +82,7 @@ from ._exec import (
     keep_state,
     original_nodes,
     runnable_original,
+    value_lifetimes,
 )
 from .verify import compare_leaf, in_order_of
 
@@ -298,32 +300,6 @@ class _Target:
         return {c: members[c] for c in [*order, *members] if c in members}
 
 
-def _target(program: Any, args: Any, kwargs: Any) -> _Target:
-    if isinstance(program, ExportedProgram):
-        return _Target(program, None, None, args, kwargs)
-    if isinstance(program, GraphModule):
-        info = swap_info(program)
-        if info is None:
-            raise RenderError(
-                f"overlay: this {type(program).__name__} was not made by gs.swap or gs.fuse; "
-                "pass the ExportedProgram it came from, a swap result or a Surgery"
-            )
-        return _Target(info.program, program, info, args, kwargs)
-    original = getattr(program, "program", None)
-    replacements = getattr(program, "replacements", None)
-    if isinstance(original, ExportedProgram) and isinstance(replacements, Mapping):
-        if args is None:  # a Surgery: its own inputs
-            args = getattr(program, "args", None)
-            kwargs = getattr(program, "kwargs", None) if kwargs is None else kwargs
-        if not replacements and not getattr(program, "fused", ()):
-            return _Target(original, None, None, args, kwargs)
-        return _target(program.module, args, kwargs)
-    raise RenderError(
-        f"overlay: expected an ExportedProgram (gs.export(model, args)), a gs.swap or gs.fuse "
-        f"result or a Surgery, got {a_type(program)}"
-    )
-
-
 def _inputs(target: _Target, kind: str) -> tuple[tuple, dict]:
     args, kwargs = target.args, target.kwargs
     if args is None:
@@ -422,8 +398,9 @@ def _worst(values: list[float | None]) -> float | None:
 
 
 class _Walk:
-    """One program run a node at a time, on private copies of its state, from a random stream
-    of its own: two walks interleaved each see the random numbers they would see alone.
+    """One program run a node at a time (a :class:`NodeRunner`: on private copies of its state),
+    from a random stream of its own: two walks interleaved each see the random numbers they
+    would see alone.
 
     ``before(node)`` may return the random state to run that node from instead; ``capture``:
     nodes before which the random state is kept in ``captured``. ``expand``: the
@@ -434,16 +411,15 @@ class _Walk:
 
     def __init__(
         self,
-        module: GraphModule,
-        values: list[Any],
+        runner: NodeRunner,
         start: RandomState,
         which: str,
         expand: Iterable[str] = (),
     ):
-        self.interpreter = PrivateStateInterpreter(module)
-        self.interpreter.env = {}
-        self.interpreter.args_iter = iter(values)
-        self.nodes = iter(module.graph.nodes)
+        self.runner = runner
+        self.nodes = iter(runner.nodes)
+        # the values no later node reads, after each node: dropped once the walk moves on
+        self.dead = value_lifetimes(runner.nodes)[1]
         self.random = start
         self.which = which
         self.count = 0  # nodes run so far
@@ -455,11 +431,16 @@ class _Walk:
         self.inner: list[tuple[Node, Any]] = []
         self.inner_before: Callable[[Node], RandomState | None] | None = None
 
+    @property
+    def env(self) -> dict[Node, Any]:
+        """The values of the run so far (node -> value): what later nodes read."""
+        return self.runner.env
+
     def step(self) -> tuple[Node, Any] | None:
-        interpreter = self.interpreter
+        runner = self.runner
         if self.last is not None:  # its value could still be replaced (own error): free now
-            for dead in interpreter.user_to_last_uses.get(self.last, ()):
-                interpreter.env.pop(dead, None)
+            for dead in self.dead[self.count - 1]:
+                runner.env.pop(dead, None)
         node = next(self.nodes, None)
         self.last = node
         if node is None:
@@ -470,9 +451,9 @@ class _Walk:
             if node in self.capture:
                 self.captured[node] = RandomState()
             if node.name in self.expand:
-                value = self._run_inside(node, chosen or self.random)
+                value = runner.env[node] = self._run_inside(node, chosen or self.random)
             else:
-                value = interpreter.run_node(node)
+                value = runner.run(node)
         except GraphSurgeonError:
             raise  # the program refused its inputs (GuardError, ...): that error says it best
         except Exception as error:
@@ -483,17 +464,15 @@ class _Walk:
                 "failing node for a closer look."
             ) from error
         self.random = RandomState()
-        interpreter.env[node] = value
         self.count += 1
         return node, value
 
     def _run_inside(self, node: Node, start: RandomState) -> Any:
         """Run a fused call's GraphModule one node at a time (each kept in ``inner``): what
         the call computes, node by node, as the picture draws it."""
-        module = self.interpreter.fetch_attr(node.target)
-        args, kwargs = self.interpreter.fetch_args_kwargs_from_env(node)
-        values = bind_inputs(module, tuple(args), dict(kwargs), CompareError)
-        walk = _Walk(module, values, start, self.which)
+        module, args, kwargs = self.runner.call(node)
+        values = bind_inputs(module, args, kwargs, CompareError)
+        walk = _Walk(self.runner.inner(node, module, values), start, self.which)
         walk.before = self.inner_before
         self.inner = []
         result = None
@@ -552,15 +531,19 @@ def _side_by_side(
     try:
         with torch.no_grad():
             swapped_walk = _Walk(
-                module,
-                bind_inputs(module, clone_inputs(args), clone_inputs(kwargs), CompareError),
+                NodeRunner(
+                    module,
+                    bind_inputs(module, clone_inputs(args), clone_inputs(kwargs), CompareError),
+                ),
                 start,
                 "swapped program",
                 expand=fused,
             )
             original_walk = _Walk(
-                original,
-                bind_inputs(original, clone_inputs(args), clone_inputs(kwargs), CompareError),
+                NodeRunner(
+                    original,
+                    bind_inputs(original, clone_inputs(args), clone_inputs(kwargs), CompareError),
+                ),
                 start,
                 "original program",
             )
@@ -599,7 +582,7 @@ def _side_by_side(
                     return original_walk.captured.get(counterpart)
 
                 swapped_walk.inner_before = inner_before
-            env = swapped_walk.interpreter.env
+            env = swapped_walk.env
             while (step := swapped_walk.step()) is not None:
                 node, value = step
                 if node.op == "output":
@@ -979,8 +962,11 @@ def overlay_values(
     on private copies of its buffers; the latency runs put back the buffers they write.
 
     Raises:
-        RenderError: an unknown kind, a bad tolerance or value, no inputs for a kind that runs
-            the program, or a program of another type.
+        RenderError: an unknown kind, a bad tolerance or value, or no inputs for a kind that
+            runs the program.
+        NotAProgramError: ``program`` is no program (a model: export it first).
+        InputStructureError: ``args`` or ``kwargs`` not as every entry point reads them (a
+            list where the tuple goes).
         UnknownModuleError: a name in the mapping the program does not have ("did you mean").
         CompareError: a program failed to run (the node where it did).
 
@@ -999,7 +985,8 @@ def overlay_values(
     if aggregate not in ("max", "sum", None):
         raise RenderError(f"overlay: aggregate={aggregate!r}: expected 'max', 'sum' or None")
     texts = _descriptions(rtol, atol, repeat)
-    target = _target(program, args, kwargs)
+    source = as_program(program, args, kwargs, verb="overlay")  # read as every entry point does
+    target = _Target(source.ep, source.module, source.info, source.args, source.kwargs)
     if isinstance(kind, Mapping):
         nodes, calls = _given(target, kind, aggregate)
         return OverlayValues("values", "", texts["values"], nodes, calls, aggregate)

@@ -17,7 +17,8 @@ import torch
 import torch.utils._pytree as pytree
 from torch.export import ExportedProgram
 
-from .._meta import describe_spec
+from .._meta import describe_spec, number_text, tolerance_text
+from .._program import as_inputs
 from ..errors import GraphSurgeonError, VerifyError, a_type, did_you_mean
 from ..rewrite import check_module
 from ._exec import RandomState, clone_inputs, keep_state, runnable_original
@@ -86,26 +87,6 @@ def _measured(leaf: LeafCheck) -> str:
     )
 
 
-def tolerance_text(ratio: float) -> str:
-    """A :attr:`LeafCheck.tolerance_ratio` as text: ``0.41x``, ``37x``, ``1,234x``, ``inf``.
-
-    Example:
-        >>> [tolerance_text(r) for r in (0.0, 0.00478, 0.41, 37.2, 1234.0, math.inf)]
-        ['0x', '0.0048x', '0.41x', '37x', '1,234x', 'inf']
-    """
-    if math.isnan(ratio):
-        return ""
-    if math.isinf(ratio):
-        return "inf"
-    if ratio == 0:
-        return "0x"
-    if ratio >= 1e6:
-        return f"{ratio:.1e}x"
-    if ratio >= 100:
-        return f"{ratio:,.0f}x"
-    return f"{ratio:.2g}x"
-
-
 def _details(leaf: LeafCheck) -> str:
     """What a leaf's problem is and where it differs, as one text."""
     return "; ".join(part for part in (leaf.problem, leaf.by_axis) if part)
@@ -144,6 +125,7 @@ class VerifyReport:
 
     @property
     def mismatches(self) -> tuple[LeafCheck, ...]:
+        """The output leaves that do not match, in output order."""
         return tuple(leaf for leaf in self.leaves if not leaf.ok)
 
     @property
@@ -317,8 +299,8 @@ def leaf_table(leaves: tuple[LeafCheck, ...], limit: int = 12) -> str:
         [
             d.badge("ok", "ok") if leaf.ok else d.badge("differs", "bad"),
             leaf.path or "(output)",
-            d.number(leaf.max_abs) if leaf.values_compared else "no values compared",
-            d.number(leaf.max_rel) if leaf.values_compared else "",
+            number_text(leaf.max_abs) if leaf.values_compared else "no values compared",
+            number_text(leaf.max_rel) if leaf.values_compared else "",
             tolerance_text(leaf.tolerance_ratio) if leaf.values_compared else "",
             _details(leaf),
         ]
@@ -831,17 +813,12 @@ def verify(
     says what differs, how far beyond the tolerance (``37x of tolerance``; an "ok" says how
     close to it: ``0.41x``) and where, axis by axis (``dim 1: 0–10 differ, 11 matches``;
     :class:`LeafCheck` has both as data). If a program fails to run, or a tolerance is not a
-    finite number >= 0, :class:`VerifyError` says which.
+    finite number >= 0, :class:`VerifyError` says which. ``args`` and ``kwargs`` are read as
+    every entry point reads inputs (a lone tensor is the one input; a list raises
+    :class:`~graphsurgeon.errors.InputStructureError`).
     """
     rtol, atol = checked_tolerance("rtol", rtol), checked_tolerance("atol", atol)
-    if not isinstance(args, tuple):
-        args = (args,)
-    if kwargs is not None and not isinstance(kwargs, Mapping):
-        raise VerifyError(
-            f"kwargs: expected a mapping of keyword inputs such as {{'mask': mask}}, got "
-            f"{a_type(kwargs)}; positional inputs go in args"
-        )
-    kwargs = dict(kwargs or {})
+    args, kwargs = as_inputs(args, kwargs, verb="verify")
     # Both run from the same random state (dropout in training mode draws the same masks), and
     # the caller's random stream is left as it was.
     start = RandomState()

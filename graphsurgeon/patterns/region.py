@@ -66,6 +66,7 @@ class RegionPlan:
 
     @property
     def nodes(self) -> tuple[str, ...]:
+        """The names of the region's nodes, in graph order."""
         return self.region.nodes
 
 

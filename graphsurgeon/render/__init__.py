@@ -37,6 +37,7 @@ from ._assemble import (
     to_svg,
 )
 from ._scene import OPS_PREFIX
+from ._stack import layer_calls
 
 __all__ = [
     "AUTO_MAX_NODES",
@@ -45,6 +46,7 @@ __all__ = [
     "GraphView",
     "RenderError",
     "graph_view",
+    "layer_calls",
     "legend_html",
     "overlay_of",
     "to_dot",

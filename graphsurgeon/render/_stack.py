@@ -57,6 +57,26 @@ def layout(picture: Picture, dot: str, format: str = "svg") -> bytes:
     return graphviz.cached("stacked", format, dot, lambda: _Stacked(picture, found[1]).draw(format))
 
 
+def layer_calls(calls: Mapping[str, Any]) -> frozenset[str]:
+    """The module calls that repeat as layers, by the rule a stack is made by: each run of at
+    least :data:`MIN_LAYERS` calls of one module type, one after the other under one parent
+    (``model.layers.0``, ``model.layers.1``...). ``calls``: each call's name -> what the call
+    index knows of it (its ``parent`` and ``type``), in graph order
+    (``call_index(program).calls``)."""
+    layers: set[str] = set()
+    runs: dict[str, tuple[str, list[str]]] = {}  # parent -> (type, its current run)
+    for name, call in calls.items():
+        kind, run = runs.get(call.parent, ("", []))
+        if call.type and call.type == kind:
+            run.append(name)
+            continue
+        if len(run) >= MIN_LAYERS:
+            layers.update(run)
+        runs[call.parent] = (call.type, [name])
+    layers.update(name for _, run in runs.values() if len(run) >= MIN_LAYERS for name in run)
+    return frozenset(layers)
+
+
 def _stack(picture: Picture) -> tuple[str | None, list[str]] | None:
     """The longest run of open clusters of one module type in one container: (container id or
     None for the top level, the clusters' ids)."""

@@ -17,7 +17,7 @@ made on first use, and a structure that is exactly another call's output (or an 
 model) is passed through whole instead of being flattened and rebuilt.
 
 What the result refuses: the program's first node checks the inputs as ``ep.module()`` does
-(structure, static and dynamic sizes, constant inputs: :mod:`graphsurgeon._guards`), and what
+(structure, static and dynamic sizes, constant inputs: :mod:`graphsurgeon.rewrite._guards`), and what
 each replacement returns is checked at its call (structure, dtype, static sizes).
 """
 
@@ -111,7 +111,7 @@ def rewrite(
     :class:`Region` of ops that are no module's (``Surgery.replace``), replaced as one call
     like a module's. ``weak``: the result refers to ``ep`` without keeping it alive (for a
     cache of ``ep``'s own)."""
-    index = program_index(ep)
+    index = program_index(ep, verb)
     regions = dict(regions or {})
     requests = _plan(index, modules, verb, regions)
     was_enabled = gc.isenabled()

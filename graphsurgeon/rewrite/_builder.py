@@ -91,22 +91,23 @@ class _Builder(_GraphWriter):
         install, attribute = self.replacement_attributes[x.target]
         held = self.graph.create_node("get_attr", install, name=self.fresh(f"{install}_module"))
         held.meta[_meta.GLUE] = "constant"
-        for part in attribute.split("."):
-            last = part == attribute.rsplit(".", 1)[-1]
+        parts = attribute.split(".")
+        for depth, part in enumerate(parts, start=1):
             held = self.graph.create_node(
                 "call_function",
                 getattr,
                 (held, part),
-                name=x.name if last else self.fresh(f"{install}_{part}"),
+                name=x.name if depth == len(parts) else self.fresh(f"{install}_{part}"),
             )
         held.meta = x.meta
         return held
 
     def attribute_target(self, target: str) -> str:
         # A parameter still used outside a swapped module (tied weights) must not resolve into
-        # the replacement now installed at that path: keep it under a name of its own.
+        # the replacement now installed at that path: keep it under a name of its own ("blk@1",
+        # one call's install path, holds nothing of "blk": see _meta.inside).
         for path in self.swapped_paths:
-            if target == path or target.startswith(path + "."):
+            if _meta.inside(target, path):
                 return "_retained_" + _flat_name(target)
         return safe_path(target)
 

@@ -197,9 +197,9 @@ class _CallCut(_GraphWriter):
         )
 
     def _relative(self, target: str) -> str:
-        prefix = self.part.fqn + "."
-        if target.startswith(prefix):
-            return safe_path(target[len(prefix) :])
+        fqn = self.part.fqn  # never the root: it cannot be cut
+        if _meta.inside(target, fqn, strictly=True):
+            return safe_path(target[len(fqn) + 1 :])
         return "_outer_" + _flat_name(target)
 
     def _copy(self, node: Node) -> None:

@@ -306,7 +306,7 @@ def _check_conflicts(requests: list[_Request]) -> None:
             a, b = sorted((other, request), key=lambda r: len(r.fqn))
             if a.call_name == b.call_name:
                 raise ConflictError(f"call {a.call_name!r} is requested twice; request it once.")
-            if b.fqn.startswith(a.fqn + "."):
+            if _meta.inside(b.fqn, a.fqn, strictly=True):
                 raise ConflictError(
                     f"both {a.call_name!r} and its submodule {b.call_name!r} are requested. "
                     f"Swap only {a.call_name!r}, and put the replacement for {b.call_name!r} "

@@ -230,7 +230,7 @@ def flatten_input(value: Any, spec: pytree.TreeSpec, argument: str) -> list:
 
 
 def check_inputs(guard, *leaves: Any) -> None:
-    """Check the program's inputs (see :mod:`graphsurgeon._guards`); returns nothing."""
+    """Check the program's inputs (see :mod:`graphsurgeon.rewrite._guards`); returns nothing."""
     guard(*leaves)
 
 

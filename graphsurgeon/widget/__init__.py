@@ -1,8 +1,10 @@
 """The notebook app: :class:`SurgeryWidget` (an anywidget) and the session behind it.
 
 :class:`SurgerySession` is the widget's state and every action it has, in plain Python (no
-ipywidgets, no HTML); ``_panels`` writes what the page shows of that state, and
-:class:`SurgeryWidget` holds the traits and the one table of its buttons (``ACTIONS``).
+ipywidgets, no HTML): a coordinator of the Surgery and its edits over one small object per
+concern (``_view``, ``_selection``, ``_search``, ``_picker``, ``_regions``, ``_stepping``);
+``_panels`` writes what the page shows of that state, and :class:`SurgeryWidget` holds the
+traits and the one table of its buttons (``ACTIONS``: one name per action, its method's).
 Importing this package needs ``anywidget`` only for :class:`SurgeryWidget` and ``ACTIONS``.
 """
 

@@ -411,17 +411,10 @@ def region(session: SurgerySession) -> str:
 
 
 def history(session: SurgerySession) -> str:
-    """Every step of the Surgery, the undone ones marked."""
+    """Every step of the Surgery, the undone ones marked (the table the Surgery's own display
+    shows: :func:`graphsurgeon.display.history_table`)."""
     surgery = session.surgery
-    rows = []
-    for i, step in enumerate(surgery.steps, start=1):
-        undone = i > surgery.position
-        mark = d.badge("undone", "warn") if undone else d.badge(f"step {i}", "ok")
-        name = f"<code>{_name(step.name)}</code>"
-        rows.append([mark, d.escape(step.action), name, d.escape(step.replacement_type)])
-    if not rows:
-        return _muted("No swaps yet.")
-    return d.table(["", "action", "module", "replacement"], rows, raw=range(4))
+    return d.history_table(surgery.steps, surgery.position) or _muted("No swaps yet.")
 
 
 # -- checks ----------------------------------------------------------------------------------
@@ -441,8 +434,9 @@ def verify(session: SurgerySession) -> str:
 
 
 def compare(session: SurgerySession) -> str:
-    """Each swapped call against what it replaced; a row's call name selects the call
-    (``data-gs-call``), the first divergence is marked (``data-gs-first``), and the line of
+    """Each swapped call against what it replaced, in the table the Comparison's own display
+    shows (:func:`graphsurgeon.display.comparison_table`): a row's call name selects the call
+    (``data-gs-call``), the first divergence is marked (``data-gs-first``); and the line of
     the replacement where it first differs is named (:meth:`Comparison.locate`)."""
     comparison: Comparison | None = session.comparison
     if comparison is None:
@@ -454,38 +448,7 @@ def compare(session: SurgerySession) -> str:
         head = d.badge(f"first divergence: {d.shown(first, _NAME_LIMIT)}", "bad")
     else:
         head = d.badge("outputs differ", "bad")
-    rows = []
-    for call in comparison.calls:
-        first_mark = " data-gs-first" if call.call_name == first else ""
-        name = (
-            f'<code data-gs-call="{d.escape(d.id_text(call.call_name))}"{first_mark}>'
-            f"{_name(call.call_name)}</code>"
-        )
-        measured = call.values_compared
-        rows.append(
-            [
-                d.badge("ok", "ok") if call.ok else d.badge("differs", "bad"),
-                name,
-                d.escape(call.replacement),
-                *_errors(measured, call.max_abs, call.max_rel),
-                d.number(call.input_drift) if measured else "",
-                d.escape(call.problem),
-            ]
-        )
-    outputs = comparison.outputs
-    max_rel = max((leaf.max_rel for leaf in outputs.leaves), default=0.0)
-    rows.append(
-        [
-            d.badge("ok", "ok") if outputs.ok else d.badge("differs", "bad"),
-            "(outputs)",
-            "",
-            *_errors(outputs.values_compared, outputs.max_abs, max_rel),
-            "",
-            "",
-        ]
-    )
-    headers = ["", "call", "replacement", "max abs", "max rel", "input drift", "what differs"]
-    table = d.table(headers, rows, numeric=(3, 4, 5), raw=range(7))
+    table = d.comparison_table(comparison)  # the Comparison's own display shows it too
     return (
         f"<div>{head} {_muted('click a row to select the call')}</div>{_located(comparison)}"
         f'<div class="gs-wide">{table}</div>'
@@ -512,14 +475,6 @@ def _located(comparison: Comparison) -> str:
         f"<code>{_name(location.call)}</code>: {where} "
         f"{_muted(d.escape(location.op) if location.source else '')}</div>"
     )
-
-
-def _errors(values_compared: bool, max_abs: float, max_rel: float) -> list[str]:
-    """The max abs and max rel cells of a compare row; on meta, where no values were compared,
-    say so instead of printing nan."""
-    if not values_compared:
-        return [_muted("no values compared"), ""]
-    return [d.number(max_abs), d.number(max_rel)]
 
 
 def culprits(session: SurgerySession) -> str:

@@ -1,8 +1,8 @@
 """SurgeryWidget: the notebook app, an anywidget over a :class:`SurgerySession`.
 
-The class holds traits and one table of actions, :data:`ACTIONS`: each button's name, label,
-tooltip, when it is enabled, the session method it calls and its keyboard shortcut. The page's
-buttons (``static/widget.js`` builds them from the ``actions`` trait), ``w.click(name)``,
+The class holds traits and one table of actions, :data:`ACTIONS`: each button's name (the one
+name of the action: the session's method it calls and the widget's method that does the same),
+label, tooltip, when it is enabled and its keyboard shortcut. The page's buttons (``static/widget.js`` builds them from the ``actions`` trait), ``w.click(name)``,
 :attr:`SurgeryWidget.BUTTONS` and the page's ``button`` messages all read that table. After
 every action the widget copies what changed (:mod:`._panels`) into its traits. An error from a
 click shows in the widget (``w.error``); the same action called from code raises too.
@@ -29,6 +29,7 @@ import traitlets as t
 from torch.export import ExportedProgram
 
 from .. import display
+from .._program import as_program, not_a_program
 from ..errors import WidgetError, a_type
 from ..surgery import Surgery
 from . import _panels
@@ -55,10 +56,11 @@ class Action:
     """One button of the widget.
 
     Attributes:
-        name: what ``w.click(name)`` and the page's ``{"event": "button", "name": ...}`` say.
+        name: the action's one name: the :class:`SurgerySession` method it calls (with no
+            arguments) and the :class:`SurgeryWidget` method that does the same from code;
+            what ``w.click(name)`` and the page's ``{"event": "button", "name": ...}`` say.
         label: the button's text.
         tooltip: what the button does (the shortcut is added to it in the page).
-        method: the :class:`SurgerySession` method it calls, with no arguments.
         panel: where the page shows the button: ``"toolbar"`` (above the picture),
             ``"replace"``, ``"check"`` or ``"stepper"``; ``""``: no button (``w.click`` and
             the page's messages only).
@@ -70,73 +72,78 @@ class Action:
     name: str
     label: str
     tooltip: str
-    method: str
     panel: str
     enabled_by: tuple[str, ...] = ()
     key: str = ""
 
+    @property
+    def method(self) -> str:
+        """The :class:`SurgerySession` method the action calls: its name."""
+        return self.name
 
-#: Every button of the widget, in the order the page shows them: name, label, tooltip, the
-#: session method it calls, its panel, the traits that enable it, its keyboard shortcut.
+
+#: Every button of the widget, in the order the page shows them: name (the session's and the
+#: widget's method), label, tooltip, its panel, the traits that enable it, its shortcut.
 # fmt: off
 ACTIONS: tuple[Action, ...] = (
-    Action("expand", "open", "open the selected module", "expand", "toolbar", _SELECTION),
-    Action("collapse", "collapse", "collapse the selected module", "collapse", "toolbar",
-           _SELECTION),
-    Action("auto", "auto", "the default view: as much as fits", "auto", "toolbar"),
+    Action("expand", "open", "open the selected module", "toolbar", _SELECTION),
+    Action("collapse", "collapse", "collapse the selected module", "toolbar", _SELECTION),
+    Action("auto", "auto", "the default view: as much as fits", "toolbar"),
     Action("expand_all", "open all", "open every module (a large picture asks first)",
-           "expand_all", "toolbar"),
-    Action("confirm_layout", "Lay it out", "lay out the large picture anyway", "confirm_layout",
-           "warning", ("pending",)),
-    Action("cancel_layout", "Cancel", "keep the picture as it is", "cancel_layout", "warning",
+           "toolbar"),
+    Action("confirm_layout", "Lay it out", "lay out the large picture anyway", "warning",
            ("pending",)),
-    Action("previous_match", "▲", "the previous match of the search", "previous_match",
-           "search", ("has_matches",), "Shift+F3"),
-    Action("next_match", "▼", "the next match of the search", "next_match", "search",
-           ("has_matches",), "F3"),
-    Action("escape", "Esc", "close the search, or clear the selection", "escape", "",
-           key="Escape"),
-    Action("swap", "Swap", "swap the selected module for the chosen replacement", "swap",
-           "replace", ("can_swap",)),
-    Action("fuse", "Fuse", "make the selected module's nodes one call", "fuse", "replace",
-           _SELECTION),
-    Action("undo", "Undo", "go back one step", "undo", "replace", ("can_undo",)),
-    Action("redo", "Redo", "go forward again over an undone step", "redo", "replace",
-           ("can_redo",)),
+    Action("cancel_layout", "Cancel", "keep the picture as it is", "warning", ("pending",)),
+    Action("previous_match", "▲", "the previous match of the search", "search",
+           ("has_matches",), "Shift+F3"),
+    Action("next_match", "▼", "the next match of the search", "search", ("has_matches",), "F3"),
+    Action("escape", "Esc", "close the search, or clear the selection", "", key="Escape"),
+    Action("swap", "Swap", "swap the selected module for the chosen replacement", "replace",
+           ("can_swap",)),
+    Action("fuse", "Fuse", "make the selected module's nodes one call", "replace", _SELECTION),
+    Action("undo", "Undo", "go back one step", "replace", ("can_undo",)),
+    Action("redo", "Redo", "go forward again over an undone step", "replace", ("can_redo",)),
     Action("reset", "Reset surgery", "the Surgery back to the original program (redo still "
-           "works)", "reset", "replace"),
+           "works)", "replace"),
     Action("fuse_region", "Fuse region", "make the region's ops one call of their own",
-           "fuse_region", "region", ("can_use_region",)),
+           "region", ("can_use_region",)),
     Action("swap_region", "Swap region", "replace the region by one call of the chosen "
-           "replacement", "swap_region", "region", ("can_swap_region",)),
+           "replacement", "region", ("can_swap_region",)),
     Action("find_similar", "Find similar", "where else the program computes what the region "
-           "does", "find_similar", "region", ("can_use_region",)),
-    Action("clear_region", "Clear region", "forget the region", "clear_region", "region",
-           ("has_region",)),
+           "does", "region", ("can_use_region",)),
+    Action("clear_region", "Clear region", "forget the region", "region", ("has_region",)),
     Action("verify", "Verify", "run the program and its eager reference on the example inputs",
-           "verify", "check"),
+           "check"),
     Action("compare", "Compare", "each swapped call against the original, on the same inputs",
-           "compare", "check"),
-    Action("bisect", "Find culprits", "the smallest set of swaps that explains a mismatch "
-           "with the original", "find_culprits", "check", ("can_diff",)),
-    Action("step", "Step", "run the next node", "step", "stepper"),
+           "check"),
+    Action("find_culprits", "Find culprits", "the smallest set of swaps that explains a "
+           "mismatch with the original", "check", ("can_diff",)),
+    Action("step", "Step", "run the next node", "stepper"),
     Action("step_over", "Step over", "run the next node, or the whole module call it starts",
-           "step_over", "stepper", key="F10"),
-    Action("step_into", "Step into", "enter a fused or swapped call", "step_into", "stepper",
-           key="F11"),
-    Action("step_out", "Step out", "run to the end of the current module call", "step_out",
-           "stepper", key="Shift+F11"),
-    Action("run_to", "Run to selection", "run until the selected node or module is next",
-           "run_to_selection", "stepper", _SELECTION),
-    Action("continue", "Continue", "run to the next breakpoint or the end", "continue_", "stepper",
+           "stepper", key="F10"),
+    Action("step_into", "Step into", "enter a fused or swapped call", "stepper", key="F11"),
+    Action("step_out", "Step out", "run to the end of the current module call", "stepper",
+           key="Shift+F11"),
+    Action("run_to_selection", "Run to selection", "run until the selected node or module is "
+           "next", "stepper", _SELECTION),
+    Action("continue_", "Continue", "run to the next breakpoint or the end", "stepper",
            key="F8"),
-    Action("restart", "Restart run", "run the program again from its first node (the Surgery "
-           "stays as it is)", "reset_stepper", "stepper"),
-    Action("break", "Breakpoint", "stop at the selection (press again to remove)",
-           "toggle_breakpoint", "stepper", _SELECTION),
+    Action("reset_stepper", "Restart run", "run the program again from its first node (the "
+           "Surgery stays as it is)", "stepper"),
+    Action("toggle_breakpoint", "Breakpoint", "stop at the selection (press again to remove)",
+           "stepper", _SELECTION),
 )
 # fmt: on
 _ACTIONS = {action.name: action for action in ACTIONS}
+#: The names some buttons had before each action had one name (its method's): still taken by
+#: ``w.click`` and the page's messages, so notebooks and code written with them keep working.
+OLD_NAMES = {
+    "bisect": "find_culprits",
+    "run_to": "run_to_selection",
+    "continue": "continue_",
+    "restart": "reset_stepper",
+    "break": "toggle_breakpoint",
+}
 
 # The page's other messages: {"event": name, "id" | "value": ...} -> what the session does.
 # The tree and the compare table send a name as ids carry it (display.id_text).
@@ -226,15 +233,19 @@ class SurgeryWidget(anywidget.AnyWidget):
     notebook shows once the kernel is gone (a click updates it once the clicks pause for
     ``STATIC_COPY_DELAY`` seconds, a change from code at once).
 
-    Everything a button does is a method too (``w.select(name)``, ``w.swap(module)``,
-    ``w.step()``, ``w.click("undo")``...), and the live objects are ``w.surgery``,
+    Everything a button does is a method too, of the button's name (``w.click("step_over")``
+    is ``w.step_over()``; ``w.select(name)``, ``w.swap(module)``...), and the live objects are ``w.surgery``,
     ``w.stepper`` and ``w.selected``: the next cell goes on in code. ``w.session`` is the
     :class:`~graphsurgeon.widget.SurgerySession` behind it all.
 
     Args:
-        program: an ExportedProgram (``gs.export(model, args)``) or a :class:`~graphsurgeon.Surgery`.
-        args, kwargs: the example inputs verify, compare and the stepper run on (default: the
-            Surgery's own, from ``gs.Surgery.from_model``).
+        program: an ExportedProgram (``gs.export(model, args)``) or a
+            :class:`~graphsurgeon.Surgery`; anything else is refused as every entry point
+            refuses it (:class:`~graphsurgeon.errors.NotAProgramError`).
+        args, kwargs: the example inputs verify, compare, the overlays and the stepper run on,
+            read as every entry point reads inputs (a tuple; a list is refused); default: the
+            Surgery's own, from ``gs.Surgery.from_model``. Given with a Surgery, they are the
+            widget's own: the Surgery's example inputs are not changed.
         namespace: where the picker finds replacements and evaluates expressions (default:
             the notebook's globals).
 
@@ -320,6 +331,7 @@ class SurgeryWidget(anywidget.AnyWidget):
         namespace: Mapping[str, Any] | None = None,
     ):
         surgery = _surgery(program, args, kwargs)
+        own = surgery is program  # a Surgery given: the inputs given are the widget's own
         super().__init__()
         self._syncing = False
         # No progress while the widget is made: no page shows it yet, and a busy line sent
@@ -334,6 +346,8 @@ class SurgeryWidget(anywidget.AnyWidget):
             surgery,
             namespace=(lambda: namespace) if namespace is not None else _user_namespace,
             on_busy=self._show_busy,
+            args=args if own else None,
+            kwargs=kwargs if own else None,
         )
         self._constructing = False
         self._publish(busy="")
@@ -471,7 +485,7 @@ class SurgeryWidget(anywidget.AnyWidget):
         return _EVENTS[event](self._session, content)
 
     def _press(self, button: str) -> Any:
-        action = _ACTIONS.get(button)
+        action = _ACTIONS.get(OLD_NAMES.get(button, button)) if isinstance(button, str) else None
         if action is None:
             raise WidgetError(
                 f"the widget has no button {button!r}; its buttons: {', '.join(self.BUTTONS)}"
@@ -481,8 +495,9 @@ class SurgeryWidget(anywidget.AnyWidget):
     # -- the Python API -------------------------------------------------------------------
 
     def click(self, button: str) -> Any:
-        """Press a button of the widget by its name (one of ``SurgeryWidget.BUTTONS``), as
-        the page does; returns what its action returns (a StepResult, a VerifyReport...)."""
+        """Press a button of the widget by its name (one of ``SurgeryWidget.BUTTONS``: the
+        name of the method that does the same, ``w.click("step_over")`` is ``w.step_over()``),
+        as the page does; returns what its action returns (a StepResult, a VerifyReport...)."""
         return self._run(lambda: self._press(button))
 
     @property
@@ -533,6 +548,11 @@ class SurgeryWidget(anywidget.AnyWidget):
 
     def close_search(self) -> SurgeryWidget:
         self._run(self._session.close_search)
+        return self
+
+    def escape(self) -> SurgeryWidget:
+        """What Esc does: close the search if one is open, else clear the selection."""
+        self._run(self._session.escape)
         return self
 
     def toggle(self, name: str) -> SurgeryWidget:
@@ -640,6 +660,11 @@ class SurgeryWidget(anywidget.AnyWidget):
         self._run(self._session.fuse_region)
         return self
 
+    def clear_region(self) -> SurgeryWidget:
+        """Forget the region (and what Find similar found)."""
+        self._run(self._session.clear_region)
+        return self
+
     def swap_region(self, module: torch.nn.Module | None = None) -> SurgeryWidget:
         """Replace the region by one call of ``module`` (default: the picker's choice)."""
         self._run(lambda: self._session.swap_region(module))
@@ -680,6 +705,12 @@ class SurgeryWidget(anywidget.AnyWidget):
     def reset_stepper(self) -> SurgeryWidget:
         """Run the program again from its first node ("Restart run")."""
         self._run(self._session.reset_stepper)
+        return self
+
+    def toggle_breakpoint(self) -> SurgeryWidget:
+        """Stop at the selection: before the selected node, or at the first op of the
+        selected module ("Breakpoint"); again: remove it."""
+        self._run(self._session.toggle_breakpoint)
         return self
 
     def save(self, path: str | Path) -> Path:
@@ -758,22 +789,14 @@ def _error_fields(error: BaseException) -> dict[str, str]:
 
 
 def _surgery(program: Any, args: Any, kwargs: Any) -> Surgery:
-    if isinstance(program, Surgery):
-        if args is not None:
-            program.args = (args,) if isinstance(args, torch.Tensor) else tuple(args)
-        if kwargs is not None:
-            program.kwargs = dict(kwargs)
-        return program
-    if isinstance(program, ExportedProgram):
-        if isinstance(args, torch.Tensor):
-            args = (args,)
-        return Surgery(program, args=args, kwargs=kwargs)
-    hint = (
-        "use gs.Surgery.from_model(model, args).widget(), or export it first with "
-        "gs.export(model, args)"
-        if isinstance(program, torch.nn.Module)
-        else "pass gs.export(model, args) or a gs.Surgery"
-    )
-    raise WidgetError(
-        f"SurgeryWidget: expected an ExportedProgram or a Surgery, got {a_type(program)}; {hint}"
-    )
+    """The Surgery the widget works on, read through the one door every entry point reads
+    programs and inputs through (:func:`graphsurgeon._program.as_program`: a model, a list of
+    inputs... are refused as everywhere else): the Surgery given (its example inputs left as
+    they are: the widget keeps its own), or a new one on the ExportedProgram given, with the
+    inputs given as its example inputs."""
+    read = as_program(program, args, kwargs, verb="SurgeryWidget")
+    if read.surgery is not None:
+        return read.surgery
+    if read.module is not None:  # a swap or fuse result: its swaps are no Surgery's steps
+        raise not_a_program(program, "SurgeryWidget")
+    return Surgery(read.ep, args=read.args, kwargs=kwargs)

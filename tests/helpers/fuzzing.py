@@ -1,10 +1,11 @@
 """Random small programs and random swap sets for the swap engine, each checked end to end.
 
 A drawn :class:`Case` is plain data: a program (:class:`BlockSpec`, a tree of blocks whose
-``forward`` interprets a list of :class:`Call` steps), how the model is called and exported,
-and a swap set. Its ``repr`` is a Python expression that rebuilds it, so a failing case found by
-a long run can be replayed exactly (``check_case(eval(text, vars(fuzzing)))``); :func:`describe`
-prints it as the pseudo-code of each ``forward``.
+``forward`` interprets a list of :class:`Call` and :class:`ReadState` steps), how the model is
+called and exported, and a swap set. Its ``repr`` is a Python expression that rebuilds it, so a
+failing case found by a long run can be replayed exactly
+(``check_case(eval(text, vars(fuzzing)))``); :func:`describe` prints it as the pseudo-code of
+each ``forward``.
 
 What the strategy puts in programs on purpose (:data:`FEATURES`; ``cases(require=...)`` forces
 any of them):
@@ -34,10 +35,41 @@ any of them):
   module swapped with two different replacements; ``conflict``: an overlapping pair of
   requests (a module and a request inside it, or a module and one of its calls), which must be
   refused.
+- ``reads_child_state``: a block reading a child's, or a deeper module's, parameter or buffer
+  directly (``v + self.act0.lin.bias``, ``v @ self.blk1.act0.lin.weight``), and that module
+  (or one between) swapped whole. Its replacement (:data:`REPLACEMENT_KINDS`) most often holds
+  that state under the same names (a shifted copy of the module, every value moved, so that a
+  read of the original's shows), else lacks it (``Shifted``, whose copy sits under ``inner.``)
+  or holds it with another shape or dtype. ``reads_written_state``: the state read is a
+  buffer the child wrote in place before the read (``self.counter0.total`` after
+  ``counter0(x)``; forced, with a swap of that module, whole or one call of it);
+  ``cases(exclude=...)`` can leave it out (:data:`EXCLUDABLE`).
+- ``param_write``: a block handing a child its own parameter or a view of it
+  (``scale(h, self.w0.t())``, ``[1]``, ``.diagonal()``), the child swapped for a replacement
+  that writes what it is handed in place under no_grad (``w.mul_(2)``).
+- ``region_name``: in a Surgery, beside the swaps (before or after them), a region of one
+  top-level op (``fuse_region``, or ``swap_region`` by a module computing the same), first
+  under names that collide with a module's fqn, a call name ``fqn@k`` or any name ending in
+  ``@k`` (among them the name of a request of the case, swapped afterwards), then under a
+  name of its own (plain, the default, or one that only looks like a module's: ``act0.part``,
+  ``region:act0``, ``act0#1``, ``act0@x``), then now and then a second region under the name
+  now in force.
 
 What the check expects (:func:`check_case`): the swapped program computes what the eager
 reference computes (a deep copy of the model with the replacements set, see
-:func:`reference_model`), outputs of two runs and then every buffer, to rtol = atol = 1e-5.
+:func:`reference_model`), outputs of two runs and then every buffer and every parameter handed
+to a replacement, to rtol = atol = 1e-5. A block's read of ``self.child.attr`` means what it
+means in eager: the replacement's attribute once the child is swapped whole, the module's own
+while a swap of one call leaves it in place. A replacement writing a parameter it is handed
+writes the swapped program's own copy, as eager writes the reference's: after both runs the
+user's model and the ExportedProgram hold what they held, bit for bit (checked in every case).
+``gs.module_tree`` must note, on a swappable module, what a block outside it reads of its
+state, exactly for the modules whose state is so read. With a region step, each colliding
+name is refused with a ``SurgeryError`` ("cannot be named", or "exists already" for a name in
+force) that leaves the Surgery as it was (version, position, swaps, fused), the region's own
+name is taken as it is, and in the end the Surgery holds every request under its own name
+(a module or a call, never a region) and the region under its name; a region computes what
+its op did, so the reference is the same.
 The engine may refuse a swap set only under its documented rules:
 
 1. In a program torch.export made itself (``torch_export``), a call returning a tensor from
@@ -50,6 +82,12 @@ The engine may refuse a swap set only under its documented rules:
    swappable, with a reason, exactly for the modules with such a call. ``gs.export`` keeps
    such results apart from the tensors they alias, so in its programs no call is refused.
 2. Two requests claiming the same call, or a module and a request inside it: ``ConflictError``.
+3. A request swapping a module whole while a block outside it reads the module's state
+   directly, when the replacement does not hold, at that attribute path, a tensor of the same
+   shape and dtype: ``ReplacementError`` naming the attribute. Which requests fall under it is
+   found independently of the engine: the attributes read, from the program's blocks
+   (:func:`outside_reads`), looked up on the replacement object as eager's ``getattr`` would
+   (:func:`unfit_replacements`). (A tied weight, which the engine exempts, never occurs here.)
 
 Any other refusal, and any other exception, is a failure. torch.export's own rule, that a
 module called several times keeps its signature only if every call passes the same argument
@@ -79,11 +117,13 @@ from torch.overrides import TorchFunctionMode
 
 import graphsurgeon as gs
 from graphsurgeon.export import export_notes
+from graphsurgeon.swap import swap_info
 
 from .references import assert_close_tree, clone_tree, differs
 
 __all__ = [
     "FEATURES",
+    "OUTCOMES",
     "Block",
     "BlockSpec",
     "Call",
@@ -133,7 +173,16 @@ FEATURES = (
     "one_call",
     "calls_apart",
     "conflict",
+    "reads_child_state",
+    "reads_written_state",
+    "param_write",
+    "region_name",
 )
+# the features cases(exclude=...) can leave out (a situation an engine defect was known in:
+# leaving it out shows what else fails)
+EXCLUDABLE = frozenset({"reads_written_state"})
+# what the check of a case came to, counted beside the features (see :func:`features`)
+OUTCOMES = ("pass_through_read", "pass_through_swapped", "state_read_refused", "refused")
 
 EXPORT_BATCH = 3  # rows of the example inputs the program is exported with
 RUN_BATCH = 5  # rows the program is run on when its batch dimension is dynamic
@@ -159,6 +208,24 @@ class S:
     """Argument: the ``index``-th structured output of an earlier call in the block, whole."""
 
     index: int
+
+
+@dataclass(frozen=True)
+class P:
+    """Argument: the block's own parameter ``name`` (3 x 3), or a view of it (``view``, one of
+    :data:`VIEWS`): what a parent hands a child as ``child(x, self.w0.t())``."""
+
+    name: str
+    view: str = "whole"
+
+
+VIEWS = {
+    "whole": lambda w: w,
+    "t": lambda w: w.t(),
+    "row": lambda w: w[1],
+    "diagonal": lambda w: w.diagonal(),
+}
+VIEW_TEXT = {"whole": "", "t": ".t()", "row": "[1]", "diagonal": ".diagonal()"}
 
 
 @dataclass(frozen=True)
@@ -193,9 +260,20 @@ class Call:
 
 
 @dataclass(frozen=True)
+class ReadState:
+    """A step reading a parameter or buffer directly, ``self.<path>``: a child's or a deeper
+    module's (``self.blk0.counter1.total``), or the block's own (``self.w0``), combined with
+    the ``value``-th tensor by :func:`with_state` into a new tensor value."""
+
+    path: str
+    value: V
+
+
+@dataclass(frozen=True)
 class BlockSpec:
     """A container: ``forward(a, b=None)`` runs ``steps`` over its children and returns
-    ``returns``, a weighted sum of values per output key (``""``: one tensor, else a dict).
+    ``returns``, a weighted sum of values per output key (``""``: one tensor, else a dict). It
+    holds a parameter of its own for each name a :class:`P` argument of its steps gives.
 
     Every returned value is computed (``coefficient * value``), so a block never returns one of
     its inputs unchanged: pass-through outputs come only from the ``passthrough`` leaf.
@@ -203,8 +281,29 @@ class BlockSpec:
 
     inputs: int
     children: tuple  # ((name, LeafSpec | BlockSpec), ...)
-    steps: tuple[Call, ...]
+    steps: tuple  # (Call | ReadState, ...)
     returns: tuple  # ((key, ((value index, coefficient), ...)), ...)
+
+
+@dataclass(frozen=True)
+class RegionNames:
+    """A region of ops the check makes in a Surgery beside the case's swaps, and the names it
+    tries for it first.
+
+    The region is a top-level op of the program (no module's): fused (``verb`` ``"fuse"``, by
+    ``fuse_region``) or swapped for a module computing the same (``"swap"``, by
+    ``swap_region``). Each of ``collisions`` (a module's fqn, a call name ``fqn@k``, a name
+    ending in ``@k``) is tried first and must be refused; then the region is made under
+    ``name`` (None: the default name), which must be taken as it is; with ``in_force``, a
+    second region under the name now in force must be refused. ``before_swaps`` says whether
+    this happens before the case's swaps or after them.
+    """
+
+    verb: str
+    name: str | None
+    collisions: tuple[str, ...]
+    in_force: bool
+    before_swaps: bool
 
 
 @dataclass(frozen=True)
@@ -213,9 +312,10 @@ class Case:
 
     ``second_input`` says whether the root's second input ``y`` is absent (``"none"``), passed
     positionally or by keyword. ``swaps`` maps request names (``"blk1.act0"``, ``"act0@1"``) to
-    replacement numbers; replacement ``n`` is ``Shifted(copy of module replacements[n][0],
-    shift=replacements[n][1])``, one object however many requests use it. ``seed`` seeds the
-    weights and the inputs.
+    replacement numbers; replacement ``n`` copies module ``replacements[n][0]`` and shifts its
+    outputs by ``replacements[n][1]``, one object however many requests use it; it is made as
+    ``replacement_kinds[n]`` says (:data:`REPLACEMENT_KINDS`; ``"wrapped"`` when absent).
+    ``seed`` seeds the weights and the inputs. ``region``: a region made beside the swaps.
     """
 
     program: BlockSpec
@@ -226,6 +326,8 @@ class Case:
     seed: int
     exporter: str = "gs"  # "gs": gs.export; "torch": torch.export.export, every module preserved
     replace_shift: float | None = None  # set: replace the inline gate by GateShift(shift)
+    replacement_kinds: tuple[str, ...] = ()
+    region: RegionNames | None = None
 
 
 # -- the modules ------------------------------------------------------------------------------
@@ -488,6 +590,20 @@ def shifted_gate(x, shift: float):
     return x * torch.sigmoid(x) * 0.5 + shift
 
 
+class Scale(nn.Module):
+    """``op(lin(x) @ w)`` (``* w`` for a vector): ``w`` is the caller's own parameter, or a view
+    of it (:class:`P`), which a replacement may write in place."""
+
+    def __init__(self, op: str):
+        super().__init__()
+        self.op = op
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x, w):
+        h = self.lin(x)
+        return OPS[self.op](h @ w if w.dim() == 2 else h * w)
+
+
 LEAF_TYPES = {
     "act": Act,
     "knobs": Knobs,
@@ -502,17 +618,54 @@ LEAF_TYPES = {
     "const": ConstOut,
     "bufout": BufOut,
     "gated": Gated,
+    "scale": Scale,
 }
 LEAF_KINDS = tuple(LEAF_TYPES)
 
 
-def _resolve(argument, values, structures):
+def _resolve(block: nn.Module, argument, values, structures):
     """The value a :class:`Call` argument stands for in a running block."""
     if isinstance(argument, V):
         return values[argument.index]
     if isinstance(argument, S):
         return structures[argument.index]
+    if isinstance(argument, P):
+        return VIEWS[argument.view](block.get_parameter(argument.name))
     return argument  # a constant: float, bool or int
+
+
+def state_at(module: nn.Module, path: str) -> torch.Tensor:
+    """``module.<path>`` read as model code reads it (``self.blk0.lin.bias``: attribute by
+    attribute, so a swapped module's replacement answers for it, as in eager).
+
+    A :class:`CallRouter`, the reference's stand-in for one-call swaps, is read through to the
+    module it routes the other calls to: a one-call swap leaves the module in place, and the
+    program keeps reading its state.
+    """
+    held = module
+    for part in path.split("."):
+        if isinstance(held, CallRouter):
+            held = held.original
+        held = getattr(held, part)
+    return held
+
+
+def with_state(value: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+    """What a :class:`ReadState` step makes of a value and the state it reads: ``value @ state``
+    for a matrix (a weight), ``value + state`` for a vector (a bias, a buffer)."""
+    return value @ state if state.dim() == 2 else value + state
+
+
+def own_parameters(spec: BlockSpec) -> list[str]:
+    """The names of a block's own parameters, in the order its steps first pass them."""
+    names = [
+        argument.name
+        for step in spec.steps
+        if isinstance(step, Call)
+        for argument in (*step.args, *(a for _, a in step.kwargs))
+        if isinstance(argument, P)
+    ]
+    return list(dict.fromkeys(names))
 
 
 class Block(nn.Module):
@@ -524,14 +677,19 @@ class Block(nn.Module):
         self.spec = spec
         for name, child in spec.children:
             self.add_module(name, build_module(child))
+        for name in own_parameters(spec):
+            self.register_parameter(name, nn.Parameter(torch.randn(3, 3) * 0.5))
 
     def forward(self, a, b=None):
         values = [a] if b is None else [a, b]
         structures = []
         for step in self.spec.steps:
+            if isinstance(step, ReadState):
+                values.append(with_state(values[step.value.index], state_at(self, step.path)))
+                continue
             child = self.get_submodule(step.child)
-            args = [_resolve(x, values, structures) for x in step.args]
-            kwargs = {k: _resolve(x, values, structures) for k, x in step.kwargs}
+            args = [_resolve(self, x, values, structures) for x in step.args]
+            kwargs = {k: _resolve(self, x, values, structures) for k, x in step.kwargs}
             if step.times > 1:
                 value = args[0]
                 for _ in range(step.times):
@@ -591,6 +749,52 @@ def module_specs(spec: BlockSpec, prefix: str = "") -> dict[str, LeafSpec | Bloc
     return found
 
 
+@functools.lru_cache(maxsize=4096)
+def held_state(spec: LeafSpec | BlockSpec) -> tuple[tuple[str, bool], ...]:
+    """The parameters and buffers a module of ``spec`` holds, its submodules' included:
+    ``(path, is a buffer)`` (``("lin.bias", False)``, ``("counter1.total", True)``). Every
+    buffer of these modules is written in place by a call of the module that holds it."""
+    with torch.random.fork_rng(devices=[]):  # the weights are thrown away: leave torch's seed
+        module = build_module(spec)
+    parameters = [(name, False) for name, _ in module.named_parameters()]
+    return tuple(parameters + [(name, True) for name, _ in module.named_buffers()])
+
+
+def reads_a_buffer(block: BlockSpec, step: ReadState) -> bool:
+    """Whether a :class:`ReadState` of ``block`` reads a buffer (one a call wrote before the
+    read: a child exists from its first call on) rather than a parameter."""
+    child, _, attribute = step.path.partition(".")
+    spec = dict(block.children).get(child)
+    return spec is not None and (attribute, True) in held_state(spec)
+
+
+def written_read_owners(spec: BlockSpec) -> set[str]:
+    """The modules holding, themselves or in a submodule, a buffer that a block outside them
+    reads directly after a call wrote it in place (``self.counter0.total`` after
+    ``counter0(x)``)."""
+    owners = set()
+    for block, prefix, step in _walk_steps(spec):
+        if isinstance(step, ReadState) and reads_a_buffer(block, step):
+            parts = step.path.split(".")
+            owners |= {prefix + ".".join(parts[:end]) for end in range(1, len(parts))}
+    return owners
+
+
+def outside_reads(spec: BlockSpec) -> dict[str, tuple[str, ...]]:
+    """fqn -> the attributes of that module (its parameters and buffers, its submodules'
+    included) that a block outside it reads directly (a :class:`ReadState` of an ancestor):
+    eager, once the whole module is swapped, reads the replacement's attribute of that name, so
+    a replacement must hold one of the same shape and dtype, or the swap is refused."""
+    found: dict[str, list[str]] = {}
+    for _, prefix, step in _walk_steps(spec):
+        if isinstance(step, ReadState):
+            parts = step.path.split(".")
+            for end in range(1, len(parts)):
+                owner, attribute = ".".join(parts[:end]), ".".join(parts[end:])
+                found.setdefault(prefix + owner, []).append(attribute)
+    return {fqn: tuple(dict.fromkeys(attributes)) for fqn, attributes in found.items()}
+
+
 def interface(spec: LeafSpec | BlockSpec | None) -> tuple:
     """What a replacement must accept and return to serve a module of this spec (``None``: the
     ``lin`` Linear of a leaf): a copy of any module with the same interface does (a
@@ -619,6 +823,82 @@ class Shifted(nn.Module):
     def forward(self, *args, **kwargs):
         out = self.inner(*args, **kwargs)
         return pytree.tree_map_only(torch.Tensor, lambda t: t * 0.5 + self.shift, out)
+
+
+class _ShiftedCopy:
+    """What :func:`make_replacement` adds to a module's class for a replacement that holds what
+    the module holds: the module's own forward, every output leaf scaled by 0.5 and shifted."""
+
+    shift: float
+
+    def forward(self, *args, **kwargs):
+        out = super().forward(*args, **kwargs)
+        return pytree.tree_map_only(torch.Tensor, lambda t: t * 0.5 + self.shift, out)
+
+
+class _WritesWeight(_ShiftedCopy):
+    """A shifted copy of a :class:`Scale` that first writes the weight it is given in place
+    (``w.mul_(2)``, under no_grad, as an optimizer step would). The caller hands it its own
+    parameter: eager writes its own copy of the model's parameter at every run, and so must
+    the swapped program, never the user's model or the program."""
+
+    def forward(self, x, w):
+        with torch.no_grad():
+            w.mul_(2)
+        return super().forward(x, w)
+
+
+@functools.cache
+def _shifted_class(cls: type, writes: bool = False) -> type:
+    """The class of a shifted copy of a ``cls`` module (one per class, so copies share it)."""
+    mixin, prefix = (_WritesWeight, "Writes") if writes else (_ShiftedCopy, "")
+    return type(f"{prefix}Shifted{cls.__name__}", (mixin, cls), {"__module__": __name__})
+
+
+# How a replacement is made (Case.replacement_kinds), and what a parent that reads the swapped
+# module's state directly finds on it:
+REPLACEMENT_KINDS = {
+    # Shifted(copy): the copy's state sits under `inner.`, none under the module's own names
+    "wrapped": "Shifted",
+    # a copy of the module itself, outputs shifted and every parameter and buffer moved by the
+    # shift: it holds what the module holds, under the same names, with other values
+    "copy": "ShiftedCopy",
+    # such a copy, but each attribute read outside the module has another shape, or is float64
+    "reshaped": "ShiftedCopy",
+    "retyped": "ShiftedCopy",
+    # such a copy of a Scale, which first writes the weight it is given in place
+    "writes": "WritesShiftedCopy",
+}
+# the kinds whose replacement holds the state a parent reads, as the module held it
+HOLDS_STATE = frozenset({"copy", "writes"})
+
+
+def make_replacement(
+    original: nn.Module, shift: float, kind: str = "wrapped", read: Iterable[str] = ()
+) -> nn.Module:
+    """A replacement for ``original`` of ``kind`` (:data:`REPLACEMENT_KINDS`); ``read`` are the
+    attributes of ``original`` the program reads outside its calls, those a ``"reshaped"`` or
+    ``"retyped"`` replacement holds otherwise."""
+    if kind == "wrapped":
+        return Shifted(original, shift)
+    replacement = copy.deepcopy(original)
+    replacement.__class__ = _shifted_class(type(original), writes=kind == "writes")
+    replacement.shift = shift
+    with torch.no_grad():
+        # moved, so that a read of the original's state where eager reads the replacement's
+        # shows in the numbers
+        for tensor in itertools.chain(replacement.parameters(), replacement.buffers()):
+            tensor.add_(shift)
+    for attribute in read if kind in ("reshaped", "retyped") else ():
+        owner_path, _, leaf = attribute.rpartition(".")
+        owner = replacement.get_submodule(owner_path)
+        old = getattr(owner, leaf)
+        if kind == "reshaped":
+            new = torch.zeros(*old.shape[:-1], old.shape[-1] + 1)
+        else:
+            new = old.detach().double()
+        setattr(owner, leaf, nn.Parameter(new) if isinstance(old, nn.Parameter) else new)
+    return replacement
 
 
 class CallRouter(nn.Module):
@@ -839,6 +1119,9 @@ _PLANTED_STEPS = {
     "buffer_outputs": "bufout",
     "pattern_replace": "gated",
     "aliased": "mix:aliased",
+    "reads_child_state": "read:child",
+    "reads_written_state": "read:buffer",
+    "param_write": "scale",
 }
 
 
@@ -860,10 +1143,18 @@ class _BlockDrawer:
     ``forms`` and later calls reuse it.
     """
 
-    def __init__(self, draw, inputs: int, depth: int, output_keys: tuple[str, ...]):
+    def __init__(
+        self,
+        draw,
+        inputs: int,
+        depth: int,
+        output_keys: tuple[str, ...],
+        written_reads: bool = True,
+    ):
         self.draw = draw
         self.inputs = inputs
         self.depth = depth
+        self.written_reads = written_reads  # whether a read may take a buffer a child wrote
         self.output_keys = output_keys
         self.children: dict[str, LeafSpec | BlockSpec] = {}
         self.forms: dict[str, tuple] = {}
@@ -873,6 +1164,7 @@ class _BlockDrawer:
         self.n_structures = 0
         self.read: set[int] = set()
         self.reserved: set[int] = set()  # values no later step or return may read
+        self.weights: list[str] = []  # the block's own, made as a step first passes them
 
     # values, names, forms
 
@@ -909,7 +1201,7 @@ class _BlockDrawer:
         """An elementwise op for a new leaf."""
         return self.draw(st.sampled_from(sorted(OPS)))
 
-    def add(self, call: Call, result: str) -> None:
+    def add(self, call: Call | ReadState, result: str) -> None:
         """Record a step; ``result`` is "tensor" or "structure" (plus the leaves unpacked)."""
         self.steps.append(call)
         if result == "tensor":
@@ -928,7 +1220,7 @@ class _BlockDrawer:
     def available_kinds(self) -> list[str]:
         """The step kinds that can come next."""
         kinds = ["act", "knobs", "mix", "split", "counter", "passthrough", "loop"]
-        kinds += ["cast", "inplace", "norm", "const", "bufout", "gated"]
+        kinds += ["cast", "inplace", "norm", "const", "bufout", "gated", "scale", "read"]
         if self.split_layouts:
             kinds.append("gather")
         if self.children:
@@ -1079,6 +1371,57 @@ class _BlockDrawer:
         name = name or self.new_child(LeafSpec("gated", self.op()))
         self.add(Call(name, (self.value(),)), "tensor")
 
+    def step_scale(self, flavour: str = "", name: str | None = None) -> None:
+        """``scale(v, self.w0)``, or a view of ``w0`` (``.t()``, ``[1]``, ``.diagonal()``): the
+        block hands a child its own parameter, which a replacement may write in place."""
+        name = name or self.new_child(LeafSpec("scale", self.op()))
+        # one view per child: a module keeps its signature only if every call passes alike
+        keyword, view = self.form(
+            name, lambda: (self.keyword(), self.draw(st.sampled_from(sorted(VIEWS))))
+        )
+        if self.weights and self.draw(st.booleans()):
+            parameter = self.draw(st.sampled_from(self.weights))
+        else:
+            parameter = f"w{len(self.weights)}"
+            self.weights.append(parameter)
+        weight = P(parameter, view)
+        if keyword:
+            self.add(Call(name, (self.value(),), (("w", weight),)), "tensor")
+        else:
+            self.add(Call(name, (self.value(), weight)), "tensor")
+
+    def child_state(self) -> list[tuple[str, bool]]:
+        """``(path, is a buffer)`` of every parameter and buffer of the children (and of their
+        submodules): what a :class:`ReadState` may read."""
+        return [
+            (f"{name}.{held}", is_buffer)
+            for name, spec in self.children.items()
+            for held, is_buffer in held_state(spec)
+        ]
+
+    def step_read(self, flavour: str = "") -> None:
+        """``v + self.child.bias`` (a vector) or ``v @ self.child.lin.weight`` (a matrix): a
+        child's or a deeper module's state read directly, a buffer the child wrote in place
+        among them (unless the strategy leaves those out); unless ``flavour`` is ``child``,
+        now and then the block's own parameter, which a replacement may have written. Flavour
+        ``buffer``: a buffer a child wrote."""
+        if flavour == "buffer":
+            kinds, allowed = ("counter", "bufout"), {True}
+        else:
+            kinds, allowed = ("counter", "norm", "bufout", "act"), {False, self.written_reads}
+        if not any(is_buffer in allowed for _, is_buffer in self.child_state()):
+            # a child holding state to read: a buffer written in place, a weight, a Linear's
+            self.step(self.draw(st.sampled_from([k for k in kinds if self.holds(k, allowed)])))
+        paths = [path for path, is_buffer in self.child_state() if is_buffer in allowed]
+        if flavour == "":
+            paths += self.weights
+        self.add(ReadState(self.draw(st.sampled_from(paths)), self.value()), "tensor")
+
+    @staticmethod
+    def holds(kind: str, allowed: set[bool]) -> bool:
+        """Whether a leaf of ``kind`` holds state of the ``allowed`` sorts (buffer or not)."""
+        return any(is_buffer in allowed for _, is_buffer in held_state(LeafSpec(kind)))
+
     def step_passthrough(self, flavour: str = "", name: str | None = None) -> None:
         """``s = passthrough(x, skip)``: half the time nothing in this block reads ``skip``
         again, so the call is swappable unless an enclosing block reads it."""
@@ -1101,7 +1444,7 @@ class _BlockDrawer:
 
     def draw_child_block(self, inputs: int, output_keys: tuple[str, ...]) -> BlockSpec:
         """A nested block, one level shallower, of 1 to 3 random steps."""
-        inner = _BlockDrawer(self.draw, inputs, self.depth - 1, output_keys)
+        inner = _BlockDrawer(self.draw, inputs, self.depth - 1, output_keys, self.written_reads)
         inner.fill(self.draw(st.integers(1, 3)), planted=())
         return inner.spec()
 
@@ -1185,8 +1528,14 @@ class _BlockDrawer:
 
 
 @st.composite
-def programs(draw, require: frozenset[str] = frozenset(), depth: int = 2) -> BlockSpec:
-    """A random root block; each feature in ``require`` is planted as a step of the root."""
+def programs(
+    draw,
+    require: frozenset[str] = frozenset(),
+    depth: int = 2,
+    exclude: frozenset[str] = frozenset(),
+) -> BlockSpec:
+    """A random root block; each feature in ``require`` is planted as a step of the root, none
+    in ``exclude`` (see :data:`EXCLUDABLE`) is drawn."""
     inputs = draw(st.integers(1, 2))
     output_keys = draw(st.sampled_from((("",), ("main", "aux"))))
     planted = [_PLANTED_STEPS[f] for f in sorted(require) if f in _PLANTED_STEPS]
@@ -1195,7 +1544,7 @@ def programs(draw, require: frozenset[str] = frozenset(), depth: int = 2) -> Blo
         planted.append(draw(st.sampled_from(("again", "loop"))))  # a module called twice
     if "same_replacement" in require:
         planted += ["act", "act"]  # two modules one replacement can serve
-    root = _BlockDrawer(draw, inputs, depth, output_keys)
+    root = _BlockDrawer(draw, inputs, depth, output_keys, "reads_written_state" not in exclude)
     root.fill(draw(st.integers(0 if planted else 1, 4)), draw(st.permutations(planted)))
     return root.spec()
 
@@ -1233,15 +1582,20 @@ def swap_sets(
     facts: Facts,
     require: frozenset[str] = frozenset(),
     exporter: str = "gs",
+    accepted: bool = False,
 ):
-    """Requests and their replacements for ``spec``: ``(swaps, replacements)``.
+    """Requests and their replacements for ``spec``: ``(swaps, replacements, kinds)``.
 
     The requests are an antichain (no two claim the same call, none is inside another), but for
     ``require={"conflict"}`` (or now and then), where one overlapping pair is added on purpose.
     Biases, so that rare situations come often: a call that must be refused, calls of one module
-    swapped apart, one replacement for several modules.
+    swapped apart, one replacement for several modules, a module whose state a parent reads
+    swapped whole, a module handed its caller's parameter swapped for one that writes it.
+    ``accepted``: a swap set the engine must accept (no conflict, every replacement holding
+    what the program reads of it), so that what comes after the swap is checked.
     """
     specs = module_specs(spec)
+    reads = outside_reads(spec)
     whole = sorted(facts.calls)
     multi = {fqn: len(names) for fqn, names in facts.calls.items() if len(names) > 1}
     one_call = sorted(f"{fqn}@{k}" for fqn, n in multi.items() for k in range(n))
@@ -1258,11 +1612,13 @@ def swap_sets(
     for fqn in whole:
         by_interface.setdefault(interface(specs.get(fqn)), []).append(fqn)
     # two modules of one interface, neither inside the other (a block may hold a block like it)
+    # (a copy of one module need not hold what a parent reads of the other: none is read)
     pairs = [
         (a, b)
         for group in by_interface.values()
         for a, b in itertools.permutations(group, 2)
         if not overlap(a, b) and facts.returns.get(a) == facts.returns.get(b)
+        if a not in reads and b not in reads
     ]
     if pairs and ("same_replacement" in require or chance(draw, 4)):
         shared = draw(st.sampled_from(pairs))
@@ -1278,6 +1634,16 @@ def swap_sets(
     ]
     if passing and draw(st.booleans()):
         planted["pass_through_swapped"] = (draw(st.sampled_from(passing)),)
+    read_owners = sorted(fqn for fqn in reads if fqn in facts.calls)
+    if read_owners and ("reads_child_state" in require or chance(draw, 3)):
+        planted["reads_child_state"] = (draw(st.sampled_from(read_owners)),)
+    written = sorted(written_read_owners(spec))
+    if written and "reads_written_state" in require:
+        planted["reads_written_state"] = (draw(st.sampled_from(written)),)
+    scales = [fqn for fqn in whole if interface(specs.get(fqn))[0] == "scale"]
+    if scales and ("param_write" in require or chance(draw, 2)):
+        scale_calls = [r for r in one_call if split_request(r)[0] in scales]
+        planted["param_write"] = (draw(st.sampled_from(scales + scale_calls)),)
     # what is required goes first: the antichain keeps the earlier of two overlapping requests
     first = [r for f in sorted(planted, key=lambda f: f not in require) for r in planted[f]]
     drawn = draw(st.lists(st.sampled_from(whole + one_call), min_size=1, max_size=4))
@@ -1287,12 +1653,15 @@ def swap_sets(
         # one gated module no swap covers, whose gate s.replace will replace
         kept = draw(st.sampled_from(gated))
         requests = [r for r in requests if not overlap(split_request(r)[0], kept)]
-    if "conflict" in require or chance(draw, 10):
+    if "conflict" in require or (not accepted and chance(draw, 10)):
         requests = _with_conflict(draw, requests, whole, one_call, multi)
     # replacement n copies module replacements[n][0]; a request may reuse an earlier one of its
-    # own interface (by plan for ``shared``, never for ``apart``, else by chance)
+    # own interface (by plan for ``shared``, never for ``apart``, else by chance), unless a
+    # parent reads the state of either module (a copy holds what its own module holds)
     replacements: list[tuple[str, float]] = []
+    kinds: list[str] = []
     swaps: dict[str, int] = {}
+    writes = planted.get("param_write", ())
     for request in requests:
         fqn, _ = split_request(request)
         compatible = [
@@ -1300,18 +1669,47 @@ def swap_sets(
             for n, (source, _) in enumerate(replacements)
             if interface(specs.get(source)) == interface(specs.get(fqn))
             and facts.returns.get(source) == facts.returns.get(fqn)
+            and source not in reads
+            and fqn not in reads
         ]
         if request in apart:
             compatible = [n for n in compatible if n not in {swaps.get(r) for r in apart}]
         partner = [r for r in shared if r != request and r in swaps] if request in shared else []
         if partner:  # whichever of the pair comes first (a conflict may reorder them)
             swaps[request] = swaps[partner[0]]
-        elif compatible and chance(draw, 3):
+        elif compatible and request not in writes and chance(draw, 3):
             swaps[request] = draw(st.sampled_from(compatible))
         else:
             swaps[request] = len(replacements)
             replacements.append((fqn, 0.25 * (len(replacements) + 1)))
-    return tuple(swaps.items()), tuple(replacements)
+            kinds.append(
+                _replacement_kind(draw, request, specs, reads, request in writes, accepted)
+            )
+    # a case's kinds are left out when every replacement is a plain Shifted
+    if all(kind == "wrapped" for kind in kinds):
+        kinds = []
+    return tuple(swaps.items()), tuple(replacements), tuple(kinds)
+
+
+def _replacement_kind(draw, request: str, specs, reads, writes: bool, accepted: bool) -> str:
+    """How the replacement first made for ``request`` is made (:data:`REPLACEMENT_KINDS`).
+
+    For a module whose state a parent reads, swapped whole: most often a copy holding that
+    state, else one lacking it, or holding it with another shape or dtype (which the engine
+    must refuse; never when the swap set must be ``accepted``). A :class:`Scale` (handed its
+    caller's weight) is swapped for one writing that weight in place when planted, or half the
+    time.
+    """
+    fqn, index = split_request(request)
+    spec = specs.get(fqn)
+    if isinstance(spec, LeafSpec) and spec.kind == "scale" and (writes or draw(st.booleans())):
+        return "writes"  # it holds the Scale's state too
+    if fqn in reads and index is None:
+        if accepted:
+            return "copy"
+        return draw(st.sampled_from(("copy", "copy", "copy", "wrapped", "reshaped", "retyped")))
+    # a one-call swap leaves the module in place (its state is read from it): either kind
+    return "copy" if chance(draw, 6) else "wrapped"
 
 
 def _with_conflict(draw, requests, whole, one_call, multi) -> list[str]:
@@ -1331,19 +1729,29 @@ def _with_conflict(draw, requests, whole, one_call, multi) -> list[str]:
 
 
 @st.composite
-def cases(draw, require: Iterable[str] = ()) -> Case:
-    """A random :class:`Case`; every feature in ``require`` (see :data:`FEATURES`) is in it."""
-    require = frozenset(require)
+def cases(draw, require: Iterable[str] = (), exclude: Iterable[str] = ()) -> Case:
+    """A random :class:`Case`; every feature in ``require`` (see :data:`FEATURES`) is in it,
+    none in ``exclude`` (see :data:`EXCLUDABLE`)."""
+    require, exclude = frozenset(require), frozenset(exclude)
     unknown = require - set(FEATURES)
     if unknown:
         raise ValueError(f"unknown features {sorted(unknown)}; choose from {FEATURES}")
-    spec = draw(programs(require))
+    if exclude - EXCLUDABLE or exclude & require:
+        raise ValueError(
+            f"cannot leave out {sorted(exclude)} while requiring {sorted(require)}: the "
+            f"strategy can leave out {sorted(EXCLUDABLE)}"
+        )
+    spec = draw(programs(require, exclude=exclude))
     second_input = "none" if spec.inputs == 1 else draw(st.sampled_from(("positional", "keyword")))
     facts = analyze(spec, second_input)
+    # what comes after a swap is checked only when the engine accepts the swap set
+    accepted = bool(require & {"param_write", "region_name"})
     # s.replace works on what gs.export makes (its calls' structure is known)
-    torch_made = "torch_export" in require or ("pattern_replace" not in require and chance(draw, 4))
+    torch_made = "torch_export" in require or (
+        "pattern_replace" not in require and not accepted and chance(draw, 4)
+    )
     exporter = "torch" if torch_made else "gs"
-    swaps, replacements = draw(swap_sets(spec, facts, require, exporter))
+    swaps, replacements, kinds = draw(swap_sets(spec, facts, require, exporter, accepted))
     dynamic = "dynamic" in require or draw(st.booleans())
     seed = draw(st.integers(0, 2**16))
     has_gate = any(
@@ -1352,7 +1760,43 @@ def cases(draw, require: Iterable[str] = ()) -> Case:
     )
     replace = has_gate and exporter == "gs"  # a gate is rare enough: replace it when there
     shift = draw(st.sampled_from((0.25, -0.5))) if replace else None
-    return Case(spec, second_input, dynamic, swaps, replacements, seed, exporter, shift)
+    region = None
+    if "region_name" in require or chance(draw, 6):
+        region = draw(region_names(facts, [name for name, _ in swaps]))
+    return Case(
+        spec, second_input, dynamic, swaps, replacements, seed, exporter, shift, kinds, region
+    )
+
+
+@st.composite
+def region_names(draw, facts: Facts, requests: list[str]) -> RegionNames:
+    """A :class:`RegionNames`: names that collide with a module's fqn, a call name, or end in
+    ``@k`` (the first, when the case swaps something, the name of one of its requests, which
+    must then swap the module or call it names), and a name of its own that must be taken:
+    plain, the default, or one that only looks like a module's (``act0.part``,
+    ``region:act0``, ``act0#1``, ``act0@x``)."""
+    fqns = sorted(facts.calls)
+    calls = [name for names in facts.calls.values() for name in names[1:]]
+    collisions = [draw(st.sampled_from(requests))] if requests else []
+    for _ in range(draw(st.integers(0 if collisions else 1, 2))):
+        kind = draw(st.sampled_from(("module", "call", "suffix")))
+        if kind == "call" and calls:
+            collisions.append(draw(st.sampled_from(calls)))
+        elif kind == "suffix":
+            # a call a module does not have, or a name no module has, ending in @k
+            base = draw(st.sampled_from(["gate", "region", *fqns]))
+            collisions.append(f"{base}@{draw(st.integers(0, 4))}")
+        else:
+            collisions.append(draw(st.sampled_from(fqns)))
+    fqn = draw(st.sampled_from(fqns))
+    own = (None, "gate", "squash", f"region:{fqn}", f"{fqn}.part", f"{fqn}#1", f"{fqn}@x")
+    return RegionNames(
+        verb=draw(st.sampled_from(("fuse", "swap"))),
+        name=draw(st.sampled_from(own)),
+        collisions=tuple(dict.fromkeys(collisions)),
+        in_force=draw(st.booleans()),
+        before_swaps=draw(st.booleans()),
+    )
 
 
 # -- what a case covers, and how to read it ----------------------------------------------------
@@ -1378,13 +1822,31 @@ def _gated_outside_swaps(case: Case) -> list[str]:
     ]
 
 
+def unfit_requests(case: Case) -> list[str]:
+    """The requests swapping a module whole whose state a parent reads, with a replacement that
+    does not hold it as the module did (by its kind: :data:`HOLDS_STATE`); the strategy never
+    lets such a module share a replacement with another, so the kind tells."""
+    reads = outside_reads(case.program)
+    kinds = dict(enumerate(case.replacement_kinds))
+    return [
+        name
+        for name, n in case.swaps
+        if split_request(name)[1] is None and split_request(name)[0] in reads
+        if kinds.get(n, "wrapped") not in HOLDS_STATE
+    ]
+
+
 def features(case: Case, facts: Facts | None = None) -> set[str]:
-    """The :data:`FEATURES` a case has; given its ``facts``, also ``pass_through_read`` (a call
-    of it must be refused), ``pass_through_swapped`` (a pass-through call is swapped) and
-    ``refused`` (the swap set must be refused)."""
+    """The :data:`FEATURES` a case has; given its ``facts``, also the :data:`OUTCOMES`:
+    ``pass_through_read`` (a call of it must be refused), ``pass_through_swapped`` (a
+    pass-through call is swapped), ``state_read_refused`` (a replacement lacks what a parent
+    reads) and ``refused`` (the swap set must be refused); then ``param_write`` and
+    ``region_name`` only when the swap set is accepted, as they are checked only then."""
     found = set()
     counts: dict[str, int] = {}
     for block, prefix, step in _walk_steps(case.program):
+        if isinstance(step, ReadState):
+            continue  # counted with the requests: what matters is a swap of what it reads
         child = dict(block.children)[step.child]
         counts[prefix + step.child] = counts.get(prefix + step.child, 0) + 1
         if step.times > 1:
@@ -1436,13 +1898,31 @@ def features(case: Case, facts: Facts | None = None) -> set[str]:
         found.add("calls_apart")
     if conflicting(requests):
         found.add("conflict")
-    if facts is not None:
-        torch_made = case.exporter == "torch"
-        if facts.blocked and torch_made:
-            found.add("pass_through_read")
-        if conflicting(requests) or (torch_made and any(facts.refused(r) for r in requests)):
-            found.add("refused")
-        elif any(
+    reads = outside_reads(case.program)
+    if any(split_request(r)[1] is None and split_request(r)[0] in reads for r in requests):
+        found.add("reads_child_state")
+    if written_read_owners(case.program):
+        # swapped or not: module_tree must note the read on every module holding the buffer
+        found.add("reads_written_state")
+    kinds = dict(enumerate(case.replacement_kinds))
+    later = set()  # checked after the swap: only when it is accepted
+    if any(kinds.get(n) == "writes" for _, n in case.swaps):
+        later.add("param_write")
+    if case.region is not None:
+        later.add("region_name")
+    if facts is None:
+        return found | later
+    unfit = unfit_requests(case)
+    if unfit:
+        found.add("state_read_refused")
+    torch_made = case.exporter == "torch"
+    if facts.blocked and torch_made:
+        found.add("pass_through_read")
+    if conflicting(requests) or unfit or (torch_made and any(facts.refused(r) for r in requests)):
+        found.add("refused")
+    else:
+        found |= later
+        if any(
             isinstance(spec := module_specs(case.program).get(split_request(r)[0]), LeafSpec)
             and spec.kind == "passthrough"
             for r in requests
@@ -1452,11 +1932,14 @@ def features(case: Case, facts: Facts | None = None) -> set[str]:
 
 
 def _argument_text(argument) -> str:
-    """A :class:`Call` argument as :func:`describe` writes it: ``v3``, ``s0``, ``2.5``."""
+    """A :class:`Call` argument as :func:`describe` writes it: ``v3``, ``s0``, ``2.5``,
+    ``self.w0.t()``."""
     if isinstance(argument, V):
         return f"v{argument.index}"
     if isinstance(argument, S):
         return f"s{argument.index}"
+    if isinstance(argument, P):
+        return f"self.{argument.name}{VIEW_TEXT[argument.view]}"
     return repr(argument)
 
 
@@ -1474,8 +1957,16 @@ def _block_lines(spec: BlockSpec, name: str, signature: str, indent: str) -> lis
                 f"{k}={getattr(child, k)!r}" for k in ("op", "layout", "keys") if getattr(child, k)
             )
             lines.append(f"{inner}{child_name} = {LEAF_TYPES[child.kind].__name__}({extras})")
+    for parameter in own_parameters(spec):
+        lines.append(f"{inner}{parameter} = Parameter(randn(3, 3) * 0.5)")
     n_values, n_structures = spec.inputs, 0
     for step in spec.steps:
+        if isinstance(step, ReadState):
+            # with_state: @ a matrix, + a vector
+            value = _argument_text(step.value)
+            lines.append(f"{inner}v{n_values} = with_state({value}, self.{step.path})")
+            n_values += 1
+            continue
         arguments = [_argument_text(a) for a in step.args]
         arguments += [f"{k}={_argument_text(a)}" for k, a in step.kwargs]
         call = f"{step.child}({', '.join(arguments)})"
@@ -1525,12 +2016,36 @@ def describe(case: Case) -> str:
     lines.append(f"batch: {batch if case.dynamic else f'static {EXPORT_BATCH}'}; seed {case.seed}")
     exporter = "gs.export" if case.exporter == "gs" else "torch.export.export (all preserved)"
     lines.append(f"exported by {exporter}")
+    kinds = dict(enumerate(case.replacement_kinds))
     made = ", ".join(
-        f"R{n} = Shifted({fqn}, {shift})" for n, (fqn, shift) in enumerate(case.replacements)
+        f"R{n} = {_replacement_text(kinds.get(n, 'wrapped'), fqn, shift)}"
+        for n, (fqn, shift) in enumerate(case.replacements)
     )
     swaps = ", ".join(f"{name!r}: R{n}" for name, n in case.swaps)
     lines.append(f"swap {{{swaps}}} with {made}")
+    if case.replace_shift is not None:
+        lines.append(f"then s.replace(gate, GateShift({case.replace_shift})) where no swap is")
+    if case.region is not None:
+        lines.append(_region_text(case.region))
     return "\n".join(lines)
+
+
+def _replacement_text(kind: str, fqn: str, shift: float) -> str:
+    """How :func:`describe` writes a replacement: ``ShiftedCopy(act0, 0.5, reshaped)``."""
+    note = f", {kind}" if kind in ("reshaped", "retyped") else ""
+    return f"{REPLACEMENT_KINDS[kind]}({fqn}, {shift}{note})"
+
+
+def _region_text(region: RegionNames) -> str:
+    """How :func:`describe` writes the region step of a case."""
+    verb = "fuse_region(op)" if region.verb == "fuse" else "swap_region(op, Times(c))"
+    when = "before the swaps" if region.before_swaps else "after the swaps"
+    tried = ", ".join(map(repr, region.collisions))
+    again = "; then another region under that name (refused)" if region.in_force else ""
+    return (
+        f"{when}, in a Surgery: {verb} of a top-level op named {tried} (each refused), then "
+        f"{region.name!r} (taken){again}"
+    )
 
 
 # -- checking one case ------------------------------------------------------------------------
@@ -1573,13 +2088,45 @@ def _dynamic_shapes(case: Case) -> dict:
 def _replacements(case: Case, model: nn.Module) -> dict[str, nn.Module]:
     """``{request: replacement}``, one object per replacement number, as the case says."""
     modules = dict(model.named_modules())
-    made = [Shifted(modules[fqn], shift) for fqn, shift in case.replacements]
+    kinds = dict(enumerate(case.replacement_kinds))
+    reads = outside_reads(case.program)
+    made = [
+        make_replacement(modules[fqn], shift, kinds.get(n, "wrapped"), reads.get(fqn, ()))
+        for n, (fqn, shift) in enumerate(case.replacements)
+    ]
     return {name: made[n] for name, n in case.swaps}
 
 
-def _check_verdicts(ep, facts: Facts, exporter: str) -> None:
+def unfit_replacements(case: Case, model: nn.Module, replacements) -> dict[str, list[str]]:
+    """request -> the attributes of the module it swaps whole that a block outside the module
+    reads directly and its replacement does not hold as the module does (a tensor of the same
+    shape and dtype): found on the objects, by the attribute reads eager makes (rule 3)."""
+    reads = outside_reads(case.program)
+    unfit: dict[str, list[str]] = {}
+    for request, replacement in replacements.items():
+        fqn, index = split_request(request)
+        if index is not None:
+            continue  # a one-call swap leaves the module in place: its state is still read
+        for attribute in reads.get(fqn, ()):
+            expected = state_at(model, f"{fqn}.{attribute}")
+            held = replacement
+            for part in attribute.split("."):
+                held = getattr(held, part, None)
+            fits = (
+                isinstance(held, torch.Tensor)
+                and held.shape == expected.shape
+                and held.dtype == expected.dtype
+            )
+            if not fits:
+                unfit.setdefault(request, []).append(attribute)
+    return unfit
+
+
+def _check_verdicts(ep, facts: Facts, exporter: str, reads: dict[str, tuple[str, ...]]) -> None:
     """module_tree must call a module unswappable, with a reason, exactly when a call of it is
-    blocked in the eager run (in a program torch.export made itself; in gs.export's, never)."""
+    blocked in the eager run (in a program torch.export made itself; in gs.export's, never);
+    and a swappable module must carry a note, naming what a replacement must hold, exactly
+    when a block outside it reads its state (``reads``, see :func:`outside_reads`)."""
     tree = gs.module_tree(ep)
     for fqn, names in facts.calls.items():
         info = tree[fqn]
@@ -1603,18 +2150,37 @@ def _check_verdicts(ep, facts: Facts, exporter: str) -> None:
                 f"{fqn!r}: no call of it must be refused, but module_tree says "
                 f"not swappable: {info.reason}"
             )
+        if not info.swappable:
+            continue  # a module that cannot be swapped has its reason, not a note
+        attributes = reads.get(fqn, ())
+        if attributes and not any(quotes_name(info.note or "", a) for a in attributes):
+            raise Mismatch(
+                f"{fqn!r}: a block outside it reads its {', '.join(attributes)}, but "
+                f"module_tree's note does not say so: {info.note!r}"
+            )
+        if not attributes and info.note is not None:
+            raise Mismatch(
+                f"{fqn!r}: nothing outside it reads its state, but its note says {info.note!r}"
+            )
 
 
-def _compare_buffers(gm, model, replacements, reference: Reference) -> None:
+def _compare_state(gm, model, replacements, reference: Reference) -> None:
     """Every buffer after the runs: the program's (held by the swapped program) against the
-    reference's copy of its module, and each replacement's against the reference's copy of it.
+    reference's copy of its module, and each replacement's against the reference's copy of it;
+    and every parameter a replacement was handed (the swapped program's own copy, which the
+    replacement may have written) against the reference's, which eager wrote.
 
     A module none of whose calls is left (each swapped, itself or inside a swapped ancestor)
-    never runs, in either program; the engine may leave its buffers out.
+    never runs, in either program; the engine may leave its buffers out. Under the name of a
+    module swapped whole, the swapped program holds the replacement: its buffers are compared
+    as the replacement's.
     """
     gm_buffers = dict(gm.named_buffers())
+    whole = [fqn for fqn, index in map(split_request, replacements) if index is None]
     for name, _ in model.named_buffers():
         owner, _, attribute = name.rpartition(".")
+        if any(owner == fqn or owner.startswith(fqn + ".") for fqn in whole):
+            continue
         expected = reference.originals[owner].get_buffer(attribute)
         if name not in gm_buffers:
             if reference.ran[owner]:
@@ -1626,6 +2192,35 @@ def _compare_buffers(gm, model, replacements, reference: Reference) -> None:
         for name, buffer in replacement.named_buffers():
             what = f"buffer {name!r} of the replacement for {request!r}"
             _assert_buffer(buffer, mirror.get_buffer(name), what)
+    parameters = dict(model.named_parameters())
+    for name in swap_info(gm).given_state:
+        if name in parameters:  # (a name of the swapped program's own, for a tied weight)
+            expected = state_at(reference.model, name)
+            _assert_buffer(state_at(gm, name), expected, f"parameter {name!r}, handed over,")
+
+
+def quotes_name(message: str, name: str) -> bool:
+    """Whether an engine message names ``name``, quoted (```name``` or ``'name'``)."""
+    return f"`{name}`" in message or f"'{name}'" in message
+
+
+def _state_of(owner) -> dict[str, torch.Tensor]:
+    """A copy of every tensor a model or an ExportedProgram holds, by name."""
+    if isinstance(owner, torch.export.ExportedProgram):
+        items = [*owner.state_dict.items(), *owner.constants.items()]
+    else:
+        items = list(owner.state_dict(keep_vars=True).items())
+    return {k: v.detach().clone() for k, v in items if isinstance(v, torch.Tensor)}
+
+
+def _check_untouched(before: dict[str, torch.Tensor], owner, what: str) -> None:
+    """``owner`` (the user's model, or the program) holds what it held, bit for bit: whatever
+    the swapped program and its replacements wrote, they wrote their own copies."""
+    after = _state_of(owner)
+    changed = sorted(set(before) ^ set(after))
+    changed += [k for k in before if k in after and not torch.equal(before[k], after[k])]
+    if changed:
+        raise Mismatch(f"the swap wrote {what}: {', '.join(changed)} changed")
 
 
 def _assert_buffer(actual, expected, what: str) -> None:
@@ -1649,12 +2244,19 @@ def _precondition(changes_output: bool, request: str) -> None:
     raise Unobservable(f"the replacement for {request!r} does not change the output")
 
 
-def _check_refusal(ep, replacements, conflicts, blocked, not_kept=()) -> None:
+def _check_refusal(ep, replacements, conflicts, blocked, not_kept=(), unfit=None) -> None:
     """The engine must refuse the swap, naming a call it must refuse: a ConflictError for an
     overlapping pair of requests, a NotSwappableError for a blocked call, a NotPreservedError
-    for a module whose signature the export could not keep (its notes say so)."""
+    for a module whose signature the export could not keep (its notes say so), a
+    ReplacementError naming an attribute a parent reads that the replacement lacks
+    (``unfit``: request -> such attributes)."""
+    unfit = unfit or {}
     try:
         gs.swap(ep, replacements)
+    except gs.errors.ReplacementError as refusal:
+        attributes = {a for names in unfit.values() for a in names}
+        if not any(quotes_name(str(refusal), a) for a in attributes):
+            raise  # refused, but not for an attribute it must be: an unexpected refusal
     except gs.errors.NotPreservedError as refusal:
         if not any(f"'{split_request(name)[0]}" in str(refusal) for name in not_kept):
             raise
@@ -1667,7 +2269,9 @@ def _check_refusal(ep, replacements, conflicts, blocked, not_kept=()) -> None:
         if not any(f"{call!r}" in str(refusal) for call in names):
             raise  # refused, but for another call: an unexpected refusal
     else:
-        raise Mismatch(f"the engine swapped what it must refuse: {conflicts or blocked}")
+        lacking = {r: f"its replacement lacks {', '.join(a)}" for r, a in unfit.items()}
+        reasons = conflicts or blocked or not_kept or lacking
+        raise Mismatch(f"the engine swapped what it must refuse: {reasons}")
 
 
 def _export(case: Case, model, args, kwargs):
@@ -1686,18 +2290,36 @@ def _export(case: Case, model, args, kwargs):
     )
 
 
-def _swap_and_replace(
+def _through_surgery(
     case: Case, facts: Facts, ep, replacements, original_model, original_replacements
 ):
-    """A Surgery that makes the case's swaps one by one, then replaces, in one step, the inline
-    gate of every gated call outside the swapped modules; and its reference: the eager model
-    with the swaps and, in those gated modules, the gate patched.
+    """A Surgery that makes the case's swaps one by one, with its region step (before or after
+    them, see :func:`_region_step`), then replaces, in one step, the inline gate of every
+    gated call outside the swapped modules when the case says so; and its reference: the eager
+    model with the swaps and, in those gated modules, the gate patched (a region computes what
+    its ops did, so it leaves the reference as it is).
 
     ``gs.find`` must match the gate once in each such call, and nowhere else (a miss or a stray
     match is a :class:`Mismatch`)."""
     surgery = gs.Surgery(ep)
+    region = case.region
+    if region is not None and region.before_swaps:
+        made = _region_step(surgery, region, ep)
     for name, replacement in replacements.items():
         surgery.swap(name, replacement)
+    if region is not None and not region.before_swaps:
+        made = _region_step(surgery, region, ep)
+    if region is not None:
+        _check_surgery_holds(surgery, replacements, region, made)
+    patched = original_model
+    if case.replace_shift is not None:
+        patched = _replace_gates(case, facts, ep, surgery, original_model)
+    return surgery.module, reference_model(patched, original_replacements)
+
+
+def _replace_gates(case: Case, facts: Facts, ep, surgery, original_model) -> nn.Module:
+    """Replace the gate of every gated call outside the swaps in ``surgery`` (one step); the
+    model with those gates patched."""
     gated = _gated_outside_swaps(case)
     gated_calls = sorted(name for fqn in gated for name in facts.calls.get(fqn, ()))
     example = (torch.randn(2, 3),)
@@ -1720,7 +2342,99 @@ def _swap_and_replace(
     patched = copy.deepcopy(original_model)
     for fqn in gated:
         patched.get_submodule(fqn).gate = functools.partial(shifted_gate, shift=case.replace_shift)
-    return surgery.module, reference_model(patched, original_replacements)
+    return patched
+
+
+class Times(nn.Module):
+    """What a swapped region (one ``x * c`` op of the program) is replaced by: the same product,
+    so that the region leaves what the program computes as it was."""
+
+    def __init__(self, factor: float):
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, x):
+        return x * self.factor
+
+
+def _top_level_ops(ep) -> list[torch.fx.Node]:
+    """The program's products and sums that no module call holds (the root's own arithmetic:
+    its weighted return, its reads of a child's state), in graph order; products by a constant
+    first (those a :class:`Times` can replace)."""
+    held = {name for part in gs.partition(ep).values() for name in part.nodes}
+    aten = torch.ops.aten
+    ops = [
+        node
+        for node in ep.graph.nodes
+        if node.op == "call_function" and node.name not in held
+        if node.target in (aten.mul.Tensor, aten.add.Tensor)
+        if isinstance(node.args[0], torch.fx.Node)
+    ]
+    return sorted(ops, key=lambda node: not isinstance(node.args[1], (int, float)))
+
+
+def _region_step(surgery, region: RegionNames, ep) -> str:
+    """Try each colliding name for a region of one top-level op (each must be refused, the
+    Surgery left as it was), make it under the region's own name, then, with ``in_force``,
+    try that name for a second region (refused); the name the region was made under."""
+    ops = _top_level_ops(ep)
+    if not ops:
+        raise AssertionError("the program has no top-level product or sum to make a region of")
+    first, second = ops[0], ops[1] if len(ops) > 1 else ops[0]
+
+    def make(node: torch.fx.Node, name: str | None) -> None:
+        factor = node.args[1]
+        if region.verb == "swap" and isinstance(factor, (int, float)):
+            surgery.swap_region([node.name], Times(factor), name=name)
+        else:  # (a sum, or a product of two tensors: fused, computing what it did)
+            surgery.fuse_region([node.name], name=name)
+
+    for name in region.collisions:
+        _expect_refused(surgery, lambda name=name: make(first, name), name, "cannot be named")
+    make(first, region.name)
+    made = surgery.history[-1].name
+    if region.name is not None and made != region.name:
+        raise Mismatch(f"the Surgery named the region {made!r}, not {region.name!r} as asked")
+    if region.in_force:
+        _expect_refused(surgery, lambda: make(second, made), made, "exists already")
+    return made
+
+
+def _surgery_state(surgery) -> tuple:
+    """What a refused step must leave as it was."""
+    return surgery.version, surgery.position, dict(surgery.replacements), surgery.fused
+
+
+def _expect_refused(surgery, make, name: str, why: str) -> None:
+    """``make()`` must raise a SurgeryError saying ``why`` and leave the Surgery unchanged."""
+    before = _surgery_state(surgery)
+    try:
+        make()
+    except gs.errors.SurgeryError as refusal:
+        if why not in str(refusal):
+            raise Mismatch(
+                f"a region named {name!r} is refused, but not as it must be ({why!r}): {refusal}"
+            ) from None
+    else:
+        raise Mismatch(f"the Surgery made a region named {name!r}, a name it must refuse")
+    if _surgery_state(surgery) != before:
+        raise Mismatch(f"refusing a region named {name!r} changed the Surgery")
+
+
+def _check_surgery_holds(surgery, replacements, region: RegionNames, made: str) -> None:
+    """After the swaps and the region step: every request swapped under its own name (a module
+    or a call a refused region name named, never a region), and the region under ``made``."""
+    held = surgery.replacements
+    for name, replacement in replacements.items():
+        if held.get(name) is not replacement:
+            raise Mismatch(f"after the region step, {name!r} is not swapped by its replacement")
+    in_force = made in held if region.verb == "swap" else made in surgery.fused
+    extra = set(held) - set(replacements) - {made}
+    if not in_force or extra or (region.verb == "fuse" and surgery.fused != (made,)):
+        raise Mismatch(
+            f"the Surgery holds swaps {sorted(held)} and fused {surgery.fused}, expected the "
+            f"requests and the region {made!r}"
+        )
 
 
 def run_inputs(case: Case) -> list[tuple[tuple, dict]]:
@@ -1747,8 +2461,10 @@ def check_case(case: Case) -> CaseResult:
     runs = run_inputs(case)
     replacements = _replacements(case, model)
     pristine = copy.deepcopy((model, replacements))  # nothing below may run these
+    reads = outside_reads(case.program)
 
     ep = _export(case, model, export_args, export_kwargs)
+    held_by_program = _state_of(ep)
     conflicts = conflicting(replacements)
     blocked = {
         name: calls
@@ -1761,9 +2477,18 @@ def check_case(case: Case) -> CaseResult:
     notes = export_notes(ep)
     dropped = notes.dropped if notes is not None else {}
     not_kept = [name for name in replacements if split_request(name)[0] in dropped]
-    if conflicts or blocked or not_kept:
-        _check_refusal(ep, replacements, conflicts, blocked, not_kept)
-        _check_verdicts(ep, facts, case.exporter)
+    # rule 3: a replacement must hold what a parent reads of the module it swaps whole
+    unfit = unfit_replacements(case, model, replacements)
+    if sorted(unfit) != sorted(unfit_requests(case)):
+        raise AssertionError(  # the strategy's bookkeeping (features()) is off: a fuzzer bug
+            f"the replacements lack what parents read for {sorted(unfit)}, but the kinds say "
+            f"{sorted(unfit_requests(case))}"
+        )
+    if conflicts or blocked or not_kept or unfit:
+        _check_refusal(ep, replacements, conflicts, blocked, not_kept, unfit)
+        _check_untouched(_state_of(pristine[0]), model, "the user's model")
+        _check_untouched(held_by_program, ep, "the ExportedProgram")
+        _check_verdicts(ep, facts, case.exporter, reads)
         return CaseResult(True, 0, facts)
 
     original_model, original_replacements = pristine
@@ -1773,11 +2498,11 @@ def check_case(case: Case) -> CaseResult:
         # a request whose replacement leaves the output as it was would pass even if ignored
         _precondition(differs(original_out, _run(alone.model, *runs[0])), name)
 
-    if case.replace_shift is None:
+    if case.replace_shift is None and case.region is None:
         gm = gs.swap(ep, replacements)
         reference = reference_model(original_model, original_replacements)
     else:
-        gm, reference = _swap_and_replace(
+        gm, reference = _through_surgery(
             case, facts, ep, replacements, original_model, original_replacements
         )
     for number, (args, kwargs) in enumerate(runs, 1):
@@ -1788,9 +2513,12 @@ def check_case(case: Case) -> CaseResult:
         except AssertionError as problem:
             message = f"run {number}: outputs differ from the eager reference: {problem}"
             raise Mismatch(message) from None
-    _compare_buffers(gm, original_model, replacements, reference)
+    _compare_state(gm, original_model, replacements, reference)
+    # a replacement writing a parameter it is handed writes the swapped program's own copy
+    _check_untouched(_state_of(original_model), model, "the user's model")
+    _check_untouched(held_by_program, ep, "the ExportedProgram")
     # last, so that a wrong verdict on a module this swap set does not touch hides no mismatch
-    _check_verdicts(ep, facts, case.exporter)
+    _check_verdicts(ep, facts, case.exporter, reads)
     replaced = sum(
         1 if split_request(name)[1] is not None else len(facts.calls[name]) for name in replacements
     )

@@ -53,6 +53,19 @@ class TwoLinear(nn.Module):
         return self.b(torch.relu(self.a(x)))
 
 
+#   x ──▶ block (Linear, BatchNorm1d) ──▶ head (Linear) ──▶ out
+class NormedBlock(nn.Module):
+    """In training mode a run writes its state: the batch norm's running statistics."""
+
+    def __init__(self):
+        super().__init__()
+        self.block = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3))
+        self.head = nn.Linear(3, 2)
+
+    def forward(self, x):
+        return self.head(self.block(x))
+
+
 def hf_decoder(kind: str = "Llama", layers: int = 2) -> nn.Module:
     """A Hugging Face decoder of family ``kind`` (``"Llama"``, ``"Mistral"``, ``"Qwen2"``...)
     built from a small config, eager attention, seeded weights, in eval mode."""

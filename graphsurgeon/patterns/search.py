@@ -1,0 +1,145 @@
+r"""Find a program's modules and ops by what a person types: a name, a type, an op, initials or
+a regular expression.
+
+:func:`search` is the one reading of such a text, for the widget's search box, the command
+line and the report alike. A text matches a module when it is part of the module's name, of
+its type (``LayerNorm``, or the qualified ``torch.nn.modules.normalization.LayerNorm``) or the
+initials of its type (``bn`` for ``BatchNorm2d``); an op (an fx node that computes) when it is
+part of the node's name or of its op (``aten.gelu``, ``aten.gelu.default``) or the initials of
+its op (``sdpa`` for ``scaled_dot_product_attention``). A text with a character of a regular
+expression (``layers\.\d+\.mlp$``) is also tried as one. Case is ignored.
+
+The modules are those of the original program (its module tree); the ops those of the program
+as it is now (a Surgery's current module, a swap result's graph). A module that a swap or a
+fuse made one node is found once: as the module, not again as the node that calls it.
+
+Example:
+    >>> import torch, graphsurgeon as gs
+    >>> from graphsurgeon.patterns.search import search
+    >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+    >>> ep = gs.export(model.eval(), (torch.randn(2, 4),))
+    >>> search(ep, "bn")[0]  # the initials of BatchNorm1d (and of aten.batch_norm)
+    Match(name='1', kind='module', what='BatchNorm1d')
+    >>> [(m.name, m.kind) for m in search(ep, "^lin")]  # the Linear, then its op
+    [('0', 'module'), ('linear', 'node')]
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .. import _derived, _meta
+from .._program import as_program
+from ..partition import module_tree
+
+__all__ = ["Match", "search"]
+
+# Characters that make a text a regular expression too.
+_REGEX = frozenset("\\^$[]()*+?|{}")
+
+
+@dataclass(frozen=True)
+class Match:
+    """One place a search found.
+
+    Attributes:
+        name: the module's name (``"layers.1.attn"``) or the fx node's (``"gelu"``).
+        kind: ``"module"`` or ``"node"``.
+        what: the module's type (``"LayerNorm"``) or the node's op (``"aten.gelu"``).
+    """
+
+    name: str
+    kind: str
+    what: str
+
+
+def search(program: Any, text: str) -> list[Match]:
+    """Every module and op of ``program`` that ``text`` matches (see the module docstring): a
+    name equal to ``text`` first, then the modules in the order of the module tree, then the
+    ops in graph order. A blank text matches nothing.
+
+    Args:
+        program: an ExportedProgram, a GraphModule made by :func:`graphsurgeon.swap` or
+            :func:`graphsurgeon.fuse`, or a :class:`~graphsurgeon.Surgery` (its current state).
+        text: a name, a type, an op, initials or a regular expression.
+
+    Returns:
+        The matches, each a :class:`Match`.
+    """
+    text = (text or "").strip()
+    if not text:
+        return []
+    read = as_program(program, verb="search")
+    matches = _Matcher(text)
+    exact: list[Match] = []
+    modules: list[Match] = []
+    for fqn, type_name, qualified in _modules(read.ep):
+        if matches((fqn, type_name, qualified), (type_name,)):
+            (exact if fqn == text else modules).append(Match(fqn, "module", type_name))
+    found = {m.name for m in exact + modules}
+    info = read.info
+    call_of_node = {node: call for call, node in info.call_nodes.items()} if info else {}
+    nodes: list[Match] = []
+    graph = (read.module if read.module is not None else read.ep).graph
+    for node in graph.nodes:
+        if not _meta.computes(node):
+            continue
+        call = call_of_node.get(node.name)
+        if call is not None and _meta.split_call_name(call)[0] in found:
+            continue  # a swapped or fused module's call: found once, as the module
+        short, full = _meta.op_text(node, "short"), _meta.op_text(node, "full")
+        if matches((node.name, short, full), (short.rpartition(".")[2],)):
+            (exact if node.name == text else nodes).append(Match(node.name, "node", short))
+    return exact + modules + nodes
+
+
+class _Matcher:
+    """Whether some fields (or the initials of some words) match a search text."""
+
+    def __init__(self, text: str):
+        self.lowered = text.lower()
+        self.regex = None
+        if _REGEX & set(text):
+            try:
+                self.regex = re.compile(text, re.IGNORECASE)
+            except re.error:  # not a valid expression: a plain text only
+                self.regex = None
+
+    def __call__(self, fields: Iterable[str], words: Iterable[str] = ()) -> bool:
+        for field in fields:
+            if field and (
+                self.lowered in field.lower() or (self.regex and self.regex.search(field))
+            ):
+                return True
+        return any(self.lowered == initials(word) for word in words if word)
+
+
+def initials(word: str) -> str:
+    """What an abbreviation of ``word`` is: ``scaled_dot_product_attention`` -> ``sdpa``,
+    ``BatchNorm2d`` -> ``bn``; '' for a word of one part.
+
+    Example:
+        >>> initials("scaled_dot_product_attention"), initials("BatchNorm2d"), initials("gelu")
+        ('sdpa', 'bn', '')
+    """
+    if "_" in word:
+        return "".join(part[0] for part in word.lower().split("_") if part)
+    parts = re.findall(r"[A-Z]+(?![a-z])|[A-Z][a-z]+", word)
+    return "".join(part[0] for part in parts).lower() if len(parts) > 1 else ""
+
+
+def _modules(ep: Any) -> tuple[tuple[str, str, str], ...]:
+    """(name, type, qualified type) of every module of ``ep`` but the root, in the order of
+    its module tree: read once per program."""
+
+    def read() -> tuple[tuple[str, str, str], ...]:
+        return tuple(
+            (fqn, info.type_name, info.qualified_type or "")
+            for fqn, info in module_tree(ep).items()
+            if fqn
+        )
+
+    return _derived.cached(ep, "search: modules", read)
