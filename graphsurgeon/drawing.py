@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from . import display
+from ._program import as_program
 from .errors import RenderError
 from .render import AUTO_MAX_NODES, DrawOptions, GraphView, graph_view, legend_html, overlay_of
 from .render.picture import Picture
@@ -159,6 +160,8 @@ def draw(program: Any, **options: Any) -> Drawing:
         (0.0, True)
     """
     told = DrawOptions.given(options, "draw")
+    # read through the one door first: a wrong object or wrong inputs are refused naming draw
+    as_program(program, told.args, told.kwargs, verb="draw")
     # the overlay's values computed once, drawn at each budget
     told = dataclasses.replace(
         told, overlay=overlay_of(program, told.overlay, told.args, told.kwargs)

@@ -70,6 +70,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import _meta, display
+from .._program import as_program
 from ..errors import RenderError, UnknownModuleError, did_you_mean
 from ..partition import program_index, split_call_name
 from . import _stack
@@ -377,11 +378,13 @@ def graph_view(program: Any, options: DrawOptions | None = None, /, **keywords: 
         >>> view.collapsed, view.drawn_nodes
         (('0', '1'), 4)
     """
-    return _graph_view(program, DrawOptions.given(keywords, "graph_view", options))
+    return _graph_view(program, DrawOptions.given(keywords, "graph_view", options), "graph_view")
 
 
-def _graph_view(program: Any, options: DrawOptions) -> GraphView:
-    source = _program(program)
+def _graph_view(program: Any, options: DrawOptions, verb: str) -> GraphView:
+    """``program`` drawn with ``options``: read through the one door, so that a wrong object
+    or wrong inputs are refused as every entry point refuses them, naming ``verb``."""
+    source = _program(as_program(program, options.args, options.kwargs, verb=verb))
     mode = _diff_mode(options.diff, source)
     _check_collapse(options.collapse)
     max_nodes = options.budget
@@ -625,7 +628,7 @@ def to_dot(program: Any, **options: Any) -> str:
         >>> to_dot(ep) == to_dot(ep)
         True
     """
-    return _graph_view(program, DrawOptions.given(options, "to_dot")).dot
+    return _graph_view(program, DrawOptions.given(options, "to_dot"), "to_dot").dot
 
 
 @DrawOptions.keywords
@@ -644,7 +647,7 @@ def to_svg(program: Any, **options: Any) -> str:
         >>> 'id="node:linear"' in svg and svg.rstrip().endswith("</svg>")
         True
     """
-    view = _graph_view(program, DrawOptions.given(options, "to_svg"))
+    view = _graph_view(program, DrawOptions.given(options, "to_svg"), "to_svg")
     return view.laid_out("svg").decode()
 
 

@@ -32,7 +32,7 @@ from torch.fx import Graph, GraphModule, Node
 
 from .. import _meta
 from .._derived import cached
-from .._program import as_program
+from .._program import Program
 from ..partition import call_index, program_index, split_call_name
 from ..swap import SwapInfo
 
@@ -75,9 +75,9 @@ class _Program:
         return self.module is not None and (bool(self.swapped) or not self.fused)
 
 
-def _program(program: Any) -> _Program:
-    """What to draw, for anything :func:`graphsurgeon._program.as_program` reads as a program."""
-    source = as_program(program)
+def _program(source: Program) -> _Program:
+    """What to draw, for a program as the one door (:func:`graphsurgeon._program.as_program`)
+    read it."""
     if source.module is None:
         return _Program(source.ep)
     info = source.info
