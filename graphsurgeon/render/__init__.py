@@ -4,7 +4,8 @@
 graphviz's ``dot``, :func:`graph_view` the text and what it shows (a :class:`GraphView`). They,
 and :func:`graphsurgeon.draw`, take the same keyword arguments: the fields of
 :class:`DrawOptions`, with one set of defaults. What a picture shows, and the ids it gives each
-element: :mod:`graphsurgeon.render._assemble`.
+element: :mod:`graphsurgeon.render._assemble`. What a layer is, the rule a stack of layers is
+drawn by, is :func:`layer_calls`'s.
 
 The stages, one module each: ``_scene`` (the graph's analysis, the scene and the collapse
 plan), ``_writer`` (scene -> a semantic :class:`~graphsurgeon.render.picture.Picture`),

@@ -115,7 +115,7 @@ class DrawOptions:
         highlight: module fqns or call names (``"layers.1"``, ``"shared@1"``) to make stand
             out: bold border, stronger fill. A container (``"layers"``) highlights its
             submodules; a swapped module highlights its box. Unknown names raise
-            :class:`~graphsurgeon.UnknownModuleError`.
+            :class:`~graphsurgeon.errors.UnknownModuleError`.
         show: names opened as ``highlight`` opens them (on top of the view chosen without
             them, and their parents), without marking them: what a stepper is in, a match.
         collapse: which module calls are drawn as one box (node count, edges aggregated):
@@ -284,11 +284,19 @@ class GraphView:
         return text
 
     def laid_out(self, format: str = "svg") -> bytes:
-        """The picture laid out by graphviz in ``format`` (``"svg"``, ``"png"``, ``"pdf"``...):
-        a stack of many open layers a layer at a time (:mod:`graphsurgeon.render._stack`),
-        anything else by ``dot`` whole; cached by the DOT text.
+        """The picture laid out by graphviz, cached by the DOT text.
 
-        Raises :class:`~graphsurgeon.MissingDependencyError` when ``dot`` is not installed.
+        A stack of many open layers is laid out a layer at a time
+        (:mod:`graphsurgeon.render._stack`), anything else by ``dot`` whole.
+
+        Args:
+            format: ``"svg"``, ``"png"``, ``"pdf"``, or another format ``dot -T`` knows.
+
+        Returns:
+            The laid-out picture, as graphviz writes it.
+
+        Raises:
+            MissingDependencyError: graphviz's ``dot`` is not installed.
         """
         return _stack.layout(self.picture, self.dot, format)
 
@@ -303,7 +311,14 @@ class GraphView:
 
 
 def legend_html(picture: Picture) -> str:
-    """The legend of a picture's overlay (its colours and what they mean), '' without one."""
+    """The legend of a picture's overlay: its colours and what they mean.
+
+    Args:
+        picture: a picture, drawn with an overlay or without.
+
+    Returns:
+        The legend's HTML, or ``""`` for a picture without an overlay.
+    """
     heat = picture.heat
     if heat is None:
         return ""
@@ -396,10 +411,21 @@ def _graph_view(program: Any, options: DrawOptions, verb: str) -> GraphView:
 
 
 def overlay_of(program: Any, overlay: Any, args: Any = None, kwargs: Any = None) -> Any:
-    """The values ``overlay=`` asks for (:class:`graphsurgeon.checks.overlay.OverlayValues`), or None:
-    computed by :func:`graphsurgeon.checks.overlay.overlay_values` (``"error"``, ``"own error"`` and
-    ``"latency"`` run the program on ``args``/``kwargs``; a Surgery brings its own), or given
-    already computed."""
+    """The values ``overlay=`` asks for.
+
+    Args:
+        program: the program drawn, as :func:`to_dot` takes it.
+        overlay: what :attr:`DrawOptions.overlay` takes: a kind, a mapping of one's own
+            values, values computed already, or None.
+        args: the model's positional inputs: ``"error"``, ``"own error"`` and ``"latency"``
+            run the program on them (a Surgery brings its own).
+        kwargs: its keyword inputs, likewise.
+
+    Returns:
+        The :class:`graphsurgeon.checks.overlay.OverlayValues` computed by
+        :func:`graphsurgeon.checks.overlay.overlay_values` (or given already computed), or
+        None without an overlay.
+    """
     if overlay is None:
         return None
     from ..checks.overlay import OverlayValues, overlay_values  # runs programs: only when asked
@@ -633,11 +659,20 @@ def to_dot(program: Any, **options: Any) -> str:
 
 @DrawOptions.keywords
 def to_svg(program: Any, **options: Any) -> str:
-    """The SVG of :func:`to_dot`'s picture, laid out by graphviz's ``dot`` (cached by DOT text;
-    a stack of many open layers is laid out a layer at a time: :meth:`GraphView.laid_out`).
-    The arguments are :func:`to_dot`'s.
+    """The SVG of :func:`to_dot`'s picture, laid out by graphviz's ``dot``.
 
-    Raises :class:`~graphsurgeon.MissingDependencyError` when ``dot`` is not installed.
+    Cached by DOT text; a stack of many open layers is laid out a layer at a time
+    (:meth:`GraphView.laid_out`).
+
+    Args:
+        program: what to draw, as :func:`to_dot` takes it.
+        **options: the fields of :class:`DrawOptions`, as :func:`to_dot` takes them.
+
+    Returns:
+        The SVG text.
+
+    Raises:
+        MissingDependencyError: graphviz's ``dot`` is not installed.
 
     Example:
         >>> import torch, graphsurgeon as gs

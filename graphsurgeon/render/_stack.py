@@ -58,11 +58,16 @@ def layout(picture: Picture, dot: str, format: str = "svg") -> bytes:
 
 
 def layer_calls(calls: Mapping[str, Any]) -> frozenset[str]:
-    """The module calls that repeat as layers, by the rule a stack is made by: each run of at
-    least :data:`MIN_LAYERS` calls of one module type, one after the other under one parent
-    (``model.layers.0``, ``model.layers.1``...). ``calls``: each call's name -> what the call
-    index knows of it (its ``parent`` and ``type``), in graph order
-    (``call_index(program).calls``)."""
+    """The module calls that repeat as layers, by the rule a stack is made by.
+
+    Args:
+        calls: each call's name -> what the call index knows of it (its ``parent`` and
+            ``type``), in graph order (``call_index(program).calls``).
+
+    Returns:
+        The calls in a run of at least :data:`MIN_LAYERS` calls of one module type, one after
+        the other under one parent (``model.layers.0``, ``model.layers.1``...).
+    """
     layers: set[str] = set()
     runs: dict[str, tuple[str, list[str]]] = {}  # parent -> (type, its current run)
     for name, call in calls.items():

@@ -46,8 +46,20 @@ def _binary(name: str = "dot") -> str:
 
 
 def run(texts: Sequence[str], arguments: Sequence[str], program: str = "dot") -> list[bytes]:
-    """Run graphviz's ``program`` with ``arguments`` on each of ``texts``, at the same time;
-    their outputs, in order. Raises RenderError when one fails."""
+    """Run graphviz's ``program`` with ``arguments`` on each of ``texts``, at the same time.
+
+    Args:
+        texts: the DOT texts, one process each.
+        arguments: the command line arguments of each process (``["-Tsvg"]``).
+        program: which graphviz program runs them (``"dot"``, ``"neato"``...).
+
+    Returns:
+        Each process's output, in the order of ``texts``.
+
+    Raises:
+        MissingDependencyError: ``program`` is not installed.
+        RenderError: one of the processes fails (its exit status and message).
+    """
     binary = _binary(program)
     processes = [
         subprocess.Popen(
@@ -69,10 +81,23 @@ def run(texts: Sequence[str], arguments: Sequence[str], program: str = "dot") ->
 
 
 def cached(how: str, format: str, dot: str, make: Callable[[], bytes]) -> bytes:
-    """The layout ``make()`` gives of the picture whose DOT text is ``dot``, in ``format``:
-    made once, then kept (the last :data:`_LAYOUTS_MAX` layouts) by ``how`` it was laid out
-    (``"dot"``: :func:`layout`), the format and the text. Raises
-    :class:`~graphsurgeon.MissingDependencyError` when ``dot`` is not installed, kept or not."""
+    """The layout ``make()`` gives of the picture whose DOT text is ``dot``, made once, then
+    kept (the last :data:`_LAYOUTS_MAX` layouts).
+
+    Args:
+        how: how it is laid out (``"dot"``: :func:`layout`; a stack a layer at a time has its
+            own), part of the key.
+        format: the output format (``"svg"``...), part of the key.
+        dot: the picture's DOT text, part of the key (by its hash).
+        make: lays the picture out, when it is not kept yet.
+
+    Returns:
+        The layout, as ``make()`` gave it.
+
+    Raises:
+        MissingDependencyError: ``dot`` is not installed (whether the layout is kept or not:
+            a picture does not lay out on one machine only because it did before).
+    """
     _binary()
     key = f"{how}\0{format}\0{hashlib.sha256(dot.encode('utf-8', 'surrogatepass')).hexdigest()}"
     with _LAYOUTS_LOCK:
@@ -89,11 +114,18 @@ def cached(how: str, format: str, dot: str, make: Callable[[], bytes]) -> bytes:
 
 
 def layout(dot: str, format: str = "svg") -> bytes:
-    """``dot`` laid out by graphviz's ``dot`` in ``format`` (``"svg"``, ``"png"``, ``"pdf"``
-    ...); results are cached by (format, DOT text).
+    """``dot`` laid out whole by graphviz's ``dot``, cached by (format, DOT text).
 
-    Raises :class:`~graphsurgeon.MissingDependencyError` when ``dot`` is not installed, and
-    :class:`~graphsurgeon.errors.RenderError` when it fails.
+    Args:
+        dot: the DOT text (:func:`graphsurgeon.to_dot`'s).
+        format: ``"svg"``, ``"png"``, ``"pdf"``, or another format ``dot -T`` knows.
+
+    Returns:
+        The laid-out picture, as ``dot`` writes it.
+
+    Raises:
+        MissingDependencyError: ``dot`` is not installed.
+        RenderError: ``dot`` fails on the text.
     """
 
     def make() -> bytes:

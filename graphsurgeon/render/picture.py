@@ -262,8 +262,16 @@ class Heat:
     high: float
 
     def level(self, value: float) -> float:
-        """Where ``value`` lies on the colour scale, from 0 (coolest) to 1 (hottest). Errors:
-        0 at or below 1/1000 of the threshold, 0.5 just below it, 1 at 1000 times it."""
+        """Where ``value`` lies on the colour scale.
+
+        Args:
+            value: an element's value, in :attr:`unit`.
+
+        Returns:
+            From 0 (coolest) to 1 (hottest). Errors: 0 at or below 1/1000 of the threshold,
+            0.5 just below it, 1 at 1000 times it; other values from :attr:`low` to
+            :attr:`high`.
+        """
         if self.threshold is not None:
             ratio = value / self.threshold if self.threshold > 0 else math.inf
             if not ratio > 0:
@@ -280,7 +288,14 @@ class Heat:
         return min(1.0, max(0.0, (value - self.low) / span))
 
     def color(self, value: float) -> str:
-        """The fill colour of an element valued ``value``."""
+        """The fill colour of an element valued ``value``.
+
+        Args:
+            value: the element's value, in :attr:`unit`.
+
+        Returns:
+            A ``#rrggbb`` colour, the same for the same value and scale on every run.
+        """
         return _heat_color(self.level(value), self.threshold is not None)
 
     def legend(self) -> tuple[tuple[str, str], ...]:
@@ -401,9 +416,17 @@ class Picture:
     # -- lookups -----------------------------------------------------------------------------
 
     def element_of_node(self, node: str, prefix: str = "") -> PictureNode | None:
-        """Where fx node ``node`` is drawn: its own node, else the box it was collapsed into
-        (None when it is not drawn: glue, a check, a node of another program). ``prefix``:
-        which picture of a split diff (``"before/"``, ``"after/"``)."""
+        """Where fx node ``node`` is drawn.
+
+        Args:
+            node: the fx node's name (``"linear"``).
+            prefix: which picture of a split diff (``"before/"``, ``"after/"``); ``""``
+                otherwise.
+
+        Returns:
+            Its own node, else the box it was collapsed into; None when it is not drawn (glue,
+            a check, a node of another program).
+        """
         own = f"{prefix}node:{id_text(node)}"
         if own in self.rows:
             return self[own]
@@ -411,25 +434,61 @@ class Picture:
         return self[box] if box is not None else None
 
     def elements_of_call(self, call: str) -> tuple[str, ...]:
-        """The ids of every element drawing module call ``call``: its cluster, the box it is
-        collapsed into (a run's box draws each of its calls), or the node a call of one node
-        is drawn as; in both pictures of a split diff. Empty when no element draws it alone
-        (it is inside a box, or not in the picture)."""
+        """The ids of every element drawing module call ``call``.
+
+        Args:
+            call: a call name (``"layers.0"``, ``"shared@1"``).
+
+        Returns:
+            Its cluster, the box it is collapsed into (a run's box draws each of its calls), or
+            the node a call of one node is drawn as; in both pictures of a split diff. Empty
+            when no element draws it alone (it is inside a box, or not in the picture).
+        """
         return tuple(self._index()[0].get(call, ()))
 
     def inside(self, element_id: str) -> tuple[str, ...]:
-        """The ids of the nodes and boxes drawn inside cluster ``element_id``, at any depth,
-        in drawing order (empty for a node or a box)."""
+        """The ids of the nodes and boxes drawn inside cluster ``element_id``, at any depth.
+
+        Args:
+            element_id: a cluster's id (``"cluster:layers.0"``).
+
+        Returns:
+            The ids, in drawing order (empty for a node or a box).
+
+        Raises:
+            RenderError: the picture has no element ``element_id`` (naming the ids it may
+                have meant).
+        """
         self[element_id]  # an unknown id is refused, with the ids it may have meant
         return tuple(self._index()[1].get(element_id, ()))
 
     def edges_in(self, element_id: str) -> tuple[PictureEdge, ...]:
-        """The edges that feed node or box ``element_id`` (what it reads), in drawing order."""
+        """The edges that feed node or box ``element_id``: what it reads.
+
+        Args:
+            element_id: a node's or a box's id.
+
+        Returns:
+            The edges, in drawing order.
+
+        Raises:
+            RenderError: the picture has no element ``element_id``.
+        """
         self[element_id]
         return tuple(self[edge] for edge in self._index()[2].get(element_id, ()))
 
     def edges_out(self, element_id: str) -> tuple[PictureEdge, ...]:
-        """The edges that leave node or box ``element_id`` (what reads it), in drawing order."""
+        """The edges that leave node or box ``element_id``: what reads it.
+
+        Args:
+            element_id: a node's or a box's id.
+
+        Returns:
+            The edges, in drawing order.
+
+        Raises:
+            RenderError: the picture has no element ``element_id``.
+        """
         self[element_id]
         return tuple(self[edge] for edge in self._index()[3].get(element_id, ()))
 
@@ -465,10 +524,18 @@ class Picture:
 
     def to_dot(self, placed: Placed | None = None) -> str:
         """The DOT text: the clusters nested as drawn, then the edges, then the alignment.
+
         Every DOT style (colours, shapes, line styles, default attributes) is decided here:
         this is the one writer of DOT, for a whole picture and for the parts
-        :mod:`graphsurgeon.render._stack` lays out one at a time. With ``placed``, elements
-        also carry their positions (the form ``neato -n2`` draws as it is) and sizes."""
+        :mod:`graphsurgeon.render._stack` lays out one at a time.
+
+        Args:
+            placed: where each element was laid out, or None. With it, elements also carry
+                their positions (the form ``neato -n2`` draws as it is) and sizes.
+
+        Returns:
+            The DOT text: the same picture gives the same text.
+        """
         lines = [f"digraph {quote(self.name)} {{", _HEADER]
         if self.split:
             lines.append("  newrank=true;")  # lets nodes of the two sides share a rank
@@ -652,10 +719,18 @@ def _color(name: str, strong: bool = False) -> str:
 
 
 def quote(text: str) -> str:
-    r"""A DOT string. Backslashes are doubled so that graphviz does not read ``\N``, ``\G``,
-    ``\l`` ... in user text as its own escapes; newlines become line breaks. Characters dot or
-    SVG cannot carry (NUL ends dot's input; XML has no control characters) are shown as
+    r"""A DOT string of ``text``.
+
+    Backslashes are doubled so that graphviz does not read ``\N``, ``\G``, ``\l`` ... in user
+    text as its own escapes; newlines become line breaks. Characters dot or SVG cannot carry
+    (NUL ends dot's input; XML has no control characters) are shown as
     :func:`graphsurgeon.display.shown` shows them (:func:`graphsurgeon.display.label_text`).
+
+    Args:
+        text: any text (a label, a name, an id).
+
+    Returns:
+        The text in double quotes, escaped for DOT.
 
     Example:
         >>> print(quote('say "hi"\nto \\N'))
