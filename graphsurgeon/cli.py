@@ -158,7 +158,6 @@ def _parse_collapse(text: str):
 
 def _cmd_render(options) -> int:
     from graphsurgeon import render
-    from graphsurgeon.render.graphviz import layout
 
     output = options.output
     to_stdout = output is None or output == "-"
@@ -175,7 +174,7 @@ def _cmd_render(options) -> int:
             max_nodes=options.max_nodes,
             show_parameters=options.show_parameters,
         )
-        data = view.dot.encode() if format_ == "dot" else layout(view.dot, format_)
+        data = view.dot.encode() if format_ == "dot" else view.laid_out(format_)
     except GraphSurgeonError as error:
         return _fail(str(error))
     if to_stdout:

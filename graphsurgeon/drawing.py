@@ -25,14 +25,15 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from . import display
+from ._program import as_program
 from .errors import RenderError
-from .render import AUTO_MAX_NODES, GraphView, graph_view, legend_html, overlay_of
-from .render.graphviz import layout
+from .render import AUTO_MAX_NODES, DrawOptions, GraphView, graph_view, legend_html, overlay_of
 from .render.picture import Picture
 
 __all__ = ["Drawing", "draw"]
@@ -104,7 +105,7 @@ class Drawing:
         elif suffix in ("dot", "gv"):
             path.write_text(self.dot)
         elif suffix in ("png", "pdf"):
-            path.write_bytes(layout(self.dot, suffix))
+            path.write_bytes(self.view.laid_out(suffix))
         else:
             raise RenderError(
                 f"cannot save a drawing as {path.name!r}: name a .svg, .dot, .png or .pdf file"
@@ -133,27 +134,16 @@ class Drawing:
         return display.bundle(self._repr_html_(), repr(self), include, exclude)
 
 
-def draw(
-    program: Any,
-    *,
-    highlight: str | Iterable[str] = (),
-    show: str | Iterable[str] = (),
-    collapse: Any = "auto",
-    diff: Any = None,
-    max_nodes: int | None = None,
-    show_parameters: bool = False,
-    show_checks: bool = False,
-    overlay: Any = None,
-    args: tuple | None = None,
-    kwargs: Mapping[str, Any] | None = None,
-) -> Drawing:
+@DrawOptions.keywords
+def draw(program: Any, **options: Any) -> Drawing:
     """Draw ``program`` as :func:`graphsurgeon.to_svg` does, as an object a notebook displays.
 
-    The arguments are :func:`graphsurgeon.to_dot`'s. With ``collapse="auto"`` and no
-    ``max_nodes``, the budget is chosen so the picture, fitted to a notebook's output width,
-    is at most about two screens tall and its text at least :data:`MIN_SCALE` of its size
-    (collapsing more on larger programs, never below the layer stack). Needs graphviz's
-    ``dot`` (:class:`~graphsurgeon.errors.MissingDependencyError` otherwise).
+    The arguments are :func:`graphsurgeon.to_dot`'s (the fields of
+    :class:`~graphsurgeon.render.DrawOptions`). With ``collapse="auto"`` and no ``max_nodes``,
+    the budget is chosen so the picture, fitted to a notebook's output width, is at most about
+    two screens tall and its text at least :data:`MIN_SCALE` of its size (collapsing more on
+    larger programs, never below the layer stack). Needs graphviz's ``dot``
+    (:class:`~graphsurgeon.errors.MissingDependencyError` otherwise).
 
     ``overlay=`` paints values on the picture, with a legend: ``"error"``, ``"own error"``,
     ``"latency"`` (these run the program: pass ``args``/``kwargs``, or draw a Surgery, which
@@ -169,21 +159,18 @@ def draw(
         >>> pic.overlay["node:linear"], pic.overlay["node:swapped_1"] > 1
         (0.0, True)
     """
-    values = overlay_of(program, overlay, args, kwargs)  # computed once, drawn at each budget
-    options = dict(
-        highlight=highlight,
-        show=show,
-        collapse=collapse,
-        diff=diff,
-        show_parameters=show_parameters,
-        show_checks=show_checks,
-        overlay=values,
+    told = DrawOptions.given(options, "draw")
+    # read through the one door first: a wrong object or wrong inputs are refused naming draw
+    as_program(program, told.args, told.kwargs, verb="draw")
+    # the overlay's values computed once, drawn at each budget
+    told = dataclasses.replace(
+        told, overlay=overlay_of(program, told.overlay, told.args, told.kwargs)
     )
-    choose = collapse == "auto" and max_nodes is None
-    budgets = _BUDGETS if choose else (max_nodes or AUTO_MAX_NODES,)
+    choose = told.collapse == "auto" and told.max_nodes is None
+    budgets = _BUDGETS if choose else (told.max_nodes,)
     view = svg = chosen = None
     for budget in budgets:
-        candidate = graph_view(program, max_nodes=budget, **options)
+        candidate = graph_view(program, dataclasses.replace(told, max_nodes=budget))
         if view is not None and candidate.drawn_nodes >= view.drawn_nodes:
             continue  # this budget draws no less: try a smaller one
         if (  # the next step folds layers into runs: one box a layer is worth a longer picture
@@ -194,7 +181,7 @@ def draw(
         ):
             break
         view, chosen = candidate, budget
-        svg = layout(view.dot, "svg").decode()
+        svg = view.laid_out("svg").decode()
         if _fits(*display.svg_size(svg)):
             break
     return Drawing(view, svg, view.picture.name, chosen if choose else None)

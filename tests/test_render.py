@@ -18,15 +18,24 @@ from pathlib import Path
 import pytest
 import torch
 from helpers.imports import import_graph
-from helpers.models import NoCausalMask, hf_decoder
+from helpers.models import Halves, NoCausalMask, SizedHeads, hf_decoder
 from torch import nn
 
 import graphsurgeon as gs
 from graphsurgeon import _meta, render
 from graphsurgeon.examples import FusedAttention, TinyGPT
+from graphsurgeon.partition import program_index
 from graphsurgeon.render import RenderError, graph_view, to_dot, to_svg
 from graphsurgeon.render import graphviz as graphviz_runner
-from graphsurgeon.render.picture import Picture, PictureNode
+from graphsurgeon.render.picture import (
+    ClusterRow,
+    EdgeRow,
+    NodeRow,
+    Picture,
+    PictureCluster,
+    PictureEdge,
+    PictureNode,
+)
 from graphsurgeon.swap import swap_info
 
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="graphviz `dot` not installed")
@@ -352,6 +361,34 @@ def test_highlight_a_module_called_twice_or_one_of_its_calls(shared):
     dot = to_dot(shared, highlight="lin@1")
     assert '"linear" [id="node:linear", class="op module",' in dot
     assert '"linear_1" [id="node:linear_1", class="op module highlighted",' in dot
+
+
+def test_a_container_name_highlights_what_every_entry_point_reads_it_as(tiny_gpt):
+    _, _, ep = tiny_gpt
+    covered = program_index(ep).calls_covered("layers")  # the one reading of a container
+    assert covered == ("layers.0", "layers.1"), "precondition: a ModuleList of two layers"
+    view = graph_view(ep, highlight="layers")
+    assert view.highlighted == covered
+    assert to_dot(ep, highlight="layers") == to_dot(ep, highlight=list(covered))
+    with pytest.raises(gs.errors.UnknownModuleError, match=r"highlight: .*'layers'"):
+        to_dot(ep, highlight="layerz")
+
+
+def test_the_drawing_entry_points_share_one_set_of_options(outer):
+    fields = dataclasses.fields(render.DrawOptions)
+    expected = [(f.name, f.default) for f in fields]
+    for function in (to_dot, to_svg, gs.draw, graph_view):
+        parameters = inspect.signature(function).parameters.values()
+        keywords = [(p.name, p.default) for p in parameters if p.kind == p.KEYWORD_ONLY]
+        assert keywords == expected, function.__name__
+        with pytest.raises(TypeError, match=r"unexpected keyword argument 'colapse'"):
+            function(outer, colapse=1)
+    # max_nodes not told is the same budget everywhere: the auto budget for a picture's text
+    assert render.DrawOptions().max_nodes is None
+    assert to_dot(outer, max_nodes=None) == to_dot(outer, max_nodes=render.AUTO_MAX_NODES)
+    options = render.DrawOptions(collapse=1)
+    assert graph_view(outer, options).dot == to_dot(outer, collapse=1)
+    assert graph_view(outer, options, collapse=None).dot == to_dot(outer, collapse=None)
 
 
 def test_show_parameters_draws_them_with_edges_to_their_users(outer):
@@ -1011,6 +1048,24 @@ def test_the_picture_is_semantic_and_to_dot_owns_every_dot_style(outer, swapped)
     )
 
 
+def test_the_rows_a_picture_keeps_are_its_records_fields_by_name():
+    pairs = ((NodeRow, PictureNode), (ClusterRow, PictureCluster), (EdgeRow, PictureEdge))
+    for row, record in pairs:
+        fields = dataclasses.fields(record)
+        assert row._fields == tuple(f.name for f in fields), record.__name__
+        defaults = {f.name: f.default for f in fields if f.default is not dataclasses.MISSING}
+        assert row._field_defaults == defaults, record.__name__
+    picture = graph_view(gs.export(Outer(), (torch.randn(1, 2),)), collapse=1).picture
+    assert {type(row) for row in picture.rows.values()} <= {NodeRow, ClusterRow}
+    assert {type(row) for row in picture.edge_rows} == {EdgeRow}
+    box = picture.rows["module:block"]
+    assert (box.kind, box.calls, box.members) == (
+        "box",
+        ("block",),
+        picture["module:block"].members,
+    )
+
+
 class ConvBN(nn.Module):
     def __init__(self):
         super().__init__()
@@ -1453,7 +1508,6 @@ def test_a_stack_of_identical_layers_is_laid_out_one_layer_at_a_time(monkeypatch
     from graphsurgeon.render import _stack
 
     monkeypatch.setattr(_stack, "MIN_NODES", 0)  # a small stack, to keep the test quick
-    monkeypatch.setattr(graphviz_runner, "_STACKED_MIN_TEXT", 0)
     torch.manual_seed(0)
     model = TinyGPT(10).eval()
     ep = gs.export(model, (model.example_input(),))
@@ -1468,7 +1522,7 @@ def test_a_stack_of_identical_layers_is_laid_out_one_layer_at_a_time(monkeypatch
 
     monkeypatch.setattr(graphviz_runner, "run", counting_run)
     graphviz_runner._LAYOUTS.clear()
-    svg = graphviz_runner.layout(view.dot).decode()
+    svg = view.laid_out("svg").decode()
     # a few layouts of one layer each, the picture around the stack, then drawn as one
     assert runs[0][0] == "dot" and runs[0][1] < 10 and runs[1:] == [("dot", 1), ("neato", 1)]
     whole = subprocess.run(["dot", "-Tsvg"], input=view.dot.encode(), capture_output=True)
@@ -1487,6 +1541,52 @@ def test_a_stack_of_identical_layers_is_laid_out_one_layer_at_a_time(monkeypatch
     assert _positions(svg, "cluster:layers.2") == _positions(svg, "cluster:layers.7")
     # no stack, no parts: laid out whole
     assert _stack._stack(graph_view(exported(Outer(), torch.randn(1, 2))).picture) is None
+    # the layout of the text alone is dot's, whatever was laid out before (pure, by text)
+    runs.clear()
+    assert graphviz_runner.layout(view.dot) == whole.stdout and not runs
+
+
+@needs_dot
+def test_a_stack_laid_out_in_parts_that_cannot_be_joined_says_what_failed(monkeypatch):
+    from graphsurgeon.render import _stack
+
+    monkeypatch.setattr(_stack, "MIN_NODES", 0)
+    torch.manual_seed(0)
+    model = TinyGPT(8).eval()
+    view = graph_view(gs.export(model, (model.example_input(),)), collapse=None)
+    real_run = graphviz_runner.run
+
+    def losing_the_placeholder(texts, arguments, program="dot"):
+        outputs = real_run(texts, arguments, program)
+        if program == "dot" and len(texts) == 1:  # the skeleton: its placeholder goes missing
+            return [out.replace(b'"name": "stack:"', b'"name": "lost"') for out in outputs]
+        return outputs
+
+    monkeypatch.setattr(graphviz_runner, "run", losing_the_placeholder)
+    graphviz_runner._LAYOUTS.clear()
+    message = r"8 layers layers\.0 … layers\.7 laid out one at a time failed while placing"
+    with pytest.raises(RenderError, match=message):
+        view.laid_out("svg")
+
+
+def test_a_diff_draws_what_the_swap_says_it_removed_size_arithmetic_dropped_outside_calls_too():
+    torch.manual_seed(0)
+    tokens = torch.export.Dim("tokens", max=64)
+    ep = exported(SizedHeads(), torch.randn(1, 5, 4), dynamic_shapes=({1: tokens},))
+    gm = gs.swap(ep, {"heads": Halves()})
+    diff = swap_info(gm).diff
+    assert diff.removed_by_call[""] == ("sym_size_int_1",), "precondition: dropped, no call's"
+
+    def marked(picture, token: str) -> set[str]:
+        return {node.node for node in picture.nodes if token in node.style}
+
+    merged = graph_view(gm, diff="merged", collapse=None).picture
+    assert marked(merged, "removed") == set(diff.removed)  # the swap's answer, all of it
+    assert marked(merged, "added") == {"swapped_heads"} and "swapped_heads" in diff.added
+    # greyed where it was: after the input it reads, not first
+    assert merged.top.index("node:sym_size_int_1") == merged.top.index("node:x") + 1
+    split = graph_view(gm, diff="split", collapse=None).picture
+    assert "removed" in split["before/node:sym_size_int_1"].style
 
 
 def test_a_replaced_region_of_ops_is_drawn_before_and_after_like_a_swap():

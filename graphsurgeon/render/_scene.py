@@ -9,9 +9,10 @@ collapse plan.
   the rewrite never runs here;
 * the merge of a program and its swap result for a before/after picture (:func:`_pictures`);
 * the scene (:class:`_Scene`: the vertices of one picture and the calls they sit in) and the
-  collapse plan (:func:`_plan`: which calls are open, which runs of siblings are one box);
-* the names a caller gives (``highlight=``, ``collapse=``) read as every entry point reads
-  them, by the program's one resolver (:meth:`ProgramIndex.resolve`).
+  collapse plan (:func:`_plan`: which calls are open, which runs of siblings are one box).
+
+The names a caller gives (``highlight=``, ``collapse=``) are read by the assembly
+(:mod:`graphsurgeon.render._assemble`), as every entry point reads them.
 
 Only names are kept (never fx nodes): the cache of analyses must not keep programs alive.
 """
@@ -31,8 +32,7 @@ from torch.fx import Graph, GraphModule, Node
 
 from .. import _meta
 from .._derived import cached
-from .._program import as_program
-from ..errors import RenderError, UnknownModuleError
+from .._program import Program
 from ..partition import call_index, program_index, split_call_name
 from ..swap import SwapInfo
 
@@ -75,9 +75,9 @@ class _Program:
         return self.module is not None and (bool(self.swapped) or not self.fused)
 
 
-def _program(program: Any) -> _Program:
-    """What to draw, for anything :func:`graphsurgeon._program.as_program` reads as a program."""
-    source = as_program(program)
+def _program(source: Program) -> _Program:
+    """What to draw, for a program as the one door (:func:`graphsurgeon._program.as_program`)
+    read it."""
     if source.module is None:
         return _Program(source.ep)
     info = source.info
@@ -1007,11 +1007,7 @@ def _pictures(
         _stacks_of_original(merged, before, show_parameters, show_checks)
     marks.boundaries = set(source.swapped)
     marks.status = dict.fromkeys(removed, "removed")
-    marks.status.update(
-        (v.name, "added")
-        for v in after.vertices
-        if v.kind in (_SWAPPED, _GLUE) and v.name not in before.by_name
-    )
+    marks.status.update((name, "added") for name in source.info.diff.added if name in after.by_name)
     if mode == "merged":
         return merged, [(merged, "", removed_edges)]
     return merged, [
@@ -1085,29 +1081,45 @@ def _merge_programs(
 ) -> tuple[list[_Vertex], list[str], list[tuple[str, str, str]], dict[str, str]]:
     """Both programs as one list of vertices, in the original order.
 
-    Returns the vertices of the swapped program with the removed ones of the original put
-    back just before the box that replaced them; the names of the removed vertices; the
-    original edges from removed vertices to vertices that were kept; and the new names of
-    kept values that the swap renamed (an argument named ``input`` becomes ``input_1``).
+    What the swap removed, added and kept is the swap's own answer (its
+    :class:`~graphsurgeon.rewrite.info.Diff`), never worked out again here. Returns the
+    vertices of the swapped program with the removed ones of the original put back: a swapped
+    call's just before the box that replaced them, the nodes the swap dropped outside every
+    call (size arithmetic only a swapped call read) where they were; the names of the removed
+    vertices; the original edges from removed vertices to vertices that were kept; and the new
+    names of kept values that the swap renamed (an argument named ``input`` becomes
+    ``input_1``).
     """
-    info = source.info
+    diff = source.info.diff
     removed_by_call = {
-        call: [name for name in info.partitions[call].nodes if name in before.by_name]
+        call: [name for name in diff.removed_by_call.get(call, ()) if name in before.by_name]
         for call in source.swapped
     }
+    dropped = {name for name in diff.removed_by_call.get("", ()) if name in before.by_name}
     removed = [name for names in removed_by_call.values() for name in names]
-    removed_set = set(removed)
-    aliases = {
-        old: new
-        for old, new in getattr(info, "node_map", {}).items()
-        if old != new and old not in removed_set and new in after.by_name
-    }
+    removed_set = set(removed) | dropped
+    aliases = {old: new for old, new in diff.renamed.items() if new in after.by_name}
+    # each dropped vertex is put back before the next vertex of the original that is drawn
+    put_back: dict[str, list[_Vertex]] = {}
+    pending: list[_Vertex] = []
+    for vertex in before.vertices:
+        if vertex.name in dropped:
+            pending.append(vertex)
+        elif pending and (
+            vertex.name in removed_set or aliases.get(vertex.name, vertex.name) in after.by_name
+        ):
+            put_back[aliases.get(vertex.name, vertex.name)] = pending
+            pending = []
     merged: list[_Vertex] = []
     for vertex in after.vertices:
         if vertex.kind == _SWAPPED:
-            call = vertex.swap_call
-            merged += [before.by_name[name] for name in removed_by_call.get(call, [])]
+            for name in removed_by_call.get(vertex.swap_call, []):
+                merged += put_back.get(name, [])
+                merged.append(before.by_name[name])
+        merged += put_back.get(vertex.name, [])
         merged.append(vertex)
+    merged += pending
+    removed += [vertex.name for vertex in before.vertices if vertex.name in dropped]
     # A value that only the removed nodes used (an input leaf only the swapped call read)
     # is gone from the swapped program: draw it from the original.
     names = {vertex.name for vertex in merged}
@@ -1125,85 +1137,3 @@ def _merge_programs(
         if source_name in removed_set
     ]
     return missing + merged, removed, removed_edges, aliases
-
-
-def _swaps_named(names: list[str], swapped: Iterable[str]) -> list[str]:
-    """The swapped calls that ``names`` point at (by call name, fqn, or a parent's fqn)."""
-    names = [fqn if k == 0 else name for name in names for fqn, k in [split_call_name(name)]]
-    chosen = []
-    for call in swapped:
-        fqn = split_call_name(call)[0]
-        if any(name in (call, fqn) or fqn.startswith(name + ".") for name in names):
-            chosen.append(call)
-    return chosen
-
-
-# -- names the caller gives ------------------------------------------------------------------
-
-
-def _names(value: Any, argument: str) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, Iterable) and not isinstance(value, Mapping):
-        names = list(value)
-        for name in names:
-            if not isinstance(name, str):
-                raise RenderError(f"{argument}: expected module names (str), got {name!r}")
-        return sorted(set(names)) if isinstance(value, (set, frozenset)) else names
-    raise RenderError(
-        f"{argument}: expected a module name or a collection of them, got {type(value).__name__}"
-    )
-
-
-def _resolve(names: list[str], scene: _Scene, program: _Program, argument: str) -> list:
-    """Module or call names -> the calls of the picture they stand for, in model order.
-
-    Names are read as every entry point reads them (:meth:`ProgramIndex.resolve`: ``"blk@0"``
-    is ``"blk"``). A module stands for each of its calls; a module without calls of its own (a
-    container such as nn.ModuleList) for the outermost calls of its submodules. ``"ops:<name>"``
-    stands for the own-ops box of each of those calls (``"ops:"``: the root's), as its key
-    (:func:`ops_key`), after the calls.
-    """
-    calls = scene.calls
-    index = program_index(program.ep)
-    by_fqn: dict[str, list[str]] = {}
-    for call in calls.values():
-        by_fqn.setdefault(call.fqn, []).append(call.name)
-    wanted: set[str] = set()
-    owners: list[str] = []
-    for name in names:
-        if name.startswith(OPS_PREFIX):
-            owner = name[len(OPS_PREFIX) :]
-            owners += [""] if owner == "" else _resolve([owner], scene, program, argument)
-            continue
-        if name == "":
-            raise RenderError(
-                f"{argument}: the root module '' is the whole picture; name a submodule"
-            )
-        try:
-            resolved = index.resolve(name)
-        except UnknownModuleError as error:
-            raise UnknownModuleError(f"{argument}: {error}") from None
-        if resolved.one_call:
-            wanted.add(resolved.name)
-            continue
-        fqn = resolved.fqn
-        if fqn in by_fqn:
-            # a module with calls of its own stands for them (its submodules' calls are
-            # inside them): no need to look through every call of the picture
-            wanted.update(by_fqn[fqn])
-            continue
-        for call in calls.values():
-            if call.fqn.startswith(fqn + ".") and _outermost(call, fqn, calls):
-                wanted.add(call.name)
-    resolved = [name for name in calls if name in wanted]
-    return resolved + [ops_key(owner) for owner in dict.fromkeys(owners)]
-
-
-def _outermost(call: _Call, prefix: str, calls: Mapping[str, _Call]) -> bool:
-    parent = call.parent
-    while parent:
-        if calls[parent].fqn == prefix or calls[parent].fqn.startswith(prefix + "."):
-            return False
-        parent = calls[parent].parent
-    return True

@@ -2,13 +2,13 @@
 
 graphviz's ``dot`` lays a graph out as a whole, and its time grows faster than the graph: an
 80-layer decoder drawn fully open (3,700 nodes) takes seconds, and its layers drift apart on the
-page. Model viewers lay such a model out per layer instead. So does :func:`stacked`, for a
+page. Model viewers lay such a model out per layer instead. So does :func:`layout`, for a
 picture whose clusters include a long run of open layers of one type that feed each other:
 
-1. each layer with a structure of its own is laid out once (by ``dot``, as DOT text whose names
-   are the layer's own positions, so that identical layers give identical text): usually the
-   first layer (it reads the inputs) and the rest, or a few groups where the number of digits in
-   the names changes the labels' widths;
+1. each layer with a structure of its own is laid out once (by ``dot``, as a picture of its own
+   whose names are the layer's own positions, so that identical layers give identical text):
+   usually the first layer (it reads the inputs) and the rest, or a few groups where the number
+   of digits in the names changes the labels' widths;
 2. the picture around the stack is laid out with the stack as one placeholder of its size
    (the skeleton);
 3. the layers are placed one under the other inside the placeholder, the edges that cross
@@ -16,34 +16,24 @@ picture whose clusters include a long run of open layers of one type that feed e
    picture with every id, class, tooltip and label that ``dot`` would give it.
 
 Identical layers look alike, and the stack is a straight column. Anything else is laid out by
-``dot`` as usual (:func:`graphsurgeon.render.graphviz.layout` decides).
+``dot`` whole (:func:`graphsurgeon.render.graphviz.layout`). Each part is a
+:class:`~graphsurgeon.render.picture.Picture` (with the ports and the placeholder that picture
+knows how to draw), written by its ``to_dot``: nothing here writes DOT. A layout that cannot be
+joined up raises :class:`~graphsurgeon.errors.RenderError` naming the step that failed.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from .picture import (
-    _CLUSTER_MEMBERS,
-    _HEADER,
-    _NODE_FIELDS,
-    Picture,
-    Placed,
-    _cluster_attributes,
-    _dot_name,
-    _edge_statement,
-    _node_statement,
-    _overlay_title,
-    quote,
-)
+from ..errors import RenderError
+from . import graphviz
+from .picture import EXIT, HIDDEN, ClusterRow, EdgeRow, NodeRow, Picture, Placed
 
-__all__ = ["stacked"]
-
-# graphviz's runner: (texts, arguments, program) -> the outputs
-Runner = Callable[[Sequence[str], Sequence[str], str], list[bytes]]
+__all__ = ["layout"]
 
 #: The fewest layers a stack has to be laid out in parts.
 MIN_LAYERS = 8
@@ -51,26 +41,33 @@ MIN_LAYERS = 8
 MIN_NODES = 1200
 # Points between two layers of the stack, and around the stack in its placeholder.
 _GAP = 18.0
-_CLUSTER_COLOR = 7
 _DIGITS = re.compile(r"[0-9]")
+# The placeholder of the stack in the skeleton, and the ids of the edges that reach it
+_HOLDER = "stack:"
 
 
-def stacked(picture: Picture, format: str, run: Runner) -> bytes | None:
-    """``picture`` laid out in parts and drawn in ``format``, or None when it has no stack of
-    layers worth it (then ``dot`` lays it out whole). ``run``: graphviz's runner
-    (:func:`graphsurgeon.render.graphviz.run`)."""
+def layout(picture: Picture, dot: str, format: str = "svg") -> bytes:
+    """``picture`` (whose DOT text is ``dot``) laid out and drawn in ``format``: in parts when
+    it has a stack of layers worth it, else by ``dot`` whole. Cached by the text (the layout in
+    parts apart from the whole one: :func:`graphsurgeon.render.graphviz.layout` of ``dot``
+    stays what ``dot`` makes of it)."""
     found = _stack(picture)
     if found is None:
-        return None
-    return _Stacked(picture, found[1], run).draw(format)
+        return graphviz.layout(dot, format)
+    return graphviz.cached("stacked", format, dot, lambda: _Stacked(picture, found[1]).draw(format))
 
 
 def layer_calls(calls: Mapping[str, Any]) -> frozenset[str]:
-    """The module calls that repeat as layers, by the rule a stack is made by: each run of at
-    least :data:`MIN_LAYERS` calls of one module type, one after the other under one parent
-    (``model.layers.0``, ``model.layers.1``...). ``calls``: each call's name -> what the call
-    index knows of it (its ``parent`` and ``type``), in graph order
-    (``call_index(program).calls``)."""
+    """The module calls that repeat as layers, by the rule a stack is made by.
+
+    Args:
+        calls: each call's name -> what the call index knows of it (its ``parent`` and
+            ``type``), in graph order (``call_index(program).calls``).
+
+    Returns:
+        The calls in a run of at least :data:`MIN_LAYERS` calls of one module type, one after
+        the other under one parent (``model.layers.0``, ``model.layers.1``...).
+    """
     layers: set[str] = set()
     runs: dict[str, tuple[str, list[str]]] = {}  # parent -> (type, its current run)
     for name, call in calls.items():
@@ -91,19 +88,17 @@ def _stack(picture: Picture) -> tuple[str | None, list[str]] | None:
     if picture.split or picture.rank_same:
         return None
     rows = picture.rows
-    if sum(1 for row in rows.values() if len(row) == _NODE_FIELDS) < MIN_NODES:
+    if sum(1 for row in rows.values() if type(row) is NodeRow) < MIN_NODES:
         return None
     containers = [(None, picture.top)]
-    containers += [
-        (i, row[_CLUSTER_MEMBERS]) for i, row in rows.items() if len(row) != _NODE_FIELDS
-    ]
+    containers += [(i, row.members) for i, row in rows.items() if type(row) is ClusterRow]
     best: tuple[str | None, list[str]] | None = None
     for container, members in containers:
         run_: list[str] = []
         for member in [*members, None]:
             row = rows.get(member) if member is not None else None
-            cluster = row is not None and len(row) != _NODE_FIELDS and row[1] is not None
-            same = cluster and run_ and row[_CLUSTER_COLOR] == rows[run_[0]][_CLUSTER_COLOR]
+            cluster = type(row) is ClusterRow and row.call is not None
+            same = cluster and run_ and row.color == rows[run_[0]].color
             if run_ and not same:
                 if len(run_) >= MIN_LAYERS and (best is None or len(run_) > len(best[1])):
                     best = (container, run_)
@@ -116,8 +111,7 @@ def _stack(picture: Picture) -> tuple[str | None, list[str]] | None:
 class _Stacked:
     """One picture laid out as a stack of layers and the skeleton around it."""
 
-    def __init__(self, picture: Picture, layers: list[str], run: Runner):
-        self.run = run
+    def __init__(self, picture: Picture, layers: list[str]):
         self.picture = picture
         self.layers = layers
         rows = picture.rows
@@ -131,16 +125,16 @@ class _Stacked:
                 element = todo.pop()
                 inside.append(element)
                 row = rows[element]
-                if len(row) != _NODE_FIELDS:
-                    todo += reversed(row[_CLUSTER_MEMBERS])
+                if type(row) is ClusterRow:
+                    todo += reversed(row.members)
             self.elements.append(inside)
             self.layer_of.update(dict.fromkeys(inside, i))
         # each layer's edges inside it, and the edges that cross into or out of the stack
-        self.inner: list[list[tuple]] = [[] for _ in layers]
-        self.crossing: list[tuple] = []
-        self.outside: list[tuple] = []
+        self.inner: list[list[EdgeRow]] = [[] for _ in layers]
+        self.crossing: list[EdgeRow] = []
+        self.outside: list[EdgeRow] = []
         for row in picture.edge_rows:
-            tail, head = self.layer_of.get(row[1]), self.layer_of.get(row[2])
+            tail, head = self.layer_of.get(row.tail), self.layer_of.get(row.head)
             if tail is not None and tail == head:
                 self.inner[tail].append(row)
             elif tail is None and head is None:
@@ -150,182 +144,199 @@ class _Stacked:
 
     # -- one layer ---------------------------------------------------------------------------
 
-    def _layer_text(self, i: int, labels: bool = True) -> tuple[str, list[str]]:
-        """Layer ``i`` as DOT text named by position (``e0``, ``e1``... ; ports ``in0``,
-        ``out0``...), and the id of the crossing edge each of its port edges (``p1``, ``p2``
-        ...) is a piece of. Without ``labels`` the digits of its labels are 0s: equal texts lay
-        out alike."""
+    def _layer(self, i: int, labels: bool = True) -> tuple[Picture, list[str]]:
+        """Layer ``i`` as a picture of its own named by position (nodes ``e0``, ``e1``...,
+        clusters ``cluster:e0``...; ports ``in0``, ``out0``...), and the id of the crossing
+        edge each of its port edges (``p1``, ``p2``...) is a piece of. Without ``labels`` the
+        digits of its labels are 0s: equal texts lay out alike."""
         rows = self.picture.rows
-        local = {element: f"e{j}" for j, element in enumerate(self.elements[i])}
-        lines = ["digraph layer {", _HEADER]
+        local: dict[str, str] = {}
+        for j, element in enumerate(self.elements[i]):
+            cluster = type(rows[element]) is ClusterRow
+            local[element] = f"cluster:e{j}" if cluster else f"e{j}"
 
         def text(value: str) -> str:
             return value if labels else _DIGITS.sub("0", value)
 
-        def lower(element: str, indent: str) -> None:
+        made: dict[str, NodeRow | ClusterRow] = {}
+        for element in self.elements[i]:
             row = rows[element]
-            name = local[element]
-            if len(row) == _NODE_FIELDS:
-                made = (name, row[1], None, (), row[4], text(row[5]), "", None, (), *row[9:])
-                lines.append(indent + _node_statement(made))
-                return
-            lines.append(f"{indent}subgraph {quote('cluster:' + name)} {{")
-            made = (name, row[1], row[2], text(row[3]), "", None, (), *row[7:])
-            lines.extend(f"{indent}  {k}={v};" for k, v in _cluster_attributes(made))
-            for member in row[_CLUSTER_MEMBERS]:
-                lower(member, indent + "  ")
-            lines.append(f"{indent}}}")
-
-        lower(self.layers[i], "  ")
-        for j, row in enumerate(self.inner[i]):
-            edge = (f"x{j}", local[row[1]], local[row[2]], row[3], row[4], None)
-            lines.append("  " + _edge_statement(edge))
+            parent = local.get(row.cluster) if element != self.layers[i] else None
+            label = text(row.label)
+            if type(row) is NodeRow:
+                made[local[element]] = row._replace(
+                    id=local[element],
+                    node=None,
+                    calls=(),
+                    label=label,
+                    tooltip="",
+                    cluster=parent,
+                    members=(),
+                )
+            else:
+                members = tuple(local[m] for m in row.members)
+                made[local[element]] = row._replace(
+                    id=local[element], label=label, tooltip="", cluster=parent, members=members
+                )
+        edges = [
+            EdgeRow(f"x{j}", local[row.tail], local[row.head], row.path, row.mark)
+            for j, row in enumerate(self.inner[i])
+        ]
         # ports: where an edge from outside comes in (one per element it comes from), and
-        # where one leaves (one per element it leaves from; the outgoing ones at the bottom)
+        # where one leaves (one per element it leaves from; at the bottom)
         ports: dict[tuple[str, str], str] = {}
         port_edges: list[str] = []
-        ins, outs = [], []
-        for edge_id, tail, head, path, mark, _ in self.crossing:
-            if self.layer_of.get(head) == i:
-                port = ports.setdefault(("in", tail), f"in{len(ins)}")
-                if port == f"in{len(ins)}":
-                    ins.append(port)
-                port_edges.append(edge_id)
-                statement = _edge_statement(
-                    (f"p{len(port_edges)}", port, local[head], "", mark, None)
-                )
-                lines.append("  " + statement)
-            if self.layer_of.get(tail) == i:
-                port = ports.setdefault(("out", tail), f"out{len(outs)}")
-                if port == f"out{len(outs)}":
-                    outs.append(port)
-                port_edges.append(edge_id)
-                statement = _edge_statement(
-                    (f"p{len(port_edges)}", local[tail], port, path, mark, None)
-                )
-                lines.append("  " + statement[:-2] + ", arrowhead=none];")
-        point = ' [shape=point, width=0.02, height=0.02, style=invis, label=""];'
-        lines += [f"  {quote(p)}{point}" for p in ins + outs]
-        if outs:
-            lines.append("  {rank=max; " + " ".join(f"{quote(p)};" for p in outs) + "}")
-        lines.append("}")
-        return "\n".join(lines) + "\n", port_edges
+        ins, outs = 0, 0
+        for edge in self.crossing:
+            if self.layer_of.get(edge.head) == i:
+                port = ports.get(("in", edge.tail))
+                if port is None:
+                    port = ports[("in", edge.tail)] = f"in{ins}"
+                    ins += 1
+                    made[port] = _port(port)
+                port_edges.append(edge.id)
+                edges.append(EdgeRow(f"p{len(port_edges)}", port, local[edge.head], "", edge.mark))
+            if self.layer_of.get(edge.tail) == i:
+                port = ports.get(("out", edge.tail))
+                if port is None:
+                    port = ports[("out", edge.tail)] = f"out{outs}"
+                    outs += 1
+                    made[port] = _port(port, EXIT)
+                port_edges.append(edge.id)
+                piece = EdgeRow(f"p{len(port_edges)}", local[edge.tail], port, edge.path, edge.mark)
+                edges.append(piece)
+        # the ports after the layer, in the order the edges meet them (dot's first order)
+        top = (local[self.layers[i]], *ports.values())
+        return Picture("layer", top, made, tuple(edges)), port_edges
 
     # -- the skeleton ------------------------------------------------------------------------
 
-    def _skeleton_text(self, width: float, height: float) -> str:
-        """The picture with the stack as one placeholder of its size; the edges into and out of
-        the stack go to and from the placeholder, one per element outside (ids ``stack:in:`` /
-        ``stack:out:`` and the element's id)."""
+    def _skeleton(self) -> Picture:
+        """The picture with the stack as one placeholder (sized by :class:`Placed`); the edges
+        into and out of the stack go to and from the placeholder, one per element outside (ids
+        ``stack:in:`` / ``stack:out:`` and the element's id)."""
         picture = self.picture
         rows = picture.rows
-        lines = [f"digraph {quote(picture.name)} {{", _HEADER]
-        if picture.heat is not None:
-            lines.append(f"  label={quote(_overlay_title(picture.heat))}; labelloc=t; fontsize=11;")
         first = self.layers[0]
-        placeholder = (
-            f'  "stack:" [shape=box, fixedsize=true, width={width / 72:.4f}, '
-            f'height={height / 72:.4f}, label="", style=invis];'
-        )
+        container = rows[first].cluster
 
+        def without_stack(members: tuple[str, ...]) -> tuple[str, ...]:
+            return tuple(
+                _HOLDER if m == first else m
+                for m in members
+                if m == first or m not in self.layer_of
+            )
+
+        made: dict[str, NodeRow | ClusterRow] = {}
         order: list[str] = []  # the nodes outside the stack, in drawing order
 
-        def lower(element: str, indent: str) -> None:
-            if element in self.layer_of:
-                if element == first:
-                    lines.append(indent + placeholder.strip())
-                    order.append("stack:")
+        def place(element: str) -> None:
+            if element == _HOLDER:
+                made[_HOLDER] = NodeRow(_HOLDER, "placeholder", None, (), (), "", "", container, ())
+                order.append(_HOLDER)
                 return
             row = rows[element]
-            if len(row) == _NODE_FIELDS:
-                lines.append(indent + _node_statement(row, picture._fill(element)))
+            if type(row) is NodeRow:
+                made[element] = row
                 order.append(element)
                 return
-            lines.append(f"{indent}subgraph {quote('cluster:' + element)} {{")
-            attributes = _cluster_attributes(row, neutral=picture.heat is not None)
-            lines.extend(f"{indent}  {k}={v};" for k, v in attributes)
-            for member in row[_CLUSTER_MEMBERS]:
-                lower(member, indent + "  ")
-            lines.append(f"{indent}}}")
+            made[element] = (
+                row if element != container else row._replace(members=without_stack(row.members))
+            )
+            for member in made[element].members:
+                place(member)
 
-        for element in picture.top:
-            lower(element, "  ")
-        lines += ["  " + _edge_statement(row) for row in self.outside]
+        top = picture.top if container is not None else without_stack(picture.top)
+        for element in top:
+            place(element)
+        edges = list(self.outside)
         # What neither feeds the stack nor reads it (a value the layers share without edges,
         # the rotary tables; an unused input) is drawn above it, not beside it.
         heads: dict[str, list[str]] = {}
         tails: dict[str, list[str]] = {}
-        for _, tail, head, *_ in self.outside:
-            heads.setdefault(tail, []).append(head)
-            tails.setdefault(head, []).append(tail)
-        for _, tail, head, *_ in self.crossing:
-            if tail not in self.layer_of:
-                heads.setdefault(tail, []).append("stack:")
-                tails.setdefault("stack:", []).append(tail)
-            if head not in self.layer_of:
-                tails.setdefault(head, []).append("stack:")
-                heads.setdefault("stack:", []).append(head)
-        linked = _reached("stack:", heads) | _reached("stack:", tails)
-        for element in order:
-            if element not in linked and not heads.get(element):
-                lines.append(f'  {quote(_dot_name(element))} -> "stack:" [style=invis];')
+        for edge in self.outside:
+            heads.setdefault(edge.tail, []).append(edge.head)
+            tails.setdefault(edge.head, []).append(edge.tail)
+        for edge in self.crossing:
+            if edge.tail not in self.layer_of:
+                heads.setdefault(edge.tail, []).append(_HOLDER)
+                tails.setdefault(_HOLDER, []).append(edge.tail)
+            if edge.head not in self.layer_of:
+                tails.setdefault(edge.head, []).append(_HOLDER)
+                heads.setdefault(_HOLDER, []).append(edge.head)
+        linked = _reached(_HOLDER, heads) | _reached(_HOLDER, tails)
+        edges += [
+            EdgeRow(f"stack:above:{element}", element, _HOLDER, "", HIDDEN)
+            for element in order
+            if element not in linked and not heads.get(element)
+        ]
         seen = set()
-        for _, tail, head, path, mark, _ in self.crossing:
-            if tail not in self.layer_of:
-                key = ("stack:in:" + tail, tail, "stack:", path)
-            elif head not in self.layer_of:
-                key = ("stack:out:" + head, "stack:", head, "")
+        for edge in self.crossing:
+            if edge.tail not in self.layer_of:  # into the stack: at the top of the placeholder
+                piece = EdgeRow("stack:in:" + edge.tail, edge.tail, _HOLDER, edge.path, edge.mark)
+            elif edge.head not in self.layer_of:  # out of it: from its bottom
+                piece = EdgeRow("stack:out:" + edge.head, _HOLDER, edge.head, "", edge.mark)
             else:
                 continue
-            if key[0] in seen:
-                continue
-            seen.add(key[0])
-            statement = _edge_statement((*key, mark, None))
-            if key[1] != "stack:":  # into the stack: at the top of the placeholder
-                statement = statement[:-2] + ", arrowhead=none, headport=n];"
-            else:  # out of it: from its bottom
-                statement = statement[:-2] + ", tailport=s];"
-            lines.append("  " + statement)
-        lines.append("}")
-        return "\n".join(lines) + "\n"
+            if piece.id not in seen:
+                seen.add(piece.id)
+                edges.append(piece)
+        return Picture(
+            picture.name, tuple(top), made, tuple(edges), overlay=picture.overlay, heat=picture.heat
+        )
 
     # -- putting it together -----------------------------------------------------------------
 
-    def draw(self, format: str) -> bytes | None:
-        # one layout per distinct layer (its text with the digits of its labels as 0s)
-        groups: dict[str, list[int]] = {}
-        port_edges: list[list[str]] = []
-        for i in range(len(self.layers)):
-            text, edges = self._layer_text(i, labels=False)
-            groups.setdefault(text, []).append(i)
-            port_edges.append(edges)
-        representatives = [members[-1] for members in groups.values()]
-        texts = [self._layer_text(i)[0] for i in representatives]
-        laid_layers = [_read(out) for out in self.run(texts, ["-Tjson0"])]
-        layout_of: dict[int, dict] = {}
-        for members, laid in zip(groups.values(), laid_layers):
-            layout_of.update(dict.fromkeys(members, laid))
-        sizes = [_size(layout_of[i]["bb"]) for i in range(len(self.layers))]
-        # room for each layer centred on its own box, ports and all
-        width = 2 * max(_half_width(layout_of[i]) for i in range(len(self.layers))) + 2 * _GAP
-        height = sum(h for _, h in sizes) + _GAP * (len(sizes) + 1)
-        skeleton_text = self._skeleton_text(width, height)
-        (skeleton,) = [_read(out) for out in self.run([skeleton_text], ["-Tjson0"])]
-        placed = self._place(skeleton, layout_of, port_edges)
-        if placed is None:
-            return None
-        (output,) = self.run([self.picture._dot(placed)], ["-n2", f"-T{format}"], "neato")
+    def draw(self, format: str) -> bytes:
+        layers = self.layers
+        rows = self.picture.rows
+        step = "laying out the layers"
+        try:
+            # one layout per distinct layer (its text with the digits of its labels as 0s)
+            groups: dict[str, list[int]] = {}
+            port_edges: list[list[str]] = []
+            for i in range(len(layers)):
+                part, edges = self._layer(i, labels=False)
+                groups.setdefault(part.to_dot(), []).append(i)
+                port_edges.append(edges)
+            representatives = [members[-1] for members in groups.values()]
+            texts = [self._layer(i)[0].to_dot() for i in representatives]
+            laid_layers = graphviz.run(texts, ["-Tjson0"])
+            layout_of: dict[int, dict] = {}
+            for members, out in zip(groups.values(), laid_layers):
+                step = f"reading the layout of layer {rows[layers[members[-1]]].call}"
+                layout_of.update(dict.fromkeys(members, _read(out)))
+            step = "sizing the stack"
+            sizes = [_size(layout_of[i]["bb"]) for i in range(len(layers))]
+            # room for each layer centred on its own box, ports and all
+            width = 2 * max(_half_width(layout_of[i]) for i in range(len(layers))) + 2 * _GAP
+            height = sum(h for _, h in sizes) + _GAP * (len(sizes) + 1)
+            step = "laying out the picture around the stack"
+            skeleton_text = self._skeleton().to_dot(Placed({_HOLDER: (width, height)}))
+            (skeleton,) = [_read(out) for out in graphviz.run([skeleton_text], ["-Tjson0"])]
+            step = "placing the layers and joining the edges between them"
+            placed = self._place(skeleton, layout_of, port_edges)
+        except (KeyError, IndexError, ValueError) as error:
+            first, last = rows[layers[0]].call, rows[layers[-1]].call
+            raise RenderError(
+                f"drawing {self.picture.name!r} with its {len(layers)} layers {first} … {last} "
+                f"laid out one at a time failed while {step} ({type(error).__name__}: {error}). "
+                "Draw fewer of them open (collapse=), or lay out the text of gs.to_dot(...) "
+                "with `dot -Tsvg`."
+            ) from error
+        (output,) = graphviz.run([self.picture.to_dot(placed)], ["-n2", f"-T{format}"], "neato")
         return output
 
     def _place(
         self, skeleton: dict, layout_of: Mapping[int, dict], port_edges: list[list[str]]
-    ) -> Placed | None:
+    ) -> Placed:
+        """Where every element of the picture goes: the skeleton's layout, each layer's moved
+        into the placeholder, the edges that cross between parts joined up. Raises KeyError
+        or ValueError on a layout it cannot read."""
         placed = Placed()
         placed.bb = skeleton["bb"]
         placed.lp = skeleton.get("lp")
-        holder = skeleton["objects_by_name"].get("stack:")
-        if holder is None:
-            return None
+        holder = skeleton["objects_by_name"][_HOLDER]
         cx, cy = _point(holder["pos"])
         top = cy + float(holder["height"]) * 36 - _GAP
         for element, obj in skeleton["objects_by_id"].items():
@@ -335,7 +346,7 @@ class _Stacked:
                 placed.nodes[element] = obj["pos"]
         for edge in skeleton["edges"]:
             edge_id = edge.get("id", "")
-            if edge_id and not edge_id.startswith("stack:"):  # (invisible ones have none)
+            if edge_id and not edge_id.startswith(_HOLDER):  # (pieces reaching the stack)
                 placed.edges[edge_id] = (edge["pos"], edge.get("tail_lp"))
         # the layers, one under the other, centred in the placeholder
         pieces: dict[tuple[str, int], list[str]] = {}  # (edge id, layer) -> its spline there
@@ -364,31 +375,36 @@ class _Stacked:
                 pos = _moved(edge["pos"], dx, dy)
                 tail_lp = _moved(edge["tail_lp"], dx, dy) if "tail_lp" in edge else None
                 if edge_id.startswith("x"):
-                    placed.edges[self.inner[i][int(edge_id[1:])][0]] = (pos, tail_lp)
+                    placed.edges[self.inner[i][int(edge_id[1:])].id] = (pos, tail_lp)
                 elif edge_id.startswith("p"):
                     real = port_edges[i][int(edge_id[1:]) - 1]
                     pieces[(real, i)] = [pos, tail_lp]
         skeleton_edges = {e.get("id", ""): e for e in skeleton["edges"]}
-        for edge_id, tail, head, _, _, _ in self.crossing:
+
+        def piece(edge_id: str, layer: int | None, around: str) -> list:
+            """The spline of one piece of a crossing edge: in a layer, or around the stack."""
+            found = pieces.get((edge_id, layer)) if layer is not None else None
+            if found is None and layer is None:
+                laid = skeleton_edges.get(around)
+                found = [laid["pos"], laid.get("tail_lp")] if laid is not None else None
+            if found is None:
+                where = f"layer {self.layers[layer]}" if layer is not None else "the skeleton"
+                raise ValueError(f"no piece of edge {edge_id!r} in the layout of {where}")
+            return found
+
+        for edge in self.crossing:
+            edge_id, tail, head = edge.id, edge.tail, edge.head
             tail_layer, head_layer = self.layer_of.get(tail), self.layer_of.get(head)
-            if tail_layer is None:  # from outside: the skeleton's piece, then the layer's
-                first = skeleton_edges.get("stack:in:" + tail)
-                second = pieces.get((edge_id, head_layer))
-                if first is None or second is None:
-                    return None
-                placed.edges[edge_id] = (_joined(first["pos"], second[0]), first.get("tail_lp"))
-            elif head_layer is None:  # to outside: the layer's piece, then the skeleton's
-                first = pieces.get((edge_id, tail_layer))
-                second = skeleton_edges.get("stack:out:" + head)
-                if first is None or second is None:
-                    return None
-                placed.edges[edge_id] = (_joined(first[0], second["pos"]), first[1])
-            else:  # from one layer to another
-                first, second = pieces.get((edge_id, tail_layer)), pieces.get((edge_id, head_layer))
-                if first is None or second is None:
-                    return None
-                placed.edges[edge_id] = (_joined(first[0], second[0]), first[1])
+            # from outside (the skeleton's piece, then the layer's), to outside, or between two
+            first = piece(edge_id, tail_layer, "stack:in:" + tail)
+            second = piece(edge_id, head_layer, "stack:out:" + head)
+            placed.edges[edge_id] = (_joined(first[0], second[0]), first[1])
         return placed
+
+
+def _port(name: str, *style: str) -> NodeRow:
+    """A port of a layer laid out on its own: where an edge enters it (or leaves it: EXIT)."""
+    return NodeRow(name, "port", None, (), (), "", "", None, (), None, style)
 
 
 # -- graphviz's numbers ------------------------------------------------------------------------

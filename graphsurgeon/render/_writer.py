@@ -35,7 +35,18 @@ from ._scene import (
     _Vertex,
     ops_key,
 )
-from .picture import ADDED, FUSED, HIGHLIGHTED, REMOVED, SIDE, SWAPPED_BOUNDARY, Picture
+from .picture import (
+    ADDED,
+    FUSED,
+    HIGHLIGHTED,
+    REMOVED,
+    SIDE,
+    SWAPPED_BOUNDARY,
+    ClusterRow,
+    EdgeRow,
+    NodeRow,
+    Picture,
+)
 
 __all__ = ["call_signature"]
 
@@ -68,7 +79,7 @@ def _plural(count: int, word: str) -> str:
 def _relative(target: str, chain: tuple[str, ...]) -> str:
     """``layers.0.attn.q.weight`` seen from inside ``layers.0.attn.q``: ``weight``."""
     fqn = split_call_name(chain[-1])[0] if chain else ""
-    if fqn and target.startswith(fqn + "."):
+    if fqn and _meta.inside(target, fqn, strictly=True):
         return target[len(fqn) + 1 :]
     return target
 
@@ -177,10 +188,10 @@ class _Writer:
         self.extra_edges = list(extra_edges)
         self.vertices = {v.name: v for v in scene.vertices}
         self.nodes = context.nodes
-        # the picture's parts as rows of PictureNode / PictureCluster / PictureEdge fields
-        self.rows: dict[str, tuple] = {}
+        # the picture's parts, as the rows a Picture keeps
+        self.rows: dict[str, NodeRow | ClusterRow | tuple] = {}
         self.top: list[str] = []  # ids at this picture's top level, in order
-        self.edges: list[tuple] = []
+        self.edges: list[EdgeRow] = []
         self.box_nodes: dict[str, list[str]] = {}  # box -> the fx nodes collapsed into it
         self._tooltips: dict[str, str] = {}
         self._numels: dict[str, int] = {}  # parameters of each call, counted once
@@ -299,7 +310,7 @@ class _Writer:
         self.clusters.append(name)
         self.rows[cluster_id] = ()  # its place in drawing order: before its members
         inside = self._container(name, members, cluster_id)
-        self.rows[cluster_id] = (  # PictureCluster's fields
+        self.rows[cluster_id] = ClusterRow(
             cluster_id,
             name,
             tuple(classes),
@@ -348,7 +359,7 @@ class _Writer:
         calls = (module,) if module is not None else ()
         if self.values is not None:
             tooltip = self._valued(node_id, tooltip, [vertex.name], [])
-        self.rows[node_id] = (  # PictureNode's fields
+        self.rows[node_id] = NodeRow(
             node_id,
             kind,
             vertex.name,
@@ -466,7 +477,7 @@ class _Writer:
             if on:
                 classes.append(token)
                 style.append(token)
-        self.rows[ref] = (  # PictureNode's fields
+        self.rows[ref] = NodeRow(
             ref,
             "box",
             None,
@@ -541,7 +552,7 @@ class _Writer:
         )
         if self.values is not None:
             tooltip = self._valued(ref, tooltip, names, [])
-        self.rows[ref] = (  # PictureNode's fields
+        self.rows[ref] = NodeRow(
             ref,
             "ops",
             None,
@@ -700,8 +711,8 @@ class _Writer:
             edge_id = f"{self.prefix}edge:{self._local(tail)}->{self._local(head)}"
             if repeat > 1:
                 edge_id += f":{repeat}"
-            self.edges.append(  # PictureEdge's fields
-                (edge_id, self.element_id(tail), self.element_id(head), path, mark, None)
+            self.edges.append(
+                EdgeRow(edge_id, self.element_id(tail), self.element_id(head), path, mark)
             )
 
 
@@ -723,27 +734,24 @@ def _picture(
         return Picture(
             name, tuple(writer.top), writer.rows, tuple(writer.edges), overlay=overlay, heat=heat
         )
-    rows: dict[str, tuple] = {}
+    rows: dict[str, NodeRow | ClusterRow] = {}
     top, edges = [], []
     for writer, title in zip(writers, ("before", "after")):
         side = f"diff:{title}"
-        # PictureCluster's fields: a side has no module call
-        rows[side] = (side, None, ("diff",), title, "", None, tuple(writer.top), None, (SIDE,))
+        # a side has no module call
+        rows[side] = ClusterRow(
+            side, None, ("diff",), title, "", None, tuple(writer.top), None, (SIDE,)
+        )
         for element_id, row in writer.rows.items():
-            parent = _PARENT_FIELD[len(row)]
-            if row[parent] is None:  # the side's own top level
-                row = (*row[:parent], side, *row[parent + 1 :])
+            if row.cluster is None:  # the side's own top level
+                row = row._replace(cluster=side)
             rows[element_id] = row
         top.append(side)
-        edges += [(*row[:-1], side) for row in writer.edges]
+        edges += [row._replace(cluster=side) for row in writer.edges]
     rank_same = _alignment(*writers, aliases)
     return Picture(
         name, tuple(top), rows, tuple(edges), rank_same, split=True, overlay=overlay, heat=heat
     )
-
-
-# Where a row keeps the id of the cluster it is in: PictureNode rows have 11 fields, PictureCluster 9.
-_PARENT_FIELD = {11: 7, 9: 5}
 
 
 def _alignment(

@@ -1,15 +1,12 @@
 """The one runner of graphviz's ``dot``, and its cache.
 
 Every laid-out picture (``gs.to_svg``, ``gs.draw``, ``Drawing.save``, the report, the widget,
-the command line) is made by :func:`layout`: it finds ``dot`` (or says how to install it), runs
-it on DOT text and keeps the last results, so drawing the same picture again (undo, switching
-views back) costs no new layout.
-
-A large picture with a stack of open layers (a decoder drawn fully open) is laid out in parts
-when its DOT text was made by :meth:`Picture.to_dot <graphsurgeon.render.picture.Picture.to_dot>`
-in this process: each distinct layer once, the rest around one placeholder, then drawn as one
-picture (:mod:`graphsurgeon.render._stack`): identical layers look alike, and 80 layers take
-about the time of a few.
+the command line) is made here: :func:`run` finds a graphviz program (or says how to install
+it) and runs it; :func:`layout` is ``dot``'s layout of a DOT text, pure (the same text gives
+the same layout, whatever was drawn before) and cached by the text, so drawing the same picture
+again (undo, switching views back) costs no new layout. A picture with a stack of many open
+layers is laid out a layer at a time by :func:`graphsurgeon.render._stack.layout`, from the
+picture itself, and kept in the same cache (:func:`cached`) under its own key.
 
 Example:
     >>> from graphsurgeon.render.graphviz import layout
@@ -24,43 +21,17 @@ import hashlib
 import shutil
 import subprocess
 import threading
-import weakref
 from collections import OrderedDict
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from ..errors import MissingDependencyError, RenderError
 
-__all__ = ["layout"]
+__all__ = ["cached", "layout", "run"]
 
 _LAYOUTS: OrderedDict[str, bytes] = OrderedDict()
 _LAYOUTS_LOCK = threading.Lock()
 #: How many layouts are kept (the least recently used goes first).
 _LAYOUTS_MAX = 64
-# DOT text (its digest) -> the Picture that wrote it, while that picture lives
-_PICTURES: OrderedDict[str, weakref.ref] = OrderedDict()
-_PICTURES_MAX = 64
-
-
-def _key(dot: str) -> str:
-    return hashlib.sha256(dot.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def remember(dot: str, picture: Any) -> None:
-    """Note that ``picture`` wrote ``dot``: laying ``dot`` out may then lay the picture out in
-    parts (a stack of layers). Kept weakly, for the last few pictures."""
-    if len(dot) < _STACKED_MIN_TEXT:
-        return  # too small to be worth laying out in parts
-    key = _key(dot)
-    with _LAYOUTS_LOCK:
-        _PICTURES[key] = weakref.ref(picture)
-        _PICTURES.move_to_end(key)
-        while len(_PICTURES) > _PICTURES_MAX:
-            _PICTURES.popitem(last=False)
-
-
-# DOT texts shorter than this are laid out whole (about 600 drawn nodes)
-_STACKED_MIN_TEXT = 200_000
 
 
 def _binary(name: str = "dot") -> str:
@@ -75,8 +46,20 @@ def _binary(name: str = "dot") -> str:
 
 
 def run(texts: Sequence[str], arguments: Sequence[str], program: str = "dot") -> list[bytes]:
-    """Run graphviz's ``program`` with ``arguments`` on each of ``texts``, at the same time;
-    their outputs, in order. Raises RenderError when one fails."""
+    """Run graphviz's ``program`` with ``arguments`` on each of ``texts``, at the same time.
+
+    Args:
+        texts: the DOT texts, one process each.
+        arguments: the command line arguments of each process (``["-Tsvg"]``).
+        program: which graphviz program runs them (``"dot"``, ``"neato"``...).
+
+    Returns:
+        Each process's output, in the order of ``texts``.
+
+    Raises:
+        MissingDependencyError: ``program`` is not installed.
+        RenderError: one of the processes fails (its exit status and message).
+    """
     binary = _binary(program)
     processes = [
         subprocess.Popen(
@@ -97,41 +80,61 @@ def run(texts: Sequence[str], arguments: Sequence[str], program: str = "dot") ->
     return results
 
 
-def layout(dot: str, format: str = "svg") -> bytes:
-    """``dot`` laid out by graphviz's ``dot`` in ``format`` (``"svg"``, ``"png"``, ``"pdf"``
-    ...); results are cached by (format, DOT text).
+def cached(how: str, format: str, dot: str, make: Callable[[], bytes]) -> bytes:
+    """The layout ``make()`` gives of the picture whose DOT text is ``dot``, made once, then
+    kept (the last :data:`_LAYOUTS_MAX` layouts).
 
-    Raises :class:`~graphsurgeon.MissingDependencyError` when ``dot`` is not installed, and
-    :class:`~graphsurgeon.errors.RenderError` when it fails.
+    Args:
+        how: how it is laid out (``"dot"``: :func:`layout`; a stack a layer at a time has its
+            own), part of the key.
+        format: the output format (``"svg"``...), part of the key.
+        dot: the picture's DOT text, part of the key (by its hash).
+        make: lays the picture out, when it is not kept yet.
+
+    Returns:
+        The layout, as ``make()`` gave it.
+
+    Raises:
+        MissingDependencyError: ``dot`` is not installed (whether the layout is kept or not:
+            a picture does not lay out on one machine only because it did before).
     """
-    binary = _binary()
-    text_key = _key(dot)
-    key = f"{format}\0{text_key}"
+    _binary()
+    key = f"{how}\0{format}\0{hashlib.sha256(dot.encode('utf-8', 'surrogatepass')).hexdigest()}"
     with _LAYOUTS_LOCK:
-        cached = _LAYOUTS.get(key)
-        if cached is not None:
+        found = _LAYOUTS.get(key)
+        if found is not None:
             _LAYOUTS.move_to_end(key)
-            return cached
-        picture = _PICTURES.get(text_key)
-        picture = picture() if picture is not None else None
-    output = None
-    if picture is not None:
-        from ._stack import stacked  # only for large pictures
-
-        try:
-            output = stacked(picture, format, run)
-        except (KeyError, IndexError, ValueError):  # parts it could not join up: laid out whole
-            output = None
-    if output is None:
-        result = subprocess.run(
-            [binary, f"-T{format}"], input=dot.encode(), capture_output=True, check=False
-        )
-        if result.returncode != 0:
-            message = result.stderr.decode(errors="replace").strip()
-            raise RenderError(f"graphviz's dot failed (exit {result.returncode}): {message}")
-        output = result.stdout
+            return found
+    output = make()
     with _LAYOUTS_LOCK:
         _LAYOUTS[key] = output
         while len(_LAYOUTS) > _LAYOUTS_MAX:
             _LAYOUTS.popitem(last=False)
     return output
+
+
+def layout(dot: str, format: str = "svg") -> bytes:
+    """``dot`` laid out whole by graphviz's ``dot``, cached by (format, DOT text).
+
+    Args:
+        dot: the DOT text (:func:`graphsurgeon.to_dot`'s).
+        format: ``"svg"``, ``"png"``, ``"pdf"``, or another format ``dot -T`` knows.
+
+    Returns:
+        The laid-out picture, as ``dot`` writes it.
+
+    Raises:
+        MissingDependencyError: ``dot`` is not installed.
+        RenderError: ``dot`` fails on the text.
+    """
+
+    def make() -> bytes:
+        result = subprocess.run(
+            [_binary(), f"-T{format}"], input=dot.encode(), capture_output=True, check=False
+        )
+        if result.returncode != 0:
+            message = result.stderr.decode(errors="replace").strip()
+            raise RenderError(f"graphviz's dot failed (exit {result.returncode}): {message}")
+        return result.stdout
+
+    return cached("dot", format, dot, make)

@@ -39,6 +39,7 @@ import itertools
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..display import id_text, label_text
 from ..errors import RenderError, did_you_mean
@@ -47,7 +48,12 @@ __all__ = [
     "ADDED",
     "FUSED",
     "HIGHLIGHTED",
+    "ClusterRow",
+    "EXIT",
+    "EdgeRow",
+    "HIDDEN",
     "Heat",
+    "NodeRow",
     "REMOVED",
     "SIDE",
     "SWAPPED_BOUNDARY",
@@ -70,6 +76,19 @@ FUSED = "fused"
 SWAPPED_BOUNDARY = "swapped-boundary"
 #: One side (before or after) of a side-by-side diff.
 SIDE = "side"
+
+# -- the parts of a large picture laid out one at a time (graphsurgeon.render._stack) --------
+#
+# A part is a Picture too, written by the same to_dot: its own elements, plus a ``"port"`` node
+# (an invisible point) where an edge enters it, or leaves it (style :data:`EXIT`: on its last
+# rank, the edge without an arrowhead), and a ``"placeholder"`` node (an invisible box of the
+# size :class:`Placed` gives it) standing for a part laid out on its own: edges into it end at
+# its top, edges out of it start at its bottom.
+
+#: A port where an edge leaves a part.
+EXIT = "exit"
+#: An edge that is not drawn: it only holds its ends in order (``style=invis``).
+HIDDEN = "hidden"
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +169,8 @@ class PictureEdge:
         tail: the id of the node it comes from.
         head: the id of the node it goes to.
         path: the index taken from the tail's value (``[0]``), or ``""``.
-        mark: its style token in a diff: :data:`REMOVED` or :data:`ADDED`, else ``""``.
+        mark: its style token in a diff: :data:`REMOVED` or :data:`ADDED`, else ``""``
+            (:data:`HIDDEN` in a part of a picture laid out one part at a time).
         cluster: the side of a split diff it is written in (``diff:before``), else None.
     """
 
@@ -163,6 +183,62 @@ class PictureEdge:
 
 
 Element = PictureNode | PictureCluster | PictureEdge
+
+
+# -- the rows a Picture keeps: each record's fields, by name -----------------------------------
+#
+# A picture of a large program holds thousands of elements, most never looked up: each is kept
+# as a named tuple of its record's fields (as cheap to make as a plain tuple) and becomes its
+# record when asked for. The fields are the records', in the same order (a test checks).
+
+
+class NodeRow(NamedTuple):
+    """The fields of a :class:`PictureNode`, as a :class:`Picture` keeps them."""
+
+    id: str
+    kind: str
+    node: str | None
+    calls: tuple[str, ...]
+    classes: tuple[str, ...]
+    label: str
+    tooltip: str
+    cluster: str | None
+    members: tuple[str, ...]
+    color: str | None = None
+    style: tuple[str, ...] = ()
+
+
+class ClusterRow(NamedTuple):
+    """The fields of a :class:`PictureCluster`, as a :class:`Picture` keeps them."""
+
+    id: str
+    call: str | None
+    classes: tuple[str, ...]
+    label: str
+    tooltip: str
+    cluster: str | None
+    members: tuple[str, ...]
+    color: str | None = None
+    style: tuple[str, ...] = ()
+
+
+class EdgeRow(NamedTuple):
+    """The fields of a :class:`PictureEdge`, as a :class:`Picture` keeps them."""
+
+    id: str
+    tail: str
+    head: str
+    path: str
+    mark: str
+    cluster: str | None = None
+
+
+def _named(row: tuple) -> NodeRow | ClusterRow:
+    """A row as given to :class:`Picture`: a named row, or a plain tuple of a node's fields
+    (11) or a cluster's (9), read as the row it spells."""
+    if type(row) is NodeRow or type(row) is ClusterRow:
+        return row
+    return NodeRow._make(row) if len(row) == len(NodeRow._fields) else ClusterRow._make(row)
 
 
 @dataclass(frozen=True)
@@ -186,8 +262,16 @@ class Heat:
     high: float
 
     def level(self, value: float) -> float:
-        """Where ``value`` lies on the colour scale, from 0 (coolest) to 1 (hottest). Errors:
-        0 at or below 1/1000 of the threshold, 0.5 just below it, 1 at 1000 times it."""
+        """Where ``value`` lies on the colour scale.
+
+        Args:
+            value: an element's value, in :attr:`unit`.
+
+        Returns:
+            From 0 (coolest) to 1 (hottest). Errors: 0 at or below 1/1000 of the threshold,
+            0.5 just below it, 1 at 1000 times it; other values from :attr:`low` to
+            :attr:`high`.
+        """
         if self.threshold is not None:
             ratio = value / self.threshold if self.threshold > 0 else math.inf
             if not ratio > 0:
@@ -204,7 +288,14 @@ class Heat:
         return min(1.0, max(0.0, (value - self.low) / span))
 
     def color(self, value: float) -> str:
-        """The fill colour of an element valued ``value``."""
+        """The fill colour of an element valued ``value``.
+
+        Args:
+            value: the element's value, in :attr:`unit`.
+
+        Returns:
+            A ``#rrggbb`` colour, the same for the same value and scale on every run.
+        """
         return _heat_color(self.level(value), self.threshold is not None)
 
     def legend(self) -> tuple[tuple[str, str], ...]:
@@ -225,12 +316,17 @@ class Picture:
 
     ``picture[id]`` is the element with that id (a :class:`PictureNode`,
     :class:`PictureCluster` or :class:`PictureEdge`); iterating gives every id in drawing order.
-    A picture of a large program holds thousands of elements: each is kept as a plain row of
-    its fields and becomes an object when asked for, so drawing costs no more than writing.
+    A picture of a large program holds thousands of elements: each is kept as a row of its
+    fields (:class:`NodeRow`, :class:`ClusterRow`, :class:`EdgeRow`) and becomes its record
+    when asked for, so drawing costs no more than writing.
 
     Attributes:
         name: the graph's name (the model's type).
         top: the ids drawn at the top level, in order.
+        rows: id -> the :class:`NodeRow` or :class:`ClusterRow` of each node, box and
+            cluster, in drawing order (a plain tuple of a node's fields, or a cluster's, is
+            read as the row it spells).
+        edge_rows: the :class:`EdgeRow` of each edge, in drawing order (plain tuples too).
         rank_same: pairs of node ids drawn level with each other (a split diff).
         split: whether it is a side-by-side diff (two top-level clusters).
         overlay: with an overlay (``gs.draw(s, overlay="error")``), each drawn node's and
@@ -241,10 +337,8 @@ class Picture:
 
     name: str
     top: tuple[str, ...] = field(repr=False)
-    # id -> the fields of a PictureNode (11) or a PictureCluster (9), in field order
-    rows: Mapping[str, tuple] = field(repr=False)
-    # the fields of each PictureEdge, in drawing order
-    edge_rows: tuple[tuple, ...] = field(repr=False)
+    rows: Mapping[str, NodeRow | ClusterRow] = field(repr=False)
+    edge_rows: tuple[EdgeRow, ...] = field(repr=False)
     rank_same: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     split: bool = False
     # an overlay: element id -> value (its nodes and boxes), and how values are coloured
@@ -252,16 +346,31 @@ class Picture:
     heat: Heat | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_edge_index", {row[0]: row for row in self.edge_rows})
+        if any(type(row) is not EdgeRow for row in self.edge_rows):
+            object.__setattr__(self, "edge_rows", tuple(EdgeRow._make(r) for r in self.edge_rows))
+        if any(
+            type(row) is not NodeRow and type(row) is not ClusterRow for row in self.rows.values()
+        ):
+            object.__setattr__(self, "rows", {i: _named(row) for i, row in self.rows.items()})
+        object.__setattr__(self, "_edge_index", {row.id: row for row in self.edge_rows})
         object.__setattr__(self, "_made", {})
         object.__setattr__(self, "_lookups", None)
         boxes: dict[str, str] = {}
+        exits: list[str] = []  # a part's ports where edges leave it
+        part = False  # whether it is a part of a picture laid out in parts (see EXIT)
         for element_id, row in self.rows.items():
-            if len(row) == _NODE_FIELDS and row[_MEMBERS]:  # a box: its fx nodes
-                prefix = _side_prefix(element_id)
-                for member in row[_MEMBERS]:
-                    boxes[prefix + member] = element_id
+            if type(row) is NodeRow:
+                if row.members:  # a box: its fx nodes
+                    prefix = _side_prefix(element_id)
+                    for member in row.members:
+                        boxes[prefix + member] = element_id
+                elif row.kind in _PART_KINDS:
+                    part = True
+                    if EXIT in row.style:
+                        exits.append(element_id)
         object.__setattr__(self, "_box_of", boxes)
+        object.__setattr__(self, "_exits", tuple(exits))
+        object.__setattr__(self, "_part", part)
 
     def __getitem__(self, element_id: str) -> Element:
         made = self._made.get(element_id)
@@ -269,7 +378,7 @@ class Picture:
             return made
         row = self.rows.get(element_id)
         if row is not None:
-            made = (PictureNode if len(row) == _NODE_FIELDS else PictureCluster)(*row)
+            made = (PictureNode if type(row) is NodeRow else PictureCluster)(*row)
         elif element_id in self._edge_index:
             made = PictureEdge(*self._edge_index[element_id])
         else:
@@ -292,24 +401,32 @@ class Picture:
     @property
     def nodes(self) -> tuple[PictureNode, ...]:
         """Every drawn node and box, in drawing order."""
-        return tuple(self[i] for i, row in self.rows.items() if len(row) == _NODE_FIELDS)
+        return tuple(self[i] for i, row in self.rows.items() if type(row) is NodeRow)
 
     @property
     def clusters(self) -> tuple[PictureCluster, ...]:
         """Every cluster, in drawing order."""
-        return tuple(self[i] for i, row in self.rows.items() if len(row) != _NODE_FIELDS)
+        return tuple(self[i] for i, row in self.rows.items() if type(row) is ClusterRow)
 
     @property
     def edges(self) -> tuple[PictureEdge, ...]:
         """Every edge, in drawing order."""
-        return tuple(self[row[0]] for row in self.edge_rows)
+        return tuple(self[row.id] for row in self.edge_rows)
 
     # -- lookups -----------------------------------------------------------------------------
 
     def element_of_node(self, node: str, prefix: str = "") -> PictureNode | None:
-        """Where fx node ``node`` is drawn: its own node, else the box it was collapsed into
-        (None when it is not drawn: glue, a check, a node of another program). ``prefix``:
-        which picture of a split diff (``"before/"``, ``"after/"``)."""
+        """Where fx node ``node`` is drawn.
+
+        Args:
+            node: the fx node's name (``"linear"``).
+            prefix: which picture of a split diff (``"before/"``, ``"after/"``); ``""``
+                otherwise.
+
+        Returns:
+            Its own node, else the box it was collapsed into; None when it is not drawn (glue,
+            a check, a node of another program).
+        """
         own = f"{prefix}node:{id_text(node)}"
         if own in self.rows:
             return self[own]
@@ -317,25 +434,61 @@ class Picture:
         return self[box] if box is not None else None
 
     def elements_of_call(self, call: str) -> tuple[str, ...]:
-        """The ids of every element drawing module call ``call``: its cluster, the box it is
-        collapsed into (a run's box draws each of its calls), or the node a call of one node
-        is drawn as; in both pictures of a split diff. Empty when no element draws it alone
-        (it is inside a box, or not in the picture)."""
+        """The ids of every element drawing module call ``call``.
+
+        Args:
+            call: a call name (``"layers.0"``, ``"shared@1"``).
+
+        Returns:
+            Its cluster, the box it is collapsed into (a run's box draws each of its calls), or
+            the node a call of one node is drawn as; in both pictures of a split diff. Empty
+            when no element draws it alone (it is inside a box, or not in the picture).
+        """
         return tuple(self._index()[0].get(call, ()))
 
     def inside(self, element_id: str) -> tuple[str, ...]:
-        """The ids of the nodes and boxes drawn inside cluster ``element_id``, at any depth,
-        in drawing order (empty for a node or a box)."""
+        """The ids of the nodes and boxes drawn inside cluster ``element_id``, at any depth.
+
+        Args:
+            element_id: a cluster's id (``"cluster:layers.0"``).
+
+        Returns:
+            The ids, in drawing order (empty for a node or a box).
+
+        Raises:
+            RenderError: the picture has no element ``element_id`` (naming the ids it may
+                have meant).
+        """
         self[element_id]  # an unknown id is refused, with the ids it may have meant
         return tuple(self._index()[1].get(element_id, ()))
 
     def edges_in(self, element_id: str) -> tuple[PictureEdge, ...]:
-        """The edges that feed node or box ``element_id`` (what it reads), in drawing order."""
+        """The edges that feed node or box ``element_id``: what it reads.
+
+        Args:
+            element_id: a node's or a box's id.
+
+        Returns:
+            The edges, in drawing order.
+
+        Raises:
+            RenderError: the picture has no element ``element_id``.
+        """
         self[element_id]
         return tuple(self[edge] for edge in self._index()[2].get(element_id, ()))
 
     def edges_out(self, element_id: str) -> tuple[PictureEdge, ...]:
-        """The edges that leave node or box ``element_id`` (what reads it), in drawing order."""
+        """The edges that leave node or box ``element_id``: what reads it.
+
+        Args:
+            element_id: a node's or a box's id.
+
+        Returns:
+            The edges, in drawing order.
+
+        Raises:
+            RenderError: the picture has no element ``element_id``.
+        """
         self[element_id]
         return tuple(self[edge] for edge in self._index()[3].get(element_id, ()))
 
@@ -348,50 +501,57 @@ class Picture:
         inside: dict[str, list[str]] = {}
         rows = self.rows
         for element_id, row in rows.items():
-            if len(row) == _NODE_FIELDS:
-                calls = row[_CALLS]
-                parent = row[_NODE_CLUSTER]
+            if type(row) is NodeRow:
+                calls = row.calls
+                parent = row.cluster
                 while parent is not None:
                     inside.setdefault(parent, []).append(element_id)
-                    parent = rows[parent][_CLUSTER_CLUSTER]
+                    parent = rows[parent].cluster
             else:
-                calls = (row[_CALL],) if row[_CALL] is not None else ()
+                calls = (row.call,) if row.call is not None else ()
             for call in calls:
                 of_call.setdefault(call, []).append(element_id)
         incoming: dict[str, list[str]] = {}
         outgoing: dict[str, list[str]] = {}
         for edge in self.edge_rows:
-            outgoing.setdefault(edge[_TAIL], []).append(edge[0])
-            incoming.setdefault(edge[_HEAD], []).append(edge[0])
+            outgoing.setdefault(edge.tail, []).append(edge.id)
+            incoming.setdefault(edge.head, []).append(edge.id)
         lookups = (of_call, inside, incoming, outgoing)
         object.__setattr__(self, "_lookups", lookups)
         return lookups
 
     # -- the lowering to DOT -----------------------------------------------------------------
 
-    def to_dot(self) -> str:
+    def to_dot(self, placed: Placed | None = None) -> str:
         """The DOT text: the clusters nested as drawn, then the edges, then the alignment.
-        Every DOT style (colours, shapes, line styles, default attributes) is decided here."""
-        return self._dot()
 
-    def _dot(self, placed: Placed | None = None) -> str:
-        """The DOT text; with ``placed``, every element also carries its position (the form
-        ``neato -n2`` draws as it is, :mod:`graphsurgeon.render._stack`)."""
+        Every DOT style (colours, shapes, line styles, default attributes) is decided here:
+        this is the one writer of DOT, for a whole picture and for the parts
+        :mod:`graphsurgeon.render._stack` lays out one at a time.
+
+        Args:
+            placed: where each element was laid out, or None. With it, elements also carry
+                their positions (the form ``neato -n2`` draws as it is) and sizes.
+
+        Returns:
+            The DOT text: the same picture gives the same text.
+        """
         lines = [f"digraph {quote(self.name)} {{", _HEADER]
         if self.split:
             lines.append("  newrank=true;")  # lets nodes of the two sides share a rank
         if self.heat is not None:
             text = _overlay_title(self.heat)
             lines.append(f"  label={quote(text)}; labelloc=t; fontsize=11;")
-        if placed is not None:
+        if placed is not None and placed.bb is not None:
             lines.append(f'  bb="{placed.bb}";')
             if placed.lp is not None:
                 lines.append(f"  lp={quote(placed.lp)};")
         edges: dict[str | None, list[str]] = {}
         names: dict[str, str] = {}
         for row in self.edge_rows:
-            extra = placed.edge_attributes(row[0]) if placed is not None else ()
-            edges.setdefault(row[_EDGE_CLUSTER], []).append(_edge_statement(row, extra, names))
+            extra = placed.edge_attributes(row.id) if placed is not None else ()
+            ends = self._ends(row) if self._part else ""
+            edges.setdefault(row.cluster, []).append(_edge_statement(row, extra, names, ends))
         for element_id in self.top:
             self._lower(element_id, "  ", lines, edges, placed)
         lines += ["  " + statement for statement in edges.get(None, ())]
@@ -399,8 +559,23 @@ class Picture:
             f"  {{rank=same; {quote(_dot_name(a))}; {quote(_dot_name(b))};}}"
             for a, b in self.rank_same
         ]
+        if self._exits:
+            lines.append("  {rank=max; " + " ".join(f"{quote(p)};" for p in self._exits) + "}")
         lines.append("}")
         return "\n".join(lines) + "\n"
+
+    def _ends(self, row: EdgeRow) -> str:
+        """The attributes an edge of a part takes from its ends (see :data:`EXIT`)."""
+        if row.mark == HIDDEN:
+            return ""
+        head, tail = self.rows.get(row.head), self.rows.get(row.tail)
+        if head is not None and head.kind == "port" and EXIT in head.style:
+            return ", arrowhead=none"
+        if head is not None and head.kind == "placeholder":
+            return ", arrowhead=none, headport=n"
+        if tail is not None and tail.kind == "placeholder":
+            return ", tailport=s"
+        return ""
 
     def _lower(
         self,
@@ -411,16 +586,15 @@ class Picture:
         placed: Placed | None = None,
     ) -> None:
         row = self.rows[element_id]
-        if len(row) == _NODE_FIELDS:
+        if type(row) is NodeRow:
             extra = placed.node_attributes(element_id) if placed is not None else ()
             lines.append(indent + _node_statement(row, self._fill(element_id), extra))
             return
-        members, style = row[_CLUSTER_MEMBERS], row[_CLUSTER_STYLE]
-        if SIDE in style:  # a side of a split diff: its attributes on one line
+        if SIDE in row.style:  # a side of a split diff: its attributes on one line
             lines.append(f"{indent}subgraph {quote('cluster:' + element_id[5:])} {{")
             attributes = (
                 ("id", quote(element_id)),
-                ("label", quote(row[_CLUSTER_LABEL])),
+                ("label", quote(row.label)),
                 ("fontsize", "12"),
                 ("color", '"#d1d5db"'),
             )
@@ -434,7 +608,7 @@ class Picture:
             if placed is not None:
                 attributes += placed.cluster_attributes(element_id)
             lines += [f"{indent}  {key}={value};" for key, value in attributes]
-        for member in members:
+        for member in row.members:
             self._lower(member, indent + "  ", lines, edges, placed)
         lines += [indent + "  " + statement for statement in edges.get(element_id, ())]
         lines.append(f"{indent}}}")
@@ -450,16 +624,27 @@ class Picture:
 
 class Placed:
     """Where every element of a picture was laid out (graphviz's ``pos``, ``bb``, ``lp`` in
-    points), for :meth:`Picture._dot`: made by :mod:`graphsurgeon.render._stack`."""
+    points), and the size of a placeholder, for :meth:`Picture.to_dot`: made by
+    :mod:`graphsurgeon.render._stack`."""
 
-    def __init__(self) -> None:
-        self.bb = "0,0,0,0"
+    def __init__(self, sizes: Mapping[str, tuple[float, float]] | None = None) -> None:
+        self.bb: str | None = None  # the picture's bounding box
         self.lp: str | None = None  # the graph's label
         self.nodes: dict[str, str] = {}  # element id -> "x,y"
         self.clusters: dict[str, tuple[str, str | None]] = {}  # id -> (bb, lp)
         self.edges: dict[str, tuple[str, str | None]] = {}  # id -> (pos, tail_lp)
+        # element id -> (width, height) in points: drawn at that size (a placeholder)
+        self.sizes: Mapping[str, tuple[float, float]] = sizes or {}
 
     def node_attributes(self, element_id: str) -> tuple[tuple[str, str], ...]:
+        size = self.sizes.get(element_id)
+        if size is not None:
+            width, height = size
+            return (
+                ("fixedsize", "true"),
+                ("width", f"{width / 72:.4f}"),
+                ("height", f"{height / 72:.4f}"),
+            )
         pos = self.nodes.get(element_id)
         return (("pos", quote(pos)),) if pos is not None else ()
 
@@ -485,14 +670,6 @@ def _side_prefix(element_id: str) -> str:
         if element_id.startswith(prefix):
             return prefix
     return ""
-
-
-# Positions in the rows a Picture keeps (the fields of PictureNode, PictureCluster and
-# PictureEdge, in order).
-_NODE_FIELDS = 11
-_KIND, _CALLS, _NODE_CLUSTER, _MEMBERS = 1, 3, 7, 8
-_CALL, _CLUSTER_LABEL, _CLUSTER_CLUSTER, _CLUSTER_MEMBERS, _CLUSTER_STYLE = 1, 3, 5, 6, 8
-_TAIL, _HEAD, _EDGE_CLUSTER = 1, 2, 5
 
 
 # -- DOT styles ------------------------------------------------------------------------------
@@ -542,10 +719,18 @@ def _color(name: str, strong: bool = False) -> str:
 
 
 def quote(text: str) -> str:
-    r"""A DOT string. Backslashes are doubled so that graphviz does not read ``\N``, ``\G``,
-    ``\l`` ... in user text as its own escapes; newlines become line breaks. Characters dot or
-    SVG cannot carry (NUL ends dot's input; XML has no control characters) are shown as
+    r"""A DOT string of ``text``.
+
+    Backslashes are doubled so that graphviz does not read ``\N``, ``\G``, ``\l`` ... in user
+    text as its own escapes; newlines become line breaks. Characters dot or SVG cannot carry
+    (NUL ends dot's input; XML has no control characters) are shown as
     :func:`graphsurgeon.display.shown` shows them (:func:`graphsurgeon.display.label_text`).
+
+    Args:
+        text: any text (a label, a name, an id).
+
+    Returns:
+        The text in double quotes, escaped for DOT.
 
     Example:
         >>> print(quote('say "hi"\nto \\N'))
@@ -582,6 +767,9 @@ _KIND_STYLE: dict[str, list[tuple[str, str]]] = {
         ("color", '"#9ca3af"'),
         ("fontcolor", '"#374151"'),
     ],
+    # the parts of a picture laid out in parts (see EXIT)
+    "port": [("shape", "point"), ("width", "0.02"), ("height", "0.02"), ("style", "invis")],
+    "placeholder": [("shape", "box"), ("style", "invis")],
     "swapped": [
         ("style", quote("filled,bold")),
         ("peripheries", "2"),
@@ -611,6 +799,8 @@ def _dot_name(element_id: str) -> str:
 
 
 _NODE_MARKERS = tuple((prefix, prefix + "node:") for prefix in ("", "before/", "after/"))
+# The kinds of node only a part of a picture laid out in parts has (see EXIT)
+_PART_KINDS = ("port", "placeholder")
 
 
 def _merge(attributes: list[tuple[str, str]]) -> str:
@@ -622,19 +812,19 @@ def _merge(attributes: list[tuple[str, str]]) -> str:
     return "".join(f", {key}={value}" for key, value in merged.items())
 
 
-def _node_statement(row: tuple, fill: str | None = None, extra: Iterable = ()) -> str:
+def _node_statement(row: NodeRow, fill: str | None = None, extra: Iterable = ()) -> str:
     """A node's statement; ``fill``: an overlay's colour for it (a value's heat, or white),
     ``extra``: more attributes (its position)."""
-    element_id, kind, _, _, classes, label, tooltip, _, _, color, style = row
+    element_id, kind = row.id, row.kind
     name = quote(element_id) if kind == "box" else quote(_dot_name(element_id))
     head = (
-        f"id={quote(element_id)}, class={_classes(classes)}, label={quote(label)}, "
-        f"tooltip={_tooltip(tooltip)}"
+        f"id={quote(element_id)}, class={_classes(row.classes)}, label={quote(row.label)}, "
+        f"tooltip={_tooltip(row.tooltip)}"
     )
     tail = (
-        _node_style(kind, color, style, fill)
+        _node_style(kind, row.color, row.style, fill)
         if not extra
-        else _node_style_text(kind, color, style, fill, tuple(extra))
+        else _node_style_text(kind, row.color, row.style, fill, tuple(extra))
     )
     return f"{name} [{head}{tail}];"
 
@@ -691,10 +881,10 @@ def _node_style_text(
     return _merge(attributes)
 
 
-def _cluster_attributes(row: tuple, neutral: bool = False) -> list[tuple[str, str]]:
+def _cluster_attributes(row: ClusterRow, neutral: bool = False) -> list[tuple[str, str]]:
     """A cluster's attributes; ``neutral``: a pale grey fill (an overlay's colours are the
     values, the modules' would compete with them)."""
-    element_id, _, classes, label, tooltip, _, _, color, style = row
+    style = row.style
     highlighted = HIGHLIGHTED in style
     line_style, line, width = "filled", _CLUSTER_LINE, "0.8"
     if SWAPPED_BOUNDARY in style:
@@ -704,29 +894,34 @@ def _cluster_attributes(row: tuple, neutral: bool = False) -> list[tuple[str, st
     if highlighted:
         line, width = _HIGHLIGHT, "2.5"
     return [
-        ("id", quote(element_id)),
-        ("class", quote(" ".join(classes))),
-        ("label", quote(label)),
-        ("tooltip", _tooltip(tooltip)),
+        ("id", quote(row.id)),
+        ("class", quote(" ".join(row.classes))),
+        ("label", quote(row.label)),
+        ("tooltip", _tooltip(row.tooltip)),
         ("style", quote(line_style)),
-        ("fillcolor", quote(_NEUTRAL if neutral else _color(color, highlighted))),
+        ("fillcolor", quote(_NEUTRAL if neutral else _color(row.color, highlighted))),
         ("color", quote(line)),
         ("penwidth", width),
     ]
 
 
-def _edge_statement(row: tuple, extra: Iterable = (), names: dict[str, str] | None = None) -> str:
+def _edge_statement(
+    row: EdgeRow, extra: Iterable = (), names: dict[str, str] | None = None, ends: str = ""
+) -> str:
     """An edge's statement; ``names``: the DOT names of the picture's elements written so far
     (element id -> quoted name), shared by the statements of one picture: a node has several
-    edges."""
-    edge_id, tail, head, path, mark, _ = row
-    text = f"id={quote(edge_id)}"
+    edges; ``ends``: what it takes from its ends in a part (:meth:`Picture._ends`)."""
+    tail, head, path, mark = row.tail, row.head, row.path, row.mark
+    text = f"id={quote(row.id)}"
     if path:
         text += f", taillabel={quote(path)}"
     if mark == REMOVED:
         text += _REMOVED_EDGE
     elif mark == ADDED:
         text += _ADDED_EDGE
+    elif mark == HIDDEN:
+        text += ", style=invis"
+    text += ends
     if extra:
         text += "".join(f", {key}={value}" for key, value in extra)
     if names is None:

@@ -6,7 +6,7 @@ and the search open on top of that for as long as they need it, the pictures lai
 (kept, so undo and switching views back cost no layout), a large layout waiting for a
 confirmation, and the overlay painted. Every question about a laid-out picture is one of the
 Picture's lookups (:class:`Scene`). It lays pictures out with
-:func:`graphsurgeon.render.graphviz.layout` and reads calls from the program's one call index.
+:meth:`graphsurgeon.types.GraphView.laid_out` and reads calls from the program's one call index.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from ..drawing import draw
 from ..errors import UnknownModuleError, WidgetError
 from ..partition import Partition, call_index, program_index
 from ..render import GraphView, graph_view
-from ..render.graphviz import layout
 from ..render.picture import Picture, PictureNode
 from ..rewrite import swap_info
 
@@ -73,7 +72,7 @@ class Scene:
     @classmethod
     def laid_out(cls, view: GraphView, prefix: str, module: Any) -> Scene:
         """``view`` laid out by graphviz."""
-        svg = layout(view.dot, "svg").decode()
+        svg = view.laid_out("svg").decode()
         return cls(view, display.inline_svg(svg), prefix, module)
 
     @property

@@ -101,3 +101,32 @@ class NoCausalMask(FusedAttention):
         )
         out = nn.functional.scaled_dot_product_attention(q, k, v)  # forgets is_causal
         return self.o(out.transpose(1, 2).reshape(batch, tokens, hidden))
+
+
+#   x ──▶ heads (lin, then a view by x's token count) ──▶ out : exported with dynamic tokens,
+#   the token count is size arithmetic outside every call that only heads reads
+class SizedHeads(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.heads = _Heads()
+        self.out = nn.Linear(2, 2)
+
+    def forward(self, x):
+        return self.out(self.heads(x))
+
+
+class _Heads(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        batch, tokens, _ = x.shape
+        return self.lin(x).view(batch, tokens, 2, 2).sum(-1)
+
+
+class Halves(nn.Module):
+    """A replacement for ``SizedHeads.heads`` that reads no size: the sum of x's two halves."""
+
+    def forward(self, x):
+        return x[..., :2] + x[..., 2:]
