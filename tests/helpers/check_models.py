@@ -143,6 +143,20 @@ class Counting(nn.Module):
         return x * self.calls
 
 
+class UsesFirst(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.split = Split()
+
+    def forward(self, x):
+        return self.split(x)[0]
+
+
+class RaisesValueError(nn.Module):
+    def forward(self, x):
+        raise ValueError("no")
+
+
 # -- verify: verdicts, tolerances and what cannot be compared (tests/test_verify.py) ----------------
 
 
@@ -230,6 +244,15 @@ class Louder(nn.Module):
         return self.l(x) * 100
 
 
+class ReturnsValue(torch.nn.Module):
+    def __init__(self, value):
+        super().__init__()
+        self.value = value
+
+    def forward(self, x):
+        return self.value
+
+
 # -- bisect: which swap of a set breaks the output (tests/test_bisect.py) ---------------------------
 
 WIDTH = 8
@@ -307,6 +330,11 @@ class WrongEveryOtherCall(nn.Module):
         return self.inner(x) + (1.0 if self.calls % 2 else 0.0)
 
 
+class Broken(nn.Module):
+    def forward(self, x):
+        raise RuntimeError("not implemented yet")
+
+
 # -- overlay: the numbers of two runs side by side (tests/test_overlay.py) --------------------------
 
 
@@ -318,34 +346,6 @@ class DropoutAfterBatchNorm(nn.Module):
 
     def forward(self, x):
         return self.b(self.drop(self.norm(self.a(x))))
-
-
-# -- bisect: replacements defined for one test (tests/test_bisect.py) -------------------------------
-
-
-class Broken(nn.Module):
-    def forward(self, x):
-        raise RuntimeError("not implemented yet")
-
-
-# -- compare: replacements defined for one test (tests/test_compare.py) -----------------------------
-
-
-class UsesFirst(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.split = Split()
-
-    def forward(self, x):
-        return self.split(x)[0]
-
-
-class RaisesValueError(nn.Module):
-    def forward(self, x):
-        raise ValueError("no")
-
-
-# -- overlay: replacements defined for one test (tests/test_overlay.py) -----------------------------
 
 
 class Slow(nn.Module):
@@ -361,15 +361,3 @@ class Slow(nn.Module):
 class Fails(nn.Module):
     def forward(self, x):
         raise RuntimeError("boom")
-
-
-# -- verify: replacements defined for one test (tests/test_verify.py) -------------------------------
-
-
-class ReturnsValue(torch.nn.Module):
-    def __init__(self, value):
-        super().__init__()
-        self.value = value
-
-    def forward(self, x):
-        return self.value

@@ -341,7 +341,30 @@ class OneTokenFewer(nn.Module):
         return x[:, :-1]
 
 
-# -- no mutation: models whose weights and buffers must come back untouched (tests/test_no_mutation.py) ---
+class OneArgument(nn.Module):
+    def forward(self, x):
+        return x
+
+
+class NoInit(nn.Module):
+    def __init__(self):  # forgets super().__init__()
+        self.scale = 2
+
+    def forward(self, q, k, v, need_weights=True):
+        return q, None
+
+
+class NoInitNoForward(nn.Module):
+    def __init__(self):
+        self.scale = 2
+
+
+class RaisesTypeError(nn.Module):
+    def forward(self, q, k, v, need_weights=True):
+        raise TypeError("the replacement's own error")
+
+
+# -- no mutation: weights and buffers that come back untouched (tests/test_no_mutation.py) ---------
 
 
 class ConvBnFlattenNet(nn.Module):
@@ -438,29 +461,3 @@ class SdpaT5Attention(nn.Module):
         out = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=1.0)
         out = self.inner.o(out.transpose(1, 2).reshape(b, lq, self.heads * self.size))
         return out, position_bias, None
-
-
-# -- guards: replacements each written for one test (tests/test_guards.py) --------------------------
-
-
-class OneArgument(nn.Module):
-    def forward(self, x):
-        return x
-
-
-class NoInit(nn.Module):
-    def __init__(self):  # forgets super().__init__()
-        self.scale = 2
-
-    def forward(self, q, k, v, need_weights=True):
-        return q, None
-
-
-class NoInitNoForward(nn.Module):
-    def __init__(self):
-        self.scale = 2
-
-
-class RaisesTypeError(nn.Module):
-    def forward(self, q, k, v, need_weights=True):
-        raise TypeError("the replacement's own error")

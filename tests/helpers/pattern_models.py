@@ -92,6 +92,50 @@ class InlineGelu(nn.Module):
         return self.b(gelu_tanh(self.a(x)))
 
 
+class OperandsEitherWayRound(nn.Module):
+    def forward(self, x, y):
+        a = torch.sigmoid(x) * x  # the pattern, with its operands the other way round
+        b = x * torch.sigmoid(y)  # the pattern's input t would be x and y
+        return a, b
+
+
+class QuarterAndHalf(nn.Module):
+    def forward(self, x):
+        return x * 0.25 + 1, x * 0.5 + 1
+
+
+class HeadsThenSwap(nn.Module):
+    def forward(self, x):
+        return split_heads(x).transpose(2, 3) * 2
+
+
+class Scores(nn.Module):
+    def forward(self, q, k):
+        return attention_scores(q, k) * 3
+
+
+class Views(nn.Module):
+    def forward(self, x):
+        return x.view(3, 3, -1), x.view(3, 2, -1)
+
+
+class GateReadTwice(nn.Module):
+    def forward(self, x):
+        gate = torch.sigmoid(x)
+        return x * gate + gate  # the pattern's sigmoid is read by the add too
+
+
+class NotConvex(nn.Module):
+    def forward(self, x):
+        y = torch.sin(x)
+        return y * (y + 1)  # b is y + 1: computed from the match, and read by it
+
+
+class SwishTwoWays(nn.Module):
+    def forward(self, x):
+        return swish(x) * 0.5, x * torch.sigmoid(x + 1)
+
+
 # -- region: regions between calls, and their replacements (tests/test_region.py) -------------------
 
 
@@ -142,56 +186,6 @@ class SharedWithGate(nn.Module):
 
 def attention_scores(q, k):
     return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
-
-
-# -- find: programs each written for one test (tests/test_find.py) ----------------------------------
-
-
-class OperandsEitherWayRound(nn.Module):
-    def forward(self, x, y):
-        a = torch.sigmoid(x) * x  # the pattern, with its operands the other way round
-        b = x * torch.sigmoid(y)  # the pattern's input t would be x and y
-        return a, b
-
-
-class QuarterAndHalf(nn.Module):
-    def forward(self, x):
-        return x * 0.25 + 1, x * 0.5 + 1
-
-
-class HeadsThenSwap(nn.Module):
-    def forward(self, x):
-        return split_heads(x).transpose(2, 3) * 2
-
-
-class Scores(nn.Module):
-    def forward(self, q, k):
-        return attention_scores(q, k) * 3
-
-
-class Views(nn.Module):
-    def forward(self, x):
-        return x.view(3, 3, -1), x.view(3, 2, -1)
-
-
-class GateReadTwice(nn.Module):
-    def forward(self, x):
-        gate = torch.sigmoid(x)
-        return x * gate + gate  # the pattern's sigmoid is read by the add too
-
-
-class NotConvex(nn.Module):
-    def forward(self, x):
-        y = torch.sin(x)
-        return y * (y + 1)  # b is y + 1: computed from the match, and read by it
-
-
-class SwishTwoWays(nn.Module):
-    def forward(self, x):
-        return swish(x) * 0.5, x * torch.sigmoid(x + 1)
-
-
-# -- region: models each written for one test (tests/test_region.py) --------------------------------
 
 
 class ScaleAndMask(nn.Module):

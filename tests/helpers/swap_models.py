@@ -658,6 +658,56 @@ class ReadsWrittenBuffer(nn.Module):
         return self.c(x) + self.c.total
 
 
+class NanOut(nn.Module):
+    def forward(self, x):
+        return x * 2, float("nan")
+
+
+class UsesNan(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.m = NanOut()
+
+    def forward(self, x):
+        y, _ = self.m(x)
+        return y
+
+
+class TiedEmbeddingHead(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+        self.head = nn.Linear(4, 10, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, ids):
+        return self.head(self.emb(ids))
+
+
+class Pair(nn.Module):
+    def forward(self, x):
+        return x + 1, None
+
+
+class Outer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pair = Pair()
+
+    def forward(self, x):
+        return self.pair(x)[0] * 2
+
+
+class OnlyTensor(nn.Module):
+    def forward(self, x):
+        return x + 1
+
+
+class Nested(nn.Module):
+    def forward(self, t):
+        return torch.nested.nested_tensor([t[0], t[1]])
+
+
 # -- strict: one module called twice, loops, nested inputs (tests/test_strict.py) -------------------
 
 
@@ -1028,6 +1078,20 @@ class Gelu(nn.Module):
         return gelu(x)
 
 
+class OneLinearTwice(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(torch.relu(self.lin(x)))
+
+
+class TakesNothing(nn.Module):
+    def forward(self):
+        return None
+
+
 # -- fuse: patterns that fuse into one module (tests/test_fuse.py) ----------------------------------
 
 
@@ -1057,73 +1121,3 @@ class SelfAttention(nn.Module):
     def forward(self, x):
         h = self.ln(x)
         return self.attn(h, h, h, need_weights=False)[0]
-
-
-# -- surgery: models each written for one test (tests/test_surgery.py) ------------------------------
-
-
-class OneLinearTwice(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(4, 4)
-
-    def forward(self, x):
-        return self.lin(torch.relu(self.lin(x)))
-
-
-class TakesNothing(nn.Module):
-    def forward(self):
-        return None
-
-
-# -- swap: replacements each written for one test (tests/test_swap.py) ------------------------------
-
-
-class NanOut(nn.Module):
-    def forward(self, x):
-        return x * 2, float("nan")
-
-
-class UsesNan(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.m = NanOut()
-
-    def forward(self, x):
-        y, _ = self.m(x)
-        return y
-
-
-class TiedEmbeddingHead(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.emb = nn.Embedding(10, 4)
-        self.head = nn.Linear(4, 10, bias=False)
-        self.head.weight = self.emb.weight
-
-    def forward(self, ids):
-        return self.head(self.emb(ids))
-
-
-class Pair(nn.Module):
-    def forward(self, x):
-        return x + 1, None
-
-
-class Outer(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.pair = Pair()
-
-    def forward(self, x):
-        return self.pair(x)[0] * 2
-
-
-class OnlyTensor(nn.Module):
-    def forward(self, x):
-        return x + 1
-
-
-class Nested(nn.Module):
-    def forward(self, t):
-        return torch.nested.nested_tensor([t[0], t[1]])

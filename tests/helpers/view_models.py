@@ -171,6 +171,25 @@ class DataDependentLog(nn.Module):
         return torch.nan_to_num(torch.log(torch.relu(x)), neginf=0.0)
 
 
+class Fusable(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = Unstable()
+
+    def forward(self, x):
+        return self.body(x) * 2
+
+
+class WritesInputThenLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+
+    def forward(self, x):
+        x.add_(1)
+        return self.lin(x)
+
+
 # -- widget: the session's actions and panels (tests/test_widget.py) --------------------------------
 
 
@@ -291,6 +310,27 @@ class PassesMaskOnlyWhenExported(nn.Module):
         return self.inner(x, mask) + 1
 
 
+class MakesNaN(nn.Module):
+    def forward(self, x):
+        return x * float("nan")
+
+
+class Later(nn.Module):  # defined in a new cell, after the widget
+    def forward(self, x):
+        return x
+
+
+class Named(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleDict({"<img src=x onerror=alert(1)>": nn.Linear(2, 2)})
+
+    def forward(self, x):
+        for block in self.blocks.values():
+            x = block(x)
+        return x
+
+
 # -- render: drawings of programs, before and after a swap (tests/test_render.py) -------------------
 
 
@@ -394,55 +434,6 @@ class Positions(nn.Module):
     def forward(self, x):
         positions = torch.arange(x.shape[1]).unsqueeze(0).float() * 0.5
         return self.lin(x + positions)
-
-
-# -- step: models each written for one test (tests/test_step.py) ------------------------------------
-
-
-class Fusable(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.body = Unstable()
-
-    def forward(self, x):
-        return self.body(x) * 2
-
-
-class WritesInputThenLinear(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(2, 2)
-
-    def forward(self, x):
-        x.add_(1)
-        return self.lin(x)
-
-
-# -- widget: models each written for one test (tests/test_widget.py) --------------------------------
-
-
-class MakesNaN(nn.Module):
-    def forward(self, x):
-        return x * float("nan")
-
-
-class Later(nn.Module):  # defined in a new cell, after the widget
-    def forward(self, x):
-        return x
-
-
-class Named(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.blocks = nn.ModuleDict({"<img src=x onerror=alert(1)>": nn.Linear(2, 2)})
-
-    def forward(self, x):
-        for block in self.blocks.values():
-            x = block(x)
-        return x
-
-
-# -- render: models each written for one test (tests/test_render.py) --------------------------------
 
 
 class LinearThenInlineSilu(nn.Module):
