@@ -13,7 +13,7 @@ import time
 import torch
 from torch import nn
 
-# -- compare and locate: where a replacement first differs (tests/test_compare.py) ------------------
+# -- compare and locate: where a replacement first differs (tests/test_compare.py) -----------------
 
 
 class ClampReLU(nn.Module):
@@ -157,7 +157,7 @@ class RaisesValueError(nn.Module):
         raise ValueError("no")
 
 
-# -- verify: verdicts, tolerances and what cannot be compared (tests/test_verify.py) ----------------
+# -- verify: verdicts, tolerances and what cannot be compared (tests/test_verify.py) ---------------
 
 
 class Returns(nn.Module):
@@ -253,7 +253,7 @@ class ReturnsValue(torch.nn.Module):
         return self.value
 
 
-# -- bisect: which swap of a set breaks the output (tests/test_bisect.py) ---------------------------
+# -- bisect: which swap of a set breaks the output (tests/test_bisect.py) --------------------------
 
 WIDTH = 8
 
@@ -335,7 +335,7 @@ class Broken(nn.Module):
         raise RuntimeError("not implemented yet")
 
 
-# -- overlay: the numbers of two runs side by side (tests/test_overlay.py) --------------------------
+# -- overlay: the numbers of two runs side by side (tests/test_overlay.py) -------------------------
 
 
 class DropoutAfterBatchNorm(nn.Module):

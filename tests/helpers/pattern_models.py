@@ -8,7 +8,7 @@ import math
 import torch
 from torch import nn
 
-# -- find: patterns and the programs they are found in (tests/test_find.py) -------------------------
+# -- find: patterns and the programs they are found in (tests/test_find.py) ------------------------
 
 
 class Swish(nn.Module):
@@ -136,7 +136,7 @@ class SwishTwoWays(nn.Module):
         return swish(x) * 0.5, x * torch.sigmoid(x + 1)
 
 
-# -- region: regions between calls, and their replacements (tests/test_region.py) -------------------
+# -- region: regions between calls, and their replacements (tests/test_region.py) ------------------
 
 
 def swish(t):

@@ -12,7 +12,7 @@ from torch import nn
 
 from helpers.models import Scale
 
-# -- swap: replacements and the models they go in (tests/test_swap.py) ------------------------------
+# -- swap: replacements and the models they go in (tests/test_swap.py) -----------------------------
 
 
 class Crossed(nn.Module):
@@ -708,7 +708,7 @@ class Nested(nn.Module):
         return torch.nested.nested_tensor([t[0], t[1]])
 
 
-# -- strict: one module called twice, loops, nested inputs (tests/test_strict.py) -------------------
+# -- strict: one module called twice, loops, nested inputs (tests/test_strict.py) ------------------
 
 
 class Parity(nn.Module):
@@ -887,7 +887,7 @@ class Ambiguous(nn.Module):
         return self.blk(getattr(self, "blk@1")(self.blk(x)))
 
 
-# -- surgery: a Surgery's swaps, exports and history (tests/test_surgery.py) ------------------------
+# -- surgery: a Surgery's swaps, exports and history (tests/test_surgery.py) -----------------------
 
 
 class Net(nn.Module):
@@ -1092,7 +1092,7 @@ class TakesNothing(nn.Module):
         return None
 
 
-# -- fuse: patterns that fuse into one module (tests/test_fuse.py) ----------------------------------
+# -- fuse: patterns that fuse into one module (tests/test_fuse.py) ---------------------------------
 
 
 class Reshaper(nn.Module):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-# -- cli: the command line's models, read from a file (tests/test_cli.py) ---------------------------
+# -- cli: the command line's models, read from a file (tests/test_cli.py) --------------------------
 
 
 class Block(nn.Module):
@@ -52,7 +52,7 @@ class Everything(nn.Module):
         return (-y if flip else y) * steps, {"rows": x.shape[0]}
 
 
-# -- display: tables and pages of each object (tests/test_display.py) -------------------------------
+# -- display: tables and pages of each object (tests/test_display.py) ------------------------------
 
 
 class MarkupNamed(nn.Module):
@@ -96,7 +96,7 @@ class Wide(nn.Module):
         return torch.stack([head(x).relu() for head in self.heads])
 
 
-# -- report: the standalone page (tests/test_report.py) ---------------------------------------------
+# -- report: the standalone page (tests/test_report.py) --------------------------------------------
 
 MARKUP = ("<img src=x onerror=alert(1)>", "</svg><script>alert(2)</script>")
 
@@ -114,7 +114,7 @@ class MarkupNamedBlocks(nn.Module):
         return x
 
 
-# -- step: the Stepper, node by node (tests/test_step.py) -------------------------------------------
+# -- step: the Stepper, node by node (tests/test_step.py) ------------------------------------------
 
 
 #   x ──▶ proj (Linear) ──▶ sqrt ──▶ log ──▶ + 1 ──▶ out
@@ -190,7 +190,7 @@ class WritesInputThenLinear(nn.Module):
         return self.lin(x)
 
 
-# -- widget: the session's actions and panels (tests/test_widget.py) --------------------------------
+# -- widget: the session's actions and panels (tests/test_widget.py) -------------------------------
 
 
 class Doubler(nn.Module):
@@ -331,7 +331,7 @@ class Named(nn.Module):
         return x
 
 
-# -- render: drawings of programs, before and after a swap (tests/test_render.py) -------------------
+# -- render: drawings of programs, before and after a swap (tests/test_render.py) ------------------
 
 
 class SharedSplitCat(nn.Module):
