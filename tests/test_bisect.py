@@ -13,6 +13,16 @@ import math
 
 import pytest
 import torch
+from helpers.check_models import (
+    WIDTH,
+    Broken,
+    LinearBatchNormLinear,
+    ResidualStack,
+    Shift,
+    Shifts,
+    TwoDropouts,
+    WrongEveryOtherCall,
+)
 from helpers.models import NoCausalMask
 from helpers.references import eager_reference
 from torch import nn
@@ -21,27 +31,12 @@ import graphsurgeon as gs
 from graphsurgeon.checks.bisect import Bisection, BisectRun, bisect
 from graphsurgeon.errors import SurgeryError
 
-WIDTH = 8
-
-
-class Stack(nn.Module):
-    """``n`` residual Linear layers in a row: a change anywhere reaches the output whole."""
-
-    def __init__(self, n: int):
-        super().__init__()
-        self.layers = nn.ModuleList(nn.Linear(WIDTH, WIDTH) for _ in range(n))
-
-    def forward(self, x):
-        for layer in self.layers:
-            x = x + layer(torch.tanh(x))
-        return x
-
 
 @functools.cache
-def stack(n: int) -> tuple[Stack, torch.Tensor, torch.export.ExportedProgram]:
+def stack(n: int) -> tuple[ResidualStack, torch.Tensor, torch.export.ExportedProgram]:
     """A stack of ``n`` layers, its input and its program, made once per size (not changed)."""
     torch.manual_seed(n)
-    model = Stack(n).eval()
+    model = ResidualStack(n).eval()
     x = torch.randn(3, WIDTH)
     return model, x, gs.export(model, (x,))
 
@@ -145,28 +140,6 @@ def test_a_tiny_gpt_with_two_wrong_attentions_among_ten_swaps():
     assert gs.verify(model, gs.swap(s.program, rest), (tokens,), rtol=1e-4, atol=1e-4)
 
 
-class Shift(nn.Module):
-    """x + shift: a module whose replacements are off by a known amount."""
-
-    def __init__(self, shift: float = 0.0):
-        super().__init__()
-        self.shift = shift
-
-    def forward(self, x):
-        return x + self.shift
-
-
-class Shifts(nn.Module):
-    def __init__(self, n: int):
-        super().__init__()
-        self.steps = nn.ModuleList(Shift() for _ in range(n))
-
-    def forward(self, x):
-        for step in self.steps:
-            x = step(x)
-        return x
-
-
 def shifted(shifts: dict[int, float], n: int = 8) -> gs.Surgery:
     torch.manual_seed(0)
     model = Shifts(n)
@@ -223,10 +196,6 @@ def test_nothing_swapped_or_only_fused_calls_have_no_culprits():
 
 
 def test_a_replacement_that_fails_to_run_is_a_culprit():
-    class Broken(nn.Module):
-        def forward(self, x):
-            raise RuntimeError("not implemented yet")
-
     s, _, _ = surgery_with(6, ())
     s.swap("layers.4", Broken())
     found = s.bisect()
@@ -236,20 +205,9 @@ def test_a_replacement_that_fails_to_run_is_a_culprit():
     assert "the run failed" in str(found)
 
 
-class Dropped(nn.Module):
-    #   x -> a -> dropout -> b -> dropout -> c
-    def __init__(self):
-        super().__init__()
-        self.a, self.b, self.c = (nn.Linear(WIDTH, WIDTH) for _ in range(3))
-        self.drop1, self.drop2 = nn.Dropout(0.5), nn.Dropout(0.5)
-
-    def forward(self, x):
-        return self.c(self.drop2(self.b(self.drop1(self.a(x)))))
-
-
 def test_random_ops_every_program_runs_from_the_same_random_state():
     torch.manual_seed(0)
-    model = Dropped().train()
+    model = TwoDropouts().train()
     x = torch.randn(4, WIDTH)
     s = gs.Surgery.from_model(model, (x,))
     # the precondition: two runs from different random states differ
@@ -264,22 +222,9 @@ def test_random_ops_every_program_runs_from_the_same_random_state():
     assert torch.equal(torch.random.get_rng_state(), state)  # the caller's stream is untouched
 
 
-class Normed(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a, self.norm, self.b = (
-            nn.Linear(WIDTH, WIDTH),
-            nn.BatchNorm1d(WIDTH),
-            nn.Linear(WIDTH, WIDTH),
-        )
-
-    def forward(self, x):
-        return self.b(self.norm(self.a(x)))
-
-
 def test_bisect_changes_nothing_and_rebuilds_only_what_it_must():
     torch.manual_seed(0)
-    model = Normed().train()  # batch norm writes its statistics when it runs
+    model = LinearBatchNormLinear().train()  # batch norm writes its statistics when it runs
     x = torch.randn(4, WIDTH)
     s = gs.Surgery.from_model(model, (x,))
     s.swap("a", faithful(model.a)).swap("b", wrong(model.b))
@@ -345,19 +290,6 @@ def test_a_surgery_copy_of_the_swaps_is_not_needed():
         assert all(torch.equal(v, module.state_dict()[k]) for k, v in weights[name].items())
 
 
-class Flaky(nn.Module):
-    """An exact copy that is wrong on every other call (a replacement whose state changes)."""
-
-    def __init__(self, original: nn.Module):
-        super().__init__()
-        self.inner = copy.deepcopy(original)
-        self.calls = 0
-
-    def forward(self, x):
-        self.calls += 1
-        return self.inner(x) + (1.0 if self.calls % 2 else 0.0)
-
-
 def test_runs_that_disagree_are_said_and_the_answer_is_unreliable():
     """Was: a replacement wrong on every other call made bisect blame an innocent exact copy
     (``layers.7``) without a word."""
@@ -365,7 +297,7 @@ def test_runs_that_disagree_are_said_and_the_answer_is_unreliable():
     model, x, _ = stack(10)
     s = gs.Surgery.from_model(model, (x,))
     for i, layer in enumerate(model.layers):
-        s.swap(f"layers.{i}", Flaky(layer) if i == 5 else copy.deepcopy(layer))
+        s.swap(f"layers.{i}", WrongEveryOtherCall(layer) if i == 5 else copy.deepcopy(layer))
     found = s.bisect()
     assert not found.reliable and found.disagreements
     assert "UNRELIABLE" in repr(found) or "UNRELIABLE" in found._summary()

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
-from torch import nn
+from helpers.view_models import Everything, Model
 
 import graphsurgeon as gs
 from graphsurgeon import _load
@@ -29,25 +29,6 @@ SVG = "{http://www.w3.org/2000/svg}"
 
 
 # x ──▶ block: Block ( lin: Linear ──▶ relu ) ──▶ head: Linear ──▶ out
-
-
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(2, 2)
-
-    def forward(self, x):
-        return torch.relu(self.lin(x))
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.block = Block()
-        self.head = nn.Linear(2, 2)
-
-    def forward(self, x):
-        return self.head(self.block(x))
 
 
 class RunsCode:
@@ -468,25 +449,6 @@ def test_trust_file_loads_the_file_as_torch_does_and_runs_its_code(files, capsys
     # torch's own logging of the fallback (a broken format string) prints nothing either
     assert captured.err == ""
     files["ran"].unlink()
-
-
-class Everything(nn.Module):
-    """What torch.export.save stores besides weights: buffers (one not persistent), a lifted
-    tensor constant, example inputs with keyword and non-tensor values, a dynamic size."""
-
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(4, 4)
-        self.bn = nn.BatchNorm1d(4)
-        self.register_buffer("scale", torch.full((4,), 2.0))
-        self.register_buffer("shift", torch.ones(4), persistent=False)
-        self.table = torch.arange(4.0)  # a plain tensor attribute: a constant of the program
-
-    def forward(self, x, *, mask=None, flip=False, steps=2):
-        y = self.bn(self.lin(x)) * self.scale + self.shift + self.table
-        if mask is not None:
-            y = y * mask
-        return (-y if flip else y) * steps, {"rows": x.shape[0]}
 
 
 def test_programs_as_torch_export_save_writes_them_load_without_the_flag(tmp_path, capsys):

@@ -14,6 +14,22 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers.check_models import (
+    ClampReLU,
+    Counting,
+    DrawsFirst,
+    Dropping,
+    LayerNormed,
+    Loose,
+    RaisesValueError,
+    StaticKVCache,
+    SwappedOutputs,
+    TimesFactor,
+    TwoOutputs,
+    Untraceable,
+    UsesCacheDoubled,
+    UsesFirst,
+)
 from helpers.models import Chain, Scale, Shared
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -29,43 +45,6 @@ from graphsurgeon.fuse import fused_call
 from graphsurgeon.swap import swap_info
 
 # -- tiny models --------------------------------------------------------------------------
-
-
-class ClampReLU(nn.Module):
-    """ReLU written another way: equal everywhere."""
-
-    def forward(self, x):
-        return x.clamp(min=0)
-
-
-class Scaled(nn.Module):
-    def forward(self, x, factor):
-        return x * factor
-
-
-class Split(nn.Module):
-    def forward(self, x):
-        return x * 2, {"b": x + 1}
-
-
-#   x ──▶ scaled(x, factor=2.5) ──▶ split ──▶ (a, {"b": b}) ──▶ a - b ──▶ out
-#         (factor is a constant argument)   (two outputs, one inside a dict)
-class TwoOutputs(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.scaled = Scaled()
-        self.split = Split()
-
-    def forward(self, x):
-        a, rest = self.split(self.scaled(x, factor=2.5))
-        return a - rest["b"]
-
-
-class Loose(nn.Module):
-    """Split, but its dict output is off by 0.5."""
-
-    def forward(self, x):
-        return x * 2, {"b": x + 1.5}
 
 
 def nudged(linear: nn.Linear, by: float) -> nn.Linear:
@@ -163,7 +142,7 @@ def test_every_output_leaf_is_compared_by_its_path_and_constants_are_passed():
     ep = gs.export(model, (x,))
     signature = gs.partition(ep)["scaled"].signature
     assert any(type(a).__name__ == "ConstantArgument" for a in signature.inputs)  # factor=2.5
-    swapped = gs.swap(ep, {"scaled": Scaled(), "split": Loose()})
+    swapped = gs.swap(ep, {"scaled": TimesFactor(), "split": Loose()})
     comparison = compare(ep, swapped, (x,))
     assert comparison["scaled"].ok and comparison["scaled"].max_abs == 0.0
     split = comparison["split"]
@@ -188,14 +167,6 @@ def test_one_call_of_a_module_called_twice():
 
 def test_an_output_nothing_uses_is_reported_as_unused():
     #   x ──▶ split ──▶ (a, {"b": b}) ──▶ a ──▶ out        (b is never used)
-    class UsesFirst(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.split = Split()
-
-        def forward(self, x):
-            return self.split(x)[0]
-
     x = torch.randn(3)
     ep = gs.export(UsesFirst(), (x,))
     outputs = gs.partition(ep)["split"].signature.outputs
@@ -269,11 +240,7 @@ def test_misuse_raises_compare_errors_that_say_what_to_pass():
     with pytest.raises(NotAProgramError, match=r"a model: export it first"):
         compare(model, swapped, (x,))
 
-    class Raises(nn.Module):
-        def forward(self, x):
-            raise ValueError("no")
-
-    failing = gs.swap(ep, {"act": Raises()})
+    failing = gs.swap(ep, {"act": RaisesValueError()})
     with pytest.raises(CompareError, match=r"swapped program failed at node 'swapped_act'"):
         compare(ep, failing, (x,))
 
@@ -331,30 +298,6 @@ def test_on_the_meta_device_compare_says_no_values_were_compared():
 # -- random ops -----------------------------------------------------------------------------
 
 
-class Dropping(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.l = nn.Linear(8, 8)
-        self.d = nn.Dropout(0.5)
-        self.o = nn.Linear(8, 8)
-
-    def forward(self, x):
-        return self.o(self.d(self.l(x)))
-
-
-class DrawsFirst(nn.Module):
-    """A faithful Linear that draws a random number it does not use: everything after it
-    sees another random stream."""
-
-    def __init__(self, linear: nn.Linear):
-        super().__init__()
-        self.linear = linear
-
-    def forward(self, x):
-        torch.rand(3)
-        return self.linear(x)
-
-
 @pytest.fixture
 def dropping():
     torch.manual_seed(0)
@@ -394,36 +337,15 @@ def test_with_random_ops_compare_names_them_and_does_not_blame_small_differences
 # -- state the calls write ----------------------------------------------------------------------
 
 
-class Cache(nn.Module):
-    def __init__(self, row: int = 0):
-        super().__init__()
-        self.row = row
-        self.register_buffer("k", torch.zeros(4, 8))
-
-    def forward(self, x):
-        self.k[self.row].copy_(x[0])
-        return self.k  # a static KV cache: the output is the buffer the call wrote
-
-
-class UsesCache(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(8, 8)
-        self.cache = Cache()
-
-    def forward(self, x):
-        return self.cache(self.proj(x)) * 2
-
-
 def test_a_call_returning_the_buffer_it_writes_is_compared_as_it_returned_it():
     torch.manual_seed(0)
     x = torch.randn(4, 8)
-    ep = gs.export(UsesCache().eval(), (x,))
+    ep = gs.export(UsesCacheDoubled().eval(), (x,))
     with torch.no_grad():  # precondition: the cache's output is not its initial zeros
-        assert Cache()(x).abs().sum() > 0
-    faithful = compare(ep, gs.swap(ep, {"cache": Cache()}), (x,))
+        assert StaticKVCache()(x).abs().sum() > 0
+    faithful = compare(ep, gs.swap(ep, {"cache": StaticKVCache()}), (x,))
     assert faithful.ok and faithful["cache"].max_abs == 0.0
-    wrong = compare(ep, gs.swap(ep, {"cache": Cache(row=1)}), (x,))
+    wrong = compare(ep, gs.swap(ep, {"cache": StaticKVCache(row=1)}), (x,))
     assert wrong.first_divergence == "cache" and not wrong.outputs.ok
 
 
@@ -544,25 +466,10 @@ class StepLayerNorm(nn.Module):
         return centered * scale * self.weight + self.bias
 
 
-#   x ──▶ inp (Linear) ──▶ norm (LayerNorm, eps 0.01) ──▶ out (Linear) ──▶ y
-class Normed(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.inp = nn.Linear(8, 8)
-        self.norm = nn.LayerNorm(8, eps=1e-2)  # large enough for a misplaced eps to show
-        self.out = nn.Linear(8, 8)
-        with torch.no_grad():
-            self.norm.weight.uniform_(0.5, 1.5)
-            self.norm.bias.uniform_(-0.5, 0.5)
-
-    def forward(self, x):
-        return self.out(self.norm(self.inp(x)))
-
-
 @pytest.fixture(scope="module")
 def normed():
     torch.manual_seed(0)
-    model = Normed().eval()
+    model = LayerNormed().eval()
     x = torch.randn(4, 8)
     return model, x, gs.export(model, (x,))
 
@@ -864,7 +771,7 @@ def test_locate_says_why_when_nothing_diverges_or_on_meta(gpt):
     assert not nothing and nothing.reason == "no call diverges: there is nothing to locate"
     assert str(nothing) == nothing.reason and nothing.call == ""
     with torch.device("meta"):
-        meta_model = Normed()
+        meta_model = LayerNormed()
         x = torch.zeros(4, 8)
     meta_ep = gs.export(meta_model, (x,))
     on_meta = compare(
@@ -874,24 +781,6 @@ def test_locate_says_why_when_nothing_diverges_or_on_meta(gpt):
     )
     assert not on_meta.values_compared, "precondition"
     assert "meta device" in on_meta.locate().reason
-
-
-class Untraceable(nn.Module):
-    """A norm whose forward branches on a value: torch.export cannot trace it."""
-
-    def __init__(self, norm):
-        super().__init__()
-        self.norm = copy.deepcopy(norm)
-
-    def forward(self, x):
-        if x.sum() > 0:
-            return self.norm(x) + 1
-        return self.norm(x) - 1
-
-
-class SwappedOutputs(nn.Module):
-    def forward(self, x):
-        return x + 1, {"b": x * 2}
 
 
 def test_locate_says_why_when_the_replacement_cannot_be_traced_or_every_value_matches(normed):
@@ -910,18 +799,6 @@ def test_locate_says_why_when_the_replacement_cannot_be_traced_or_every_value_ma
     assert swapped.first_divergence == "split", "precondition"
     arranged = swapped.locate()
     assert not arranged and "which values it returns, or how they are arranged" in arranged.reason
-
-
-class Counting(nn.Module):
-    """Multiplies by how often it was called: its trace does not compute what it returned."""
-
-    def __init__(self):
-        super().__init__()
-        self.calls = 0
-
-    def forward(self, x):
-        self.calls += 1
-        return x * self.calls
 
 
 def test_locate_refuses_to_blame_a_trace_that_does_not_reproduce_the_run():

@@ -11,6 +11,7 @@ import shutil
 
 import pytest
 import torch
+from helpers.view_models import MarkupNamed, StrangelyNamedBlocks, Wide
 from torch import nn
 
 import graphsurgeon as gs
@@ -209,27 +210,12 @@ def test_draw_saves_svg_dot_and_png(gpt, tmp_path):
         drawing.save(tmp_path / "p.txt")
 
 
-class Named(nn.Module):
-    """A model whose module names are markup: they must show as text, never run."""
-
-    NAMES = ("<img src=x onerror=alert(1)>", "</svg><script>alert(2)</script>")
-
-    def __init__(self):
-        super().__init__()
-        self.blocks = nn.ModuleDict({name: nn.Linear(2, 2) for name in self.NAMES})
-
-    def forward(self, x):
-        for block in self.blocks.values():
-            x = torch.relu(block(x))
-        return x
-
-
 @needs_dot
 def test_module_names_that_are_markup_show_as_text_and_run_nothing():
     torch.manual_seed(0)
-    model, x = Named(), torch.randn(1, 2)
+    model, x = MarkupNamed(), torch.randn(1, 2)
     ep = gs.export(model, (x,))
-    swapped = gs.swap(ep, {f"blocks.{Named.NAMES[0]}": nn.Tanh()})
+    swapped = gs.swap(ep, {f"blocks.{MarkupNamed.NAMES[0]}": nn.Tanh()})
     objects = [
         gs.draw(ep, collapse=None),
         gs.draw(swapped, diff="split"),
@@ -245,7 +231,7 @@ def test_module_names_that_are_markup_show_as_text_and_run_nothing():
         markup = obj._repr_mimebundle_()["text/html"]
         assert "<img src=x" not in markup and "<script>alert(2)" not in markup
         if isinstance(obj, Drawing):
-            assert any(Named.NAMES[0] in text for text in page.text), "shown as text"
+            assert any(MarkupNamed.NAMES[0] in text for text in page.text), "shown as text"
 
 
 def test_the_module_tree_folds_with_counts_and_reasons(gpt):
@@ -263,27 +249,14 @@ def test_the_module_tree_folds_with_counts_and_reasons(gpt):
     assert tree["layers.0"].num_parameters == sum(p.numel() for p in model.layers[0].parameters())
 
 
-class OddlyNamed(nn.Module):
-    """Modules whose names hold a NUL, a newline and 10,000 characters."""
-
-    NAMES = ("a\x00b", "line\nbreak", "x" * 10_000)
-
-    def __init__(self):
-        super().__init__()
-        self.blocks = nn.ModuleDict({name: nn.Linear(2, 2) for name in self.NAMES})
-
-    def forward(self, x):
-        for block in self.blocks.values():
-            x = torch.relu(block(x))
-        return x
-
-
 def test_names_with_control_characters_or_thousands_of_characters_show_as_text():
     from graphsurgeon.display import id_text, module_tree_html
 
-    ep = gs.export(OddlyNamed(), (torch.randn(1, 2),))
+    ep = gs.export(StrangelyNamedBlocks(), (torch.randn(1, 2),))
     tree = gs.module_tree(ep)
-    assert set(OddlyNamed.NAMES) <= {fqn.removeprefix("blocks.") for fqn in tree}, "precondition"
+    assert set(StrangelyNamedBlocks.NAMES) <= {fqn.removeprefix("blocks.") for fqn in tree}, (
+        "precondition"
+    )
     page, _ = bundle_of(tree)
     assert "a␀b" in page.all_text and "line␊break" in page.all_text
     assert not any(c in page.all_text for c in "\x00\r"), "no control character in the text"
@@ -293,7 +266,9 @@ def test_names_with_control_characters_or_thousands_of_characters_show_as_text()
     assert any("…" in title and len(title) < 500 for title in titles)
     selectable = Elements(module_tree_html(tree, selectable=True))
     modules = {a["data-gs-module"] for t, a in selectable.tags if "data-gs-module" in a}
-    assert {id_text(f"blocks.{name}") for name in OddlyNamed.NAMES} <= modules, "as ids carry it"
+    assert {id_text(f"blocks.{name}") for name in StrangelyNamedBlocks.NAMES} <= modules, (
+        "as ids carry it"
+    )
     if shutil.which("dot"):
         drawing, _ = bundle_of(gs.draw(ep, collapse=None))
         assert any("a␀b: Linear" in text for text in drawing.text)
@@ -390,17 +365,6 @@ def test_the_module_tree_shows_an_overlay_aggregated_per_module(gpt):
         )
     )
     assert times["layers.0"] == latency.number(latency.calls["layers.0"]), "a sum of shares"
-
-
-class Wide(nn.Module):
-    """x ──▶ 40 parallel Linear heads ──▶ stack: wider than a notebook fully open."""
-
-    def __init__(self):
-        super().__init__()
-        self.heads = nn.ModuleList(nn.Linear(2, 2) for _ in range(40))
-
-    def forward(self, x):
-        return torch.stack([head(x).relu() for head in self.heads])
 
 
 @needs_dot

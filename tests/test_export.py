@@ -6,33 +6,19 @@ import copy
 
 import pytest
 import torch
+from helpers.export_models import (
+    GatedMLP,
+    MetaDecoder,
+    NotExportable,
+    PlusThenLinear,
+    TwoStructures,
+    UsesMode,
+    UsesSize,
+)
 from torch import nn
 
 import graphsurgeon as gs
 from graphsurgeon.export import export_notes
-
-
-class Inner(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(4, 4)
-
-    def forward(self, x, scale=None):
-        y = self.lin(x)
-        return y if scale is None else y * scale
-
-
-class TwoStructures(nn.Module):
-    #   x -> inner(x) -> inner(y, scale=2.0) -> out
-    #   (one module called with two argument structures: torch cannot preserve it)
-    def __init__(self):
-        super().__init__()
-        self.inner = Inner()
-        self.tail = nn.Linear(4, 2)
-
-    def forward(self, x):
-        y = self.inner(x)
-        return self.tail(self.inner(y, scale=2.0))
 
 
 def preserved(ep):
@@ -73,35 +59,6 @@ def test_a_module_torch_cannot_preserve_is_dropped_and_the_reason_kept():
     torch.testing.assert_close(ep.module()(x), model(x))
 
 
-class Mode(nn.Module):
-    def forward(self, x, mode="add"):
-        return x + 1 if mode == "add" else x * 2
-
-
-class UsesMode(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.m = Mode()
-
-    def forward(self, x):
-        return self.m(x, mode="mul")
-
-
-class SizeOut(nn.Module):
-    def forward(self, x):
-        return x * 2, x.shape[0]
-
-
-class UsesSize(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.m = SizeOut()
-
-    def forward(self, x):
-        y, n = self.m(x)
-        return y * n
-
-
 def test_why_torch_could_not_keep_a_signature_is_said_in_the_users_words():
     ep = gs.export(UsesMode(), (torch.randn(2, 4),))
     reason = gs.module_tree(ep)["m"].reason
@@ -120,13 +77,6 @@ def test_asking_explicitly_for_an_unpreservable_module_is_an_error_naming_it():
     with pytest.raises(gs.ExportError, match=r"'inner'") as caught:
         gs.export(model, (x,), preserve=["inner", "tail"])
     assert caught.value.__cause__ is not None
-
-
-class NotExportable(nn.Module):
-    def forward(self, x):
-        if x.sum() > 0:  # data-dependent control flow
-            return x
-        return -x
 
 
 def test_a_model_that_does_not_export_raises_export_error_with_the_cause():
@@ -156,43 +106,6 @@ def test_export_leaves_the_model_as_it_was():
         torch.testing.assert_close(value, before[key])
 
 
-class RMSNorm(nn.Module):
-    def __init__(self, hidden):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(hidden))
-
-    def forward(self, x):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
-
-
-class GatedMLP(nn.Module):
-    def __init__(self, hidden, inner):
-        super().__init__()
-        self.gate = nn.Linear(hidden, inner, bias=False)
-        self.up = nn.Linear(hidden, inner, bias=False)
-        self.down = nn.Linear(inner, hidden, bias=False)
-
-    def forward(self, x):
-        return self.down(nn.functional.silu(self.gate(x)) * self.up(x))
-
-
-class MetaDecoder(nn.Module):
-    #   tokens -> embed -> layers x (norm -> mlp, residual) -> norm -> head
-    def __init__(self, layers=2, hidden=1024, inner=4096, vocab=32000):
-        super().__init__()
-        self.embed = nn.Embedding(vocab, hidden)
-        self.norms = nn.ModuleList(RMSNorm(hidden) for _ in range(layers))
-        self.mlps = nn.ModuleList(GatedMLP(hidden, inner) for _ in range(layers))
-        self.norm = RMSNorm(hidden)
-        self.head = nn.Linear(hidden, vocab, bias=False)
-
-    def forward(self, tokens):
-        x = self.embed(tokens)
-        for norm, mlp in zip(self.norms, self.mlps):
-            x = x + mlp(norm(x))
-        return self.head(self.norm(x))
-
-
 def test_a_model_on_the_meta_device_exports_and_swaps_without_weights():
     with torch.device("meta"):
         model = MetaDecoder()
@@ -214,22 +127,6 @@ def test_notes_record_types_and_attempts():
     assert notes.module_types["inner.lin"] == "torch.nn.modules.linear.Linear"
     assert notes.attempts == 2 and notes.seconds > 0
     assert export_notes(torch.export.export(model, (x,))) is None
-
-
-class Plus(nn.Module):
-    def forward(self, x):
-        return x + 1
-
-
-class PlusThenLinear(nn.Module):
-    #   x -> a (x + 1) -> b (Linear)
-    def __init__(self):
-        super().__init__()
-        self.a = Plus()
-        self.b = nn.Linear(2, 2)
-
-    def forward(self, x):
-        return self.b(self.a(x))
 
 
 def test_a_failure_that_names_no_module_is_narrowed_down_by_bisection(monkeypatch):

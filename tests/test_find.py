@@ -9,13 +9,33 @@ from __future__ import annotations
 
 import copy
 import importlib
-import math
 from types import SimpleNamespace
 from unittest import mock
 
 import pytest
 import torch
 from helpers.models import hf_decoder
+from helpers.pattern_models import (
+    Blocks,
+    CastThenScale,
+    ConvertThenScale,
+    DoubledHeads,
+    GateReadTwice,
+    HeadsThenSwap,
+    InlineGelu,
+    NotConvex,
+    OperandsEitherWayRound,
+    QuarterAndHalf,
+    Scores,
+    SwishThenCast,
+    SwishTwoWays,
+    TanhChain,
+    Views,
+    attention_scores,
+    gelu_tanh,
+    split_heads,
+    swish,
+)
 from torch import nn
 
 import graphsurgeon as gs
@@ -27,10 +47,6 @@ from graphsurgeon.patterns.find import Match, Matches, NearMiss, find
 aten = torch.ops.aten
 
 
-def swish(t):
-    return t * torch.sigmoid(t)
-
-
 def ops_of(ep, target) -> list[str]:
     return [n.name for n in ep.graph.nodes if n.op == "call_function" and n.target is target]
 
@@ -40,33 +56,6 @@ def graph_text(ep) -> str:
 
 
 # -- a pattern repeated in several modules --------------------------------------------------------
-
-
-class Swish(nn.Module):
-    def forward(self, x):
-        return x * torch.sigmoid(x)
-
-
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(6, 6)
-        self.act = Swish()
-
-    def forward(self, x):
-        return self.act(self.lin(x))
-
-
-class Blocks(nn.Module):
-    #   x -> blocks[0] (lin, act: x * sigmoid(x)) -> blocks[1] -> blocks[2]
-    def __init__(self, n: int = 3):
-        super().__init__()
-        self.blocks = nn.ModuleList(Block() for _ in range(n))
-
-    def forward(self, x):
-        for block in self.blocks:
-            x = block(x)
-        return x
 
 
 def test_a_repeated_pattern_is_found_in_every_module_that_computes_it():
@@ -117,13 +106,7 @@ def test_a_function_wrapped_as_a_hub_kernel_module_is_named_by_the_function():
 
 
 def test_operands_either_way_round_match_and_an_input_used_twice_must_be_one_value():
-    class Model(nn.Module):
-        def forward(self, x, y):
-            a = torch.sigmoid(x) * x  # the pattern, with its operands the other way round
-            b = x * torch.sigmoid(y)  # the pattern's input t would be x and y
-            return a, b
-
-    ep = gs.export(Model(), (torch.randn(4), torch.randn(4)))
+    ep = gs.export(OperandsEitherWayRound(), (torch.randn(4), torch.randn(4)))
     found = find(ep, swish, (torch.randn(3),))
     assert [m.outputs for m in found] == [("mul",)]
     assert len(found.near_misses) == 1
@@ -138,23 +121,12 @@ def test_operands_either_way_round_match_and_an_input_used_twice_must_be_one_val
 # -- overlapping candidates -------------------------------------------------------------------------
 
 
-class Chain(nn.Module):
-    def __init__(self, n: int):
-        super().__init__()
-        self.n = n
-
-    def forward(self, x):
-        for _ in range(self.n):
-            x = torch.tanh(x)
-        return x
-
-
 def twice_tanh(t):
     return torch.tanh(torch.tanh(t))
 
 
 def test_overlapping_candidates_are_taken_greedily_in_graph_order():
-    ep = gs.export(Chain(3), (torch.randn(4),))
+    ep = gs.export(TanhChain(3), (torch.randn(4),))
     tanhs = ops_of(ep, aten.tanh.default)
     assert len(tanhs) == 3  # precondition: two candidates, (1st, 2nd) and (2nd, 3rd), overlap
     found = find(ep, twice_tanh, (torch.randn(2),))
@@ -164,7 +136,7 @@ def test_overlapping_candidates_are_taken_greedily_in_graph_order():
     assert miss.kind == "overlaps" and miss.nodes == tuple(tanhs[1:])
     assert f"`{tanhs[1]}` is already in match 0" in miss.reason
 
-    ep = gs.export(Chain(4), (torch.randn(4),))
+    ep = gs.export(TanhChain(4), (torch.randn(4),))
     tanhs = ops_of(ep, aten.tanh.default)
     found = find(ep, twice_tanh, (torch.randn(2),))
     assert [m.nodes for m in found] == [tuple(tanhs[:2]), tuple(tanhs[2:])]
@@ -175,11 +147,7 @@ def test_overlapping_candidates_are_taken_greedily_in_graph_order():
 
 
 def test_a_constant_that_differs_is_a_near_miss_naming_the_op_and_both_constants():
-    class Model(nn.Module):
-        def forward(self, x):
-            return x * 0.25 + 1, x * 0.5 + 1
-
-    ep = gs.export(Model(), (torch.randn(4),))
+    ep = gs.export(QuarterAndHalf(), (torch.randn(4),))
     found = find(ep, lambda t: t * 0.25 + 1, (torch.randn(3),))
     assert [m.outputs for m in found] == [("add",)]
     (miss,) = found.near_misses
@@ -191,16 +159,6 @@ def test_a_constant_that_differs_is_a_near_miss_naming_the_op_and_both_constants
     assert miss.inputs == ("x",) and miss.outputs == ("add_1",)
 
 
-def split_heads(x):
-    batch, tokens, _ = x.shape
-    return x.view(batch, tokens, -1, 8).transpose(1, 2)
-
-
-class Heads(nn.Module):
-    def forward(self, x):
-        return split_heads(x) * 2
-
-
 @pytest.mark.parametrize(
     ("program_shape", "pattern_shape"),
     [
@@ -209,7 +167,7 @@ class Heads(nn.Module):
     ],
 )
 def test_a_pattern_traced_at_another_shape_matches_at_the_programs(program_shape, pattern_shape):
-    ep = gs.export(Heads(), (torch.randn(*program_shape),))
+    ep = gs.export(DoubledHeads(), (torch.randn(*program_shape),))
     (view,) = [n for n in ep.graph.nodes if n.target is aten.view.default]
     assert view.args[1] == [program_shape[0], program_shape[1], -1, 8]  # precondition: ints
     found = find(ep, split_heads, (torch.randn(*pattern_shape),))
@@ -218,10 +176,6 @@ def test_a_pattern_traced_at_another_shape_matches_at_the_programs(program_shape
 
 
 def test_a_pattern_traced_only_at_fixed_sizes_takes_ints_where_sizes_go_as_sizes():
-    class HeadsThenSwap(nn.Module):
-        def forward(self, x):
-            return split_heads(x).transpose(2, 3) * 2
-
     ep = gs.export(HeadsThenSwap(), (torch.randn(1, 8, 32),))
     real_export = torch.export.export
 
@@ -246,15 +200,7 @@ def test_a_pattern_traced_only_at_fixed_sizes_takes_ints_where_sizes_go_as_sizes
     assert "(aten.transpose, dim0): constant 2, pattern 1" in other_dims.near_misses[0].reason
 
 
-def attention_scores(q, k):
-    return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
-
-
 def test_a_size_the_pattern_turns_into_a_number_is_compared_as_one():
-    class Scores(nn.Module):
-        def forward(self, q, k):
-            return attention_scores(q, k) * 3
-
     ep = gs.export(Scores(), (torch.randn(1, 4, 8, 8), torch.randn(1, 4, 8, 8)))
     # batch, heads and sequence length differ; the head size is the program's
     found = find(ep, attention_scores, (torch.randn(2, 3, 5, 8), torch.randn(2, 3, 5, 8)))
@@ -270,10 +216,6 @@ def test_a_size_the_pattern_turns_into_a_number_is_compared_as_one():
 
 
 def test_sizes_bind_consistently_within_one_match():
-    class Views(nn.Module):
-        def forward(self, x):
-            return x.view(3, 3, -1), x.view(3, 2, -1)
-
     ep = gs.export(Views(), (torch.randn(3, 12),))
     found = find(ep, lambda t: t.view(t.shape[0], t.shape[0], -1), (torch.randn(5, 10),))
     assert [m.nodes for m in found] == [("view",)]
@@ -287,12 +229,7 @@ def test_sizes_bind_consistently_within_one_match():
 
 
 def test_an_intermediate_read_outside_the_match_is_a_near_miss():
-    class Model(nn.Module):
-        def forward(self, x):
-            gate = torch.sigmoid(x)
-            return x * gate + gate  # the pattern's sigmoid is read by the add too
-
-    ep = gs.export(Model(), (torch.randn(4),))
+    ep = gs.export(GateReadTwice(), (torch.randn(4),))
     found = find(ep, swish, (torch.randn(3),))
     assert len(found) == 0
     (miss,) = found.near_misses
@@ -307,12 +244,6 @@ def test_an_intermediate_read_outside_the_match_is_a_near_miss():
     assert len(found) == 0  # traced as two sigmoids: another graph
     gate_too = find(ep, lambda t: (lambda g: (t * g, g))(torch.sigmoid(t)), (torch.randn(3),))
     assert [m.outputs for m in gate_too] == [("mul", "sigmoid")]
-
-
-class ConvertThenScale(nn.Module):
-    def forward(self, x):
-        y = x.to(torch.float32)  # on a float32 x: x itself, and torch.export records y
-        return y * 2 + y  # the add reads x, recorded as a read of the `to` node
 
 
 def test_a_no_op_conversion_read_after_the_match_is_a_read_of_its_input():
@@ -331,20 +262,6 @@ def test_a_no_op_conversion_read_after_the_match_is_a_read_of_its_input():
     assert (
         miss.kind == "read outside" and "`to` (the pattern's `to`) is also read by" in miss.reason
     )
-
-
-class CastThenScale(nn.Module):
-    def forward(self, x):
-        return x.to(torch.float32) * 3  # torch.export checks x's dtype here, in this call
-
-
-class SwishThenCast(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.act, self.scale = Swish(), CastThenScale()
-
-    def forward(self, x):
-        return self.scale(self.act(x))
 
 
 def test_a_check_another_call_makes_on_a_result_stays_that_calls():
@@ -370,12 +287,7 @@ def test_a_match_that_is_not_convex_is_a_near_miss():
         s = torch.sin(a)
         return s, s * b
 
-    class Model(nn.Module):
-        def forward(self, x):
-            y = torch.sin(x)
-            return y * (y + 1)  # b is y + 1: computed from the match, and read by it
-
-    ep = gs.export(Model(), (torch.randn(4),))
+    ep = gs.export(NotConvex(), (torch.randn(4),))
     found = find(ep, sine_times, (torch.randn(3), torch.randn(3)))
     assert len(found) == 0
     (miss,) = found.near_misses
@@ -540,11 +452,7 @@ def test_what_find_refuses_raises_a_graphsurgeon_error_that_says_what_to_do(tiny
 
 
 def test_a_result_shows_itself_in_a_notebook_and_in_a_terminal():
-    class Model(nn.Module):
-        def forward(self, x):
-            return swish(x) * 0.5, x * torch.sigmoid(x + 1)
-
-    ep = gs.export(Model(), (torch.randn(4),))
+    ep = gs.export(SwishTwoWays(), (torch.randn(4),))
 
     def pattern_with_a_strange_name(t):
         return t * torch.sigmoid(t)
@@ -608,21 +516,8 @@ def test_a_pattern_that_cannot_be_traced_is_one_message_and_nothing_on_stderr(ca
     assert err == "" and out == ""
 
 
-def gelu_tanh(x):
-    return 0.5 * x * (1 + torch.tanh(0.7978845608 * (x + 0.044715 * x**3)))
-
-
 def my_gelu(x):
     return nn.functional.gelu(x, approximate="tanh")
-
-
-class InlineGelu(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
-
-    def forward(self, x):
-        return self.b(gelu_tanh(self.a(x)))
 
 
 def test_a_plain_function_is_a_replacement_as_the_contract_says():

@@ -6,6 +6,7 @@ import copy
 
 import pytest
 import torch
+from helpers.swap_models import NormThenReshape, SelfAttention
 from torch import nn
 
 import graphsurgeon as gs
@@ -101,34 +102,6 @@ def test_fuse_leaves_the_program_as_it_was(gpt):
     gm(idx)
     assert str(ep.graph) == before
     assert all(torch.equal(state[k], v) for k, v in ep.state_dict.items())
-
-
-class Reshaper(nn.Module):
-    def forward(self, h):
-        b, t, c = h.shape  # dynamic sizes: export reads them off the model's input x
-        return h.reshape(b * t, c).reshape(b, t, c) * 2
-
-
-class NormThenReshape(nn.Module):
-    #   x ──▶ ln ──▶ r (reads its input's dynamic sizes) ──▶ out
-    def __init__(self):
-        super().__init__()
-        self.ln = nn.LayerNorm(4)
-        self.r = Reshaper()
-
-    def forward(self, x):
-        return self.r(self.ln(x))
-
-
-class SelfAttention(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.ln = nn.LayerNorm(8)
-        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
-
-    def forward(self, x):
-        h = self.ln(x)
-        return self.attn(h, h, h, need_weights=False)[0]
 
 
 @pytest.mark.parametrize(

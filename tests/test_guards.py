@@ -6,39 +6,24 @@ import copy
 
 import pytest
 import torch
+from helpers.export_models import (
+    Attend,
+    FromDict,
+    FromTuple,
+    LinearTimesN,
+    NoInit,
+    NoInitNoForward,
+    OneArgument,
+    OneTokenFewer,
+    RaisesTypeError,
+    ResidualLinear,
+)
 from helpers.models import TwoLinear
 from torch import nn
 from torch.export import Dim
 
 import graphsurgeon as gs
 from graphsurgeon.checks.verify import eager_reference
-
-
-class Scaled(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a = nn.Linear(4, 4)
-
-    def forward(self, x, n):
-        return self.a(x) * n
-
-
-class FromDict(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a = nn.Linear(4, 4)
-
-    def forward(self, d):
-        return self.a(d["a"]) + d["b"]
-
-
-class FromTuple(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a = nn.Linear(4, 4)
-
-    def forward(self, t):
-        return self.a(t[0]) + t[1]
 
 
 def _refused_by_torch(ep, *args):
@@ -62,7 +47,7 @@ def test_a_static_batch_size_is_checked_like_ep_module():
 
 def test_a_constant_input_must_equal_its_value_at_export():
     x = torch.randn(2, 4)
-    ep = gs.export(Scaled().eval(), (x, 5))
+    ep = gs.export(LinearTimesN().eval(), (x, 5))
     gm = gs.swap(ep, {"a": nn.Linear(4, 4)})
     _refused_by_torch(ep, x, 6)
     with pytest.raises(gs.GuardError, match=r"input 'n' is int 6.*exported with n=5"):
@@ -116,17 +101,6 @@ def test_a_container_where_a_tensor_was_exported_is_a_structure_error():
     assert "tensor([[" not in message  # the structure, not the tensor's contents
 
 
-class Attend(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
-        self.fc = nn.Linear(8, 8)
-
-    def forward(self, h):
-        out, _ = self.attn(h, h, h, need_weights=False)
-        return self.fc(out + h)
-
-
 @pytest.fixture(scope="module")
 def attend():
     torch.manual_seed(0)
@@ -138,10 +112,6 @@ def attend():
 def test_a_replacement_whose_forward_cannot_take_the_call_is_refused_at_swap(attend):
     _model, _h, ep = attend
 
-    class OneArgument(nn.Module):
-        def forward(self, x):
-            return x
-
     with pytest.raises(gs.errors.ReplacementError) as caught:
         gs.swap(ep, {"attn": OneArgument()})
     message = str(caught.value)
@@ -151,13 +121,6 @@ def test_a_replacement_whose_forward_cannot_take_the_call_is_refused_at_swap(att
 
 def test_a_replacement_without_super_init_says_so(attend):
     _model, _h, ep = attend
-
-    class NoInit(nn.Module):
-        def __init__(self):  # forgets super().__init__()
-            self.scale = 2
-
-        def forward(self, q, k, v, need_weights=True):
-            return q, None
 
     with pytest.raises(gs.errors.ReplacementError, match=r"does not call super\(\).__init__"):
         gs.swap(ep, {"attn": NoInit()})
@@ -206,23 +169,9 @@ def test_self_attention_with_one_value_in_three_arguments_swaps_and_compares(att
     assert same.first_divergence is None
 
 
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.attn = nn.Linear(8, 8)
-
-    def forward(self, x):
-        return self.attn(x) + x
-
-
-class OneTokenFewer(nn.Module):
-    def forward(self, x):
-        return x[:, :-1]
-
-
 def test_a_wrong_dynamic_size_is_reported_at_the_call_with_the_size_expected():
     torch.manual_seed(0)
-    model, x = Block().eval(), torch.randn(2, 6, 8)
+    model, x = ResidualLinear().eval(), torch.randn(2, 6, 8)
     tokens = torch.export.Dim("tokens", min=2, max=32)
     ep = gs.export(model, (x,), dynamic_shapes=({1: tokens},))
     gm = gs.swap(ep, {"attn": OneTokenFewer()})
@@ -247,12 +196,8 @@ def test_a_replacement_that_is_no_module_is_named_with_its_type(attend):
 def test_eager_reference_checks_the_model_names_and_replacements(attend):
     model, _h, _ep = attend
 
-    class NoInit(nn.Module):
-        def __init__(self):
-            self.scale = 2
-
     with pytest.raises(gs.errors.VerifyError, match=r"does not call super\(\).__init__"):
-        eager_reference(model, {"attn": NoInit()})
+        eager_reference(model, {"attn": NoInitNoForward()})
     with pytest.raises(gs.errors.VerifyError, match=r"no submodule 'atn'.*'attn'"):
         eager_reference(model, {"atn": nn.Identity()})
     with pytest.raises(gs.errors.VerifyError, match=r"is an int, not a torch.nn.Module"):
@@ -278,10 +223,6 @@ def test_a_call_with_arguments_the_forward_cannot_take_is_a_structure_error(atte
 def test_a_type_error_inside_the_program_is_not_taken_for_a_wrong_call(attend):
     _model, h, ep = attend
 
-    class Raises(nn.Module):
-        def forward(self, q, k, v, need_weights=True):
-            raise TypeError("the replacement's own error")
-
     with pytest.raises(TypeError, match="the replacement's own error") as caught:
-        gs.swap(ep, {"attn": Raises()})(h)
+        gs.swap(ep, {"attn": RaisesTypeError()})(h)
     assert not isinstance(caught.value, gs.InputStructureError)

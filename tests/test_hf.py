@@ -12,9 +12,9 @@ import importlib
 import pytest
 import torch
 import transformers  # the dev extra installs it: a missing install fails here, loudly
+from helpers.export_models import FailsNamingACache, Rope, SdpaT5Attention, rope_scaled
 from helpers.models import hf_decoder
 from helpers.references import check_swap
-from torch import nn
 
 import graphsurgeon as gs
 
@@ -120,18 +120,6 @@ def test_gpt2_with_its_cache_on_is_an_export_error_that_names_the_fix(gpt2):
     assert model.config.use_cache
 
 
-class FailsNamingACache(torch.nn.Module):
-    """Fails to export with an error that names a cache class, as Hugging Face models do."""
-
-    def __init__(self, config=None):
-        super().__init__()
-        if config is not None:
-            self.config = config
-
-    def forward(self, x):
-        raise RuntimeError("got: StaticCache(layers=[])")
-
-
 def test_the_cache_advice_needs_a_config_with_use_cache():
     x = torch.randn(2)
     with pytest.raises(gs.ExportError, match="StaticCache") as caught:
@@ -174,28 +162,6 @@ def test_every_rmsnorm_of_a_llama_family_decoder_swaps_as_eager(kind):
 # -- Hugging Face's rotary embedding: a function, not a module, in every layer ---------------
 
 
-def _rope(q, k, cos, sin, unsqueeze_dim=1):
-    # the same arithmetic as apply_rotary_pos_emb, written another way
-    cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
-
-    def rotate(x):
-        first, second = x.chunk(2, dim=-1)
-        return torch.cat((-second, first), dim=-1)
-
-    return q * cos + rotate(q) * sin, k * cos + rotate(k) * sin
-
-
-def _rope_scaled(q, k, cos, sin, unsqueeze_dim=1):
-    # another function, so that a replace that is ignored cannot pass
-    q_embed, k_embed = _rope(q, k, cos, sin, unsqueeze_dim)
-    return q_embed * 1.5, k_embed
-
-
-class Rope(torch.nn.Module):
-    def forward(self, q, k, cos, sin):
-        return _rope_scaled(q, k, cos, sin)
-
-
 @pytest.mark.parametrize("kind", ["Llama", "Qwen2"])
 def test_the_rotary_embedding_of_every_layer_is_replaced_as_the_patched_model_computes(kind):
     model = hf_decoder(kind)
@@ -213,7 +179,7 @@ def test_the_rotary_embedding_of_every_layer_is_replaced_as_the_patched_model_co
     assert [m.call for m in found] == [f"model.layers.{i}.self_attn" for i in range(layers)]
     s.replace(module.apply_rotary_pos_emb, Rope(), example)
     original = module.apply_rotary_pos_emb
-    module.apply_rotary_pos_emb = _rope_scaled  # the eager model, patched the same way
+    module.apply_rotary_pos_emb = rope_scaled  # the eager model, patched the same way
     try:
         with torch.no_grad():
             expected = model(ids, **kwargs).logits
@@ -221,35 +187,6 @@ def test_the_rotary_embedding_of_every_layer_is_replaced_as_the_patched_model_co
         module.apply_rotary_pos_emb = original
     assert not torch.allclose(expected, model(ids, **kwargs).logits)  # the patch shows
     torch.testing.assert_close(s.module(ids, **kwargs).logits, expected, rtol=1e-4, atol=1e-5)
-
-
-class SdpaT5Attention(nn.Module):
-    """T5 attention on ``F.scaled_dot_product_attention`` (T5 does not scale q.k): right."""
-
-    def __init__(self, original):
-        super().__init__()
-        self.inner = copy.deepcopy(original)
-        self.heads, self.size = original.n_heads, original.key_value_proj_dim
-
-    def forward(self, hidden_states, mask=None, key_value_states=None, position_bias=None, **kw):
-        b, lq, _ = hidden_states.shape
-        source = hidden_states if key_value_states is None else key_value_states
-
-        def heads(t):
-            return t.view(b, -1, self.heads, self.size).transpose(1, 2)
-
-        q, k = heads(self.inner.q(hidden_states)), heads(self.inner.k(source))
-        v = heads(self.inner.v(source))
-        if position_bias is None:
-            position_bias = self.inner.compute_bias(lq, k.shape[2], device=q.device)
-        bias = position_bias
-        if mask is not None:
-            bias = (
-                bias.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else bias + mask
-            )
-        out = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=1.0)
-        out = self.inner.o(out.transpose(1, 2).reshape(b, lq, self.heads * self.size))
-        return out, position_bias, None
 
 
 def test_t5_unfaithful_verdict_names_the_argument_eager_passes_otherwise():

@@ -10,22 +10,12 @@ import copy
 
 import pytest
 import torch
+from helpers.export_models import ConvBnFlattenNet, Doubles, PassesItsWeight
 from torch import nn
 
 import graphsurgeon as gs
 from graphsurgeon.checks.verify import eager_reference
 from graphsurgeon.swap import swap_info
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(3, 4, 3, padding=1)
-        self.bn = nn.BatchNorm2d(4)
-        self.head = nn.Sequential(nn.Flatten(), nn.Linear(4 * 6 * 6, 5))
-
-    def forward(self, x):
-        return self.head(torch.relu(self.bn(self.conv(x))))
 
 
 def _state(*owners) -> list[dict[str, torch.Tensor]]:
@@ -60,7 +50,7 @@ def _same(before, after) -> bool:
 @pytest.fixture
 def setting():
     torch.manual_seed(0)
-    model = Net().train()
+    model = ConvBnFlattenNet().train()
     x = torch.randn(2, 3, 6, 6)
     ep = gs.export(model, (x,))
     replacement = nn.BatchNorm2d(4).train()  # updates its own running stats when it runs
@@ -177,30 +167,6 @@ def test_nothing_graphsurgeon_caches_keeps_a_program_alive():
 
     for use in (verified, stepped, compared, drawn_and_tree):
         assert _dies(use), use.__name__
-
-
-class Doubles(nn.Module):
-    """A replacement that writes the parameter it is given, in place."""
-
-    def forward(self, w):
-        with torch.no_grad():
-            return w.mul_(2)
-
-
-class Twice(nn.Module):
-    def forward(self, w):
-        return w * 2
-
-
-class PassesItsWeight(nn.Module):
-    #   w (a parameter) -> m -> * x;  w.t() -> n -> + (a view of the same weight)
-    def __init__(self):
-        super().__init__()
-        self.w = nn.Parameter(torch.ones(4, 4))
-        self.m, self.n = Twice(), Twice()
-
-    def forward(self, x):
-        return x @ self.m(self.w) + x @ self.n(self.w.t())
 
 
 @pytest.mark.parametrize("name", ["m", "n"])

@@ -9,11 +9,11 @@ from __future__ import annotations
 import copy
 import math
 import re
-import time
 
 import pytest
 import torch
-from helpers.models import NoCausalMask, Shared
+from helpers.check_models import DropoutAfterBatchNorm, Fails, Slow
+from helpers.models import NoCausalMask, Residual, Shared
 from torch import nn
 
 import graphsurgeon as gs
@@ -125,15 +125,6 @@ def test_own_error_tells_where_error_starts_from_where_it_spreads(decoder):
 def test_latency_shares_of_the_forward_and_a_slow_call_stands_out(decoder):
     model, tokens, ep = decoder
 
-    class Slow(nn.Module):
-        def __init__(self, inner):
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, x):
-            time.sleep(0.02)
-            return self.inner(x)
-
     gm = gs.swap(ep, {"layers.1.mlp": Slow(copy.deepcopy(model.layers[1].mlp))})
     state = torch.random.get_rng_state()
     latency = overlay_values(gm, (tokens,), kind="latency", repeat=2)
@@ -180,19 +171,9 @@ def test_a_surgery_with_a_fused_call_is_valued_as_it_is_drawn(decoder):
     assert overlay_values(gs.Surgery(ep), kind="error").description.startswith("Nothing")
 
 
-class Dropped(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a, self.drop, self.b = nn.Linear(4, 4), nn.Dropout(0.5), nn.Linear(4, 4)
-        self.norm = nn.BatchNorm1d(4)
-
-    def forward(self, x):
-        return self.b(self.drop(self.norm(self.a(x))))
-
-
 def test_random_ops_and_state_both_programs_draw_the_same_and_nothing_changes():
     torch.manual_seed(0)
-    model = Dropped().train()  # dropout draws, batch norm writes its statistics
+    model = DropoutAfterBatchNorm().train()  # dropout draws, batch norm writes its statistics
     x = torch.randn(6, 4)
     ep = gs.export(model, (x,))
     gm = gs.swap(ep, {"drop": nn.Dropout(0.5), "b": copy.deepcopy(model.b)})
@@ -274,10 +255,6 @@ def test_mistakes_are_clear_errors(decoder):
     with pytest.raises(gs.GuardError):  # what the program refuses, it refuses here too
         overlay_values(gm, (torch.zeros(1, 70, dtype=torch.long),), kind="error")
 
-    class Fails(nn.Module):
-        def forward(self, x):
-            raise RuntimeError("boom")
-
     failing = gs.swap(ep, {"layers.1.mlp": Fails()})
     with pytest.raises(
         CompareError, match=r"swapped program failed at node 'swapped_layers_1_mlp'.*boom"
@@ -311,7 +288,7 @@ def test_it_shows_itself_and_reads_as_a_mapping(decoder):
 
 def test_a_swapped_program_whose_statistics_were_written_shows_it():
     torch.manual_seed(0)
-    model = Dropped().train()
+    model = DropoutAfterBatchNorm().train()
     x = torch.randn(6, 4)
     ep = gs.export(model, (x,))
     gm = gs.swap(ep, {"b": copy.deepcopy(model.b)})
@@ -344,17 +321,6 @@ def test_the_profiled_copy_is_made_once_and_keeps_nothing_alive():
     del gm
     gc.collect()
     assert collected() is None  # the cache of profiled copies does not keep the program alive
-
-
-class Residual(nn.Module):
-    # input ──▶ lin ──▶ add ◀── input ;  add ──▶ head ──▶ out  (an argument named after a builtin)
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(2, 2)
-        self.head = nn.Linear(2, 2)
-
-    def forward(self, input):
-        return self.head(self.lin(input) + input)
 
 
 def test_a_fused_program_is_valued_as_drawn_from_its_own_graph_without_a_rewrite(monkeypatch):

@@ -6,35 +6,24 @@ import copy
 
 import pytest
 import torch
+from helpers.export_models import (
+    Block,
+    Branching,
+    CalledTwice,
+    CountsTwice,
+    HoldsMixer,
+    Keywords,
+    Model,
+    PassThrough,
+    ReadsLeak,
+    RepeatedCallName,
+    SecondCallTo,
+)
 from helpers.references import check_swap
 from torch import nn
 
 import graphsurgeon as gs
 from graphsurgeon.partition import program_index
-
-
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(4, 4)
-        self.act = nn.ReLU()
-
-    def forward(self, x):
-        return self.act(self.lin(x))
-
-
-class Model(nn.Module):
-    #   x -> blocks[0] (lin, act) -> blocks[1] (lin, act) -> shared -> shared -> out
-    #   blocks is a ModuleList (a container, never called itself)
-    def __init__(self):
-        super().__init__()
-        self.blocks = nn.ModuleList([Block(), Block()])
-        self.shared = nn.Linear(4, 4)
-
-    def forward(self, x):
-        for block in self.blocks:
-            x = block(x)
-        return self.shared(self.shared(x))
 
 
 @pytest.fixture(scope="module")
@@ -117,16 +106,6 @@ def test_a_module_left_out_of_preserve_says_to_add_it_there():
     assert "preserve=[..., 'blocks.0']" in info.reason and "torch.export" not in info.reason
 
 
-class PassThrough(nn.Module):
-    #   x -> ident (nn.Identity: no nodes) -> + 1
-    def __init__(self):
-        super().__init__()
-        self.ident = nn.Identity()
-
-    def forward(self, x):
-        return self.ident(x) + 1
-
-
 def test_a_module_without_nodes_is_not_swappable_and_says_why():
     # torch.export itself records no node for nn.Identity: nothing says where it is called
     ep = torch.export.export(
@@ -148,24 +127,6 @@ def test_gs_export_records_where_a_module_without_ops_is_called():
     part = gs.partition(ep)["ident"]
     assert part.swappable and len(part.nodes) == 1
     check_swap(model, (x,), {"ident": nn.Tanh()}, ep=ep)
-
-
-class Leaky(nn.Module):
-    def forward(self, x):
-        hidden = x * 2
-        self.last_hidden = hidden  # read by the parent: a value that is not an output
-        return hidden + 1
-
-
-class ReadsLeak(nn.Module):
-    #   x -> leaky -> y;  y + leaky.last_hidden   (a side output)
-    def __init__(self):
-        super().__init__()
-        self.leaky = Leaky()
-
-    def forward(self, x):
-        y = self.leaky(x)
-        return y + self.leaky.last_hidden
 
 
 @pytest.mark.filterwarnings("ignore:The tensor attribute self.leaky.last_hidden")
@@ -237,16 +198,6 @@ def test_a_loaded_program_knows_its_root_type(tmp_path):
     assert gs.module_tree(loaded)[""].type_name == "Model"
 
 
-class RepeatedCallName(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.blk = nn.Linear(4, 4)
-        setattr(self, "blk@1", nn.Linear(4, 4))  # reads as the second call of blk
-
-    def forward(self, x):
-        return getattr(self, "blk@1")(self.blk(x))
-
-
 def test_a_module_named_like_a_repeated_call_is_refused_at_export_and_in_the_tree():
     x = torch.randn(2, 4)
     with pytest.raises(gs.ExportError, match=r"'blk@1' could be the second call of 'blk'.*'blk_1'"):
@@ -269,33 +220,12 @@ def test_a_module_lost_from_the_call_graph_is_not_preserved_rather_than_unknown(
         gs.swap(ep, {"blocks.1": Block()})
 
 
-class Branching(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.inside = nn.Linear(4, 4)
-        self.unused = nn.Linear(4, 4)
-
-    def forward(self, x):
-        return torch.cond(x.sum() > 0, lambda v: self.inside(v), lambda v: v * 2, (x,))
-
-
 def test_a_module_called_only_inside_a_cond_branch_says_so():
     ep = gs.export(Branching(), (torch.randn(2, 4),))
     tree = gs.module_tree(ep)
     assert tree["inside"].calls == 0  # precondition: the program's graph has no call of it
     assert "called only inside a torch.cond branch" in tree["inside"].reason
     assert "never called during export" in tree["unused"].reason
-
-
-class Keywords(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.d = nn.ModuleDict(
-            {"in": nn.Linear(4, 4), "a'b": nn.Linear(4, 4), 'c"d\ne': nn.Linear(4, 4)}
-        )
-
-    def forward(self, x):
-        return self.d['c"d\ne'](self.d["a'b"](self.d["in"](x)))
 
 
 def test_module_names_that_are_keywords_or_hold_quotes_work_everywhere():
@@ -322,42 +252,6 @@ def test_module_names_that_are_keywords_or_hold_quotes_work_everywhere():
     with torch.no_grad():
         assert torch.equal(fused(x), model(x))
     assert "d.in" in gs.to_dot(gm)
-
-
-class Counter(nn.Module):
-    """Adds its input's mean to a buffer in place, and reads it back."""
-
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(3, 3)
-        self.register_buffer("total", torch.zeros(3))
-
-    def forward(self, x):
-        self.total.add_(x.mean(0))
-        return self.lin(x) + self.total
-
-
-class CountsTwice(nn.Module):
-    #   x ──▶ counter (writes total) ──▶ counter again ("counter@1": reads what call 0 wrote)
-    def __init__(self):
-        super().__init__()
-        self.counter = Counter()
-
-    def forward(self, x):
-        return self.counter(self.counter(x))
-
-
-class SecondCallTo(nn.Module):
-    """The eager meaning of swapping one call: the first goes to the original, the second to
-    the replacement."""
-
-    def __init__(self, original, replacement):
-        super().__init__()
-        self.original, self.replacement, self.calls = original, replacement, 0
-
-    def forward(self, x):
-        self.calls += 1
-        return self.original(x) if self.calls == 1 else self.replacement(x)
 
 
 def test_a_module_writing_a_buffer_in_place_called_twice_swaps_every_call_or_one():
@@ -403,17 +297,6 @@ def test_a_partition_says_how_the_program_calls_the_module(tiny_gpt):
     assert all(p.call_text == "" for p in unpreserved.values())
 
 
-class CalledTwice(nn.Module):
-    #   x -> blk -> blk -> head
-    def __init__(self):
-        super().__init__()
-        self.blk = nn.Linear(4, 4)
-        self.head = nn.Linear(4, 2)
-
-    def forward(self, x):
-        return self.head(self.blk(self.blk(x)))
-
-
 def test_every_entry_point_reads_a_name_the_same_way():
     model, x = CalledTwice().eval(), torch.randn(2, 4)
     s = gs.Surgery.from_model(model, (x,))
@@ -446,29 +329,6 @@ def test_every_entry_point_reads_a_name_the_same_way():
     for call in list(calls.values())[:3]:
         with pytest.raises(gs.errors.UnknownModuleError, match=r"there is no call 'blk@2'"):
             call("blk@2")
-
-
-class ReadsConvWeights(nn.Module):
-    """Mamba's mixer: ``F.conv1d(x, self.conv1d.weight, ...)``, never calling ``conv1d``."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv1d = nn.Conv1d(4, 4, 3, groups=4, padding=2)
-        self.out = nn.Linear(4, 4)
-
-    def forward(self, x):
-        conv = self.conv1d
-        h = nn.functional.conv1d(x.transpose(1, 2), conv.weight, conv.bias, padding=2, groups=4)
-        return self.out(h[..., : x.shape[1]].transpose(1, 2))
-
-
-class HoldsMixer(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.mixer = ReadsConvWeights()
-
-    def forward(self, x):
-        return self.mixer(x)
 
 
 def test_a_module_whose_weights_a_parent_reads_says_to_swap_the_parent():

@@ -7,6 +7,14 @@ import copy
 
 import pytest
 import torch
+from helpers.pattern_models import (
+    Gated,
+    GatedStack,
+    ScaleAndMask,
+    SharedWithGate,
+    ShiftedSiLU,
+    TanhBetweenLinears,
+)
 from torch import nn
 
 import graphsurgeon as gs
@@ -15,44 +23,10 @@ from graphsurgeon.errors import ConflictError, SurgeryError, UnknownNodeError
 from graphsurgeon.step import Stepper
 
 
-def swish(t):
-    return t * torch.sigmoid(t)
-
-
-class Gated(nn.Module):
-    """``lin``, then an inline gate (called through an attribute, so a reference can patch it)."""
-
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(4, 4)
-        self.gate = swish
-
-    def forward(self, x):
-        return self.gate(self.lin(x)) + 1
-
-
-class Stack(nn.Module):
-    #   x -> blocks[0] (lin, gate) -> blocks[1] -> blocks[2] -> head
-    def __init__(self, n: int = 3):
-        super().__init__()
-        self.blocks = nn.ModuleList(Gated() for _ in range(n))
-        self.head = nn.Linear(4, 2)
-
-    def forward(self, x):
-        for block in self.blocks:
-            x = block(x)
-        return self.head(x)
-
-
-class ShiftedSiLU(nn.Module):
-    def forward(self, h):
-        return nn.functional.silu(h) * 0.5
-
-
 @pytest.fixture
 def stack():
     torch.manual_seed(0)
-    model = Stack().eval()
+    model = GatedStack().eval()
     x = torch.randn(3, 4)
     return model, x, gs.Surgery.from_model(model, (x,))
 
@@ -180,25 +154,10 @@ def test_a_region_reading_a_value_made_between_its_nodes_runs_after_it():
     with torch.no_grad():
         assert torch.equal(s.module(tokens), expected)
 
-    class ScaleAndMask(nn.Module):
-        def forward(self, scores, mask):
-            return (scores / 4.0).masked_fill(mask, float("-inf"))
-
     s.undo().swap_region(plan.nodes, ScaleAndMask())
     with torch.no_grad():
         torch.testing.assert_close(s.module(tokens), expected)
         torch.testing.assert_close(s.export().module()(tokens), expected)
-
-
-class Shared(nn.Module):
-    """One Linear called twice (calls ``sh`` and ``sh@1``) with a gate between the calls."""
-
-    def __init__(self):
-        super().__init__()
-        self.sh = nn.Linear(4, 4)
-
-    def forward(self, x):
-        return self.sh(torch.tanh(self.sh(x)) * 2)
 
 
 @pytest.mark.parametrize("name", ["blocks.0", "blocks", "head", "blocks.1@1", "nowhere@2"])
@@ -217,15 +176,7 @@ def test_a_module_named_like_a_refused_region_is_swapped_as_the_module():
     replaced the region while module ``a`` kept its weights."""
     torch.manual_seed(0)
 
-    class Net(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
-
-        def forward(self, x):
-            return self.b(torch.tanh(self.a(x)) * 2)
-
-    model, x = Net().eval(), torch.randn(2, 4)
+    model, x = TanhBetweenLinears().eval(), torch.randn(2, 4)
     s = gs.Surgery.from_model(model, (x,))
     with pytest.raises(SurgeryError, match=r"name of module 'a'"):
         s.swap_region(["tanh"], nn.Sigmoid(), name="a")
@@ -241,7 +192,7 @@ def test_a_region_named_like_a_second_call_is_refused_and_the_call_keeps_its_nam
     """Was: a region named ``"sh@1"`` was accepted, and ``s.swap("sh", ...)`` then silently
     dropped it as a call the new request covered."""
     torch.manual_seed(0)
-    model, x = Shared().eval(), torch.randn(2, 4)
+    model, x = SharedWithGate().eval(), torch.randn(2, 4)
     s = gs.Surgery.from_model(model, (x,))
     with pytest.raises(SurgeryError, match=r"call 1 of module 'sh'"):
         s.swap_region(["mul"], nn.Identity(), name="sh@1")

@@ -18,7 +18,18 @@ from pathlib import Path
 import pytest
 import torch
 from helpers.imports import import_graph
-from helpers.models import Halves, NoCausalMask, SizedHeads, hf_decoder
+from helpers.models import Halves, NoCausalMask, Residual, SizedHeads, hf_decoder
+from helpers.view_models import (
+    ConvBN,
+    Fan,
+    LayoutProbe,
+    LinearThenInlineSilu,
+    OddlyNamed,
+    PatchEncoder,
+    Positions,
+    SharedSplitCat,
+    SmallResNet,
+)
 from torch import nn
 
 import graphsurgeon as gs
@@ -309,21 +320,9 @@ def test_a_results_pictures_lay_out_the_layers_as_its_own_would(what, monkeypatc
 #                                         scale (buffer) ──▶ mul ◀── cat ;  + constant ──▶ out
 
 
-class Shared(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(4, 4)
-        self.register_buffer("scale", torch.ones(4))
-
-    def forward(self, x):
-        y = self.lin(self.lin(x))
-        a, b = y.split(2, dim=1)
-        return torch.cat([b, a], 1) * self.scale + torch.tensor([1.0, 2.0, 3.0, 4.0])
-
-
 @pytest.fixture(scope="module")
 def shared():
-    return exported(Shared().eval(), torch.randn(3, 4))
+    return exported(SharedSplitCat().eval(), torch.randn(3, 4))
 
 
 def test_repeated_calls_a_folded_buffer_constants_and_getitem_glue(shared):
@@ -407,15 +406,6 @@ def test_show_parameters_draws_them_with_edges_to_their_users(outer):
 
 
 # x ──▶ heads.0 … heads.9 (each a Linear of x) ──▶ stack ──▶ out : x has ten users
-
-
-class Fan(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.heads = nn.ModuleList(nn.Linear(2, 2) for _ in range(10))
-
-    def forward(self, x):
-        return torch.stack([head(x) for head in self.heads])
 
 
 def test_a_value_with_many_users_is_named_by_them_instead_of_drawing_every_edge():
@@ -502,15 +492,6 @@ def test_diff_split_draws_two_aligned_pictures_with_prefixed_ids(swapped):
 
 def test_diff_draws_an_input_renamed_by_the_swap_once():
     # input ──▶ lin ──▶ add ◀── input ;  add ──▶ head ──▶ out   (lin swapped for Identity)
-    class Residual(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lin = nn.Linear(2, 2)
-            self.head = nn.Linear(2, 2)
-
-        def forward(self, input):
-            return self.head(self.lin(input) + input)
-
     ep = exported(Residual(), torch.randn(1, 2))
     gm = gs.swap(ep, {"lin": nn.Identity()})
     assert swap_info(gm).node_map["input"] == "input_1"  # named after a builtin: renamed
@@ -567,29 +548,6 @@ ODD_NAMES = {
     "percent": "50%",
     "long": "x" * 10_000,
 }
-
-
-class TwoLinears(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a = nn.Linear(2, 2)
-        self.b = nn.Linear(2, 2)
-
-    def forward(self, x):
-        return self.b(self.a(x))
-
-
-class OddlyNamed(nn.Module):
-    """``x ──▶ <name> (a ──▶ b) ──▶ head ──▶ out``, with ``<name>`` any string."""
-
-    def __init__(self, name: str):
-        super().__init__()
-        self.name = name
-        self.add_module(name, TwoLinears())
-        self.head = nn.Linear(2, 2)
-
-    def forward(self, x):
-        return self.head(getattr(self, self.name)(x))
 
 
 def test_ids_keep_ordinary_names_and_escape_the_rest_reversibly():
@@ -799,15 +757,6 @@ def test_svg_of_collapsed_and_diff_views_keeps_their_ids(outer, swapped):
     assert {"before/node:relu", "after/node:swapped_block", "after/edge:x->swapped_block"} <= ids
 
 
-class LayoutProbe(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.layouts_cache_probe = nn.Linear(2, 2)
-
-    def forward(self, x):
-        return self.layouts_cache_probe(x).tanh()
-
-
 @needs_dot
 def test_layouts_are_cached_by_dot_text(monkeypatch):
     calls = []
@@ -863,17 +812,6 @@ def test_a_surgery_with_a_fused_and_a_swapped_call_draws_both(outer):
     diff = graph_view(surgery, diff="split", collapse=None)
     assert diff.swapped == ("block",), "the diff shows the swap; the fused call changed nothing"
     assert 'id="after/node:linear_1"' in diff.dot, "the fused head's own node, in both pictures"
-
-
-class Residual(nn.Module):
-    # input ──▶ lin ──▶ add ◀── input ;  add ──▶ head ──▶ out  (an argument named after a builtin)
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(2, 2)
-        self.head = nn.Linear(2, 2)
-
-    def forward(self, input):
-        return self.head(self.lin(input) + input)
 
 
 def test_a_fused_program_is_drawn_from_its_own_graph_without_running_the_rewrite(monkeypatch):
@@ -1066,16 +1004,6 @@ def test_the_rows_a_picture_keeps_are_its_records_fields_by_name():
     )
 
 
-class ConvBN(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(3, 4, 3)
-        self.bn = nn.BatchNorm2d(4)
-
-    def forward(self, x):
-        return torch.relu(self.bn(self.conv(x)))
-
-
 @pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
 def test_buffers_nothing_reads_are_not_drawn_and_one_readers_fold_into_it(train):
     torch.manual_seed(0)
@@ -1102,57 +1030,6 @@ def test_buffers_nothing_reads_are_not_drawn_and_one_readers_fold_into_it(train)
 # Hugging Face models built from small configs (no download), an encoder of
 # nn.MultiheadAttention and a ResNet: mask and position building in the model's own forward,
 # runtime checks, stacks of identical layers.
-
-
-class PatchEncoder(nn.Module):
-    """A ViT-like encoder: patches ─▶ + class token, positions ─▶ nn.TransformerEncoder ─▶ head."""
-
-    def __init__(self, dim: int = 32, layers: int = 4):
-        super().__init__()
-        self.patch = nn.Conv2d(3, dim, 4, 4)
-        self.cls = nn.Parameter(torch.zeros(1, 1, dim))
-        self.pos = nn.Parameter(torch.zeros(1, 17, dim))
-        layer = nn.TransformerEncoderLayer(dim, 2, 64, dropout=0.0, batch_first=True)
-        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
-        self.norm = nn.LayerNorm(dim)
-        self.head = nn.Linear(dim, 10)
-
-    def forward(self, x):
-        x = self.patch(x).flatten(2).transpose(1, 2)
-        x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], 1) + self.pos
-        return self.head(self.norm(self.encoder(x))[:, 0])
-
-
-class BasicBlock(nn.Module):
-    def __init__(self, cin: int, cout: int, stride: int = 1):
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.down = None
-        if stride != 1 or cin != cout:
-            self.down = nn.Sequential(
-                nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)
-            )
-
-    def forward(self, x):
-        y = self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
-        return torch.relu(y + (x if self.down is None else self.down(x)))
-
-
-class SmallResNet(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.stem = nn.Sequential(
-            nn.Conv2d(3, 8, 3, 1, 1, bias=False), nn.BatchNorm2d(8), nn.ReLU()
-        )
-        self.layer1 = nn.Sequential(BasicBlock(8, 8), BasicBlock(8, 8))
-        self.layer2 = nn.Sequential(BasicBlock(8, 16, 2), BasicBlock(16, 16))
-        self.fc = nn.Linear(16, 10)
-
-    def forward(self, x):
-        return self.fc(self.layer2(self.layer1(self.stem(x))).mean((2, 3)))
 
 
 def _hf(kind: str, layers: int):
@@ -1325,17 +1202,6 @@ def test_the_default_view_opens_a_decoders_layers_before_its_mask_building(real_
         seen.append((bool(view.folded_ops), bool(attentions)))
     assert (True, True) in seen, "the attentions open while the mask building stays one box"
     assert (False, True) in seen and (True, False) in seen  # with more room, and with less
-
-
-class Positions(nn.Module):
-    #   (arange ─▶ unsqueeze ─▶ float ─▶ mul: positions from nothing ─▶ add ◀── x) ─▶ lin
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(4, 4)
-
-    def forward(self, x):
-        positions = torch.arange(x.shape[1]).unsqueeze(0).float() * 0.5
-        return self.lin(x + positions)
 
 
 def test_the_top_level_own_ops_are_a_box_too():
@@ -1590,20 +1456,13 @@ def test_a_diff_draws_what_the_swap_says_it_removed_size_arithmetic_dropped_outs
 
 
 def test_a_replaced_region_of_ops_is_drawn_before_and_after_like_a_swap():
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lin = nn.Linear(4, 4)
-
-        def forward(self, x):
-            h = self.lin(x)
-            return h * torch.sigmoid(h)  # SiLU, written inline: no module's
-
     def silu(x):
         return x * torch.sigmoid(x)
 
     torch.manual_seed(0)
-    s = gs.Surgery.from_model(nn.Sequential(Block(), Block()), (torch.randn(2, 4),))
+    s = gs.Surgery.from_model(
+        nn.Sequential(LinearThenInlineSilu(), LinearThenInlineSilu()), (torch.randn(2, 4),)
+    )
     s.replace(silu, nn.SiLU(), (torch.randn(3, 4),))
     assert list(s.regions) == ["silu:0", "silu:1"]  # precondition: two regions, no modules
     # was KeyError: 'silu:0' (a diff opens the swapped calls, and the original has no such call)

@@ -16,6 +16,7 @@ from html.parser import HTMLParser
 import pytest
 import torch
 from helpers.jupyter import MISSING, browser, screenshot
+from helpers.view_models import MARKUP, MarkupNamedBlocks
 from torch import nn
 
 import graphsurgeon as gs
@@ -70,21 +71,6 @@ class Broken(nn.Module):
 number = 3
 '''
 
-MARKUP = ("<img src=x onerror=alert(1)>", "</svg><script>alert(2)</script>")
-
-
-class Named(nn.Module):
-    """Module names that are markup, as a program of unknown origin may have."""
-
-    def __init__(self):
-        super().__init__()
-        self.blocks = nn.ModuleDict({name: nn.Linear(2, 2) for name in MARKUP})
-
-    def forward(self, x):
-        for block in self.blocks.values():
-            x = torch.relu(block(x))
-        return x
-
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory, tiny_gpt):
@@ -94,7 +80,9 @@ def files(tmp_path_factory, tiny_gpt):
     loaded = torch.export.load(str(folder / "gpt.pt2"))
     loaded.example_inputs = None  # as a program saved without them
     torch.export.save(loaded, str(folder / "no-inputs.pt2"))
-    torch.export.save(gs.export(Named(), (torch.randn(1, 2),)), str(folder / "named.pt2"))
+    torch.export.save(
+        gs.export(MarkupNamedBlocks(), (torch.randn(1, 2),)), str(folder / "named.pt2")
+    )
     (folder / f"{KERNELS}.py").write_text(KERNELS_SOURCE)
     yield folder
     sys.modules.pop(KERNELS, None)

@@ -7,6 +7,15 @@ import re
 import pytest
 import torch
 from helpers.models import Chain, NormedBlock, Shared
+from helpers.view_models import (
+    CleanedLog,
+    DataDependent,
+    DataDependentLog,
+    Fusable,
+    RaisesWhileBroken,
+    Unstable,
+    WritesInputThenLinear,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -34,34 +43,6 @@ from graphsurgeon.step import (
 from graphsurgeon.swap import swap_info
 
 # -- tiny models --------------------------------------------------------------------------
-
-
-#   x ──▶ proj (Linear) ──▶ sqrt ──▶ log ──▶ + 1 ──▶ out
-#   (proj makes negatives: sqrt turns them into NaN; log(0) gives -inf)
-class Unstable(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(3, 3)
-        with torch.no_grad():
-            self.proj.weight.copy_(torch.eye(3))
-            self.proj.bias.zero_()
-
-    def forward(self, x):
-        y = torch.sqrt(self.proj(x))
-        return torch.log(y) + 1
-
-
-class Flaky(nn.Module):
-    """A ReLU replacement that raises while ``broken`` is set."""
-
-    def __init__(self):
-        super().__init__()
-        self.broken = True
-
-    def forward(self, x):
-        if self.broken:
-            raise RuntimeError("flaky replacement is broken")
-        return torch.relu(x)
 
 
 @pytest.fixture(scope="module")
@@ -356,7 +337,7 @@ def test_a_custom_condition_sees_each_tensor_and_its_errors_are_reported(chain):
 
 def test_an_exception_stops_at_the_node_keeps_the_error_and_the_stepper_recovers(chain):
     model, x, ep = chain
-    flaky = Flaky()
+    flaky = RaisesWhileBroken()
     swapped = gs.swap(ep, {"act": flaky})
     stepper = Stepper(swapped, x)
     call = swap_info(swapped).call_nodes["act"]
@@ -645,16 +626,7 @@ def test_every_kind_of_program_can_be_stepped(chain):
 
 def test_stepping_leaves_the_inputs_the_program_and_its_modules_as_they_were():
     #   x ──▶ x.add_(1) (in place, on the input) ──▶ lin ──▶ out
-    class WritesInput(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lin = nn.Linear(2, 2)
-
-        def forward(self, x):
-            x.add_(1)
-            return self.lin(x)
-
-    model = WritesInput()
+    model = WritesInputThenLinear()
     x = torch.zeros(1, 2)
     ep = gs.export(model, (x.clone(),))
     replacement = nn.Linear(2, 2)
@@ -751,13 +723,6 @@ def test_step_into_a_swapped_call_steps_through_the_replacements_graph(gpt):
     torch.testing.assert_close(stepper.output, expected)
 
 
-class DataDependent(nn.Module):
-    """A replacement torch.export cannot trace: its branch depends on a value."""
-
-    def forward(self, x):
-        return x * 2 if x.sum() > 0 else x - 1
-
-
 def test_a_replacement_that_does_not_export_is_stepped_over_saying_why(chain):
     _, x, ep = chain
     swapped = gs.swap(ep, {"act": DataDependent()})
@@ -834,14 +799,6 @@ def test_a_condition_breakpoint_fires_inside_an_entered_call():
     #   x ──▶ proj ──▶ sqrt (NaN for negatives) ──▶ log ──▶ + 1, proj..log fused as "proj"
     torch.manual_seed(0)
 
-    class Fusable(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.body = Unstable()
-
-        def forward(self, x):
-            return self.body(x) * 2
-
     model, x = Fusable(), torch.tensor([[1.0, -1.0, 2.0]])
     fused = gs.fuse(gs.export(model, (x,)), "body")
     stepper = Stepper(fused, x)
@@ -875,16 +832,6 @@ def test_a_fused_call_that_updates_buffers_writes_the_steppers_private_copies():
 
 
 # -- inside replacements: names, breakpoints, conditions, and no stops in the glue -------------
-
-
-class CleanedLog(nn.Module):
-    """A replacement for the ReLU that makes -inf (log of 0 and of negatives: NaN) and cleans
-    it up again: what the program sees is finite."""
-
-    def forward(self, x):
-        logged = torch.log(torch.relu(x))
-        scaled = logged * 0.5
-        return torch.nan_to_num(scaled, nan=0.0, neginf=0.0)
 
 
 def test_run_to_a_node_inside_a_replacement_enters_the_call(chain):
@@ -948,15 +895,6 @@ def test_the_nan_or_inf_breakpoint_watches_inside_replacements(chain):
         triggers.append(result.trigger)
     assert triggers == ["mul"]  # -inf * 0.5, then nan_to_num cleans it up
     torch.testing.assert_close(stepper.output, output)
-
-
-class DataDependentLog(nn.Module):
-    """CleanedLog behind a branch on a value: torch.export cannot trace it."""
-
-    def forward(self, x):
-        if x.sum() > 1e9:
-            return x
-        return torch.nan_to_num(torch.log(torch.relu(x)), neginf=0.0)
 
 
 def test_a_condition_inside_a_replacement_that_does_not_export_stops_after_its_call(chain):

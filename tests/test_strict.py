@@ -14,6 +14,20 @@ import copy
 import pytest
 import torch
 from helpers.references import check_swap, clone_tree, eager_reference
+from helpers.swap_models import (
+    Ambiguous,
+    Containers,
+    Deep,
+    Keys,
+    Loop,
+    NestedInputs,
+    Parity,
+    Rows,
+    Spelled,
+    Twice,
+    Varargs,
+    _OnlyCall,
+)
 from torch import nn
 from torch.export import Dim
 
@@ -39,46 +53,6 @@ def _changed(module: nn.Module) -> nn.Module:
 
 
 # -- 1. the tracer's guards, however torch names the inputs ---------------------------------
-
-
-class Parity(nn.Module):
-    #   x -> a -> * 2 when the batch is even, - 100 when odd
-    def __init__(self):
-        super().__init__()
-        self.a = nn.Linear(4, 4)
-
-    def forward(self, x):
-        y = self.a(x)
-        if x.shape[0] % 2 == 0:
-            return y * 2
-        return y - 100
-
-
-class Rows(nn.Module):
-    #   x, k -> a(x)[:k]   (k a dynamic int; torch guards k != 1 and 4 * k >= 2)
-    def __init__(self):
-        super().__init__()
-        self.a = nn.Linear(4, 4)
-
-    def forward(self, x, k: int):
-        return self.a(x)[:k]
-
-
-class Nested(nn.Module):
-    #   x, d={'a': ...}, lst=[., .], w= -> a(x) + sums, with a parity condition on each leaf
-    def __init__(self):
-        super().__init__()
-        self.a = nn.Linear(4, 4)
-
-    def forward(self, x, d, lst, *, w):
-        y = self.a(x) + d["a"].sum() + lst[1].sum() + w.sum()
-        if d["a"].shape[0] % 3 == 0:
-            y = y + 1
-        if lst[1].shape[0] % 2 == 0:
-            y = y * 2
-        if w.shape[0] % 2 == 0:
-            y = y - 1
-        return y
 
 
 @BOTH
@@ -117,7 +91,7 @@ def test_the_conditions_on_a_dynamic_int_are_checked(strict):
 @BOTH
 def test_each_leaf_of_structured_inputs_is_found_in_the_conditions(strict):
     # strict export numbers the leaves across every argument: L['flat_args'][4] is w
-    model = Nested().eval()
+    model = NestedInputs().eval()
     x, d, w = torch.randn(2, 4), {"a": torch.randn(6)}, torch.randn(2)
     lst = [torch.randn(2), torch.randn(4)]
     dynamic = {
@@ -150,19 +124,6 @@ def test_each_leaf_of_structured_inputs_is_found_in_the_conditions(strict):
         _refused_by_torch(ep, *args, **kwargs)
         with pytest.raises(gs.GuardError, match=message):
             gm(*args, **kwargs)
-
-
-class Varargs(nn.Module):
-    #   x, *args -> a(x) + args[0].sum(), with a parity condition on args[0]
-    def __init__(self):
-        super().__init__()
-        self.a = nn.Linear(4, 4)
-
-    def forward(self, x, *args):
-        y = self.a(x) + args[0].sum()
-        if args[0].shape[0] % 2 == 0:
-            return y * 2
-        return y
 
 
 @BOTH
@@ -225,101 +186,6 @@ def test_a_condition_that_cannot_be_checked_refuses_the_program(tmp_path):
 # -- 2. repeated calls: strict programs partition as the non-strict ones --------------------
 
 
-class Block(nn.Module):
-    #   x -> lin -> relu
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(4, 4)
-
-    def forward(self, x):
-        return torch.relu(self.lin(x))
-
-
-class Twice(nn.Module):
-    #   x -> blk -> mid -> blk   (one module, two calls)
-    def __init__(self):
-        super().__init__()
-        self.blk = nn.Linear(4, 4)
-        self.mid = nn.Linear(4, 4)
-
-    def forward(self, x):
-        return self.blk(self.mid(self.blk(x)))
-
-
-class Loop(nn.Module):
-    #   x -> blk -> blk -> blk   (a loop over one block with a child)
-    def __init__(self):
-        super().__init__()
-        self.blk = Block()
-
-    def forward(self, x):
-        for _ in range(3):
-            x = self.blk(x)
-        return x
-
-
-class Containers(nn.Module):
-    #   x -> layers.0 -> layers.1 -> seq(0, 1, relu) -> layers.0 -> seq.1
-    def __init__(self):
-        super().__init__()
-        self.layers = nn.ModuleList([Block() for _ in range(2)])
-        self.seq = nn.Sequential(nn.Linear(4, 4), Block(), nn.ReLU())
-
-    def forward(self, x):
-        for layer in self.layers:
-            x = layer(x)
-        x = self.seq(x)
-        x = self.layers[0](x)
-        return self.seq[1](x)
-
-
-NAMES = ("in", "x y", 'a"b', "e'f", "c\nd", "g\\h", "q]r", "u[v")
-
-
-class Keys(nn.Module):
-    #   x -> d[k] for each key (quotes, backslashes, newlines...) -> d['in'] -> d['a"b']
-    def __init__(self):
-        super().__init__()
-        self.d = nn.ModuleDict({name: nn.Linear(4, 4) for name in NAMES})
-
-    def forward(self, x):
-        for name in NAMES:
-            x = self.d[name](x)
-        return self.d['a"b'](self.d["in"](x))
-
-
-class Deep(nn.Module):
-    #   x -> outer['p'][0] (a Loop) -> outer['p'][1] (a Twice) -> outer['p'][0]
-    def __init__(self):
-        super().__init__()
-        self.outer = nn.ModuleDict({"p": nn.ModuleList([Loop(), Twice()])})
-
-    def forward(self, x):
-        x = self.outer["p"][0](x)
-        x = self.outer["p"][1](x)
-        return self.outer["p"][0](x)
-
-
-class Spelled(nn.Module):
-    #   one module reached by several spellings: layers[0], layers[-1], enumerate(layers),
-    #   getattr(layers, '1'), d.items(), d['p']
-    def __init__(self):
-        super().__init__()
-        self.layers = nn.ModuleList([nn.Linear(4, 4) for _ in range(3)])
-        self.d = nn.ModuleDict({"p": nn.Linear(4, 4), "q": nn.Linear(4, 4)})
-
-    def forward(self, x):
-        x = self.layers[0](x)
-        x = self.layers[-1](x)
-        for _, layer in enumerate(self.layers):
-            x = layer(x)
-        x = getattr(self.layers, "1")(x)
-        x = self.layers[1](x)
-        for _, module in self.d.items():
-            x = module(x)
-        return self.d["p"](x)
-
-
 # model -> (a module called more than once, one of its calls) to swap in both programs
 REPEATED = {
     Twice: ("blk", "blk@1"),
@@ -368,23 +234,6 @@ def test_strict_programs_partition_like_non_strict_ones(model_type):
     assert nodes[every] and nodes[one]  # precondition: the module is called more than once
 
 
-class _OnlyCall(nn.Module):
-    """The eager reference of swapping one call: ``replacement`` at call ``index`` of the
-    module, the module itself at every other (counted from the start of each forward)."""
-
-    def __init__(self, original: nn.Module, replacement: nn.Module, index: int):
-        super().__init__()
-        self.original = original
-        self.replacement = replacement
-        self.index = index
-        self.seen = 0
-
-    def forward(self, *args, **kwargs):
-        module = self.replacement if self.seen == self.index else self.original
-        self.seen += 1
-        return module(*args, **kwargs)
-
-
 def _one_call_reference(model, call, replacement):
     fqn, index = split_call_name(call)
     reference = eager_reference(model, {})
@@ -427,17 +276,6 @@ def test_strict_names_torch_cannot_preserve_are_refused_with_the_reason():
         assert gs.partition(ep)[name].nodes == gs.partition(non_strict)[name].nodes
         with pytest.raises(gs.errors.SwapError, match=reason):
             gs.swap(ep, {name: replacement})
-
-
-class Ambiguous(nn.Module):
-    #   x -> blk -> 'blk@1' (a module registered under that name) -> blk
-    def __init__(self):
-        super().__init__()
-        self.blk = nn.Linear(4, 4)
-        self.add_module("blk@1", nn.Linear(4, 4))
-
-    def forward(self, x):
-        return self.blk(getattr(self, "blk@1")(self.blk(x)))
 
 
 @BOTH

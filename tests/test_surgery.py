@@ -10,21 +10,29 @@ import pytest
 import torch
 from helpers.models import Scale, TwoLinear
 from helpers.references import eager_reference
+from helpers.swap_models import (
+    CallsBlkTwice,
+    CastNorm,
+    Fixed,
+    Gelu,
+    InlineAct,
+    KeywordNames,
+    Lends,
+    Net,
+    NormResidual,
+    OneLinearTwice,
+    SetsCut,
+    SharedAndLooped,
+    TakesNothing,
+    TwoInline,
+    UsesPair,
+    WithNorm,
+    gelu,
+    silu,
+)
 from torch import nn
 
 import graphsurgeon as gs
-
-
-class Net(nn.Module):
-    #   x -> a (Linear) -> act (ReLU) -> b (Linear)
-    def __init__(self):
-        super().__init__()
-        self.a = nn.Linear(4, 4)
-        self.act = nn.ReLU()
-        self.b = nn.Linear(4, 2)
-
-    def forward(self, x):
-        return self.b(self.act(self.a(x)))
 
 
 @pytest.fixture
@@ -120,15 +128,7 @@ def test_export_again_gives_a_program_that_can_be_swapped_again(surgery):
 
 
 def test_export_again_refuses_a_single_call_swap_and_says_what_to_do():
-    class Twice(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lin = nn.Linear(4, 4)
-
-        def forward(self, x):
-            return self.lin(torch.relu(self.lin(x)))
-
-    s = gs.Surgery.from_model(Twice(), (torch.randn(2, 4),))
+    s = gs.Surgery.from_model(OneLinearTwice(), (torch.randn(2, 4),))
     s.swap("lin@1", nn.Linear(4, 4))
     with pytest.raises(gs.errors.SurgeryError, match=r"'lin@1'.*Swap every call of 'lin'"):
         s.export()
@@ -175,18 +175,6 @@ def check_again(again, reference, inputs, name, replacement, rtol=1e-5, atol=1e-
             torch.testing.assert_close(swapped(*args), expected_twice, rtol=rtol, atol=atol)
 
 
-class WithNorm(nn.Module):
-    #   x -> lin -> bn -> relu -> block (Linear, BatchNorm)
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(6, 6)
-        self.bn = nn.BatchNorm1d(6)
-        self.block = nn.Sequential(nn.Linear(6, 6), nn.BatchNorm1d(6, momentum=0.5))
-
-    def forward(self, x):
-        return self.block(torch.relu(self.bn(self.lin(x))))
-
-
 @pytest.mark.parametrize("mode", ["eval", "train"])
 def test_export_leaves_the_program_exactly_as_it_was(mode):
     import copy
@@ -211,21 +199,6 @@ def test_export_leaves_the_program_exactly_as_it_was(mode):
         reference = eager_reference(model, {"bn": nn.BatchNorm1d(6).eval()})
         replacement = nn.Sequential(nn.Linear(6, 6), nn.Tanh())
         check_again(again, reference, [(x,)], "block", replacement)
-
-
-class KeywordNames(nn.Module):
-    #   x -> d["in"] -> d['a"b'] -> d["c\nd"] -> d["0"] -> head
-    NAMES = ("in", 'a"b', "c\nd", "0")
-
-    def __init__(self):
-        super().__init__()
-        self.d = nn.ModuleDict({name: nn.Linear(4, 4) for name in self.NAMES})
-        self.head = nn.Linear(4, 4)
-
-    def forward(self, x):
-        for name in self.NAMES:
-            x = self.d[name](x)
-        return self.head(x)
 
 
 @pytest.mark.parametrize("swapped", [["head"], ["d.in", 'd.a"b']])
@@ -315,20 +288,6 @@ def test_export_without_inputs_says_what_to_pass():
     assert gs.module_tree(given)["a"].swappable
 
 
-class SharedAndLooped(nn.Module):
-    #   x -> shared -> relu -> shared -> block -> block -> block   (repeated calls)
-    def __init__(self):
-        super().__init__()
-        self.shared = nn.Linear(4, 4)
-        self.block = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
-
-    def forward(self, x):
-        x = self.shared(torch.relu(self.shared(x)))
-        for _ in range(3):
-            x = self.block(x)
-        return x
-
-
 @pytest.mark.parametrize("strict", [False, True])
 def test_export_of_repeated_calls_in_strict_and_non_strict_mode(strict):
     model, x = SharedAndLooped(), torch.randn(2, 4)
@@ -368,12 +327,6 @@ def test_a_saved_re_exported_program_keeps_the_module_types(tmp_path):
     assert tree["layers.0.attn"].type_name == "Attention" and tree["layers.0.attn"].swappable
 
 
-class Fixed(nn.Module):
-    # computes only at batch size 3: makes the dynamic batch size static
-    def forward(self, x):
-        return x.reshape(3, 4) * 2
-
-
 def test_a_replacement_that_makes_a_kept_dynamic_size_static_is_named_with_what_to_do():
     _, x, ep, _ = _dynamic_pair()
     s = gs.Surgery(ep, args=(x,)).swap("a", Fixed())
@@ -382,28 +335,6 @@ def test_a_replacement_that_makes_a_kept_dynamic_size_static_is_named_with_what_
     message = str(caught.value)
     assert "x.shape[0] in [2, 9]" in message and "dynamic_shapes=None" in message
     assert s.export(dynamic_shapes=None).range_constraints == {}
-
-
-class Borrows(nn.Module):
-    # reads its owner's parameter through a reference that is not a submodule
-    def __init__(self, owner):
-        super().__init__()
-        self.__dict__["owner"] = owner
-
-    def forward(self, x):
-        return x * self.owner.scale
-
-
-class Lends(nn.Module):
-    #   x -> borrows (x * self.scale) -> lin
-    def __init__(self):
-        super().__init__()
-        self.scale = nn.Parameter(torch.randn(4))
-        self.borrows = Borrows(self)
-        self.lin = nn.Linear(4, 4)
-
-    def forward(self, x):
-        return self.lin(self.borrows(x))
 
 
 @pytest.mark.parametrize("strict", [False, True])
@@ -415,28 +346,6 @@ def test_a_module_reading_another_modules_parameter_reads_that_parameter(strict)
     assert again.constants == {} and "scale" in again.state_dict
     reference = eager_reference(model, {"lin": replacement})
     check_again(again, reference, [(x,)], "borrows", Scale(3.0))
-
-
-class Cut(nn.Module):
-    # reads a size its caller set on it: none of its arguments has it
-    def __init__(self):
-        super().__init__()
-        self.n = None
-
-    def forward(self, x):
-        return x[:, : self.n] * 2
-
-
-class SetsCut(nn.Module):
-    #   x -> lin -> cut (keeps y.shape[1] + 1 columns) -> sum + y
-    def __init__(self):
-        super().__init__()
-        self.cut = Cut()
-        self.lin = nn.Linear(8, 8)
-
-    def forward(self, x, y):
-        self.cut.n = y.shape[1] + 1
-        return self.cut(self.lin(x)).sum(-1, keepdim=True) + y
 
 
 def test_a_module_that_cannot_be_called_on_its_own_arguments_runs_in_its_caller():
@@ -453,22 +362,6 @@ def test_a_module_that_cannot_be_called_on_its_own_arguments_runs_in_its_caller(
     reference = eager_reference(model, {"lin": replacement})
     inputs = [args, (torch.randn(5, 8), torch.randn(5, 6))]
     check_again(again, reference, inputs, "lin", nn.Sequential(nn.Linear(8, 8), nn.Tanh()))
-
-
-class MakesPair(nn.Module):
-    def forward(self, x):
-        return x + 1, x - 1
-
-
-class UsesPair(nn.Module):
-    #   x -> pair -> (p, q) -> p * q
-    def __init__(self):
-        super().__init__()
-        self.pair = MakesPair()
-
-    def forward(self, x):
-        p, q = self.pair(x)
-        return p * q
 
 
 def test_export_with_a_replacement_returning_the_wrong_structure_names_it():
@@ -565,18 +458,8 @@ def test_a_state_built_again_keeps_the_buffers_its_runs_changed():
 # -- requests that overlap earlier ones ----------------------------------------------------------
 
 
-class Loop(nn.Module):
-    #   x -> blk -> blk   (one module, two calls: blk, blk@1)
-    def __init__(self):
-        super().__init__()
-        self.blk = nn.Linear(4, 4)
-
-    def forward(self, x):
-        return self.blk(self.blk(x))
-
-
 def test_a_whole_module_swap_replaces_earlier_swaps_of_its_calls():
-    model, x = Loop(), torch.randn(2, 4)
+    model, x = CallsBlkTwice(), torch.randn(2, 4)
     first, whole = nn.Linear(4, 4), nn.Linear(4, 4)
     s = gs.Surgery.from_model(model, (x,)).swap("blk@1", first)
     assert s.replacements == {"blk@1": first}
@@ -594,7 +477,7 @@ def test_a_whole_module_swap_replaces_earlier_swaps_of_its_calls():
 
 
 def test_one_call_of_a_module_swapped_as_a_whole_is_refused_in_the_users_words():
-    s = gs.Surgery.from_model(Loop(), (torch.randn(2, 4),)).swap("blk", nn.Linear(4, 4))
+    s = gs.Surgery.from_model(CallsBlkTwice(), (torch.randn(2, 4),)).swap("blk", nn.Linear(4, 4))
     module, history = s.module, s.history
     with pytest.raises(gs.errors.ConflictError) as caught:
         s.swap("blk@1", nn.Linear(4, 4))
@@ -725,30 +608,6 @@ def test_a_failed_export_writes_nothing_to_stderr_and_names_the_replacement(surg
     assert warnings.filters == filters
 
 
-class CastNorm(nn.Module):
-    # as Llama's RMSNorm: its first .to(float32) of a float32 input is the input itself
-    def __init__(self):
-        super().__init__()
-        self.weight = nn.Parameter(torch.rand(8) + 0.5)
-
-    def forward(self, h):
-        h = h.to(torch.float32)
-        return self.weight * h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
-
-
-class NormResidual(nn.Module):
-    #   x -> norm -> mlp;  x + mlp(...)   (the residual reads the norm's `to` node)
-    def __init__(self):
-        super().__init__()
-        self.norm = CastNorm()
-        self.mlp = nn.Linear(8, 8)
-        self.act = nn.ReLU(inplace=True)
-
-    def forward(self, x):
-        h = x + self.mlp(self.norm(x))
-        return self.act(h) + h
-
-
 @pytest.mark.parametrize("name", ["mlp", "norm", "act"])
 def test_a_program_whose_modules_return_their_input_exports_again_as_eager(name):
     torch.manual_seed(0)
@@ -818,41 +677,6 @@ def test_verify_gives_two_verdicts_faithful_and_equal_to_the_original():
 # -- replace: a pattern of ops that is no module's, swapped as a module is --------------------
 
 
-def silu(x):
-    return x * torch.sigmoid(x)
-
-
-def gelu(x):
-    return torch.nn.functional.gelu(x)
-
-
-class InlineAct(nn.Module):
-    #   x -> lin -> act_fn(h) (written inline: a function, not a module) -> out
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(4, 4)
-        self.act_fn = silu
-        self.out = nn.Linear(4, 4)
-
-    def forward(self, x):
-        return self.out(self.act_fn(self.lin(x)))
-
-
-class TwoInline(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a = InlineAct()
-        self.b = InlineAct()
-
-    def forward(self, x):
-        return self.b(self.a(x) + x)
-
-
-class Gelu(nn.Module):
-    def forward(self, x):
-        return gelu(x)
-
-
 def _patched(model, function):
     """The eager model with every act_fn set to ``function``: what replace should compute."""
     patched = copy.deepcopy(model)
@@ -907,10 +731,6 @@ def test_replace_chosen_matches_and_refusals_say_why():
         s.replace(gelu, Gelu(), (x,))
     with pytest.raises(gs.errors.SurgeryError, match=r"matches=5: there are 2 matches"):
         s.replace(silu, Gelu(), (x,), matches=5)
-
-    class TakesNothing(nn.Module):
-        def forward(self):
-            return None
 
     with pytest.raises(gs.ReplacementError, match=r"cannot take the arguments.*\(x: f32\[3, 4\]\)"):
         s.replace(silu, TakesNothing(), (x,))

@@ -8,14 +8,77 @@ really changes the output.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import operator
 
 import pytest
 import torch
 import torch.utils._pytree as pytree
-from helpers.models import Scale
+from helpers.models import Scale, TimesTwo
 from helpers.references import assert_close_tree, check_swap, clone_tree, eager_reference
+from helpers.swap_models import (
+    AttentionHolder,
+    Batch,
+    BatchNormed,
+    Branchy,
+    CallsScaled,
+    CastResidual,
+    ConstantScale,
+    ConvNet,
+    Counts,
+    CrossedReplacement,
+    DataclassModel,
+    DictOtherOrder,
+    DictOut,
+    DoubleCounter,
+    EncoderReplacement,
+    FusedRMSNorm,
+    Halve,
+    HeadsReplacement,
+    HoldsScale,
+    InPlaceBlock,
+    LinearInside,
+    LoopedSequential,
+    MakesNewOutput,
+    MultipliesInPlace,
+    MutatesInput,
+    Nested,
+    NestedSequential,
+    NormLayer,
+    OnlyTensor,
+    Outer,
+    Pair,
+    PairReplacement,
+    PairsAndKeywords,
+    PassThroughRead,
+    PassThroughUnread,
+    ReadsChild,
+    ReadsWrittenBuffer,
+    RecordsCaller,
+    ResidualMLP,
+    Result,
+    ReturnsTuple,
+    ScaledTwice,
+    ScalesByParameter,
+    SequentialModel,
+    SharedTwice,
+    SizeUser,
+    TakesDict,
+    TakesKeywordReplacement,
+    TakesTupleReplacement,
+    TakesTwoReplacement,
+    ThreeReplacement,
+    Tied,
+    TiedEmbeddingHead,
+    TupleChain,
+    UsesCounter,
+    UsesCrossed,
+    UsesFactor,
+    UsesKeyed,
+    UsesLastOutput,
+    UsesNan,
+    UsesNone,
+    WithIntInput,
+)
 from torch import nn
 
 import graphsurgeon as gs
@@ -24,54 +87,9 @@ from graphsurgeon.swap import swap_info
 # -- defect 1: outputs bound by name, not by graph position ------------------------------
 
 
-class Crossed(nn.Module):
-    # builds b before a, returns (a, b): graph order and return order disagree
-    def forward(self, x):
-        b = x * 3
-        a = x + 1
-        return a, b
-
-
-class UsesCrossed(nn.Module):
-    #   x -> crossed -> (a, b) -> a - 2 * b
-    def __init__(self):
-        super().__init__()
-        self.crossed = Crossed()
-
-    def forward(self, x):
-        a, b = self.crossed(x)
-        return a - 2 * b
-
-
-class CrossedReplacement(nn.Module):
-    def forward(self, x):
-        return x + 10, x * 30
-
-
 def test_outputs_are_bound_by_signature_name_not_graph_position():
     model, x = UsesCrossed(), torch.randn(3)
     check_swap(model, (x,), {"crossed": CrossedReplacement()})
-
-
-class ThreeOutputs(nn.Module):
-    def forward(self, x):
-        return x.sin(), x.cos(), x.tanh()
-
-
-class UsesLastOutput(nn.Module):
-    #   x -> three -> (sin, cos, tanh) -> only tanh used
-    def __init__(self):
-        super().__init__()
-        self.three = ThreeOutputs()
-
-    def forward(self, x):
-        _, _, last = self.three(x)
-        return last + 1
-
-
-class ThreeReplacement(nn.Module):
-    def forward(self, x):
-        return x, x * 2, x * 3
 
 
 def test_an_output_nobody_uses_does_not_shift_the_others():
@@ -80,31 +98,6 @@ def test_an_output_nobody_uses_does_not_shift_the_others():
 
 
 # -- defect 2: constant arguments reach the replacement as their values -------------------
-
-
-class Scaled(nn.Module):
-    def forward(self, x, scale=1.0, flip=False, stop=None):
-        y = x * scale
-        y = -y if flip else y
-        return y[:stop]
-
-
-class CallsScaled(nn.Module):
-    #   x -> scaled(x, scale=2.5, flip=True, stop=2)
-    def __init__(self):
-        super().__init__()
-        self.scaled = Scaled()
-
-    def forward(self, x):
-        return self.scaled(x, scale=2.5, flip=True, stop=2)
-
-
-class ScaledTwice(nn.Module):
-    # uses every constant it is given: a None would crash, a wrong value would show
-    def forward(self, x, scale=1.0, flip=False, stop=None):
-        assert isinstance(scale, float) and isinstance(flip, bool) and isinstance(stop, int)
-        y = x * scale * 2
-        return (-y if flip else y)[:stop]
 
 
 def test_constant_arguments_are_passed_as_their_values():
@@ -128,55 +121,8 @@ def test_transformer_encoder_self_attention_gets_its_boolean_and_none_arguments(
 # -- defect 3: glue between two swapped modules respects how the consumer takes arguments --
 
 
-class Pair(nn.Module):
-    def forward(self, x):
-        return x + 1, x - 1
-
-
-class TakesTwo(nn.Module):
-    def forward(self, p, q):
-        return p * q
-
-
-class TakesKeyword(nn.Module):
-    def forward(self, x=None):
-        return x * 2
-
-
-class Chain(nn.Module):
-    #   x -> foo -> (p, q) -> bar(p, q) -> r
-    #   x -> one -> baz(x=one(x)) -> s;  return r + s
-    def __init__(self):
-        super().__init__()
-        self.foo = Pair()
-        self.bar = TakesTwo()
-        self.one = Scale(1.0)
-        self.baz = TakesKeyword()
-
-    def forward(self, x):
-        p, q = self.foo(x)
-        r = self.bar(p, q)
-        s = self.baz(x=self.one(x))
-        return r + s
-
-
-class PairReplacement(nn.Module):
-    def forward(self, x):
-        return x * 2, x + 5
-
-
-class TakesTwoReplacement(nn.Module):
-    def forward(self, p, q):
-        return p - q
-
-
-class TakesKeywordReplacement(nn.Module):
-    def forward(self, x=None):
-        return x + 100
-
-
 def test_consecutive_swapped_modules_keep_positional_and_keyword_calling_conventions():
-    model, x = Chain(), torch.randn(3)
+    model, x = PairsAndKeywords(), torch.randn(3)
     replacements = {
         "foo": PairReplacement(),
         "bar": TakesTwoReplacement(),
@@ -188,32 +134,6 @@ def test_consecutive_swapped_modules_keep_positional_and_keyword_calling_convent
     assert len(bar.args) == 2, "bar(p, q) is still called with two arguments"
     baz = next(n for n in gm.graph.nodes if n.op == "call_module" and n.target == "baz")
     assert list(baz.kwargs) == ["x"], "baz(x=...) is still called by keyword"
-
-
-class ReturnsTuple(nn.Module):
-    def forward(self, x):
-        return (x + 1, x + 2)
-
-
-class TakesTuple(nn.Module):
-    def forward(self, pair):
-        return pair[0] * pair[1]
-
-
-class TupleChain(nn.Module):
-    #   x -> make -> (a, b) -> use((a, b))
-    def __init__(self):
-        super().__init__()
-        self.make = ReturnsTuple()
-        self.use = TakesTuple()
-
-    def forward(self, x):
-        return self.use(self.make(x))
-
-
-class TakesTupleReplacement(nn.Module):
-    def forward(self, pair):
-        return pair[0] + pair[1]
 
 
 def test_a_structure_passed_whole_between_swapped_calls_is_not_taken_apart():
@@ -229,16 +149,6 @@ def test_a_structure_passed_whole_between_swapped_calls_is_not_taken_apart():
 # -- defect 4: any attribute layout in the replacement ------------------------------------
 
 
-class LinearInside(nn.Module):
-    #   x -> lin (Linear 4->4) -> relu
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(4, 4)
-
-    def forward(self, x):
-        return self.lin(x).relu()
-
-
 def test_a_linear_replaced_by_a_sequential_leaves_no_orphaned_parameters():
     model, x = LinearInside(), torch.randn(2, 4)
     replacement = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 4))
@@ -250,16 +160,6 @@ def test_a_linear_replaced_by_a_sequential_leaves_no_orphaned_parameters():
 
 
 # -- defect 5: a module called more than once --------------------------------------------
-
-
-class SharedTwice(nn.Module):
-    #   x -> shared -> shared -> out   (one module, two calls: "shared", "shared@1")
-    def __init__(self):
-        super().__init__()
-        self.shared = nn.Linear(4, 4)
-
-    def forward(self, x):
-        return self.shared(torch.relu(self.shared(x)))
 
 
 def test_swapping_a_shared_module_replaces_every_call():
@@ -286,20 +186,8 @@ def test_swapping_one_call_of_a_shared_module_leaves_the_other_call():
         torch.testing.assert_close(first_only(x), model.shared(torch.relu(x * 0.5)))
 
 
-class Looped(nn.Module):
-    #   x -> block -> block -> block   (a loop over one block)
-    def __init__(self):
-        super().__init__()
-        self.block = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
-
-    def forward(self, x):
-        for _ in range(3):
-            x = self.block(x)
-        return x
-
-
 def test_a_loop_over_one_block_swaps_every_iteration():
-    model, x = Looped(), torch.randn(2, 4)
+    model, x = LoopedSequential(), torch.randn(2, 4)
     ep = gs.export(model, (x,))
     assert {"block", "block@1", "block@2"} <= set(gs.partition(ep))
     check_swap(model, (x,), {"block": nn.Sequential(nn.Linear(4, 4), nn.Sigmoid())}, ep=ep)
@@ -308,18 +196,8 @@ def test_a_loop_over_one_block_swaps_every_iteration():
 # -- defect 6: parent and child both requested -------------------------------------------
 
 
-class Nested(nn.Module):
-    #   x -> outer(inner(x))
-    def __init__(self):
-        super().__init__()
-        self.outer = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
-
-    def forward(self, x):
-        return self.outer(x)
-
-
 def test_parent_and_child_both_requested_is_an_error_naming_both():
-    model, x = Nested(), torch.randn(2, 4)
+    model, x = NestedSequential(), torch.randn(2, 4)
     ep = gs.export(model, (x,))
     with pytest.raises(gs.errors.ConflictError) as caught:
         gs.swap(ep, {"outer": nn.Identity(), "outer.1": nn.Tanh()})
@@ -337,29 +215,6 @@ def test_a_call_requested_twice_is_an_error():
 # -- defect 7: in-place mutation inside the swapped module -------------------------------
 
 
-class AddsInPlace(nn.Module):
-    def forward(self, x):
-        x.add_(1)
-        return x * 2
-
-
-class MutatesInput(nn.Module):
-    #   x -> inplace (writes x) -> y;  return y + x   (x seen after the write)
-    def __init__(self):
-        super().__init__()
-        self.inplace = AddsInPlace()
-
-    def forward(self, x):
-        y = self.inplace(x)
-        return y + x
-
-
-class MultipliesInPlace(nn.Module):
-    def forward(self, x):
-        x.mul_(3)
-        return x - 1
-
-
 def test_a_swapped_module_that_writes_its_input_in_place():
     model, x = MutatesInput(), torch.randn(3)
     ep = gs.export(model, (x.clone(),))
@@ -370,32 +225,6 @@ def test_a_swapped_module_that_writes_its_input_in_place():
     assert not torch.allclose(expected, model(x.clone()))
     torch.testing.assert_close(gm(x_gm), expected)
     torch.testing.assert_close(x_gm, x_ref, msg="the caller sees the same write")
-
-
-class Counter(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.register_buffer("count", torch.zeros(()))
-
-    def forward(self, x):
-        self.count.add_(1)
-        return x + self.count
-
-
-class UsesCounter(nn.Module):
-    #   x -> counter (count += 1 in place) -> + 1
-    def __init__(self):
-        super().__init__()
-        self.counter = Counter()
-
-    def forward(self, x):
-        return self.counter(x) + 1
-
-
-class DoubleCounter(Counter):
-    def forward(self, x):
-        self.count.add_(2)
-        return x + self.count
 
 
 def test_a_swapped_module_that_writes_its_own_buffer_in_place():
@@ -414,14 +243,14 @@ def test_a_swapped_module_that_writes_its_own_buffer_in_place():
 
 
 def test_an_unknown_name_says_did_you_mean():
-    model, x = Nested(), torch.randn(2, 4)
+    model, x = NestedSequential(), torch.randn(2, 4)
     ep = gs.export(model, (x,))
     with pytest.raises(gs.errors.UnknownModuleError, match=r"'outr'.*Did you mean 'outer'"):
         gs.swap(ep, {"outr": nn.Identity()})
 
 
 def test_a_module_not_preserved_says_how_to_preserve_it():
-    model, x = Nested(), torch.randn(2, 4)
+    model, x = NestedSequential(), torch.randn(2, 4)
     ep = torch.export.export(model, (x,))  # nothing preserved
     with pytest.raises(gs.errors.NotPreservedError) as caught:
         gs.swap(ep, {"outer": nn.Identity()})
@@ -431,7 +260,7 @@ def test_a_module_not_preserved_says_how_to_preserve_it():
 
 
 def test_a_replacement_that_is_not_a_module_is_refused():
-    model, x = Nested(), torch.randn(2, 4)
+    model, x = NestedSequential(), torch.randn(2, 4)
     ep = gs.export(model, (x,))
     with pytest.raises(gs.ReplacementError, match=r"not a torch\.nn\.Module"):
         gs.swap(ep, {"outer": torch.relu})
@@ -449,22 +278,6 @@ def test_a_replacement_returning_the_wrong_structure_names_the_module_at_run_tim
 
 
 def test_a_wrong_structure_is_written_with_its_values_not_pytree_stars():
-    class Pair(nn.Module):
-        def forward(self, x):
-            return x + 1, None
-
-    class Outer(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.pair = Pair()
-
-        def forward(self, x):
-            return self.pair(x)[0] * 2
-
-    class OnlyTensor(nn.Module):
-        def forward(self, x):
-            return x + 1
-
     x = torch.randn(2, 3)
     gm = gs.swap(gs.export(Outer(), (x,)), {"pair": OnlyTensor()})
     with pytest.raises(
@@ -492,7 +305,7 @@ def test_swapping_a_container_or_the_root_is_refused_clearly():
 
 
 def test_a_failed_swap_changes_nothing():
-    model, x = Nested(), torch.randn(2, 4)
+    model, x = NestedSequential(), torch.randn(2, 4)
     ep = gs.export(model, (x,))
     before = str(ep.graph)
     with pytest.raises(gs.errors.ConflictError):
@@ -541,20 +354,6 @@ def test_swap_modifies_neither_program_nor_model_nor_replacement():
 
 
 # -- what torch's engine gets right stays right ------------------------------------------
-
-
-class ConvNet(nn.Module):
-    #   x -> conv -> bn (train mode) -> relu -> pool -> flatten -> fc
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3, padding=1)
-        self.bn = nn.BatchNorm2d(8)
-        self.act = nn.ReLU()
-        self.pool = nn.AdaptiveAvgPool2d(1)
-        self.fc = nn.Linear(8, 5)
-
-    def forward(self, x):
-        return self.fc(self.pool(self.act(self.bn(self.conv(x)))).flatten(1))
 
 
 def test_conv_net_with_batchnorm_in_train_mode_updates_running_stats_like_eager():
@@ -611,17 +410,6 @@ def test_transformer_decoder_swaps_self_attention_and_a_layer():
     check_swap(model, (tgt, memory), {"layers.1": new_layer}, ep=ep, rtol=1e-4)
 
 
-class AttentionHolder(nn.Module):
-    #   q, k, v -> mha(q, k, v, need_weights=True) -> (out, weights) -> out + weights.sum()
-    def __init__(self):
-        super().__init__()
-        self.mha = nn.MultiheadAttention(8, 2, batch_first=True)
-
-    def forward(self, q, k, v):
-        out, weights = self.mha(q, k, v, need_weights=True)
-        return out + weights.sum()
-
-
 def test_multihead_attention_swapped_with_its_tuple_output_and_keyword():
     model = AttentionHolder().eval()
     q, k, v = torch.randn(1, 3, 8), torch.randn(1, 4, 8), torch.randn(1, 4, 8)
@@ -649,7 +437,7 @@ def test_gpt_like_decoder_swapping_attention_mlp_and_layers():
 
 
 def test_strict_export_swaps_too():
-    model, x = Chain(), torch.randn(3)
+    model, x = PairsAndKeywords(), torch.randn(3)
     check_swap(
         model, (x,), {"foo": PairReplacement(), "baz": TakesKeywordReplacement()}, strict=True
     )
@@ -668,16 +456,6 @@ def test_dynamic_shapes_survive_the_swap():
         torch.testing.assert_close(gm(y), reference(y))
 
 
-class WithIntInput(nn.Module):
-    #   x, n -> body(x) * n   (n a dynamic int)
-    def __init__(self):
-        super().__init__()
-        self.body = nn.Linear(4, 4)
-
-    def forward(self, x, n: int):
-        return self.body(x) * n
-
-
 def test_a_dynamic_int_input():
     model = WithIntInput()
     x = torch.randn(2, 4)
@@ -685,19 +463,6 @@ def test_a_dynamic_int_input():
     gm = gs.swap(ep, {"body": Scale(2.0)})
     for n in (3, 5):
         torch.testing.assert_close(gm(x, n), x * 2.0 * n)
-
-
-class Branchy(nn.Module):
-    #   x -> cond(x.sum() > 0, true: branch_a, false: branch_b) -> head
-    def __init__(self):
-        super().__init__()
-        self.branch_a = nn.Linear(4, 4)
-        self.branch_b = nn.Linear(4, 4)
-        self.head = nn.Linear(4, 2)
-
-    def forward(self, x):
-        y = torch.cond(x.sum() > 0, lambda t: self.branch_a(t), lambda t: self.branch_b(t), (x,))
-        return self.head(y)
 
 
 def test_torch_cond_programs_swap_around_the_cond():
@@ -724,19 +489,8 @@ def test_gradients_flow_through_the_swapped_program():
     torch.testing.assert_close(grad, reference.lin[0].weight.grad)
 
 
-class Residual(nn.Module):
-    #   x -> a -> b -> + x
-    def __init__(self):
-        super().__init__()
-        self.a = nn.Linear(4, 4)
-        self.b = nn.Linear(4, 4)
-
-    def forward(self, x):
-        return self.b(torch.relu(self.a(x))) + x
-
-
 def test_gradients_reach_untouched_parameters():
-    model, x = Residual(), torch.randn(2, 4)
+    model, x = ResidualMLP(), torch.randn(2, 4)
     ep = gs.export(model, (x,))
     gm = gs.swap(ep, {"b": nn.Linear(4, 4)})
     gm(x).sum().backward()
@@ -745,7 +499,7 @@ def test_gradients_reach_untouched_parameters():
 
 
 def test_the_swapped_program_can_be_exported_again():
-    model, x = Chain(), torch.randn(3)
+    model, x = PairsAndKeywords(), torch.randn(3)
     replacements = {"foo": PairReplacement(), "bar": TakesTwoReplacement()}
     gm, _, reference = check_swap(model, (x,), replacements)
     again = torch.export.export(gm, (x,))
@@ -753,31 +507,8 @@ def test_the_swapped_program_can_be_exported_again():
     assert any(n.target == torch.ops.aten.sub.Tensor for n in again.graph.nodes)
 
 
-@dataclasses.dataclass
-class Batch:
-    features: torch.Tensor
-    bias: torch.Tensor
-
-
-@dataclasses.dataclass
-class Result:
-    value: torch.Tensor
-    aux: torch.Tensor
-
-
 pytree.register_dataclass(Batch)
 pytree.register_dataclass(Result)
-
-
-class DataclassModel(nn.Module):
-    #   Batch(features, bias) -> body -> Result(value, aux);  also kwargs with defaults
-    def __init__(self):
-        super().__init__()
-        self.body = nn.Linear(4, 4)
-
-    def forward(self, batch: Batch, extra: dict, scale: float = 1.0):
-        value = self.body(batch.features) + batch.bias + extra["shift"]
-        return Result(value=value * scale, aux=batch.features.sum())
 
 
 def test_dataclass_and_dict_inputs_and_outputs_and_kwargs():
@@ -791,26 +522,6 @@ def test_dataclass_and_dict_inputs_and_outputs_and_kwargs():
     assert isinstance(out, Result)
 
 
-class DictOut(nn.Module):
-    #   x -> head -> {"logits": ..., "hidden": ...}
-    def __init__(self):
-        super().__init__()
-        self.head = Heads()
-
-    def forward(self, x):
-        return self.head(x)
-
-
-class Heads(nn.Module):
-    def forward(self, x):
-        return {"logits": x * 2, "hidden": x + 1}
-
-
-class HeadsReplacement(nn.Module):
-    def forward(self, x):
-        return {"logits": x * 5, "hidden": x - 1}
-
-
 def test_a_swapped_module_whose_output_is_the_model_output_is_returned_whole():
     model, x = DictOut(), torch.randn(3)
     gm, _, _ = check_swap(model, (x,), {"head": HeadsReplacement()})
@@ -821,32 +532,10 @@ def test_a_swapped_module_whose_output_is_the_model_output_is_returned_whole():
     )
 
 
-class SequentialModel(nn.Module):
-    #   x -> layers (Sequential of 3 Linear) -> out
-    def __init__(self):
-        super().__init__()
-        self.layers = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
-
-    def forward(self, x):
-        return self.layers(x)
-
-
 def test_sequential_names_and_untouched_parameters_are_kept():
     model, x = SequentialModel(), torch.randn(2, 4)
     gm, ep, _ = check_swap(model, (x,), {"layers.2": nn.Linear(4, 4)})
     assert gm.get_parameter("layers.0.weight") is ep.state_dict["layers.0.weight"]
-
-
-class Tied(nn.Module):
-    #   tokens -> embed -> head (weight tied to embed.weight)
-    def __init__(self):
-        super().__init__()
-        self.embed = nn.Embedding(10, 4)
-        self.head = nn.Linear(4, 10, bias=False)
-        self.head.weight = self.embed.weight
-
-    def forward(self, tokens):
-        return self.head(self.embed(tokens))
 
 
 def test_tied_weights_survive_swapping_the_module_that_owns_them():
@@ -856,21 +545,8 @@ def test_tied_weights_survive_swapping_the_module_that_owns_them():
     assert gm.embed is replacement
 
 
-class RecordsCaller(PairReplacement):
-    """Remembers whether torch.fx.Interpreter was on the stack when it ran."""
-
-    interpreted: bool | None = None
-
-    def forward(self, x):
-        import traceback
-
-        frames = traceback.extract_stack()
-        self.interpreted = any(f.filename.endswith("fx/interpreter.py") for f in frames)
-        return super().forward(x)
-
-
 def test_interpret_runs_under_the_fx_interpreter_with_the_same_result():
-    model, x = Chain(), torch.randn(3)
+    model, x = PairsAndKeywords(), torch.randn(3)
     ep = gs.export(model, (x,))
     compiled_replacement, interpreted_replacement = RecordsCaller(), RecordsCaller()
     compiled = gs.swap(ep, {"foo": compiled_replacement})
@@ -883,7 +559,7 @@ def test_interpret_runs_under_the_fx_interpreter_with_the_same_result():
 
 
 def test_swap_works_on_a_program_exported_by_torch_directly():
-    model, x = Chain(), torch.randn(3)
+    model, x = PairsAndKeywords(), torch.randn(3)
     ep = torch.export.export(model, (x,), preserve_module_call_signature=("foo", "baz"))
     check_swap(model, (x,), {"foo": PairReplacement(), "baz": TakesKeywordReplacement()}, ep=ep)
 
@@ -923,7 +599,7 @@ def test_inputs_of_another_structure_are_refused_clearly():
 
 
 def test_outputs_match_for_repeated_calls():
-    model, x = Chain(), torch.randn(3)
+    model, x = PairsAndKeywords(), torch.randn(3)
     gm, _, reference = check_swap(model, (x,), {"foo": PairReplacement()})
     for _ in range(3):
         assert_close_tree(gm(clone_tree(x)), reference(x))
@@ -968,26 +644,6 @@ def test_a_signature_that_no_longer_describes_the_graph_is_refused():
         gs.errors.NotSwappableError, match=r"'act'.*not one of its inputs.*run_decompositions"
     ):
         gs.swap(ep, {"act": nn.GELU()})
-
-
-class Encoder(nn.Module):
-    def forward(self, batch):
-        return batch["ids"] * 2 + batch["mask"]
-
-
-class TakesDict(nn.Module):
-    #   batch {"ids", "mask"} -> enc(batch) -> + 1
-    def __init__(self):
-        super().__init__()
-        self.enc = Encoder()
-
-    def forward(self, batch):
-        return self.enc(batch) + 1
-
-
-class EncoderReplacement(nn.Module):
-    def forward(self, batch):
-        return batch["ids"] - batch["mask"]
 
 
 def test_a_model_input_passed_whole_to_a_swapped_module_is_not_taken_apart():
@@ -1053,21 +709,6 @@ def test_generated_code_uses_bindings_only_where_they_take_the_schema_arguments(
     assert fast_function(operator.getitem) is None
 
 
-class ScalesBySize(nn.Module):
-    def forward(self, x):
-        return x * x.shape[0]
-
-
-class SizeUser(nn.Module):
-    #   x -> m (x * batch size, the size read outside m in strict mode) -> + 1
-    def __init__(self):
-        super().__init__()
-        self.m = ScalesBySize()
-
-    def forward(self, x):
-        return self.m(x) + 1
-
-
 def test_size_arithmetic_only_the_swapped_module_used_is_dropped():
     model, x = SizeUser(), torch.randn(4, 3)
     batch = torch.export.Dim("batch", min=2, max=64)
@@ -1078,43 +719,6 @@ def test_size_arithmetic_only_the_swapped_module_used_is_dropped():
     assert not [n for n in gm.graph.nodes if n.target == torch.ops.aten.sym_size.int]
     y = torch.randn(9, 3)
     torch.testing.assert_close(gm(y), reference(y))
-
-
-class PassesOneThrough(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(4, 4)
-
-    def forward(self, x, y):
-        return self.lin(x), y  # y comes back unchanged
-
-
-class PassThroughUnread(nn.Module):
-    #   x, y -> p -> (a, b);  head(a): nothing after the call reads b
-    def __init__(self):
-        super().__init__()
-        self.p = PassesOneThrough()
-        self.head = nn.Linear(4, 4)
-
-    def forward(self, x, y):
-        a, _ = self.p(x, y)
-        return self.head(a)
-
-
-class PassThroughRead(PassThroughUnread):
-    #   ... head(a) + b: b, the passed-through output, is read after the call
-    def forward(self, x, y):
-        a, b = self.p(x, y)
-        return self.head(a) + b
-
-
-class MakesNewOutput(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(4, 4)
-
-    def forward(self, x, y):
-        return self.lin(x), y * 2
 
 
 def test_a_passed_through_output_nothing_reads_is_swapped():
@@ -1163,37 +767,11 @@ def test_a_passed_through_output_read_after_the_call_is_refused_without_gs_expor
 # reads that eager code makes of the module's *input* (a residual) included.
 
 
-class Cast(nn.Module):
-    def forward(self, x):
-        return x.to(torch.float32)  # x is float32: returns x itself
-
-
-class CastResidual(nn.Module):
-    #   x -> cast -> lin;  x + lin(...)   (the residual reads x, not cast's result)
-    def __init__(self):
-        super().__init__()
-        self.cast = Cast()
-        self.lin = nn.Linear(8, 8)
-
-    def forward(self, x):
-        return x + self.lin(self.cast(x))
-
-
-class Twice(nn.Module):
-    def forward(self, x):
-        return x * 2
-
-
-class Halve(nn.Module):
-    def forward(self, x):
-        return x.mul_(0.5)  # writes its input in place and returns it, as eager code may
-
-
 def test_a_module_returning_its_input_swaps_as_eager():
     model, x = CastResidual().eval(), torch.randn(2, 8)
     ep = gs.export(model, (x,))
     assert gs.module_tree(ep)["cast"].swappable
-    check_swap(model, (x,), {"cast": Twice()}, ep=ep)
+    check_swap(model, (x,), {"cast": TimesTwo()}, ep=ep)
 
 
 def test_a_replacement_writing_the_aliased_input_shows_that_write_to_later_readers():
@@ -1212,23 +790,10 @@ def test_without_gs_export_a_module_returning_its_input_is_refused_in_the_users_
     assert "node 'to' converts it to the dtype and device it already has" in info.reason
     assert "'linear', 'add' after the call read it" in info.reason
     with pytest.raises(gs.errors.NotSwappableError, match=r"gs\.export\(model, args\)") as caught:
-        gs.swap(ep, {"cast": Twice()})
+        gs.swap(ep, {"cast": TimesTwo()})
     assert info.reason in str(caught.value)  # the tree and swap say the same
     with pytest.raises(gs.errors.NotSwappableError):
         gs.fuse(ep, ["cast"])
-
-
-class InPlaceBlock(nn.Module):
-    #   x -> a -> h -> act (ReLU(inplace=True)) -> b;  b(...) + h   (h read again)
-    def __init__(self, act=None):
-        super().__init__()
-        self.a = nn.Linear(8, 8)
-        self.act = act if act is not None else nn.ReLU(inplace=True)
-        self.b = nn.Linear(8, 8)
-
-    def forward(self, x):
-        h = self.a(x)
-        return self.b(self.act(h)) + h
 
 
 @pytest.mark.parametrize(
@@ -1274,42 +839,7 @@ def test_every_way_of_returning_the_input_swaps_as_eager(returns_input):
             return y + self.lin(self.inner(y))
 
     model, x = Residual().eval(), torch.randn(2, 8)
-    check_swap(model, (x,), {"inner": Twice()})
-
-
-class RMSNorm(nn.Module):
-    # as Hugging Face's LlamaRMSNorm: its first .to(float32) of a float32 input is the input
-    def __init__(self, dim=8, eps=1e-6):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim) + 0.1 * torch.randn(dim))
-        self.eps = eps
-
-    def forward(self, h):
-        dtype = h.dtype
-        h = h.to(torch.float32)
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(dtype)
-
-
-class NormLayer(nn.Module):
-    #   x -> norm -> mlp;  x + mlp(...)   (the residual reads the norm's internal .to)
-    def __init__(self):
-        super().__init__()
-        self.norm = RMSNorm()
-        self.mlp = nn.Linear(8, 8)
-
-    def forward(self, x):
-        return x + self.mlp(self.norm(x))
-
-
-class FusedRMSNorm(nn.Module):
-    def __init__(self, norm):
-        super().__init__()
-        self.weight = nn.Parameter(norm.weight.detach().clone() * 2)
-        self.eps = norm.eps
-
-    def forward(self, h):
-        return torch.nn.functional.rms_norm(h, (h.shape[-1],), self.weight, self.eps)
+    check_swap(model, (x,), {"inner": TimesTwo()})
 
 
 @pytest.mark.parametrize("exporter", ["gs.export", "torch.export"])
@@ -1333,30 +863,6 @@ def test_an_rmsnorm_whose_internal_cast_is_read_by_the_residual_swaps_as_eager(e
     check_swap(model, (x,), {"norm": FusedRMSNorm(model.norm)}, ep=ep)
 
 
-class ReturnsOwnParameter(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.w = nn.Parameter(torch.randn(8))
-
-    def forward(self, x):
-        return self.w
-
-
-class ScalesByParameter(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.p = ReturnsOwnParameter()
-        self.lin = nn.Linear(8, 8)
-
-    def forward(self, x):
-        return self.lin(x) * self.p(x)
-
-
-class ConstantScale(nn.Module):
-    def forward(self, x):
-        return torch.full((8,), 3.0)
-
-
 def test_a_module_returning_its_own_parameter():
     model, x = ScalesByParameter().eval(), torch.randn(2, 8)
     check_swap(model, (x,), {"p": ConstantScale()})  # gs.export: an alias of its own
@@ -1366,36 +872,6 @@ def test_a_module_returning_its_own_parameter():
 
 
 # -- constant outputs: what the program baked in -----------------------------------------
-
-
-class ScaleAndFactor(nn.Module):
-    def forward(self, x):
-        return x * 2, 3
-
-
-class UsesFactor(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.m = ScaleAndFactor()
-
-    def forward(self, x):
-        y, k = self.m(x)
-        return y * k
-
-
-class MaybeNone(nn.Module):
-    def forward(self, x):
-        return x * 2, None
-
-
-class UsesNone(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.m = MaybeNone()
-
-    def forward(self, x):
-        h, n = self.m(x)
-        return h if n is None else h + n
 
 
 def _returning(*values):
@@ -1432,42 +908,9 @@ def test_a_tensor_where_the_program_had_none_is_refused():
 
 
 def test_a_nan_constant_output_matches_nan():
-    class NanOut(nn.Module):
-        def forward(self, x):
-            return x * 2, float("nan")
-
-    class UsesNan(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.m = NanOut()
-
-        def forward(self, x):
-            y, _ = self.m(x)
-            return y
-
     x = torch.randn(2, 8)
     gm = gs.swap(gs.export(UsesNan().eval(), (x,)), {"m": _returning(float("nan"))})
     assert torch.equal(gm(x), x * 5)
-
-
-class KeyedOut(nn.Module):
-    def forward(self, x):
-        return {"a": x + 1, "b": x * 2}
-
-
-class UsesKeyed(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.d = KeyedOut()
-
-    def forward(self, x):
-        o = self.d(x)
-        return o["a"] - o["b"]
-
-
-class DictOtherOrder(nn.Module):
-    def forward(self, x):
-        return {"b": x * 3, "a": x - 1}
 
 
 def test_a_dict_returned_with_its_keys_in_another_order_is_the_same_dict():
@@ -1476,10 +919,6 @@ def test_a_dict_returned_with_its_keys_in_another_order_is_the_same_dict():
 
 @pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
 def test_a_nested_tensor_returned_is_a_replacement_error_not_torchs_internal_error():
-    class Nested(nn.Module):
-        def forward(self, t):
-            return torch.nested.nested_tensor([t[0], t[1]])
-
     model, x = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8)).eval(), torch.randn(2, 8)
     gm = gs.swap(gs.export(model, (x,)), {"1": Nested()})
     with pytest.raises(
@@ -1489,17 +928,6 @@ def test_a_nested_tensor_returned_is_a_replacement_error_not_torchs_internal_err
 
 
 # -- modes: a swapped program keeps the mode its nodes were exported in --------------------
-
-
-class BatchNormed(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(8, 8)
-        self.bn = nn.BatchNorm1d(8)
-        self.out = nn.Linear(8, 8)
-
-    def forward(self, x):
-        return self.out(self.bn(self.lin(x)))
 
 
 def test_train_and_eval_never_make_a_mixed_mode_program():
@@ -1544,29 +972,6 @@ def test_a_program_made_elsewhere_knows_its_mode_from_its_nodes_or_refuses():
 # -- a parent that reads a swapped child's parameter or buffer directly ---------------------
 
 
-class HoldsScale(nn.Module):
-    """x * s, with ``s`` a buffer (and ``inner.w`` a parameter of a submodule)."""
-
-    def __init__(self, value: float, size: int = 4):
-        super().__init__()
-        self.register_buffer("s", torch.full((size,), value))
-        self.inner = nn.Module()
-        self.inner.w = nn.Parameter(torch.full((size,), value + 1))
-
-    def forward(self, x):
-        return x * self.s
-
-
-class ReadsChild(nn.Module):
-    #   x -> c -> + c.s (read by the parent) -> * c.inner.w (a grandchild's weight) -> out
-    def __init__(self):
-        super().__init__()
-        self.c = HoldsScale(3.0)
-
-    def forward(self, x):
-        return (self.c(x) + self.c.s) * self.c.inner.w
-
-
 def test_a_parent_reading_a_swapped_childs_state_reads_the_replacements():
     """Was: the parent kept reading the original's buffer (``+ 3``) while eager, with the
     child replaced, reads the replacement's (``+ 5``)."""
@@ -1601,29 +1006,6 @@ def test_a_replacement_without_the_state_its_parent_reads_is_refused(replacement
         gs.swap(ep, {"c": replacement})
 
 
-class Counts(nn.Module):
-    """Adds each batch's column sums into its buffer ``total`` (in place) and returns x * 2."""
-
-    def __init__(self, step: float = 0.0):
-        super().__init__()
-        self.step = step
-        self.register_buffer("total", torch.zeros(4))
-
-    def forward(self, x):
-        self.total.add_(x.sum(0) + self.step)
-        return x * 2
-
-
-class ReadsWrittenBuffer(nn.Module):
-    #   x -> c (writes c.total in place) -> + c.total (read by the parent after the write) -> out
-    def __init__(self):
-        super().__init__()
-        self.c = Counts()
-
-    def forward(self, x):
-        return self.c(x) + self.c.total
-
-
 @pytest.mark.parametrize("graph", ["in place", "functional"])
 def test_a_parent_reading_a_buffer_its_swapped_child_wrote_reads_the_replacements(graph):
     """Was: the graph reads the written value (the in-place op's result, or in a functional
@@ -1653,18 +1035,8 @@ def test_a_parent_reading_a_buffer_its_swapped_child_wrote_reads_the_replacement
 
 def test_a_tied_weight_read_outside_a_swapped_module_keeps_the_original():
     #   ids -> emb -> head (its weight is emb's) -> out: eager with emb swapped keeps head's
-    class Tied(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.emb = nn.Embedding(10, 4)
-            self.head = nn.Linear(4, 10, bias=False)
-            self.head.weight = self.emb.weight
-
-        def forward(self, ids):
-            return self.head(self.emb(ids))
-
     torch.manual_seed(0)
-    model, ids = Tied().eval(), torch.tensor([1, 2, 3])
+    model, ids = TiedEmbeddingHead().eval(), torch.tensor([1, 2, 3])
     for name in ("emb", "head"):
         replacement = copy.deepcopy(getattr(model, name))
         with torch.no_grad():

@@ -10,23 +10,24 @@ import sys
 
 import pytest
 import torch
+from helpers.check_models import (
+    Count,
+    Dropping,
+    Ema,
+    Louder,
+    Normalize,
+    Rebuilds,
+    Returns,
+    ReturnsValue,
+    UsesCache,
+    WritesInput,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
 import graphsurgeon as gs
 from graphsurgeon.checks.verify import compare_leaf, eager_reference
-
-
-class Returns(nn.Module):
-    """Returns whatever ``make(x)`` builds: a way to get any output structure."""
-
-    def __init__(self, make):
-        super().__init__()
-        self.make = make
-
-    def forward(self, x):
-        return self.make(x)
 
 
 def test_equal_programs_match_and_the_report_is_truthy():
@@ -97,12 +98,6 @@ def test_a_program_that_fails_to_run_raises_verify_error_naming_it():
 
     with pytest.raises(gs.errors.VerifyError, match=r"candidate.*kaput"):
         gs.verify(Returns(lambda x: x), Returns(boom), (x,))
-
-
-class WritesInput(nn.Module):
-    def forward(self, x):
-        x.mul_(10)
-        return x
 
 
 def test_each_program_gets_its_own_copy_of_the_inputs():
@@ -410,16 +405,6 @@ def test_args_that_are_not_a_tuple_are_one_argument_and_kwargs_must_be_a_mapping
 # --- nothing is mutated ------------------------------------------------------------------------
 
 
-class Normalize(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(3, 3)
-        self.norm = nn.BatchNorm1d(3)
-
-    def forward(self, x):
-        return self.norm(self.lin(x))
-
-
 def _state(tensors):
     return {name: t.detach().clone() for name, t in tensors.items()}
 
@@ -468,55 +453,21 @@ def test_verify_leaves_a_train_mode_eager_model_unchanged(train_mode_program):
 
 
 def test_the_relative_error_against_an_expected_zero_is_infinite_not_a_huge_number():
-    class Returns(torch.nn.Module):
-        def __init__(self, value):
-            super().__init__()
-            self.value = value
-
-        def forward(self, x):
-            return self.value
-
     x = torch.zeros(1)
     for expected, got in (
         (torch.tensor([False, True]), torch.tensor([True, True])),
         (torch.tensor([0, 5]), torch.tensor([1, 5])),
         (torch.tensor([0.0, 1.0]), torch.tensor([1e-3, 1.0])),
     ):
-        (leaf,) = gs.verify(Returns(expected), Returns(got), (x,)).leaves
+        (leaf,) = gs.verify(ReturnsValue(expected), ReturnsValue(got), (x,)).leaves
         assert not leaf.ok and leaf.max_rel == math.inf and 0 < leaf.max_abs < math.inf
-    (leaf,) = gs.verify(Returns(torch.tensor([2.0])), Returns(torch.tensor([2.5])), (x,)).leaves
+    (leaf,) = gs.verify(
+        ReturnsValue(torch.tensor([2.0])), ReturnsValue(torch.tensor([2.5])), (x,)
+    ).leaves
     assert leaf.max_rel == pytest.approx(0.25)
 
 
 # --- verify never changes the model, and compares what was returned -------------------------
-
-
-class Ema(nn.Module):
-    """A forward that reassigns its buffer: ``self.ema`` is a new tensor after each call."""
-
-    def __init__(self):
-        super().__init__()
-        self.register_buffer("ema", torch.zeros(3))
-
-    def forward(self, x):
-        self.ema = self.ema * 0.5 + x.mean(0)
-        return x + self.ema
-
-
-class Rebuilds(nn.Module):
-    """A forward that adds a buffer, deletes one and puts a plain tensor over a third."""
-
-    def __init__(self):
-        super().__init__()
-        self.register_buffer("scale", torch.ones(3))
-        self.register_buffer("spare", torch.zeros(3), persistent=False)
-        self.inner = Ema()
-
-    def forward(self, x):
-        self.register_buffer("seen", x.sum())
-        del self.spare
-        self.spare = x * 2  # now a plain attribute, not a buffer
-        return self.inner(x) * self.scale
 
 
 def _buffers_as_they_are(model: nn.Module) -> dict[str, tuple[int, torch.Tensor]]:
@@ -544,45 +495,6 @@ def test_verify_leaves_a_model_whose_forward_changes_its_buffers_exactly_as_it_w
         assert after[name][0] == id_ and torch.equal(after[name][1], value), name
     assert set(model.state_dict()) == persistent
     assert {k for k, v in vars(model).items() if isinstance(v, torch.Tensor)} == attributes
-
-
-class Count(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.register_buffer("n", torch.zeros(()))
-
-    def forward(self, x):
-        self.n.add_(1)
-        return self.n  # the buffer itself: 1.0 when returned
-
-
-class Cache(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.register_buffer("k", torch.zeros(4, 8))
-
-    def forward(self, x):
-        self.k[0].copy_(x[0])
-        return self.k  # a static KV cache: the output is the buffer the call wrote
-
-
-class UsesCache(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(8, 8)
-        self.cache = Cache()
-
-    def forward(self, x):
-        return self.cache(self.proj(x))
-
-
-class Louder(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.l = nn.Linear(8, 8)
-
-    def forward(self, x):
-        return self.l(x) * 100
 
 
 def test_an_output_that_is_a_buffer_the_run_writes_is_compared_as_it_was_returned():
@@ -640,17 +552,6 @@ def test_complex_values_without_nan_keep_the_modulus_rule():
     b = a + torch.tensor([3e-5j, 0])  # 3e-5 apart: beyond 1e-5 + 1e-5 * 1, within * |5|
     assert gs.verify(constant(a), constant(b), ZERO, rtol=1e-5, atol=0)
     assert not gs.verify(constant(a[1:]), constant(a[1:] + 3e-5j), ZERO, rtol=1e-5, atol=0)
-
-
-class Dropping(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.l = nn.Linear(8, 8)
-        self.d = nn.Dropout(0.5)
-        self.o = nn.Linear(8, 8)
-
-    def forward(self, x):
-        return self.o(self.d(self.l(x)))
 
 
 def test_a_faithful_swap_of_a_train_mode_model_with_dropout_matches():

@@ -24,6 +24,21 @@ import torch
 import transformers
 from helpers.imports import MODULES, circles_but_surgery_widget, imports_of
 from helpers.models import Chain, Shared, hf_decoder
+from helpers.view_models import (
+    Doubler,
+    GeluTwice,
+    Later,
+    MakesNaN,
+    MaskedInner,
+    Named,
+    NeedsArgs,
+    NeverCalled,
+    OddlyNamed,
+    OffByOne,
+    PassesMaskOnlyWhenExported,
+    SiluBlocks,
+    Tempered,
+)
 from ipywidgets.widgets.tests.utils import setup_test_comm, teardown_test_comm
 from torch import nn
 
@@ -92,20 +107,6 @@ def gpt(tiny_gpt):
         "model": model,
     }
     return gs.SurgeryWidget(surgery, namespace=namespace), model, tokens
-
-
-class Doubler(nn.Module):
-    def forward(self, x):
-        return 2 * x
-
-
-class NeedsArgs(nn.Module):
-    def __init__(self, width, depth):
-        super().__init__()
-        self.width, self.depth = width, depth
-
-    def forward(self, x):
-        return x
 
 
 # -- construction ----------------------------------------------------------------------------
@@ -403,29 +404,6 @@ def test_a_refused_selection_snaps_back_and_the_next_swap_uses_the_real_one(gpt)
     assert widget.selected == "layers.0.mlp" and "'layers.9'" in widget.error["message"]
 
 
-class TwoLinears(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.a = nn.Linear(2, 2)
-        self.b = nn.Linear(2, 2)
-
-    def forward(self, x):
-        return self.b(self.a(x))
-
-
-class OddlyNamed(nn.Module):
-    """``x ──▶ <name> (a ──▶ b) ──▶ head ──▶ out``, with ``<name>`` any string."""
-
-    def __init__(self, name: str):
-        super().__init__()
-        self.name = name
-        self.add_module(name, TwoLinears())
-        self.head = nn.Linear(2, 2)
-
-    def forward(self, x):
-        return self.head(getattr(self, self.name)(x))
-
-
 @pytest.mark.parametrize(
     "name",
     ["a\x00b", "line\nbreak", "cr\rtab\t", "x" * 10_000],
@@ -498,17 +476,6 @@ def test_fuse_undo_redo_reset_and_the_before_after_views(gpt):
 
 
 # -- checks ----------------------------------------------------------------------------------
-
-
-class OffByOne(nn.Module):
-    """An MLP replacement that is wrong by one everywhere: compare must find it."""
-
-    def __init__(self, mlp):
-        super().__init__()
-        self.mlp = mlp
-
-    def forward(self, x):
-        return self.mlp(x) + 1
 
 
 def test_compare_finds_the_wrong_call_and_a_click_on_its_row_selects_it(gpt):
@@ -611,10 +578,6 @@ def test_breakpoints_from_the_selection_and_on_nan(gpt):
     page_event(widget, event="nan", value=True)
     assert widget.break_on_nan and "NaN" in widget.stepper_html
 
-    class MakesNaN(nn.Module):
-        def forward(self, x):
-            return x * float("nan")
-
     widget.swap(MakesNaN(), name="layers.0.mlp.act")
     page_event(widget, event="button", name="continue")
     assert "breakpoint" in widget.stepper_html and not widget.stepper.done
@@ -673,16 +636,6 @@ def test_the_state_of_the_default_view_of_a_large_program_stays_small():
 
 
 def test_names_that_are_markup_reach_the_page_escaped():
-    class Named(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.blocks = nn.ModuleDict({"<img src=x onerror=alert(1)>": nn.Linear(2, 2)})
-
-        def forward(self, x):
-            for block in self.blocks.values():
-                x = block(x)
-            return x
-
     widget = gs.SurgeryWidget(gs.export(Named(), (torch.randn(1, 2),)), args=(torch.randn(1, 2),))
     widget.select("blocks.<img src=x onerror=alert(1)>")
     for html in (widget.tree, widget.details, widget.preview, widget.svg):
@@ -1151,10 +1104,6 @@ def test_the_picker_offers_what_can_be_built_and_builds_a_class_from_the_origina
     reference = eager_reference(model, widget.surgery.replacements)
     torch.testing.assert_close(widget.surgery.module(tokens), reference(tokens))
 
-    class Later(nn.Module):  # defined in a new cell, after the widget
-        def forward(self, x):
-            return x
-
     namespace["Later"] = Later
     page_event(widget, event="candidates")  # the picker got the focus
     assert "ns:Later" in [c["key"] for c in widget.candidates]
@@ -1307,13 +1256,6 @@ def test_find_culprits_marks_the_wrong_swap_in_the_tree_and_the_picture(gpt):
 # -- regions: ops chosen by hand, fused, swapped, looked for elsewhere --------------------------
 
 
-class Tempered(nn.Module):
-    """A replacement for the softmax of an attention: softmax(x / 2)."""
-
-    def forward(self, x):
-        return torch.softmax(x / 2, dim=-1)
-
-
 def test_a_region_of_shift_clicked_ops_is_swapped_for_the_replacement_picked(tiny_gpt, monkeypatch):
     model, tokens, ep = tiny_gpt
     surgery = gs.Surgery(ep, model=model, args=(tokens,))
@@ -1393,18 +1335,6 @@ def test_a_shift_drag_rectangle_adds_every_op_it_holds_to_the_region(gpt):
     assert widget.error["type"] == "WidgetError"
 
 
-class GeluTwice(nn.Module):
-    """Two blocks alike but for the GELU's approximation: a near-miss for each other."""
-
-    def __init__(self):
-        super().__init__()
-        self.a, self.b, self.c, self.d = (nn.Linear(4, 4) for _ in range(4))
-
-    def forward(self, x):
-        x = x + self.b(nn.functional.gelu(self.a(x)))
-        return x + self.d(nn.functional.gelu(self.c(x), approximate="tanh"))
-
-
 def test_find_similar_marks_the_matches_and_lists_the_near_misses_with_what_differs(gpt):
     widget, _, _ = gpt
     widget.expand("layers.0.attn")
@@ -1420,28 +1350,6 @@ def test_find_similar_marks_the_matches_and_lists_the_near_misses_with_what_diff
     assert [m.nodes for m in found.matches] == [("gelu",)]
     assert twice.marks["near"] == ["node:gelu_1"]
     assert "near-miss" in twice.region_html and "constant &#x27;tanh&#x27;" in twice.region_html
-
-
-class SiluBlock(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.linear = nn.Linear(4, 4)
-
-    def forward(self, x):
-        h = self.linear(x)
-        return h * torch.sigmoid(h)
-
-
-class SiluBlocks(nn.Module):
-    """Three blocks that compute the same (a Linear, then h * sigmoid(h)): each is a match of
-    the others' region."""
-
-    def __init__(self):
-        super().__init__()
-        self.blocks = nn.Sequential(SiluBlock(), SiluBlock(), SiluBlock())
-
-    def forward(self, x):
-        return self.blocks(x)
 
 
 def test_find_similar_after_a_swap_lists_only_what_the_program_still_has():
@@ -1640,16 +1548,6 @@ def test_a_container_name_opens_and_collapses_the_calls_it_covers_as_a_highlight
     assert not {f"cluster:{call}" for call in covered} & svg_ids(widget.svg)
 
 
-class NeverCalled(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.used = nn.Linear(4, 4)
-        self.spare = nn.ModuleList([nn.Linear(4, 4)])
-
-    def forward(self, x):
-        return self.used(x)
-
-
 def test_a_container_that_covers_no_call_is_refused_saying_why():
     widget = gs.Surgery.from_model(NeverCalled(), (torch.randn(2, 4),)).widget(namespace={})
     with pytest.raises(gs.errors.UnknownModuleError, match=r"'spare' covers no call.*never"):
@@ -1747,24 +1645,6 @@ def test_the_widget_imports_no_private_name_and_reads_no_private_attribute():
         assert _private_reaches(module, source) == [], module
         # a Picture is read through its lookups, never as rows of fields by position
         assert not re.search(r"\.(edge_)?rows\b", source), module
-
-
-class MaskedInner(nn.Module):
-    def forward(self, x, mask=None):
-        return x if mask is None else x * mask
-
-
-class PassesMaskOnlyWhenExported(nn.Module):
-    """Eager calls ``inner`` with ``mask=None``; the exported program with the mask it made
-    (as T5's decoder self-attention is called)."""
-
-    def __init__(self):
-        super().__init__()
-        self.inner = MaskedInner()
-
-    def forward(self, x):
-        mask = torch.ones_like(x) * 0.5 if torch.compiler.is_exporting() else None
-        return self.inner(x, mask) + 1
 
 
 def test_the_verify_badges_say_why_a_verdict_is_what_it_is():

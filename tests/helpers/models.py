@@ -1,4 +1,6 @@
-"""Small models the test modules share (drawn once here; each test module adds its own)."""
+"""Small models the test modules share, and the ones several themes use alike; the models of
+one theme are in its module: export_models, swap_models, check_models, pattern_models and
+view_models."""
 
 from __future__ import annotations
 
@@ -130,3 +132,25 @@ class Halves(nn.Module):
 
     def forward(self, x):
         return x[..., :2] + x[..., 2:]
+
+
+# -- no mutation: models whose weights and buffers must come back untouched (tests/test_no_mutation.py) ---
+
+
+class TimesTwo(nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+# -- overlay: the numbers of two runs side by side (tests/test_overlay.py) --------------------------
+
+
+class Residual(nn.Module):
+    # input ──▶ lin ──▶ add ◀── input ;  add ──▶ head ──▶ out  (an argument named after a builtin)
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+        self.head = nn.Linear(2, 2)
+
+    def forward(self, input):
+        return self.head(self.lin(input) + input)
