@@ -371,7 +371,8 @@ class ProgramIndex:
         }
         self.lifted = set(self.state_specs)
         self._partitions: dict[str, Partition] | None = None
-        self._mutation_outputs = self._find_mutation_outputs(ep)
+        # functional graphs: the written value's node name -> the placeholder it writes
+        self.mutation_targets = self._find_mutation_targets(ep)
         self._in_subgraphs: dict[str, str] | None = None
         self._outside_reads: dict[str, tuple[OutsideRead, ...]] | None = None
 
@@ -613,24 +614,15 @@ class ProgramIndex:
         that node), or, in a functional graph, its new value (the node its ``*_MUTATION``
         output returns). A read of such a node outside the writer's call is a read of the
         state: after a swap it is the replacement's, as written by the replacement."""
-        placeholders = {n.name: n for n in self.nodes if n.op == "placeholder"}
-        by_target = {
-            spec.target: placeholders.get(spec.arg.name)
-            for spec in self.ep.graph_signature.input_specs
-            if spec.target is not None and hasattr(spec.arg, "name")
-        }
         written: dict[Node, list[Node]] = {}
         for node in self.nodes:
             if node.op != "placeholder":
                 root = returned_root(node)
                 if root is not node and root.op == "placeholder":
                     written.setdefault(root, []).append(node)
-        for spec in self.ep.graph_signature.output_specs:
-            if spec.kind.name in ("BUFFER_MUTATION", "PARAMETER_MUTATION"):
-                placeholder = by_target.get(spec.target)
-                value = self.by_name.get(getattr(spec.arg, "name", ""))
-                if placeholder is not None and value is not None:
-                    written.setdefault(placeholder, []).append(value)
+        for name, placeholder in self.mutation_targets.items():
+            if name in self.by_name:
+                written.setdefault(placeholder, []).append(self.by_name[name])
         return written
 
     def _called_in_subgraphs(self) -> dict[str, str]:
@@ -670,14 +662,24 @@ class ProgramIndex:
             raise PartitionError("the program of this index no longer exists")
         return ep
 
-    @staticmethod
-    def _find_mutation_outputs(ep: ExportedProgram) -> set[str]:
-        kinds = {"BUFFER_MUTATION", "USER_INPUT_MUTATION", "PARAMETER_MUTATION"}
-        names = set()
+    def _find_mutation_targets(self, ep: ExportedProgram) -> dict[str, Node]:
+        """In a functional graph, which input each written value is the new value of: the name
+        of the node a ``*_MUTATION`` output returns -> the placeholder (user input, parameter,
+        buffer) it writes. The one reading of the program's mutation outputs."""
+        placeholders = [n for n in self.nodes if n.op == "placeholder"]
+        by_target = {
+            spec.target: node
+            for node, spec in zip(placeholders, ep.graph_signature.input_specs)
+            if spec.target is not None
+        }
+        targets: dict[str, Node] = {}
         for spec in ep.graph_signature.output_specs:
-            if spec.kind.name in kinds and hasattr(spec.arg, "name"):
-                names.add(spec.arg.name)
-        return names
+            kind, name = spec.kind.name, getattr(spec.arg, "name", None)
+            if kind == "USER_INPUT_MUTATION" and name is not None:
+                targets[name] = self.by_name[spec.target]
+            elif kind in ("BUFFER_MUTATION", "PARAMETER_MUTATION") and name is not None:
+                targets[name] = by_target[spec.target]
+        return targets
 
     # -- analysis ---------------------------------------------------------------------------
 
@@ -768,7 +770,7 @@ class ProgramIndex:
                     # written in place, or converted to the dtype it has): its readers read that
                     # tensor as the call leaves it
                     continue
-                if node.name in self._mutation_outputs:
+                if node.name in self.mutation_targets:
                     continue
                 return (
                     f"node {node.name!r} inside it is read after the call (by {user.name!r}) "

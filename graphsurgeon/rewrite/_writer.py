@@ -406,20 +406,6 @@ def _exported_mode(index: ProgramIndex) -> _ExportedMode:
 
 
 def mutation_targets(index: ProgramIndex) -> dict[str, Node]:
-    """In a functional graph, which input each written value is the new value of: the name of
-    the node a ``*_MUTATION`` output returns -> the placeholder (user input, buffer) it writes."""
-    ep = index.ep
-    placeholders = [n for n in index.nodes if n.op == "placeholder"]
-    by_target = {
-        spec.target: node
-        for node, spec in zip(placeholders, ep.graph_signature.input_specs)
-        if spec.target is not None
-    }
-    targets: dict[str, Node] = {}
-    for spec in ep.graph_signature.output_specs:
-        kind = spec.kind.name
-        if kind == "USER_INPUT_MUTATION":
-            targets[spec.arg.name] = index.by_name[spec.target]
-        elif kind in ("BUFFER_MUTATION", "PARAMETER_MUTATION"):
-            targets[spec.arg.name] = by_target[spec.target]
-    return targets
+    """In a functional graph, which input each written value is the new value of (read from
+    :attr:`ProgramIndex.mutation_targets <graphsurgeon.partition.ProgramIndex>`)."""
+    return index.mutation_targets
