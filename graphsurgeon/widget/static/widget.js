@@ -177,7 +177,7 @@ function render({ model, el }) {
   // narrow column, so the picture has most of the width.
   const layout = layouts.get(model) || {
     open: new Set(["step", "selection", "replace", "check"]),
-    tree: storedSize("tree", 240), panels: storedSize("panels", 300),
+    tree: storedSize("tree", 280), panels: storedSize("panels", 300),
   };
   layouts.set(model, layout);
   function applyLayout() {
@@ -493,6 +493,13 @@ function render({ model, el }) {
     applyFilter();
     markSoon();
   }
+  // a row's tooltip: its module's full name (the row shows the name relative to its parent),
+  // set when the pointer first comes over it (a tree of thousands of rows carries no copies)
+  tree.addEventListener("pointerover", (event) => {
+    const name = event.target.closest("summary, .gs-leaf");
+    const cell = name && name.querySelector("[data-gs-module]");
+    if (cell && !cell.title) cell.title = cell.dataset.gsModule;
+  });
   function showTypes() {
     const kept = typeFilter.value;
     const types = model.get("module_types") || [];
