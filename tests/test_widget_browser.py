@@ -1,14 +1,17 @@
 """SurgeryWidget in a real JupyterLab and a real Notebook 7, in a real headless Chromium.
 
-For each front end, at 1280x900: a notebook shows the widget (not dimmed); a click on a module
+For each front end, at 1280x900: a notebook shows the widget (not dimmed), the picture over 60%
+of its width with its text readable and the toolbar on one line; a module eight levels deep in
+the tree reads and selects by its name; a click on a module
 in the graph selects it in the kernel (``w.selected``), the picker swaps it and the
 before/after picture appears, three steps move ``gs-current`` through the picture with the
 stepper's values in view beside it, and module names that are markup run nothing. On a Hugging
-Face Llama built from a small config: the default view, stepping with the keyboard, stepping
-into a swapped call (its replacement drawn beside), the error overlay's heat colours and
+Face Llama built from a small config: the default view, stepping with the keyboard, the current
+op in view after run to selection and continue, stepping into a swapped call (its replacement
+drawn beside, readable), the error overlay's heat colours and
 legend, and a region chosen by shift-clicks with its similar places marked. Last, the notebook
 is saved, its kernel shut down and the notebook opened again: the static picture shows where
-the widget was. Screenshots go to out/screenshots/ (one is in the README).
+the widget was. Screenshots go to out/screenshots/ (two are the README's: docs/images/).
 """
 
 from __future__ import annotations
@@ -432,7 +435,11 @@ def test_stepping_with_the_keyboard_opens_only_the_layer_being_run(page):
 def test_run_to_selection_and_continue_bring_the_current_op_into_view(page):
     hf = page.locator(".gs-widget").nth(HF)
     to_top(page, HF)
-    top_left = f"() => {{ const v = {nth(HF)}.querySelector('.gs-viewport'); v.scrollTop = 0; v.scrollLeft = 0; }}"
+    # the picture scrolled to its top left corner first: only a reveal brings the op in view
+    top_left = (
+        f"() => {{ const v = {nth(HF)}.querySelector('.gs-viewport'); "
+        "v.scrollTop = 0; v.scrollLeft = 0; }"
+    )
     shows_kernels_current = (
         f"(id) => {{ const c = {nth(HF)}.querySelector('.gs-viewport .gs-current'); "
         "return c && c.id === id; }"

@@ -152,7 +152,7 @@ function render({ model, el }) {
 
   // -- the rails: a button per drawer; the picture takes the room the drawers leave --
   const drawers = {
-    tree: side, search: searchPanel, step: stepPanel, selection: detailPanel,
+    tree: side, search: searchPanel, stepper: stepPanel, selection: detailPanel,
     replace: swapPanel, region: regionPanel, check: checkPanel,
   };
   const railButton = (key, text, title) => h("button", { class: "gs-rail-button", "data-gs-drawer": key, title, text });
@@ -160,7 +160,7 @@ function render({ model, el }) {
   treeToggle.classList.add("gs-tree-toggle");
   const leftRail = h("div", { class: "gs-rail gs-rail-left" }, [treeToggle]);
   const rightRail = h("div", { class: "gs-rail gs-rail-right" }, [
-    railButton("step", "Step", "the stepper: run the program node by node, its values"),
+    railButton("stepper", "Step", "the stepper: run the program node by node, its values"),
     railButton("selection", "Selection", "what is selected: its calls, shapes and source"),
     railButton("replace", "Replace", "swap or fuse the selected module, undo, the history"),
     railButton("region", "Region", "a region of ops (shift-click or shift-drag in the picture)"),
@@ -176,7 +176,7 @@ function render({ model, el }) {
   // in the browser's storage for the next widget. The tree starts closed and the panels in a
   // narrow column, so the picture has most of the width.
   const layout = layouts.get(model) || {
-    open: new Set(["step", "selection", "replace", "check"]),
+    open: new Set(["stepper", "selection", "replace", "check"]),
     tree: storedSize("tree", 280), panels: storedSize("panels", 300),
   };
   layouts.set(model, layout);
@@ -193,14 +193,14 @@ function render({ model, el }) {
   }
   // a drawer opened (with its panel unfolded and scrolled into its column) or closed
   function showDrawer(key, on = true) {
-    if (on === layout.open.has(key) && !(on && drawers[key].tagName === "DETAILS" && !drawers[key].open)) return;
-    if (on) layout.open.add(key); else layout.open.delete(key);
-    if (on && drawers[key].tagName === "DETAILS") drawers[key].open = true;
-    applyLayout();
-    if (on && key !== "tree") {
-      const box = drawers[key].getBoundingClientRect(), view = panels.getBoundingClientRect();
-      if (box.top < view.top || box.top > view.bottom - 80) panels.scrollTop += box.top - view.top;
+    if (on !== layout.open.has(key)) {
+      if (on) layout.open.add(key); else layout.open.delete(key);
+      applyLayout();
     }
+    if (!on || key === "tree") return;
+    drawers[key].open = true;
+    const box = drawers[key].getBoundingClientRect(), view = panels.getBoundingClientRect();
+    if (box.top < view.top || box.top > view.bottom - 80) panels.scrollTop += box.top - view.top;
   }
   main.addEventListener("click", (event) => {
     const button = event.target.closest("[data-gs-drawer]");
@@ -467,7 +467,7 @@ function render({ model, el }) {
   // the stepper's values beside the picture while stepping: its drawer opens, in view
   function showStepper() {
     stepper.innerHTML = model.get("stepper_html");
-    if (model.get("stepping")) showDrawer("step");
+    if (model.get("stepping")) showDrawer("stepper");
   }
   function showInside() {
     const svg = model.get("inside_svg") || "";
