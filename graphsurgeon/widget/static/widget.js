@@ -177,7 +177,7 @@ function render({ model, el }) {
   // narrow column, so the picture has most of the width.
   const layout = layouts.get(model) || {
     open: new Set(["stepper", "selection", "replace", "check"]),
-    tree: storedSize("tree", 280), panels: storedSize("panels", 300),
+    tree: storedSize("tree", 300), panels: storedSize("panels", 300),
   };
   layouts.set(model, layout);
   function applyLayout() {
