@@ -223,6 +223,7 @@ _TREE_STYLE = """<style>
 .gs-out .gs-tree summary,.gs-out .gs-tree .gs-leaf{display:grid;grid-template-columns:minmax(180px,2fr) minmax(90px,1fr) 44px 56px 64px minmax(120px,3fr);gap:8px;align-items:baseline;padding:1px 0;border-bottom:1px solid rgba(127,127,127,.12)}
 .gs-out .gs-tree summary{list-style:none;cursor:pointer}
 .gs-out .gs-tree summary::-webkit-details-marker{display:none}
+.gs-out .gs-tree .gs-name{padding-left:min(calc(var(--gs-depth,0)*14px),calc(100% - 5em))}
 .gs-out .gs-tree .gs-name::before{content:"\\25B8  ";color:var(--jp-ui-font-color2,#6b7280)}
 .gs-out .gs-tree details[open]>summary .gs-name::before{content:"\\25BE  "}
 .gs-out .gs-tree .gs-leaf .gs-name::before{content:"   "}
@@ -274,12 +275,12 @@ def module_tree_html(
         if selectable:  # many rows in a widget's state: the fqn is the data, no tooltips
             # the fqn as ids carry it: an attribute keeps no NUL, and the parser rewrites "\r"
             data = f' data-gs-module="{escape(id_text(fqn))}"' if fqn else ""
-            head = f'<span class="gs-name" style="padding-left:{14 * depth}px"{data}>'
+            head = f'<span class="gs-name" style="--gs-depth:{depth}"{data}>'
             kind = f"<span>{escape(info.type_name)}</span>"
         else:
             qualified = escape(getattr(info, "qualified_type", "") or "")
             head = (
-                f'<span class="gs-name" style="padding-left:{14 * depth}px" '
+                f'<span class="gs-name" style="--gs-depth:{depth}" '
                 f'title="{escape(shown(fqn, TOOLTIP_NAME_LIMIT) if fqn else "(root)")}">'
             )
             kind = f'<span title="{qualified}">{escape(info.type_name)}</span>'

@@ -249,6 +249,28 @@ def test_the_module_tree_folds_with_counts_and_reasons(gpt):
     assert tree["layers.0"].num_parameters == sum(p.numel() for p in model.layers[0].parameters())
 
 
+def test_a_tree_row_names_its_module_under_its_parent_and_carries_its_depth():
+    from graphsurgeon.display import module_tree_html
+
+    deep = nn.Linear(2, 2)
+    for _ in range(8):  # the Linear eight levels down
+        deep = nn.Sequential(deep, nn.ReLU())
+    tree = gs.module_tree(gs.export(deep.eval(), (torch.randn(1, 2),)))
+    name = ".".join(["0"] * 7)
+    for selectable in (False, True):
+        page = Elements(module_tree_html(tree, selectable=selectable))
+        assert page.balanced
+        rows = [a for t, a in page.tags if t == "span" and "gs-name" in a.get("class", "")]
+        # the page indents by the depth, never past the name's own room (its style sheet)
+        assert [r["style"] for r in rows][:3] == ["--gs-depth:0", "--gs-depth:1", "--gs-depth:2"]
+        assert sum(r["style"] == "--gs-depth:8" for r in rows) == 2  # the Linear and a ReLU
+        if selectable:
+            assert any(r.get("data-gs-module") == name for r in rows)
+        else:
+            assert any(r.get("title") == name for r in rows)
+    assert "min(calc(var(--gs-depth,0)*14px),calc(100% - 5em))" in module_tree_html(tree)
+
+
 def test_names_with_control_characters_or_thousands_of_characters_show_as_text():
     from graphsurgeon.display import id_text, module_tree_html
 

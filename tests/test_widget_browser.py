@@ -1,14 +1,17 @@
 """SurgeryWidget in a real JupyterLab and a real Notebook 7, in a real headless Chromium.
 
-For each front end, at 1280x900: a notebook shows the widget (not dimmed); a click on a module
+For each front end, at 1280x900: a notebook shows the widget (not dimmed), the picture over 60%
+of its width with its text readable and the toolbar on one line; a module eight levels deep in
+the tree reads and selects by its name; a click on a module
 in the graph selects it in the kernel (``w.selected``), the picker swaps it and the
 before/after picture appears, three steps move ``gs-current`` through the picture with the
 stepper's values in view beside it, and module names that are markup run nothing. On a Hugging
-Face Llama built from a small config: the default view, stepping with the keyboard, stepping
-into a swapped call (its replacement drawn beside), the error overlay's heat colours and
+Face Llama built from a small config: the default view, stepping with the keyboard, the current
+op in view after run to selection and continue, stepping into a swapped call (its replacement
+drawn beside, readable), the error overlay's heat colours and
 legend, and a region chosen by shift-clicks with its similar places marked. Last, the notebook
 is saved, its kernel shut down and the notebook opened again: the static picture shows where
-the widget was. Screenshots go to out/screenshots/ (one is in the README).
+the widget was. Screenshots go to out/screenshots/ (two are the README's: docs/images/).
 """
 
 from __future__ import annotations
@@ -85,10 +88,16 @@ class Louder(nn.Module):
 
 hf = gs.Surgery.from_model(llama, (ids,), {"use_cache": False}).widget()
 hf""",
+    """\
+deep_model = nn.Linear(4, 4)
+for _ in range(8):  # a module eight levels down
+    deep_model = nn.Sequential(deep_model, nn.ReLU())
+deep = gs.SurgeryWidget(gs.export(deep_model.eval(), (torch.randn(2, 4),)))
+deep""",
 ]
 
 # The widgets of the notebook, in order.
-TINY, NAMED, HF = 0, 1, 2
+TINY, NAMED, HF, DEEP = 0, 1, 2, 3
 
 
 @pytest.fixture(scope="module", params=["lab", "notebook"])
@@ -102,7 +111,7 @@ def page(request, tmp_path_factory):
         page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
         run_notebook(page, lab, "widget.ipynb")
         page.wait_for_function(
-            "() => document.querySelectorAll('.gs-widget .gs-viewport svg').length >= 3"
+            "() => document.querySelectorAll('.gs-widget .gs-viewport svg').length >= 4"
         )
         page.dialogs, page.app, page.lab = dialogs, app, lab
         yield page
@@ -139,6 +148,33 @@ def to_top(page, n: int) -> None:
     page.evaluate(f"() => {nth(n)}.scrollIntoView({{block: 'start'}})")
 
 
+def text_px(page, n: int, picture: str = ".gs-viewport") -> float:
+    """The smallest on-screen size, in CSS pixels, of the node labels of widget ``n``'s
+    ``picture``: each <text>'s font-size times what its SVG is scaled by on screen."""
+    return page.evaluate(
+        f"""() => {{
+            const svg = {nth(n)}.querySelector({json.dumps(picture + " svg")});
+            const sizes = [...svg.querySelectorAll('g.node text')].map(
+                (t) => parseFloat(t.getAttribute('font-size')) * t.getScreenCTM().a);
+            return Math.min(...sizes);
+        }}"""
+    )
+
+
+def in_picture(page, n: int, selector: str = ".gs-current") -> bool:
+    """Whether ``selector`` in widget ``n``'s picture is inside the picture's visible area."""
+    return page.evaluate(
+        f"""() => {{
+            const view = {nth(n)}.querySelector('.gs-viewport');
+            const el = view.querySelector({json.dumps(selector)});
+            if (!el) return false;
+            const box = el.getBoundingClientRect(), frame = view.getBoundingClientRect();
+            return box.left >= frame.left - 1 && box.right <= frame.right + 1 &&
+                box.top >= frame.top - 1 && box.bottom <= frame.bottom + 1;
+        }}"""
+    )
+
+
 def test_a_new_widget_is_shown_ready_not_dimmed(page):
     busy = page.evaluate(
         f"() => [{nth(TINY)}.classList.contains('gs-is-busy'), "
@@ -149,6 +185,44 @@ def test_a_new_widget_is_shown_ready_not_dimmed(page):
         "() => [...document.querySelectorAll('.gs-static')].every(e => e.offsetParent === null)"
     )
     assert hidden, "a live widget hides the static copy of its picture"
+
+
+def test_the_picture_takes_the_room_its_text_reads_and_the_toolbar_is_one_line(page):
+    for n in (TINY, HF):
+        widget, picture, tops = page.evaluate(
+            f"""() => {{
+                const root = {nth(n)}, width = (e) => e.getBoundingClientRect().width;
+                const tops = [...root.querySelector('.gs-toolbar').children]
+                    .filter((c) => width(c) > 0).map((c) => c.getBoundingClientRect().top);
+                return [width(root), width(root.querySelector('.gs-viewport')), tops];
+            }}"""
+        )
+        assert picture >= 0.6 * widget, (n, picture, widget)
+        assert max(tops) - min(tops) <= 3, f"the toolbar wraps: {tops}"
+    # a Hugging Face model of a few layers reads at its default view
+    assert text_px(page, HF) >= 11
+
+
+def test_a_module_deep_in_the_tree_reads_and_a_click_on_its_name_selects_it(page):
+    deep = page.locator(".gs-widget").nth(DEEP)
+    to_top(page, DEEP)
+    deep.locator(".gs-tree-toggle").click()  # the tree is a drawer, closed at first
+    page.evaluate(
+        f"() => {nth(DEEP)}.querySelectorAll('.gs-tree-panel details').forEach(d => d.open = true)"
+    )
+    name = ".".join(["0"] * 7)  # a Sequential seven levels down (its Linear is one more)
+    cell = deep.locator(f'.gs-tree-panel [data-gs-module="{name}"]')
+    code = cell.locator("code")
+    assert code.inner_text() == "0", "the name relative to its parent"
+    shown, room = code.bounding_box(), cell.bounding_box()
+    assert shown["width"] >= 6 and shown["x"] + shown["width"] <= room["x"] + room["width"] + 0.5
+    cell.hover()
+    assert cell.get_attribute("title") == name, "the full name as its tooltip"
+    code.click()
+    page.wait_for_function(
+        f"() => {nth(DEEP)}.querySelector('.gs-tree-panel .gs-row-selected [data-gs-module]')"
+    )
+    assert in_kernel(page, "deep.selected") == name
 
 
 def test_a_click_in_the_graph_selects_the_module_in_the_kernel(page):
@@ -297,6 +371,7 @@ def test_going_back_to_a_picture_puts_its_elements_back_with_todays_marks(page):
 
 def test_names_that_are_markup_are_shown_as_text_and_run_nothing(page):
     named = page.locator(".gs-widget").nth(NAMED)
+    named.locator(".gs-tree-toggle").click()  # the tree is a drawer, closed at first
     named.locator('[data-gs-module="blocks.<img src=x onerror=alert(1)>"] code').click()
     page.wait_for_function(
         "() => document.querySelectorAll('.gs-widget')[1].querySelector('.gs-details').textContent.includes('onerror')"
@@ -357,6 +432,39 @@ def test_stepping_with_the_keyboard_opens_only_the_layer_being_run(page):
     screenshot(page, f"widget-{page.app}-hf-stepping.png")
 
 
+def test_run_to_selection_and_continue_bring_the_current_op_into_view(page):
+    hf = page.locator(".gs-widget").nth(HF)
+    to_top(page, HF)
+    # the picture scrolled to its top left corner first: only a reveal brings the op in view
+    top_left = (
+        f"() => {{ const v = {nth(HF)}.querySelector('.gs-viewport'); "
+        "v.scrollTop = 0; v.scrollLeft = 0; }"
+    )
+    shows_kernels_current = (
+        f"(id) => {{ const c = {nth(HF)}.querySelector('.gs-viewport .gs-current'); "
+        "return c && c.id === id; }"
+    )
+    kernel_run(page, "hf.reset_stepper(); hf.select('model.layers.3.mlp')")
+    page.evaluate(top_left)
+    hf.locator('[data-gs-button="run_to_selection"]').click()
+    page.wait_for_function(f"() => {nth(HF)}.querySelector('.gs-viewport .gs-current')")
+    page.wait_for_function(shows_kernels_current, arg=in_kernel(page, "hf.current"))
+    assert in_picture(page, HF), "after run to selection"
+    kernel_run(
+        page,
+        "hf.reset_stepper(); hf.select('model.layers.2.mlp'); hf.toggle_breakpoint()\n"
+        "hf.select('model.layers.0')",
+    )
+    page.evaluate(top_left)
+    hf.locator('[data-gs-button="continue_"]').click()
+    page.wait_for_function(
+        f"() => {nth(HF)}.querySelector('.gs-stepper').textContent.includes('layers.2.mlp')"
+    )
+    page.wait_for_function(shows_kernels_current, arg=in_kernel(page, "hf.current"))
+    assert in_picture(page, HF), "after continue to a breakpoint"
+    kernel_run(page, "hf.select('model.layers.2.mlp'); hf.toggle_breakpoint(); hf.reset_stepper()")
+
+
 def test_stepping_into_a_swapped_call_draws_the_replacement_beside_the_program(page):
     hf = page.locator(".gs-widget").nth(HF)
     kernel_run(
@@ -376,6 +484,7 @@ def test_stepping_into_a_swapped_call_draws_the_replacement_beside_the_program(p
     assert "Louder" in hf.locator(".gs-inside-title").inner_text()
     assert page.evaluate(f"() => {nth(HF)}.querySelector('.gs-views').value") == "merged"
     assert "stands for the original" in hf.locator(".gs-stepper").inner_text()
+    assert text_px(page, HF, ".gs-inside-view") >= 9, "the replacement's graph reads"
     to_top(page, HF)
     screenshot(page, f"widget-{page.app}-hf-step-into.png")
     page.keyboard.press("Shift+F11")  # step out

@@ -35,6 +35,32 @@ function select(cls, title, options) {
   return h("select", { class: cls, title }, options.map(([value, text]) => h("option", { value, text })));
 }
 
+// The smallest a fitted picture gets against its natural size: dot's 9 pt node text at 11 px.
+const READABLE = 11 / 12;
+// Each widget's open drawers and split sizes, kept while its model lives (a re-render, the
+// same widget shown again); the sizes also in the browser's storage, for the next widgets.
+const layouts = new WeakMap();
+const STORAGE = "graphsurgeon.widget.";
+function storedSize(key, fallback) {
+  try {
+    const value = Number(window.localStorage.getItem(STORAGE + key));
+    return value > 0 ? value : fallback;
+  } catch (e) {
+    return fallback; // storage refused (a sandboxed page): the default
+  }
+}
+function storeSize(key, value) {
+  try { window.localStorage.setItem(STORAGE + key, String(value)); } catch (e) { /* not kept */ }
+}
+
+// A picture's natural width in CSS pixels: dot writes its size in points.
+function naturalWidth(svg) {
+  const width = svg.getAttribute("width") || "";
+  const number = parseFloat(width);
+  if (!number) return svg.getBoundingClientRect().width;
+  return width.endsWith("pt") ? number * 4 / 3 : number;
+}
+
 function render({ model, el }) {
   const send = (message) => model.send(message);
   const actions = model.get("actions") || [];
@@ -43,11 +69,11 @@ function render({ model, el }) {
   const root = h("div", { class: "gs-widget", tabindex: "0", "data-lm-suppress-shortcuts": "true" });
   el.append(root);
 
-  // -- the toolbar --
+  // -- the toolbar: one line at 1280 px (short labels; the downloads in a menu) --
   const search = h("input", { type: "search", class: "gs-search", placeholder: "search: name, type, op, regex  (/)" });
   const found = h("span", { class: "gs-found gs-muted" });
   const views = select("gs-views", "what the picture shows", [
-    ["program", "program"], ["merged", "before/after (merged)"], ["split", "before/after (split)"],
+    ["program", "program"], ["merged", "before/after"], ["split", "before | after"],
   ]);
   // the menus' choices are the kernel's (its `menus` trait): the page keeps no copy
   const menus = model.get("menus") || {};
@@ -56,26 +82,29 @@ function render({ model, el }) {
   const overlay = select("gs-overlay", "paint the picture and the tree with values",
     (menus.overlays || []).map((o) => [o, o || "no overlay"]));
   const zoom = [
-    h("button", { "data-gs-zoom": "out", title: "zoom out", text: "−" }),
-    h("button", { "data-gs-zoom": "in", title: "zoom in", text: "+" }),
-    h("button", { "data-gs-zoom": "fit", title: "fit to the width", text: "fit" }),
-    h("button", { "data-gs-zoom": "selection", title: "zoom to the selection", text: "zoom to selection" }),
+    h("button", { "data-gs-zoom": "out", title: "zoom out (ctrl+wheel)", text: "−" }),
+    h("button", { "data-gs-zoom": "in", title: "zoom in (ctrl+wheel)", text: "+" }),
+    h("button", { "data-gs-zoom": "fit", title: "fit to the width (its text kept readable: a wider picture scrolls)", text: "fit" }),
+    h("button", { "data-gs-zoom": "selection", title: "zoom to the selection", text: "⊙" }),
   ];
   const save = [
     h("button", { "data-gs-save": "svg", title: "download the picture as SVG", text: "SVG" }),
     h("button", { "data-gs-save": "dot", title: "download the picture as DOT", text: "DOT" }),
   ];
-  const treeToggle = h("button", { class: "gs-tree-toggle", title: "show or hide the module tree", text: "tree" });
+  const more = h("details", { class: "gs-more" }, [
+    h("summary", { title: "download the picture", text: "⋯" }), h("div", { class: "gs-more-menu" }, save),
+  ]);
   const busy = h("span", { class: "gs-busy" });
   const toolbar = h("div", { class: "gs-toolbar" }, [
-    h("b", { text: "graphsurgeon" }), treeToggle, search, ...buttons(actions, "search"), found,
-    views, depth, overlay, ...zoom, ...buttons(actions, "toolbar"), ...save, busy,
+    h("b", { text: "graphsurgeon" }), search, ...buttons(actions, "search"), found,
+    views, depth, overlay, h("span", { class: "gs-group" }, zoom),
+    h("span", { class: "gs-group" }, buttons(actions, "toolbar")), more, busy,
   ]);
   const warningText = h("span", { class: "gs-warning-text" });
   const warning = h("div", { class: "gs-warning", hidden: "" }, [warningText, ...buttons(actions, "warning")]);
   const error = h("div", { class: "gs-error", hidden: "" });
 
-  // -- the module tree (left) --
+  // -- the module tree (a drawer on the left, opened from the rail) --
   const typeFilter = h("select", { class: "gs-type-filter", title: "show modules of one type" });
   const filter = h("input", { type: "search", class: "gs-filter", placeholder: "filter modules" });
   const tree = h("div", { class: "gs-tree-panel gs-out" });
@@ -91,7 +120,7 @@ function render({ model, el }) {
   const pictures = h("div", { class: "gs-pictures" }, [viewport, inside]);
   const graph = h("div", { class: "gs-graph" }, [caption, legend, pictures]);
 
-  // -- the panels (right): what is being looked at first --
+  // -- the panels (a column on the right; the rail shows or hides each) --
   const nan = h("input", { type: "checkbox", class: "gs-nan" });
   const stepper = h("div", { class: "gs-stepper gs-out" });
   const stepPanel = panel("Step", [
@@ -116,39 +145,100 @@ function render({ model, el }) {
   const culprits = h("div", { class: "gs-culprits-panel gs-out" });
   const checkPanel = panel("Check", [h("div", { class: "gs-actions" }, buttons(actions, "check")), verify, compareOut, culprits]);
   const regionOut = h("div", { class: "gs-region-panel gs-out" });
-  const regionPanel = panel("Region (shift-click or shift-drag ops)", [h("div", { class: "gs-actions" }, buttons(actions, "region")), regionOut], false);
+  const regionPanel = panel("Region (shift-click or shift-drag ops)", [h("div", { class: "gs-actions" }, buttons(actions, "region")), regionOut]);
   const results = h("div", { class: "gs-results gs-out" });
   const searchPanel = panel("Search", [results]);
-  searchPanel.hidden = true;
   const panels = h("div", { class: "gs-panels" }, [searchPanel, stepPanel, detailPanel, swapPanel, regionPanel, checkPanel]);
-  const splitter = h("div", { class: "gs-splitter", title: "drag to resize" });
-  const main = h("div", { class: "gs-main" }, [side, graph, splitter, panels]);
+
+  // -- the rails: a button per drawer; the picture takes the room the drawers leave --
+  const drawers = {
+    tree: side, search: searchPanel, stepper: stepPanel, selection: detailPanel,
+    replace: swapPanel, region: regionPanel, check: checkPanel,
+  };
+  const railButton = (key, text, title) => h("button", { class: "gs-rail-button", "data-gs-drawer": key, title, text });
+  const treeToggle = railButton("tree", "Tree", "show or hide the module tree");
+  treeToggle.classList.add("gs-tree-toggle");
+  const leftRail = h("div", { class: "gs-rail gs-rail-left" }, [treeToggle]);
+  const rightRail = h("div", { class: "gs-rail gs-rail-right" }, [
+    railButton("stepper", "Step", "the stepper: run the program node by node, its values"),
+    railButton("selection", "Selection", "what is selected: its calls, shapes and source"),
+    railButton("replace", "Replace", "swap or fuse the selected module, undo, the history"),
+    railButton("region", "Region", "a region of ops (shift-click or shift-drag in the picture)"),
+    railButton("check", "Check", "verify, compare, find culprits"),
+    railButton("search", "Search", "the search's matches"),
+  ]);
+  const treeSplitter = h("div", { class: "gs-splitter gs-splitter-tree", title: "drag to resize the module tree" });
+  const splitter = h("div", { class: "gs-splitter gs-splitter-panels", title: "drag to resize" });
+  const main = h("div", { class: "gs-main" }, [leftRail, side, treeSplitter, graph, splitter, panels, rightRail]);
   root.append(toolbar, warning, error, main);
 
-  // the split between the picture and the panels: dragged, kept per view
-  splitter.addEventListener("pointerdown", (event) => {
-    event.preventDefault();
-    const start = event.clientX, width = panels.getBoundingClientRect().width;
-    const moveSplit = (e) => {
-      const wanted = Math.max(260, Math.min(main.clientWidth * 0.7, width - (e.clientX - start)));
-      root.style.setProperty("--gs-panels", wanted + "px");
-    };
-    const stop = () => { window.removeEventListener("pointermove", moveSplit); window.removeEventListener("pointerup", stop); };
-    window.addEventListener("pointermove", moveSplit);
-    window.addEventListener("pointerup", stop);
+  // What is open and how wide: kept per widget (its model) across re-renders, and the sizes
+  // in the browser's storage for the next widget. The tree starts closed and the panels in a
+  // narrow column, so the picture has most of the width.
+  const layout = layouts.get(model) || {
+    open: new Set(["stepper", "selection", "replace", "check"]),
+    tree: storedSize("tree", 300), panels: storedSize("panels", 300),
+  };
+  layouts.set(model, layout);
+  function applyLayout() {
+    root.style.setProperty("--gs-tree", layout.tree + "px");
+    root.style.setProperty("--gs-panels", layout.panels + "px");
+    // the tree keeps its grid cell (a class folds it); a panel closed leaves its column
+    for (const [key, drawer] of Object.entries(drawers)) if (key !== "tree") drawer.hidden = !layout.open.has(key);
+    for (const button of root.querySelectorAll("[data-gs-drawer]")) {
+      button.classList.toggle("gs-pressed", layout.open.has(button.dataset.gsDrawer));
+    }
+    root.classList.toggle("gs-no-tree", !layout.open.has("tree"));
+    root.classList.toggle("gs-no-panels", ![...layout.open].some((key) => key !== "tree"));
+  }
+  // a drawer opened (with its panel unfolded and scrolled into its column) or closed
+  function showDrawer(key, on = true) {
+    if (on !== layout.open.has(key)) {
+      if (on) layout.open.add(key); else layout.open.delete(key);
+      applyLayout();
+    }
+    if (!on || key === "tree") return;
+    drawers[key].open = true;
+    const box = drawers[key].getBoundingClientRect(), view = panels.getBoundingClientRect();
+    if (box.top < view.top || box.top > view.bottom - 80) panels.scrollTop += box.top - view.top;
+  }
+  main.addEventListener("click", (event) => {
+    const button = event.target.closest("[data-gs-drawer]");
+    if (button) showDrawer(button.dataset.gsDrawer, !layout.open.has(button.dataset.gsDrawer));
   });
-  treeToggle.addEventListener("click", () => root.classList.toggle("gs-no-tree"));
+  // the splits: dragged, kept
+  function dragSplit(handle, key, sign, least) {
+    handle.addEventListener("pointerdown", (event) => {
+      event.preventDefault();
+      const start = event.clientX, width = layout[key];
+      const moveSplit = (e) => {
+        layout[key] = Math.round(Math.max(least, Math.min(main.clientWidth * 0.7, width + sign * (e.clientX - start))));
+        applyLayout();
+      };
+      const stop = () => {
+        window.removeEventListener("pointermove", moveSplit); window.removeEventListener("pointerup", stop);
+        storeSize(key, layout[key]);
+      };
+      window.addEventListener("pointermove", moveSplit);
+      window.addEventListener("pointerup", stop);
+    });
+  }
+  dragSplit(splitter, "panels", -1, 220);
+  dragSplit(treeSplitter, "tree", 1, 140);
+  applyLayout();
 
   // -- the picture: zoom and pan without a library --
-  let scale = null; // null: fitted to the width
+  // `scale` is the picture's size against its natural one (dot's points as CSS points: its
+  // 9 pt node text 12 px on screen); null: fitted to the width, but never below READABLE of
+  // its natural size (node text >= 11 px): a wider picture scrolls rather than shrinks.
+  let scale = null;
   let natural = 0;
   const svgOf = () => viewport.querySelector("svg");
   function applyScale() {
     const svg = svgOf();
     if (!svg) return;
     if (scale === null) {
-      // fitted to the width, but its text never below 60% of its size: a wider one scrolls
-      svg.style.width = ""; svg.style.maxWidth = "100%"; svg.style.minWidth = Math.round(natural * 0.6) + "px";
+      svg.style.width = ""; svg.style.maxWidth = "100%"; svg.style.minWidth = Math.round(natural * READABLE) + "px";
       root.classList.remove("gs-zoomed");
     } else {
       svg.style.minWidth = "";
@@ -156,7 +246,7 @@ function render({ model, el }) {
     }
   }
   function current() {
-    return scale === null ? Math.max(0.6, Math.min(1, viewport.clientWidth / natural)) : scale;
+    return scale === null ? Math.max(READABLE, Math.min(1, viewport.clientWidth / natural)) : scale;
   }
   function zoomBy(factor, x, y) {
     const before = current();
@@ -182,6 +272,23 @@ function render({ model, el }) {
       view.scrollLeft += box.width > frame.width ? box.left - frame.left - 8 : box.left + box.width / 2 - (frame.left + frame.width / 2);
       view.scrollTop += box.height > frame.height ? box.top - frame.top - 8 : box.top + box.height / 2 - (frame.top + frame.height / 2);
     }
+  }
+  // One kernel message sets its traits in no fixed order (scroll_current may come before the
+  // svg it points into): what to bring into view is looked up once all of them are shown.
+  const revealing = new Set();
+  let revealQueued = false;
+  function revealSoon(what) {
+    revealing.add(what);
+    if (revealQueued) return;
+    revealQueued = true;
+    queueMicrotask(() => {
+      revealQueued = false;
+      const asked = new Set(revealing);
+      revealing.clear();
+      if (asked.has("selection")) reveal(find((model.get("marks").selected || [])[0]), false);
+      if (asked.has("inside")) reveal(find(model.get("inside_current"), insideView), false, insideView);
+      if (asked.has("current")) reveal(find(model.get("current")), false);
+    });
   }
   const find = (id, view = viewport) => (id ? view.querySelector(`[id="${CSS.escape(id)}"]`) : null);
 
@@ -352,23 +459,20 @@ function render({ model, el }) {
     else viewport.innerHTML = text;
     shownText = text;
     const svg = svgOf();
-    natural = svg ? parseFloat(svg.getAttribute("width")) || svg.getBoundingClientRect().width : 0;
+    natural = svg ? naturalWidth(svg) : 0;
     applyScale();
     markSoon();
-    if (!inside.hidden) reveal(find(model.get("current")), false); // the call, beside its inside
+    if (!inside.hidden) revealSoon("current"); // the call, beside its inside
   }
-  // the stepper's panel in view in its column while stepping (the values beside the picture)
+  // the stepper's values beside the picture while stepping: its drawer opens, in view
   function showStepper() {
     stepper.innerHTML = model.get("stepper_html");
-    if (!model.get("stepping")) return;
-    stepPanel.open = true;
-    const box = stepPanel.getBoundingClientRect(), view = panels.getBoundingClientRect();
-    if (box.top < view.top || box.top > view.bottom - 80) panels.scrollTop += box.top - view.top;
+    if (model.get("stepping")) showDrawer("stepper");
   }
   function showInside() {
     const svg = model.get("inside_svg") || "";
     // entering a call: the program at its natural size around the call, beside the
-    // replacement's picture; leaving it: fitted again
+    // replacement's picture (as wide as the program's); leaving it: fitted again
     if (!!svg !== !inside.hidden) { scale = svg ? 1 : null; applyScale(); }
     inside.hidden = !svg;
     root.classList.toggle("gs-stepping-inside", !!svg);
@@ -376,16 +480,26 @@ function render({ model, el }) {
     if (insideView.dataset.svg !== String(svg.length) + insideTitle.textContent) {
       insideView.innerHTML = svg;
       insideView.dataset.svg = String(svg.length) + insideTitle.textContent;
+      // fitted to its pane, its text never below the program's readable size: it scrolls
+      const drawn = insideView.querySelector("svg");
+      if (drawn) drawn.style.minWidth = Math.round(naturalWidth(drawn) * READABLE) + "px";
     }
     markSoon();
-    reveal(find(model.get("inside_current"), insideView), false, insideView);
-    if (svg) reveal(find(model.get("current")), false);
+    revealSoon("inside");
+    if (svg) revealSoon("current");
   }
   function showTree() {
     tree.innerHTML = model.get("tree");
     applyFilter();
     markSoon();
   }
+  // a row's tooltip: its module's full name (the row shows the name relative to its parent),
+  // set when the pointer first comes over it (a tree of thousands of rows carries no copies)
+  tree.addEventListener("pointerover", (event) => {
+    const name = event.target.closest("summary, .gs-leaf");
+    const cell = name && name.querySelector("[data-gs-module]");
+    if (cell && !cell.title) cell.title = cell.dataset.gsModule;
+  });
   function showTypes() {
     const kept = typeFilter.value;
     const types = model.get("module_types") || [];
@@ -440,8 +554,7 @@ function render({ model, el }) {
   function showSearch() {
     const html = model.get("search_html") || "";
     results.innerHTML = html;
-    searchPanel.hidden = !html;
-    if (html) searchPanel.open = true;
+    showDrawer("search", !!html);
     const text = model.get("search_text") || "";
     if (document.activeElement !== search) search.value = text;
     const count = results.querySelectorAll("[data-gs-match]").length;
@@ -481,7 +594,7 @@ function render({ model, el }) {
     ["details", html(details, "details")], ["preview", html(preview, "preview")],
     ["history", html(history, "history")], ["verify_html", html(verify, "verify_html")],
     ["compare_html", html(compareOut, "compare_html")], ["culprits_html", html(culprits, "culprits_html")],
-    ["region_html", () => { regionOut.innerHTML = model.get("region_html") || ""; if (model.get("has_region")) regionPanel.open = true; }],
+    ["region_html", () => { regionOut.innerHTML = model.get("region_html") || ""; if (model.get("has_region")) showDrawer("region"); }],
     ["stepper_html", showStepper], ["candidates", showCandidates],
     ["choice_key", showChoice], ["choice", showChoice], ["error", showError],
     ["warning", showWarning], ["pending", showWarning], ["search_html", showSearch],
@@ -491,8 +604,8 @@ function render({ model, el }) {
   for (const a of actions) for (const trait of a.enabled_by) stateTraits.add(trait);
   for (const trait of stateTraits) model.on(`change:${trait}`, showState);
   showState();
-  model.on("change:scroll", () => reveal(find((model.get("marks").selected || [])[0]), false));
-  model.on("change:scroll_current", () => reveal(find(model.get("current")), false));
+  model.on("change:scroll", () => revealSoon("selection"));
+  model.on("change:scroll_current", () => revealSoon("current"));
 
   // -- page -> kernel --
   root.addEventListener("click", (event) => {
