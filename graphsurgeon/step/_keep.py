@@ -131,6 +131,17 @@ class Keeping:
             return []
         return [node for i in range(min(position, len(self.drops))) for node in self.drops[i]]
 
+    def why_no_value(self, node: Node, position: int) -> str:
+        """Why the value of ``node`` is not at hand for a stepper at ``position``, and what to
+        do: it has not run yet, or it was not kept (:meth:`not_kept`)."""
+        at = self._layout.position[node]
+        if at >= position:
+            return (
+                f"node {node.name!r} has not run yet (position {at}; the stepper is at "
+                f"{position}); run_to({node.name!r}) then step() runs it"
+            )
+        return self.not_kept(node.name)
+
     def not_kept(self, name: str) -> str:
         """Why the value of node ``name``, which ran, is not at hand, and how to keep it."""
         if self.keep == "needed":
@@ -145,9 +156,11 @@ class Keeping:
             f"summary({name!r}) gives its shape and dtype"
         )
 
-    def husk(self, node: Node, op: str, module: str) -> Summary | None:
+    def husk(self, node: Node) -> Summary | None:
         """The summary of a value no longer kept: its shape and dtype as the program records
         them, no statistics; None when the program does not record a static one."""
+        layout = self._layout
+        stack = layout.stacks[layout.position[node]]
         value = node.meta.get("val")
         shape = getattr(value, "shape", None)
         if shape is None or not all(isinstance(d, int) for d in shape):
@@ -155,8 +168,8 @@ class Keeping:
         return Summary(
             name=node.name,
             type="Tensor",
-            op=op,
-            module=module,
+            op=layout.op_text(node),
+            module=stack[-1] if stack else "",
             shape=tuple(shape),
             dtype=str(value.dtype).removeprefix("torch."),
             device=str(value.device),

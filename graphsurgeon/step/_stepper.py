@@ -196,16 +196,13 @@ class Stepper:
     ``stack`` (the module calls around ``current``), ``env`` (values by node name),
     :meth:`summary`, ``done``, ``output``, ``error``.
 
-    Memory (:attr:`keep`): by default (``"recent"``) ``env`` holds the values later nodes
-    still need, those of the last 128 nodes run, the parameters and buffers (``get_attr``
-    nodes: the module holds them anyway) and, at the end, the output: a run costs what
-    ``torch.fx.Interpreter.run`` costs, at any size. An older value is dropped; ``env`` then
-    refuses it with an :class:`UnknownNodeError` that says how to keep it, and
-    :meth:`summary` gives its shape and dtype. ``st.keep = "all"`` keeps every value;
-    ``st.keep = ["layers.3", "linear_7"]`` keeps those nodes' values (a module: all of its
-    nodes') on top of the recent ones; ``st.keep = "needed"`` (``st.memory_light = True``)
-    keeps only what later nodes need, and summarizes each value as it is dropped, so
-    :meth:`summary` answers with statistics for every node that ran.
+    Memory (:attr:`keep`): by default ``env`` holds the values later nodes still need, those
+    of the last 128 nodes run, the parameters and buffers and, at the end, the output, so a
+    run costs what ``torch.fx.Interpreter.run`` costs at any size. ``env`` refuses an older
+    value with an :class:`UnknownNodeError` that says how to keep it; :meth:`summary` gives
+    its shape and dtype. ``st.keep = "all"`` keeps every value, ``st.keep = ["layers.3"]``
+    those named too; ``st.memory_light = True`` only what later nodes need, each value
+    summarized as it is dropped (:meth:`summary` then has statistics for every node).
 
     Errors: when a node raises, the stepper stops *at* that node (it has not run), keeps the
     error in ``st.error`` and raises it as a :class:`NodeError` naming the node and its module
@@ -376,19 +373,15 @@ class Stepper:
         later nodes need, each summarized as it goes), or the node and module names given,
         whose values are kept on top of the recent ones.
 
-        Setting it applies from now on: values the new setting does not keep are dropped at
-        once, values already dropped stay dropped (``reset()`` and run again to have them).
-        A call entered with :meth:`step_into` keeps its values the same way (names given:
-        its recent ones).
+        It applies from now on: what it does not keep is dropped at once, what is dropped
+        stays so until ``reset()``. An entered call keeps its values the same way (names
+        given: its recent ones).
 
-        Example:
+        Example (a longer run: :mod:`graphsurgeon.step._keep`):
             >>> import torch, graphsurgeon as gs
-            >>> model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
             >>> x = torch.ones(1, 2)
-            >>> st = gs.Stepper(gs.export(model, (x,)), x)
-            >>> st.keep = "all"
-            >>> _ = st.continue_()
-            >>> len(st.env) == st.total
+            >>> st = gs.Stepper(gs.export(torch.nn.Linear(2, 2), (x,)), x)
+            >>> st.keep = "all"; _ = st.continue_(); len(st.env) == st.total
             True
         """
         return self._keeping.keep
@@ -398,13 +391,12 @@ class Stepper:
         self._keeping.set(keep)
         if self._frame is not None:
             self._frame.stepper.keep = self._keeping.mode
-        for node in self._keeping.dropped_by(self._pos):  # what the new setting no longer keeps
+        for node in self._keeping.dropped_by(self._pos):  # what it no longer keeps goes now
             self._retire(node)
 
     @property
     def memory_light(self) -> bool:
-        """Whether only the values later nodes need are kept (``keep == "needed"``; every
-        value is summarized as it is dropped). Setting it False keeps the recent ones again."""
+        """``keep == "needed"``; set False: ``keep = "recent"``."""
         return self._keeping.keep == "needed"
 
     @memory_light.setter
@@ -438,12 +430,9 @@ class Stepper:
         kept = self._summaries.get(node)
         if kept is not None:
             return kept
-        if self._layout.position[node] < self._pos:  # it ran; its value was not kept
-            stack = self._layout.stacks[self._layout.position[node]]
-            module = stack[-1] if stack else ""
-            husk = self._keeping.husk(node, self._layout.op_text(node), module)
-            if husk is not None:
-                return husk
+        husk = self._keeping.husk(node) if self._layout.position[node] < self._pos else None
+        if husk is not None:  # it ran; its value was not kept, its shape and dtype are known
+            return husk
         raise UnknownNodeError(self._why_no_value(node))
 
     def where(self) -> str:
@@ -526,7 +515,7 @@ class Stepper:
         self._check_not_done()
         layout, pos = self._layout, self._pos
         here = layout.stacks[pos]
-        common = self._common_depth()
+        common = self._layout.common_depth(self._pos)
         if len(here) > common:
             end = layout.span(here[common])[1] + 1
         else:
@@ -539,7 +528,7 @@ class Stepper:
         if self._frame is not None:
             return self._inside(lambda inner: inner.step_out())
         self._check_not_done()
-        common = self._common_depth()
+        common = self._layout.common_depth(self._pos)
         if common == 0:
             return self._advance(self._total, "step")
         call = self._layout.stacks[self._pos][common - 1]
@@ -781,29 +770,8 @@ class Stepper:
         if self._pos >= self._total:
             raise AlreadyRanError("the program has finished", "to run it again")
 
-    def _common_depth(self) -> int:
-        """How many module calls the last op run and ``current`` share (the frame we are in).
-        The last op, not the last node: the weights a call reads run before its first op, and
-        standing at that op is standing at the call's entry."""
-        layout, pos = self._layout, self._pos
-        here = layout.stacks[pos]
-        k = bisect.bisect_left(layout.stops, pos) - 1
-        before = layout.stacks[layout.stops[k]] if k >= 0 else ()
-        depth = 0
-        for a, b in zip(before, here):
-            if a != b:
-                break
-            depth += 1
-        return depth
-
     def _why_no_value(self, node: Node) -> str:
-        position = self._layout.position[node]
-        if position >= self._pos:
-            return (
-                f"node {node.name!r} has not run yet (position {position}; the stepper is at "
-                f"{self._pos}); run_to({node.name!r}) then step() runs it"
-            )
-        return self._keeping.not_kept(node.name)
+        return self._keeping.why_no_value(node, self._pos)
 
     def _summarize(self, node: Node, value: Any) -> Summary:
         stack = self._layout.stacks[self._layout.position[node]]
@@ -817,10 +785,8 @@ class Stepper:
 
     def _drop_after(self, position: int) -> None:
         """Drop what is not kept once the node at ``position`` has run."""
-        drops = self._keeping.drops
-        if drops is not None:
-            for dead in drops[position]:
-                self._retire(dead)
+        for dead in self._keeping.drops[position] if self._keeping.drops is not None else ():
+            self._retire(dead)
 
     def _breakpoints_changed(self) -> None:
         self._plan = plan_stops(self._breakpoints, self._layout)
