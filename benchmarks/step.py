@@ -5,24 +5,27 @@ exported with every layer and every attention module preserved. The stepped prog
 original's unlifted graph (``gs.Stepper(ep, tokens)`` steps ``gs.swap(ep, {})``), and the
 anchor runs ``torch.fx.Interpreter(gm).run(tokens)`` on that very GraphModule.
 
-Reported (32 layers by default; runs interleaved in a rotating order, medians, under no_grad,
-1 thread):
+Reported at 96 and 384 layers by default (each size its own program, the anchor measured in
+the same process; runs interleaved in a rotating order, medians, under no_grad, 1 thread):
 - the generated code ``gm(tokens)``, for scale;
 - ``Interpreter.run`` (the anchor, ratio 1.00), and the same keeping every value, as the
-  stepper's full mode does (``garbage_collect_values=False``);
-- ``reset(); continue_()`` to the end: full mode, memory-light mode, and with a NaN/Inf
+  stepper's ``keep="all"`` does (``garbage_collect_values=False``);
+- ``reset(); continue_()`` to the end: the default (``keep="recent"``: the values later nodes
+  need and the last nodes' values), ``keep="all"`` (every value, the default before),
+  memory-light mode (``keep="needed"``, every value summarized as it goes), and with a NaN/Inf
   breakpoint (a condition checked on every node's value);
 - ``step()`` node by node to the end; the per-step overhead is (that time - anchor) / nodes.
 
 Memory (96 layers by default): the peak of the tensor bytes the stepper holds in ``env``,
-full mode vs memory-light mode: memory-light is stepped node by node and measured after every
-step; full mode never drops a value, so its peak is what it holds at the end. Tensors are
+``keep="all"`` vs the default vs memory-light: the default and memory-light are stepped node
+by node and measured after every step; ``keep="all"`` never drops a value, so its peak is what
+it holds at the end. Tensors are
 counted once per storage, and parameters and buffers are left out (the module holds them
 either way). tracemalloc does not see tensor memory, torch has no CPU allocator statistics,
 and the process RSS is dominated by export and by malloc's caching of small blocks, so the
 bytes held are the measure that isolates what the mode changes.
 
-Usage: python benchmarks/step.py [--quick] [--layers 32] [--memory-layers 96] [--rounds 15]
+Usage: python benchmarks/step.py [--quick] [--layers 96,384] [--memory-layers 96] [--rounds 9]
 """
 
 from __future__ import annotations
@@ -66,7 +69,9 @@ def timing(layers: int, rounds: int) -> dict:
         keeping.run(tokens)
         keeping.env = {}  # what reset() does: drop the values of the last run
 
+    default = Stepper(ep, tokens)
     full = Stepper(ep, tokens)
+    full.keep = "all"
     light = Stepper(ep, tokens)
     light.memory_light = True
     watched = Stepper(ep, tokens)
@@ -81,16 +86,17 @@ def timing(layers: int, rounds: int) -> dict:
         "generated code gm(x)": lambda: gm(tokens),
         "Interpreter.run (anchor)": lambda: interpreter.run(tokens),
         "Interpreter.run, values kept": run_keeping_values,
-        "continue_(), full mode": lambda: continue_to_end(full),
+        "continue_(), default (keep='recent')": lambda: continue_to_end(default),
+        "continue_(), keep='all'": lambda: continue_to_end(full),
         "continue_(), memory-light": lambda: continue_to_end(light),
         "continue_(), NaN/Inf breakpoint": lambda: continue_to_end(watched),
-        "step() x every node": lambda: run_all_steps(full),
+        "step() x every node": lambda: run_all_steps(default),
     }
     times: dict[str, list[float]] = {name: [] for name in cases}
     with torch.no_grad():
         expected = gm(tokens)
-        continue_to_end(full)
-        if not torch.equal(full.output, expected):
+        continue_to_end(default)
+        if not torch.equal(default.output, expected):
             raise SystemExit("the stepper's output differs from the program's")
         for case in cases.values():  # warm up
             case()
@@ -110,7 +116,9 @@ def timing(layers: int, rounds: int) -> dict:
         "medians": medians,
         "anchor": anchor,
         "step_overhead_us": (medians["step() x every node"] - anchor) * 1e6 / nodes,
-        "continue_overhead_us": (medians["continue_(), full mode"] - anchor) * 1e6 / nodes,
+        "continue_overhead_us": (
+            (medians["continue_(), default (keep='recent')"] - anchor) * 1e6 / nodes
+        ),
     }
 
 
@@ -137,42 +145,48 @@ def memory(layers: int) -> dict:
     start = time.perf_counter()
     full = Stepper(ep, tokens)
     build = time.perf_counter() - start
+    full.keep = "all"
     light = Stepper(ep, tokens)
     light.memory_light = True
+    default = Stepper(ep, tokens)
     exclude = _state_storages(full.graph_module)
     peaks = {}
     with torch.no_grad():
-        # Full mode never drops a value, so what it holds only grows: its peak is at the end.
+        # keep="all" never drops a value, so what it holds only grows: its peak is at the end.
         full.continue_()
         if len(full.env) != full.total:
-            raise SystemExit("full mode dropped a value")
+            raise SystemExit("keep='all' dropped a value")
         peaks["full"] = held_bytes(full, exclude)
-        peak = 0
-        while not light.done:
-            light.step()
-            peak = max(peak, held_bytes(light, exclude))
-        peaks["light"] = peak
-        if not torch.equal(light.output, full.output):
-            raise SystemExit("memory-light mode computed something else")
+        for name, stepper in (("light", light), ("default", default)):
+            peak = 0
+            while not stepper.done:
+                stepper.step()
+                peak = max(peak, held_bytes(stepper, exclude))
+            peaks[name] = peak
+            if not torch.equal(stepper.output, full.output):
+                raise SystemExit(f"{name} mode computed something else")
     return {
         "layers": layers,
         "nodes": full.total,
         "build_ms": build * 1e3,
         "full_bytes": peaks["full"],
         "light_bytes": peaks["light"],
+        "default_bytes": peaks["default"],
         "light_values": len(light.env),
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--layers", type=int, default=32, help="decoder layers for the timing")
+    parser.add_argument(
+        "--layers", default="96,384", help="decoder layers for the timing, comma-separated"
+    )
     parser.add_argument("--memory-layers", type=int, default=96, help="layers for the memory run")
-    parser.add_argument("--rounds", type=int, default=15, help="interleaved timing rounds")
-    parser.add_argument("--quick", action="store_true", help="fewer rounds, 32-layer memory run")
+    parser.add_argument("--rounds", type=int, default=9, help="interleaved timing rounds")
+    parser.add_argument("--quick", action="store_true", help="32 layers, fewer rounds")
     options = parser.parse_args()
     if options.quick:
-        options.rounds, options.memory_layers = 5, 32
+        options.rounds, options.memory_layers, options.layers = 5, 32, "32"
     torch.set_num_threads(1)
     gc.collect()
     print(
@@ -180,34 +194,41 @@ def main() -> None:
         file=sys.stderr,
         flush=True,
     )
-    t = timing(options.layers, options.rounds)
-    print(
-        f"  timing done ({t['layers']} layers, {t['nodes']:,} nodes)", file=sys.stderr, flush=True
-    )
+    timings = []
+    for layers in [int(n) for n in options.layers.split(",")]:
+        timings.append(timing(layers, options.rounds))
+        t = timings[-1]
+        print(f"  timing done ({layers} layers, {t['nodes']:,} nodes)", file=sys.stderr, flush=True)
     m = memory(options.memory_layers)
-    print()
-    print(
-        f"Run to the end, {t['layers']} layers ({t['nodes']:,} nodes), median of {options.rounds}:"
-    )
-    print()
-    print("| run | time | vs Interpreter.run | µs per node |")
-    print("|---|---:|---:|---:|")
-    for name, seconds in t["medians"].items():
+    for t in timings:
+        print()
         print(
-            f"| {name} | {seconds * 1e3:.1f} ms | {seconds / t['anchor']:.2f}x | "
-            f"{seconds * 1e6 / t['nodes']:.1f} |"
+            f"Run to the end, {t['layers']} layers ({t['nodes']:,} nodes), "
+            f"median of {options.rounds}:"
         )
-    print()
-    print(
-        f"Per-step overhead over Interpreter.run: step() {t['step_overhead_us']:+.1f} µs per "
-        f"node; continue_() {t['continue_overhead_us']:+.1f} µs per node."
-    )
+        print()
+        print("| run | time | vs Interpreter.run | µs per node |")
+        print("|---|---:|---:|---:|")
+        for name, seconds in t["medians"].items():
+            print(
+                f"| {name} | {seconds * 1e3:.1f} ms | {seconds / t['anchor']:.3f}x | "
+                f"{seconds * 1e6 / t['nodes']:.1f} |"
+            )
+        print()
+        print(
+            f"Per-step overhead over Interpreter.run: step() {t['step_overhead_us']:+.1f} µs per "
+            f"node; continue_() {t['continue_overhead_us']:+.1f} µs per node."
+        )
     print()
     print(f"Memory held by the stepper, {m['layers']} layers ({m['nodes']:,} nodes):")
     print()
     print("| mode | peak tensor bytes held in env | vs full |")
     print("|---|---:|---:|")
-    print(f"| full | {m['full_bytes'] / 2**20:.2f} MiB | 1.00x |")
+    print(f"| keep='all' | {m['full_bytes'] / 2**20:.2f} MiB | 1.00x |")
+    print(
+        f"| default (keep='recent') | {m['default_bytes'] / 2**20:.3f} MiB | "
+        f"{m['default_bytes'] / m['full_bytes']:.3f}x |"
+    )
     print(
         f"| memory-light | {m['light_bytes'] / 2**20:.3f} MiB | "
         f"{m['light_bytes'] / m['full_bytes']:.3f}x |"

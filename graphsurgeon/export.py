@@ -355,6 +355,16 @@ def export(
                         f"{calls.why(culprits[0], error)}. Remove it from preserve, or use "
                         "preserve='all' to drop such modules automatically."
                     ) from error
+                recorded = [fqn for fqn in keep if fqn in calls.problems]
+                if recorded and tolerant:
+                    # The message does not name a module, but the failed run called one in a
+                    # way no call signature can hold (a string argument, say): torch stops
+                    # there. Drop those and export again: one more attempt, where narrowing
+                    # down by bisection would take two per halving.
+                    for fqn in recorded:
+                        dropped[fqn] = calls.why(fqn, error)
+                        keep.remove(fqn)
+                    continue
                 if keep and tolerant:
                     # The message does not name a module: find out whether preserving is
                     # the problem at all before blaming any module.

@@ -72,6 +72,17 @@ def test_why_torch_could_not_keep_a_signature_is_said_in_the_users_words():
     assert "s77" not in reason
 
 
+def test_a_module_called_in_a_way_no_signature_holds_costs_one_retry_not_a_bisection():
+    # torch's message ("Expected code to be unreachable, but got: 'mul'") names no module,
+    # but the failed run saw the module take a string: dropped at once, exported once more
+    model, x = UsesMode(), torch.randn(2, 4)
+    ep = gs.export(model, (x,))
+    notes = export_notes(ep)
+    assert list(notes.dropped) == ["m"] and notes.attempts == 2
+    assert preserved(ep) == {n for n, _ in model.named_modules() if n and n != "m"}
+    torch.testing.assert_close(ep.module()(x), model(x))
+
+
 def test_asking_explicitly_for_an_unpreservable_module_is_an_error_naming_it():
     model, x = TwoStructures(), torch.randn(2, 4)
     with pytest.raises(gs.ExportError, match=r"'inner'") as caught:

@@ -605,6 +605,105 @@ def test_switching_to_memory_light_mid_run_drops_what_is_dead(chain):
     assert stepper.summary("linear").shape == (2, 4)
 
 
+class _Deep(nn.Module):
+    """150 Linear+ReLU pairs, then a log that turns the negatives into NaN: a program longer
+    than the window of recent values a stepper keeps by default."""
+
+    def __init__(self, depth: int = 150):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(3, 3), nn.ReLU()) for _ in range(depth))
+        self.head = nn.Linear(3, 3)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x) + x
+        return torch.log(self.head(x))
+
+
+@pytest.fixture(scope="module")
+def deep():
+    torch.manual_seed(0)
+    model = _Deep().eval()
+    x = torch.randn(2, 3)
+    return model, x, gs.export(model, (x,))
+
+
+def test_by_default_a_stepper_keeps_the_needed_and_the_recent_values_and_says_how_to_keep_more(
+    deep,
+):
+    #   x ─▶ blocks.0 ─▶ ... ─▶ blocks.149 ─▶ head ─▶ log: ~900 nodes, 128 kept values
+    model, x, ep = deep
+    stepper = Stepper(ep, x)
+    assert stepper.keep == "recent" and not stepper.memory_light
+    stepper.run_to("blocks.120")
+    state = {n.name for n in stepper.graph_module.graph.nodes if n.op == "get_attr"}
+    assert 0 < len(set(stepper.env) - state) <= 130  # bounded: the recent window and what is live
+    ran = names(stepper.graph_module)[: stepper.position]
+    assert set(ran[-5:]) <= set(stepper.env)  # the recent ones, for the panel
+    with pytest.raises(UnknownNodeError) as refused:
+        stepper.env["linear"]
+    message = str(refused.value)
+    assert isinstance(refused.value, GraphSurgeonError) and isinstance(refused.value, KeyError)
+    assert "'linear'" in message and "st.keep = 'all'" in message and "reset()" in message
+    assert "linear" not in stepper.env and stepper.env.get("linear") is None
+    husk = stepper.summary("linear")  # its shape and dtype, from the program
+    assert husk.shape == (2, 3) and husk.dtype == "float32" and not husk.measured
+    assert str(husk).endswith("value not kept") and husk.row()[-1] == "value not kept"
+    stepper.continue_()
+    with torch.no_grad():
+        torch.testing.assert_close(stepper.output, model(x), equal_nan=True)
+    with pytest.raises(UnknownNodeError, match=r"'p_blocks_0_0_weight'|has not run"):
+        Stepper(ep, x).env["p_blocks_0_0_weight"]
+
+
+def test_keep_all_keeps_every_value_and_names_keep_those_on_top_of_the_recent(deep):
+    _, x, ep = deep
+    everything = Stepper(ep, x)
+    everything.keep = "all"
+    everything.continue_()
+    assert len(everything.env) == everything.total
+
+    chosen = Stepper(ep, x)
+    chosen.keep = ["linear", "blocks.1"]
+    assert chosen.keep == ("linear", "blocks.1")
+    chosen.continue_()
+    for name in ["linear", *chosen.nodes_of("blocks.1")]:
+        assert torch.equal(chosen.env[name], everything.env[name]), name
+    assert "linear_2" not in chosen.env  # blocks.2's: neither named nor recent
+    with pytest.raises(UnknownNameError, match=r"blocks\.1000|did you mean"):
+        chosen.keep = ["blocks.1000"]
+    with pytest.raises(StepError, match=r"'recent', 'all', 'needed'"):
+        chosen.keep = "everything"
+    assert chosen.keep == ("linear", "blocks.1"), "a refused setting changes nothing"
+
+    switched = Stepper(ep, x)  # from all to recent mid-run: what is old goes at once
+    switched.keep = "all"
+    switched.run_to("blocks.140")
+    assert "linear" in switched.env
+    switched.keep = "recent"
+    assert "linear" not in switched.env and len(switched.env) < switched.position
+    assert switched.continue_().reason == "end"
+
+
+def test_breakpoints_and_step_into_work_on_values_kept_by_default(deep):
+    model, x, ep = deep
+    stepper = Stepper(ep, x)
+    stepper.breakpoints.nan()
+    result = stepper.continue_()
+    assert result.reason == "breakpoint" and result.trigger == "log"
+    assert stepper.summary("log").nan > 0 and stepper.summary("linear_150").measured
+    assert torch.isnan(stepper.env["log"]).any()
+
+    swapped = gs.swap(ep, {"blocks.149": model.blocks[149]})
+    stepper = Stepper(swapped, x)
+    stepper.run_to("blocks.149")
+    assert stepper.step_into().note == "entered swapped call 'blocks.149'"
+    stepper.step_out()
+    assert stepper.frames == () and stepper.continue_().reason == "end"
+    with torch.no_grad():
+        torch.testing.assert_close(stepper.output, model(x), equal_nan=True)
+
+
 # -- program kinds and the user's objects -------------------------------------------------
 
 

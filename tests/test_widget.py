@@ -1109,6 +1109,81 @@ def test_the_picker_offers_what_can_be_built_and_builds_a_class_from_the_origina
     assert "ns:Later" in [c["key"] for c in widget.candidates]
 
 
+class _Gate(nn.Module):
+    def forward(self, hidden_states, attention_mask):
+        return hidden_states * attention_mask
+
+
+class _Gated(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gate = _Gate()
+        self.out = nn.Linear(4, 4)
+
+    def forward(self, x, mask):
+        return self.out(self.gate(x, mask))
+
+
+class _OneArgument(nn.Module):
+    def forward(self, x):
+        return x
+
+
+class _MaskedAlike(nn.Module):
+    def forward(self, x, mask, *, scale=1.0):
+        return x * mask * scale
+
+
+def test_the_picker_ranks_what_fits_the_call_first_and_the_preview_says_why_one_does_not():
+    #   x, mask ─▶ gate(hidden_states, attention_mask) ─▶ out(x): two calls of other shapes
+    model, x, mask = _Gated().eval(), torch.randn(2, 4), torch.ones(2, 4)
+    namespace = {"OneArgument": _OneArgument, "Masked": _MaskedAlike, "one": _OneArgument()}
+    surgery = gs.Surgery.from_model(model, (x, mask))
+    widget = gs.SurgeryWidget(surgery, namespace=namespace)
+    assert all(c["fits"] is None for c in widget.candidates), "no call selected: not judged"
+
+    widget.select("gate")
+    fits = {c["key"]: c["fits"] for c in widget.candidates}
+    assert fits == {
+        "copy": True,
+        "ns:Masked": True,
+        "identity": False,
+        "ns:OneArgument": False,
+        "ns:one": False,
+    }
+    assert [c["key"] for c in widget.candidates][:2] == ["copy", "ns:Masked"], "fits first"
+    why = {c["key"]: c["why"] for c in widget.candidates}
+    assert (
+        why["ns:one"]
+        == why["ns:OneArgument"]
+        == (
+            "forward(x): too many positional arguments; the call passes 2 arguments: "
+            "hidden_states, attention_mask"
+        )
+    )
+    assert why["ns:Masked"] == ""
+
+    page_event(widget, event="choose", value="ns:OneArgument")
+    preview = html_unescape(widget.preview)
+    assert "does not fit the call" in preview and why["ns:OneArgument"] in preview
+    # the picker's verdict is the swap's: it refuses the same replacement for the same reason
+    with pytest.raises(gs.errors.ReplacementError, match="too many positional arguments"):
+        gs.swap(surgery.program, {"gate": _OneArgument()})
+    page_event(widget, event="choose", value="ns:Masked")
+    assert "does not fit" not in html_unescape(widget.preview)
+    page_event(widget, event="button", name="swap")
+    assert widget.error == {} and list(widget.surgery.replacements) == ["gate"]
+
+    widget.select("out")  # called with one argument: the other way round
+    fits = {c["key"]: c["fits"] for c in widget.candidates}
+    assert fits["ns:OneArgument"] and fits["identity"] and not fits["ns:Masked"]
+    why = {c["key"]: c["why"] for c in widget.candidates}["ns:Masked"]
+    assert why == (
+        "forward(x, mask, *, scale=1.0): missing a required argument: 'mask'; the call passes "
+        "1 argument: input"
+    )
+
+
 # -- the last mile: op arguments, stepping into a replacement, where it differs ---------------
 
 

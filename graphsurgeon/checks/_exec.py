@@ -344,17 +344,25 @@ class NodeRunner:
         dead: list[tuple[Node, ...]] | None = None,
         drop: Callable[[Node], None] | None = None,
     ) -> None:
-        """Run the nodes at positions ``start`` to ``limit`` (excluded), in order; with ``drop``,
-        call it on each node of ``dead[i]`` once the node at ``i`` has run (values no later
-        node reads, :func:`value_lifetimes`). On an error, :attr:`failed_at` is the node that
-        was running (its value kept if it ran) and the error goes on as it is."""
+        """Run the nodes at positions ``start`` to ``limit`` (excluded), in order. With
+        ``dead``, the values of ``dead[i]`` leave :attr:`env` once the node at ``i`` has run
+        (values no later node reads, :func:`value_lifetimes`, or any other schedule): each is
+        handed to ``drop``, or, without it, deleted. On an error, :attr:`failed_at` is the node
+        that was running (its value kept if it ran) and the error goes on as it is."""
         # The hot loop: what Interpreter.run does per node, minus its bookkeeping.
         env, run_node, nodes = self.env, self.run_node, self.nodes
         node = None
         try:
-            if drop is None:
+            if dead is None:
                 for node in nodes[start:limit]:
                     env[node] = run_node(node)
+            elif drop is None:
+                pop = env.pop
+                for i in range(start, limit):
+                    node = nodes[i]
+                    env[node] = run_node(node)
+                    for value in dead[i]:
+                        pop(value, None)  # gone already if an interrupt cut a pass short
             else:
                 for i in range(start, limit):
                     node = nodes[i]

@@ -39,7 +39,7 @@ from .. import _meta
 from ..partition import call_name, program_index, split_call_name
 from ._builder import _Builder
 from ._cut import cut_call
-from ._plan import FUSE, FunctionModule, _plan, as_module, check_module
+from ._plan import FUSE, FunctionModule, _plan, as_module, call_misfit, check_module
 from ._writer import _exported_mode, safe_path
 from .info import _COMPUTATION, Diff, Region, SwapInfo, swap_info
 
@@ -50,6 +50,7 @@ __all__ = [
     "Diff",
     "SwapInfo",
     "as_module",
+    "call_misfit",
     "check_module",
     "cut_call",
     "rewrite",

@@ -236,18 +236,39 @@ def check_module(name: str, replacement: Any) -> None:
         )
 
 
-def _check_call(index: ProgramIndex, request: _Request) -> None:
-    """The replacement's forward must take the arguments the program calls the module with."""
-    module = request.replacement
-    signature = request.partition.signature
+def call_misfit(forward: Any, in_spec: Any) -> str | None:
+    """Why ``forward`` cannot take the arguments of a call whose inputs have the pytree spec
+    ``in_spec`` (a preserved call's ``signature.in_spec``: ``(args, kwargs)``), in Python's
+    words ("too many positional arguments"); None when it can, or when Python cannot read its
+    signature (the call will tell at run time). The one check of a replacement's signature
+    against a call: a swap refuses by it, the widget's picker ranks by it.
+
+    Example:
+        >>> import torch
+        >>> spec = torch.utils._pytree.tree_flatten(((1, 2), {}))[1]
+        >>> call_misfit(lambda x: x, spec)
+        'too many positional arguments'
+        >>> call_misfit(lambda x, mask=None: x, spec) is None
+        True
+    """
     try:
-        parameters = inspect.signature(module.forward)
+        parameters = inspect.signature(forward)
     except (TypeError, ValueError):
-        return  # a forward whose signature Python cannot read: it will tell at run time
-    args_spec, kwargs_spec = signature.in_spec.children()
+        return None
+    args_spec, kwargs_spec = in_spec.children()
     try:
         parameters.bind(*range(args_spec.num_children), **dict.fromkeys(kwargs_spec.context))
     except TypeError as problem:
+        return str(problem)
+    return None
+
+
+def _check_call(index: ProgramIndex, request: _Request) -> None:
+    """The replacement's forward must take the arguments the program calls the module with."""
+    module = request.replacement
+    problem = call_misfit(module.forward, request.partition.signature.in_spec)
+    if problem is not None:
+        parameters = inspect.signature(module.forward)
         raise ReplacementError(
             f"the replacement for {request.call_name!r} ({_type_name(module)}) cannot take the "
             f"arguments the program calls it with: the program calls "

@@ -113,6 +113,21 @@ class Layout:
         first = self.next_stop(start)
         return first if first <= end else start
 
+    def common_depth(self, position: int) -> int:
+        """How many module calls the last op run before ``position`` and the node there share
+        (the frame a stepper at ``position`` is in). The last op, not the last node: the
+        weights a call reads run before its first op, and standing at that op is standing at
+        the call's entry."""
+        here = self.stacks[position]
+        k = bisect.bisect_left(self.stops, position) - 1
+        before = self.stacks[self.stops[k]] if k >= 0 else ()
+        depth = 0
+        for a, b in zip(before, here):
+            if a != b:
+                break
+            depth += 1
+        return depth
+
     def op_text(self, node: Node) -> str:
         """:func:`op_text` of ``node``, written once per stepper (a memory-light run writes
         one summary per node, every run)."""

@@ -33,7 +33,7 @@ Example:
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -55,6 +55,7 @@ from ._breakpoints import (
     run_watched,
 )
 from ._frames import Frame, Replacements
+from ._keep import Keeping
 from ._layout import Layout, next_text, op_text
 from ._summary import Summary, stepper_html
 
@@ -195,11 +196,13 @@ class Stepper:
     ``stack`` (the module calls around ``current``), ``env`` (values by node name),
     :meth:`summary`, ``done``, ``output``, ``error``.
 
-    Memory: by default every value stays in ``env``. With ``st.memory_light = True`` a value is
-    dropped as soon as no later node needs it, after its :class:`Summary` is taken; ``env``
-    then holds only the values later nodes still need, the parameters and buffers (``get_attr``
-    nodes: the module holds them anyway) and, at the end, the output, while :meth:`summary`
-    answers for every node that ran.
+    Memory (:attr:`keep`): by default ``env`` holds the values later nodes still need, those
+    of the last 128 nodes run, the parameters and buffers and, at the end, the output, so a
+    run costs what ``torch.fx.Interpreter.run`` costs at any size. ``env`` refuses an older
+    value with an :class:`UnknownNodeError` that says how to keep it; :meth:`summary` gives
+    its shape and dtype. ``st.keep = "all"`` keeps every value, ``st.keep = ["layers.3"]``
+    those named too; ``st.memory_light = True`` only what later nodes need, each value
+    summarized as it is dropped (:meth:`summary` then has statistics for every node).
 
     Errors: when a node raises, the stepper stops *at* that node (it has not run), keeps the
     error in ``st.error`` and raises it as a :class:`NodeError` naming the node and its module
@@ -255,7 +258,7 @@ class Stepper:
         self._total = len(self._layout.nodes)
         self._breakpoints = Breakpoints(self._layout, self._breakpoints_changed)
         self._plan = StopPlan()
-        self._light = False
+        self._keeping = Keeping(self._layout)
         self.reset()
 
     # -- state ------------------------------------------------------------------------------
@@ -364,21 +367,41 @@ class Stepper:
         return self._layout.stacks[self._pos]
 
     @property
+    def keep(self) -> str | tuple[str, ...]:
+        """Which values ``env`` keeps: ``"recent"`` (the default: those later nodes need and
+        those of the last 128 nodes run), ``"all"``, ``"needed"`` (memory-light: only those
+        later nodes need, each summarized as it goes), or the node and module names given,
+        whose values are kept on top of the recent ones.
+
+        It applies from now on: what it does not keep is dropped at once, what is dropped
+        stays so until ``reset()``. An entered call keeps its values the same way (names
+        given: its recent ones).
+
+        Example (a longer run: :mod:`graphsurgeon.step._keep`):
+            >>> import torch, graphsurgeon as gs
+            >>> x = torch.ones(1, 2)
+            >>> st = gs.Stepper(gs.export(torch.nn.Linear(2, 2), (x,)), x)
+            >>> st.keep = "all"; _ = st.continue_(); len(st.env) == st.total
+            True
+        """
+        return self._keeping.keep
+
+    @keep.setter
+    def keep(self, keep: str | Iterable[str]) -> None:
+        self._keeping.set(keep)
+        if self._frame is not None:
+            self._frame.stepper.keep = self._keeping.mode
+        for node in self._keeping.dropped_by(self._pos):  # what it no longer keeps goes now
+            self._retire(node)
+
+    @property
     def memory_light(self) -> bool:
-        """Whether values are dropped once no later node needs them (summaries are kept)."""
-        return self._light
+        """``keep == "needed"``; set False: ``keep = "recent"``."""
+        return self._keeping.keep == "needed"
 
     @memory_light.setter
     def memory_light(self, on: bool) -> None:
-        if self._frame is not None:
-            self._frame.stepper.memory_light = on
-        self._light = bool(on)
-        if self._light:  # drop what is already dead
-            last_use = self._layout.last_use
-            position = self._layout.position
-            for node in [n for n in self._env if last_use[position[n]] < self._pos]:
-                if node.op not in ("output", "get_attr"):
-                    self._retire(node)
+        self.keep = "needed" if on else "recent"
 
     def module_of(self, name: str) -> str:
         """The innermost module call node ``name`` belongs to ('' for the top level)."""
@@ -407,6 +430,9 @@ class Stepper:
         kept = self._summaries.get(node)
         if kept is not None:
             return kept
+        husk = self._keeping.husk(node) if self._layout.position[node] < self._pos else None
+        if husk is not None:  # it ran; its value was not kept, its shape and dtype are known
+            return husk
         raise UnknownNodeError(self._why_no_value(node))
 
     def where(self) -> str:
@@ -432,8 +458,11 @@ class Stepper:
     def __repr__(self) -> str:
         count = len(self._breakpoints)
         marks = f"; {count} breakpoint{'s' if count != 1 else ''}" if count else ""
-        light = "; memory-light" if self._light else ""
-        return f"<Stepper {self.where()}{marks}{light}>"
+        keep = self._keeping.keep
+        kept = (
+            "" if keep == "recent" else "; memory-light" if keep == "needed" else f"; keep={keep!r}"
+        )
+        return f"<Stepper {self.where()}{marks}{kept}>"
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
         """Where the stepper is, the module calls around it, and the values at hand: what the
@@ -486,7 +515,7 @@ class Stepper:
         self._check_not_done()
         layout, pos = self._layout, self._pos
         here = layout.stacks[pos]
-        common = self._common_depth()
+        common = self._layout.common_depth(self._pos)
         if len(here) > common:
             end = layout.span(here[common])[1] + 1
         else:
@@ -499,7 +528,7 @@ class Stepper:
         if self._frame is not None:
             return self._inside(lambda inner: inner.step_out())
         self._check_not_done()
-        common = self._common_depth()
+        common = self._layout.common_depth(self._pos)
         if common == 0:
             return self._advance(self._total, "step")
         call = self._layout.stacks[self._pos][common - 1]
@@ -700,9 +729,7 @@ class Stepper:
         position = self._layout.position[frame.node]
         self._env[frame.node] = frame.stepper.output
         self._pos = position + 1
-        if self._light:
-            for dead in self._layout.frees[position]:
-                self._retire(dead)
+        self._drop_after(position)
         if self._pos >= self._total:  # never: the output node comes last
             self._output = self._gm.graph.process_outputs(self._env[self._layout.nodes[-1]])
         return frame.node.name
@@ -724,7 +751,7 @@ class Stepper:
         # the module's buffers (BatchNorm statistics), shared, so what the call writes stays.
         runner = self._runner.inner(node, graph, inputs)
         child._setup(runner, inputs, own=False, depth=len(prefix) if fused else 0)
-        child._light = self._light
+        child._keeping.set(self._keeping.mode)
         for condition in self._plan.conditions:  # NaN/Inf and other conditions hold inside too
             child._breakpoints._add(condition)
         for breakpoint in self._plan.inner.get(call, ()):  # "call/node", set from outside
@@ -743,32 +770,8 @@ class Stepper:
         if self._pos >= self._total:
             raise AlreadyRanError("the program has finished", "to run it again")
 
-    def _common_depth(self) -> int:
-        """How many module calls the last op run and ``current`` share (the frame we are in).
-        The last op, not the last node: the weights a call reads run before its first op, and
-        standing at that op is standing at the call's entry."""
-        layout, pos = self._layout, self._pos
-        here = layout.stacks[pos]
-        k = bisect.bisect_left(layout.stops, pos) - 1
-        before = layout.stacks[layout.stops[k]] if k >= 0 else ()
-        depth = 0
-        for a, b in zip(before, here):
-            if a != b:
-                break
-            depth += 1
-        return depth
-
     def _why_no_value(self, node: Node) -> str:
-        position = self._layout.position[node]
-        if position >= self._pos:
-            return (
-                f"node {node.name!r} has not run yet (position {position}; the stepper is at "
-                f"{self._pos}); run_to({node.name!r}) then step() runs it"
-            )
-        return (
-            f"the value of {node.name!r} was dropped in memory-light mode (no later node needs "
-            f"it); summary({node.name!r}) still describes it"
-        )
+        return self._keeping.why_no_value(node, self._pos)
 
     def _summarize(self, node: Node, value: Any) -> Summary:
         stack = self._layout.stacks[self._layout.position[node]]
@@ -776,8 +779,14 @@ class Stepper:
 
     def _retire(self, node: Node) -> None:
         value = self._env.pop(node, _MISSING)
-        if value is not _MISSING:  # already gone if an interrupt cut a previous pass short
+        # already gone if an interrupt cut a previous pass short
+        if value is not _MISSING and self._keeping.summarizes:
             self._summaries[node] = self._summarize(node, value)
+
+    def _drop_after(self, position: int) -> None:
+        """Drop what is not kept once the node at ``position`` has run."""
+        for dead in self._keeping.drops[position] if self._keeping.drops is not None else ():
+            self._retire(dead)
 
     def _breakpoints_changed(self) -> None:
         self._plan = plan_stops(self._breakpoints, self._layout)
@@ -900,19 +909,19 @@ class Stepper:
         if fired is None:
             position = self._layout.position[node]
             self._env[node] = value
-            if self._light:
-                for dead in self._layout.frees[position]:
-                    self._retire(dead)
+            self._drop_after(position)
             self._pos = position + 1
         return fired
 
     def _run_plain(self, start: int, limit: int) -> None:
-        runner = self._runner
+        runner, keeping = self._runner, self._keeping
         try:
-            if self._light:
-                runner.run_span(start, limit, self._layout.frees, self._retire)
-            else:
+            if keeping.drops is None:
                 runner.run_span(start, limit)
+            elif keeping.summarizes:
+                runner.run_span(start, limit, keeping.drops, self._retire)
+            else:  # dropped as Interpreter.run drops them: the hot loop deletes them itself
+                runner.run_span(start, limit, keeping.drops)
         except BaseException as error:
             self._stopped_by_error(runner.failed_at, error)
 
@@ -922,7 +931,7 @@ class Stepper:
         env = self._env
         run_node = self._runner.run_node
         nodes = self._layout.nodes
-        frees = self._layout.frees if self._light else None
+        frees = self._keeping.drops
         conditions = self._plan.conditions
         for i in range(start, limit):
             node = nodes[i]

@@ -77,7 +77,7 @@ class Summary:
     std: float | None = None
     nan: int = 0
     inf: int = 0
-    text: str = ""
+    text: str = ""  # a tensor's: why its values were not looked at, when they were not
     measured: bool = True  # False: a tensor whose values were not looked at (meta, complex...)
 
     @property
@@ -133,7 +133,9 @@ class Summary:
                 f"min {_g(self.min)}  max {_g(self.max)}  mean {_g(self.mean)}  std {_g(self.std)}"
             )
         if not self.measured:
-            parts.append("no values" if self.device == "meta" else "values not measured")
+            parts.append(
+                self.text or ("no values" if self.device == "meta" else "values not measured")
+            )
         elif self.numel:
             parts.append(f"nan {self.nan}  inf {self.inf}")
         return "  ".join(parts)
@@ -150,7 +152,7 @@ class Summary:
         value = f"{self.dtype}{list(self.shape)} {self.device}"
         counts = f"{self.nan} / {self.inf}" if self.numel and self.measured else ""
         if not self.measured:
-            counts = "no values" if self.device == "meta" else "not measured"
+            counts = self.text or ("no values" if self.device == "meta" else "not measured")
         return [self.name, value, _g(self.min), _g(self.max), _g(self.mean), _g(self.std), counts]
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:

@@ -324,9 +324,12 @@ def search(session: SurgerySession) -> str:
 # -- replacing -------------------------------------------------------------------------------
 
 
-def candidates(session: SurgerySession) -> list[dict[str, str]]:
-    """The picker's options, as the page reads them."""
-    return [{"key": c.key, "label": c.label} for c in session.candidates()]
+def candidates(session: SurgerySession) -> list[dict[str, Any]]:
+    """The picker's options, as the page reads them: those that fit the selected call first
+    (``fits``: true, false, or null when not known), with why one does not (``why``)."""
+    return [
+        {"key": c.key, "label": c.label, "fits": c.fits, "why": c.why} for c in session.candidates()
+    ]
 
 
 def preview(session: SurgerySession) -> str:
@@ -355,6 +358,9 @@ def preview(session: SurgerySession) -> str:
         lines.append(f"The replacement is called as {_pre(text)}")
     if session.replacement_label:
         lines.append(f"Replacement: <b>{_name(session.replacement_label)}</b>")
+        misfit = session.picker.misfit()
+        if misfit is not None:
+            lines.append(f"{d.badge('does not fit the call', 'bad')} {d.escape(misfit)}")
     return "<br>".join(lines)
 
 

@@ -5,19 +5,25 @@ module or class of the user's namespace, or an expression evaluated there. It be
 selection it was chosen for (or to the region, while one is chosen): selecting another module
 clears it, so a second Swap never reuses the first's. Which classes are offered is the
 engine's rule (:mod:`graphsurgeon._replacements`: a library's building block is no
-replacement).
+replacement), and so is whether one fits the selected call: its forward takes the arguments
+the program passes (:func:`graphsurgeon.rewrite.call_misfit`, what a swap refuses by). Those
+that fit are offered first.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
 from .._replacements import is_library_class, required_arguments
 from ..errors import WidgetError
+from ..partition import program_index, split_call_name
+from ..rewrite import call_misfit
 
 __all__ = ["REGION", "Candidate", "Picker", "module_from"]
 
@@ -27,10 +33,14 @@ REGION = "<region>"
 
 @dataclass(frozen=True)
 class Candidate:
-    """A replacement the picker offers: ``key`` identifies it, ``label`` is what is shown."""
+    """A replacement the picker offers: ``key`` identifies it, ``label`` is what is shown;
+    ``fits``: whether its forward takes the arguments of the selected call (None: not known,
+    no module call selected or its signature not preserved), ``why`` why not."""
 
     key: str
     label: str
+    fits: bool | None = None
+    why: str = ""
 
 
 class _CopyMarker:
@@ -67,11 +77,14 @@ class Picker:
         the ``nn.Module`` instances of the user's namespace (not the model or one of its own
         submodules) and the classes that can be built (not the model's own classes, nor a
         library's): with no arguments, or from the original module
-        (``FusedAttention(original)``, made from ``s.original(name)``)."""
+        (``FusedAttention(original)``, made from ``s.original(name)``). Those whose forward
+        fits the selected call come first, in that order, then the others (:meth:`misfit`)."""
         found = [
             Candidate("copy", "a copy of the original"),
             Candidate("identity", "identity (nn.Identity)"),
         ]
+        # each one's forward as the swap will call it: bound (a class's: ``self`` left out)
+        forwards: dict[str, Any] = {"identity": torch.nn.Identity().forward}
         try:
             namespace = dict(self._namespace())
         except Exception:  # a namespace that cannot be read offers nothing, it is not an error
@@ -87,6 +100,7 @@ class Picker:
                 if isinstance(value, torch.fx.GraphModule) or id(value) in own:
                     continue  # a program, or the model (or part of it) being operated on
                 found.append(Candidate(f"ns:{key}", f"{key}: {type(value).__name__} (instance)"))
+                forwards[f"ns:{key}"] = value.forward
             elif (
                 isinstance(value, type)
                 and issubclass(value, torch.nn.Module)
@@ -98,7 +112,55 @@ class Picker:
                     found.append(Candidate(f"ns:{key}", f"{key}: class, built as {key}()"))
                 elif needed == 1:
                     found.append(Candidate(f"ns:{key}", f"{key}: class, built as {key}(original)"))
-        return found
+                forwards[f"ns:{key}"] = functools.partial(value.forward, None)
+        call = self._selected_call()
+        if call is None:
+            return found
+        judged = [replace(found[0], fits=True)]  # the original's own copy takes its call
+        for candidate in found[1:]:
+            why = self._misfit(forwards[candidate.key], call)
+            judged.append(replace(candidate, fits=why is None, why=why or ""))
+        return [c for c in judged if c.fits] + [c for c in judged if not c.fits]
+
+    def misfit(self, module: torch.nn.Module | None = None) -> str | None:
+        """Why ``module`` (default: the replacement chosen) cannot take the arguments of the
+        selected call, as the preview says it: ``forward(x): too many positional arguments;
+        the call passes 2: hidden_states, attention_mask``; None when it can (or when that is
+        not known: a copy of the original, no module call selected)."""
+        module = self.replacement_module if module is None else module
+        call = self._selected_call()
+        if module is None or call is None:
+            return None
+        return self._misfit(module.forward, call)
+
+    def _selected_call(self) -> str | None:
+        """The call a replacement chosen now is called as (the selected module's first), or
+        None: nothing selected, a region, or a call whose signature was not preserved."""
+        session = self.session
+        selected = session.selection.selected
+        if selected is None or session.regions.region:
+            return None
+        calls = session.calls_of(selected)
+        if not calls or session.partitions[calls[0]].signature is None:
+            return None
+        return calls[0]
+
+    def _misfit(self, forward: Any, call: str) -> str | None:
+        """:func:`call_misfit` of a bound ``forward`` against ``call``, said with the call's
+        argument names."""
+        in_spec = self.session.partitions[call].signature.in_spec
+        problem = call_misfit(forward, in_spec)
+        if problem is None:
+            return None
+        args_spec, kwargs_spec = in_spec.children()
+        index = program_index(self.session.surgery.program)
+        fqn = split_call_name(call)[0]
+        names = [*index.parameter_names(fqn, args_spec.num_children), *kwargs_spec.context]
+        count = len(names)
+        passes = f"{count} argument{'s' if count != 1 else ''}" + (
+            f": {', '.join(names)}" if names else ""
+        )
+        return f"forward{inspect.signature(forward)}: {problem}; the call passes {passes}"
 
     def refresh_candidates(self) -> None:
         """Read the namespace again (the picker got the focus: a class defined in a new cell

@@ -521,11 +521,18 @@ function render({ model, el }) {
     }
   }
   // the picker shows the kernel's choice for the selection, and nothing once it is cleared
-  // (another module selected): picker, preview and Swap button read the same state
+  // (another module selected): picker, preview and Swap button read the same state. What fits
+  // the selected call comes first, the rest apart, each saying why it does not fit (the
+  // kernel ranks them; fits is null where it cannot tell, and then there are no groups)
   function showCandidates() {
     const options = model.get("candidates") || [];
     const key = model.get("choice_key") || "";
-    const items = options.map((c) => h("option", { value: c.key, text: c.label }));
+    const option = (c) => h("option", c.why ? { value: c.key, text: c.label, title: c.why } : { value: c.key, text: c.label });
+    let items = options.map(option);
+    if (options.some((c) => c.fits === false)) {
+      const group = (label, fits) => h("optgroup", { label: label, "data-gs-fits": String(fits) }, options.filter((c) => (c.fits !== false) === fits).map(option));
+      items = [group("fits the call", true), group("other", false)];
+    }
     if (key && !options.some((c) => c.key === key)) {
       // an expression, or a module given in code: shown as chosen, not offered again
       items.push(h("option", { value: key, text: model.get("choice"), "data-gs-chosen": "" }));
