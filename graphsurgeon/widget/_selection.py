@@ -283,7 +283,9 @@ class Selection:
 
         clicks = []
         chain_of_node = self.session.viewer.chains_of_nodes()
-        for element_id in scene.picture.rows:  # the nodes, boxes and clusters: not the edges
+        picture = scene.picture
+        for element in (*picture.nodes, *picture.clusters):  # what a click can hit
+            element_id = element.id
             try:
                 name, node, elements = self._click_target(element_id, chain_of_node)
             except WidgetError:
@@ -291,14 +293,16 @@ class Selection:
             selected = self._ids_selected(name, node, elements)
             flow = scene.flow(selected)
             module = self._row_of(name)
-            clicks.append([
-                *indexes([element_id]),
-                indexes(selected),
-                indexes(flow["producers"]),
-                indexes(flow["consumers"]),
-                indexes(flow["edges"]),
-                modules.setdefault(module, len(modules)) if module else -1,
-            ])
+            clicks.append(
+                [
+                    ids.setdefault(element_id, len(ids)),
+                    indexes(selected),
+                    indexes(flow["producers"]),
+                    indexes(flow["consumers"]),
+                    indexes(flow["edges"]),
+                    modules.setdefault(module, len(modules)) if module else -1,
+                ]
+            )
         made = {"ids": list(ids), "modules": list(modules), "clicks": clicks}
         self._click_marks[scene] = made
         return made

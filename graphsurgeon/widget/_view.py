@@ -124,12 +124,12 @@ class Scene:
 
     def _adjacency(self) -> tuple[dict[str, list], dict[str, list]]:
         """(node -> [(edge, tail)] of the edges into it, node -> [(edge, head)] of those out
-        of it), read once from the picture's edge rows: the flow of every element of a large
+        of it), read once from the picture's edges: the flow of every element of a large
         picture (:meth:`Selection.click_marks`) then costs what its edges cost."""
         if self._edges is None:
             incoming: dict[str, list] = {}
             outgoing: dict[str, list] = {}
-            for edge in self.picture.edge_rows:
+            for edge in self.picture.edges:
                 outgoing.setdefault(edge.tail, []).append((edge.id, edge.head))
                 incoming.setdefault(edge.head, []).append((edge.id, edge.tail))
             self._edges = (incoming, outgoing)

@@ -1,7 +1,8 @@
 // SurgeryWidget front end: lays out the panels, shows what the kernel sends (SVG text and
 // HTML already escaped by graphsurgeon), and sends the user's clicks back. It decides nothing:
-// every click is an event for the Python session, whose answer comes back as traits. Its
-// buttons are the kernel's `actions` trait (SurgeryWidget's one ACTIONS table): name, label,
+// every click is an event for the Python session, whose answer comes back as traits (a click
+// is marked at once, before that answer, from what the kernel decided and shipped with the
+// picture: its `clicks` trait). Its buttons are the kernel's `actions` trait (SurgeryWidget's one ACTIONS table): name, label,
 // tooltip, panel, the traits that enable it, and its keyboard shortcut.
 // One self-contained module (anywidget loads it from a Blob URL): no imports, no network.
 
