@@ -5,7 +5,9 @@ and the marks of the picture: the selection, its producers and consumers, the se
 matches, the culprits, the region and what is similar to it. A click, a name typed or sent by
 the page, and a search all select through :meth:`Selection.select`, the one place the
 selection changes; the panels read what the selection is (its node, its module, how it is
-called, where it comes from) here.
+called, where it comes from) here. What a click on each element of the picture would mark
+(:meth:`Selection.click_marks`) is read from the same rule, and shipped with the picture: the
+page marks a click at once, and the kernel's marks confirm it.
 """
 
 from __future__ import annotations
