@@ -158,10 +158,10 @@ def measure(page, name: str) -> dict:
                 f"return !!root.querySelector('[id=\"cluster:{layer}\"]');",
             )
         )
-        if repeat == 0:  # select: ten different boxes or nodes of the open layer
+        if repeat == 0:  # select: ten different boxes or nodes after the open layer
             ids = page.evaluate(
                 f"() => [...document.querySelectorAll('.gs-widget [id=\"cluster:{layer}\"] ~ g.node')]"
-                ".map(g => g.id).slice(0, 10)"
+                ".map(g => g.id).filter(i => /^(node|module):/.test(i)).slice(0, 10)"
             )
             for element in ids:
                 selects.append(
