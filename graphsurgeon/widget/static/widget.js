@@ -2,8 +2,9 @@
 // HTML already escaped by graphsurgeon), and sends the user's clicks back. It decides nothing:
 // every click is an event for the Python session, whose answer comes back as traits (a click
 // is marked at once, before that answer, from what the kernel decided and shipped with the
-// picture: its `clicks` trait). Its buttons are the kernel's `actions` trait (SurgeryWidget's one ACTIONS table): name, label,
-// tooltip, panel, the traits that enable it, and its keyboard shortcut.
+// picture: its `clicks` trait). Its buttons are the kernel's `actions` trait (SurgeryWidget's
+// one ACTIONS table): name, label, tooltip, panel, the traits that enable it, and its keyboard
+// shortcut.
 // One self-contained module (anywidget loads it from a Blob URL): no imports, no network.
 
 function h(tag, attrs = {}, children = []) {
@@ -353,7 +354,8 @@ function render({ model, el }) {
     return names.get(module) || null;
   }
   // the marks: the kernel's (its `marks` trait), or a click's marked at once in the page
-  // (`reveal` false: the tree is not scrolled, which would measure the page in the click)
+  // (`revealRow` false: the tree is not unfolded nor scrolled, which would measure the page in
+  // the click)
   function mark(marks = model.get("marks") || {}, revealRow = true) {
     for (const [node, cls] of marked) node.classList.remove(cls);
     marked = [];
