@@ -170,6 +170,77 @@ def test_a_click_on_a_node_selects_the_node_and_its_module(gpt):
     assert widget.selected == "layers.0.attn" and widget.selected_node is None
 
 
+def shipped_click(widget, element_id):
+    """What the page marks at once for a click on ``element_id``, read from the ``clicks``
+    trait as static/widget.js reads it; None when the element is not in it."""
+    shipped = widget.clicks
+    for row in shipped["clicks"]:
+        if shipped["ids"][row[0]] == element_id:
+            names = [[shipped["ids"][i] for i in part] for part in row[1:5]]
+            module = shipped["modules"][row[5]] if row[5] >= 0 else ""
+            return dict(zip(("selected", "producers", "consumers", "edges"), names), module=module)
+    return None
+
+
+def assert_the_page_marks_every_click_as_the_kernel_does(widget):
+    """Every node, box and cluster of the picture shown: a click on it marks, in the page at
+    once, what the kernel's answer to that click marks; one the kernel refuses is not shipped."""
+    root = ET.fromstring(widget.svg)
+    clickable = [  # what the page's click handler takes: g.node, g.cluster
+        e.get("id")
+        for e in root.iter()
+        if {"node", "cluster"} & set((e.get("class") or "").split()) and e.get("id")
+    ]
+    assert clickable, "precondition: the picture has elements"
+    shipped_count = 0
+    for element_id in clickable:
+        expected = shipped_click(widget, element_id)
+        widget.select(None)
+        page_event(widget, event="click", id=element_id)
+        if widget.error:
+            assert expected is None, (element_id, widget.error)
+            continue
+        shipped_count += 1
+        marks = widget.marks
+        kernel = {k: marks[k] for k in ("selected", "producers", "consumers", "edges", "module")}
+        assert expected == kernel, element_id
+    assert shipped_count == len(widget.clicks["clicks"]), "only what the picture shows"
+
+
+def test_the_page_marks_a_click_at_once_as_the_kernel_marks_it(gpt):
+    widget, _, _ = gpt
+    assert_the_page_marks_every_click_as_the_kernel_does(widget)  # the default view
+    widget.expand_all(force=True)
+    assert any(i.startswith("node:") for i in svg_ids(widget.svg)), "precondition: ops drawn"
+    assert_the_page_marks_every_click_as_the_kernel_does(widget)
+    assert sent(widget, "clicks"), "shipped with the picture"
+
+
+def test_the_page_marks_a_click_as_the_kernel_does_around_a_swap_and_a_fused_region(gpt):
+    widget, model, _ = gpt
+    widget.swap(GeluTanhMLP(model.layers[1].mlp), name="layers.1.mlp")
+    widget.region(["matmul", "div"]).fuse_region()
+    assert widget.error == {} and widget.surgery.fused, "precondition: a fused region"
+    assert "node:swapped_layers_1_mlp" in svg_ids(widget.svg), "precondition: the swapped call"
+    assert_the_page_marks_every_click_as_the_kernel_does(widget)
+    widget.expand_all(force=True)  # the fused region's ops, drawn
+    for view in ("program", "merged", "split"):
+        widget.show(view)
+        assert_the_page_marks_every_click_as_the_kernel_does(widget)
+
+
+def test_what_the_page_marks_for_clicks_is_small():
+    from graphsurgeon.examples import TinyGPT
+
+    model = TinyGPT(32).eval()
+    tokens = model.example_input()
+    preserve = [f"layers.{i}" for i in range(32)] + [f"layers.{i}.attn" for i in range(32)]
+    widget = gs.SurgeryWidget(gs.export(model, (tokens,), preserve=preserve), args=(tokens,))
+    widget.expand_all(force=True)
+    # ids once each, indexes after: a tenth of the picture's own text
+    assert len(json.dumps(widget.clicks)) < len(widget.svg) / 10
+
+
 def test_selecting_from_the_tree_or_the_trait_is_the_same_as_a_click(gpt):
     widget, _, _ = gpt
     page_event(widget, event="select", value="layers.0.mlp")

@@ -239,6 +239,67 @@ def test_a_click_in_the_graph_selects_the_module_in_the_kernel(page):
     screenshot(page, f"widget-{page.app}-selected.png")
 
 
+def test_a_click_is_marked_in_the_click_itself_and_the_kernel_agrees(page):
+    # the click dispatched and the classes read in one evaluate: no kernel answer can have
+    # reached the page in between, so what is marked is the page's own doing
+    clicked = page.evaluate(
+        f"""() => {{
+            const root = {nth(TINY)};
+            const el = [...root.querySelectorAll('.gs-viewport g.node')]
+                .find(g => g.id.startsWith('module:') && !g.classList.contains('gs-selected'));
+            const box = el.getBoundingClientRect();
+            el.dispatchEvent(new MouseEvent('click', {{bubbles: true, clientX: box.left + 4,
+                clientY: box.top + 4, detail: 1}}));
+            const ids = (cls) => [...root.querySelectorAll('.gs-viewport .' + cls)].map(e => e.id).sort();
+            return {{id: el.id, selected: ids('gs-selected'), producers: ids('gs-producer'),
+                consumers: ids('gs-consumer'), edges: ids('gs-flow')}};
+        }}"""
+    )
+    assert clicked["selected"] == [clicked["id"]], clicked
+    assert clicked["producers"] and clicked["consumers"] and clicked["edges"], clicked
+    # the kernel's answer (in the page before the kernel runs the next cell's code) agrees
+    assert in_kernel(page, "w.error") == {}
+    marks = in_kernel(page, "w.marks")
+    for kind in ("selected", "producers", "consumers", "edges"):
+        assert clicked[kind] == sorted(marks[kind]), kind
+    shown = page.evaluate(
+        f"""() => ['gs-selected', 'gs-producer', 'gs-consumer', 'gs-flow'].map(cls =>
+            [...{nth(TINY)}.querySelectorAll('.gs-viewport .' + cls)].map(e => e.id).sort())"""
+    )
+    assert shown == [clicked[k] for k in ("selected", "producers", "consumers", "edges")]
+
+
+def test_hover_and_typing_a_search_are_marked_in_the_page_at_once(page):
+    hover = page.evaluate(
+        f"""() => {{
+            const root = {nth(TINY)}, viewport = root.querySelector('.gs-viewport');
+            const el = root.querySelector('.gs-viewport g.node.gs-selected');
+            el.dispatchEvent(new MouseEvent('mouseover', {{bubbles: true}}));
+            const ids = (cls) => [...root.querySelectorAll('.gs-viewport .' + cls)].map(e => e.id).sort();
+            const over = [ids('gs-hover-producer'), ids('gs-hover-consumer')];
+            viewport.dispatchEvent(new MouseEvent('mouseleave'));
+            return [over, ids('gs-hover-producer').length + ids('gs-hover-consumer').length];
+        }}"""
+    )
+    marks = in_kernel(page, "w.marks")
+    assert hover[0] == [sorted(marks["producers"]), sorted(marks["consumers"])]
+    assert hover[1] == 0, "the pointer gone, the hover marks go"
+    typed = page.evaluate(
+        f"""() => {{
+            const root = {nth(TINY)}, box = root.querySelector('.gs-search');
+            const typed = () => [...root.querySelectorAll('.gs-viewport .gs-match-typed')].map(e => e.id);
+            box.value = 'attn';
+            box.dispatchEvent(new Event('input', {{bubbles: true}}));
+            const found = typed();
+            box.value = '';
+            box.dispatchEvent(new Event('input', {{bubbles: true}}));
+            return [found, typed()];
+        }}"""
+    )
+    assert typed[0] and all("attn" in i for i in typed[0]), typed
+    assert typed[1] == [], "the text cleared, its marks go"
+
+
 def test_the_picker_swaps_it_and_the_after_picture_shows_the_replacement(page):
     widget = page.locator(".gs-widget").first
     widget.locator(".gs-search").fill("layers.1.attn")  # selected by the search box this time

@@ -621,6 +621,7 @@ def page(session: SurgerySession, parts: set[str]) -> dict[str, Any]:
             legend=legend(session),
             can_diff=session.can_diff,
             overlay=session.overlay,
+            clicks=session.selection.click_marks(),
         )
     if "marks" in parts:
         values["marks"] = session.marks

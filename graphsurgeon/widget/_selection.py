@@ -5,12 +5,15 @@ and the marks of the picture: the selection, its producers and consumers, the se
 matches, the culprits, the region and what is similar to it. A click, a name typed or sent by
 the page, and a search all select through :meth:`Selection.select`, the one place the
 selection changes; the panels read what the selection is (its node, its module, how it is
-called, where it comes from) here.
+called, where it comes from) here. What a click on each element of the picture would mark
+(:meth:`Selection.click_marks`) is read from the same rule, and shipped with the picture: the
+page marks a click at once, and the kernel's marks confirm it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import weakref
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -39,6 +42,10 @@ class Selection:
         self.marks: dict[str, Any] = {}
         self.scroll = 0
         self._elements: list[str] = []  # the elements a click selected
+        # each picture's click_marks, kept with its Scene (the view keeps the scenes)
+        self._click_marks: weakref.WeakKeyDictionary[Any, dict[str, Any]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def target(self, name: str | None, verb: str) -> str:
         """The module an action works on: ``name``, else the selection."""
@@ -52,6 +59,14 @@ class Selection:
     def click(self, element_id: str) -> None:
         """Select what a click in the picture hit: a cluster or box selects its module call,
         a node selects that node (and the call it belongs to)."""
+        self._selection_is(*self._click_target(element_id))
+
+    def _click_target(
+        self, element_id: str, chain_of_node: Callable[[str], tuple[str, ...]] | None = None
+    ) -> tuple[str | None, str | None, list[str]]:
+        """What a click on ``element_id`` selects: (call or module, fx node, the elements
+        clicked), as :meth:`_selection_is` takes them (``chain_of_node``: the view's, read
+        once for many clicks)."""
         picture = self.session.viewer.scene.picture
         if element_id not in picture:
             raise WidgetError(f"the picture has no element {element_id!r}")
@@ -59,13 +74,14 @@ class Selection:
         call = getattr(element, "call", None)
         calls = getattr(element, "calls", ())
         if call:
-            self._selection_is(call, None, [element_id])
-        elif calls:
-            self._selection_is(calls[0], None, [element_id])
-        elif getattr(element, "node", None):
-            self._select_node(element.node, element_id)
-        else:
-            raise WidgetError(f"{element_id!r} is not a module or a node")
+            return call, None, [element_id]
+        if calls:
+            return calls[0], None, [element_id]
+        node = getattr(element, "node", None)
+        if node:
+            chain = (chain_of_node or self.session.viewer.chain_of_node)(node)
+            return chain[-1] if chain else None, node, [element_id]
+        raise WidgetError(f"{element_id!r} is not a module or a node")
 
     def click_inside(self, element_id: str) -> None:
         """Select a node of the swapped call's picture the stepper is inside: it is then
@@ -102,7 +118,7 @@ class Selection:
                 name = program_index(session.surgery.program).resolve(name).name
             self._selection_is(name, None, [])
         elif name in self._node_names():
-            self._select_node(name, None)
+            self._select_node(name)
         elif name in session.viewer.call_nodes():  # a region made one call: drawn as one node
             self._selection_is(name, None, self.call_elements(name))
         elif session.viewer.inner_call(name) is not None:
@@ -111,9 +127,9 @@ class Selection:
             choices = dict.fromkeys([*tree.keys(), *session.partitions])
             raise UnknownNameError(unknown_name(name, choices, kind="module or node"))
 
-    def _select_node(self, node: str, element: str | None) -> None:
+    def _select_node(self, node: str) -> None:
         chain = self.session.viewer.chain_of_node(node)
-        self._selection_is(chain[-1] if chain else None, node, [element] if element else [])
+        self._selection_is(chain[-1] if chain else None, node, [])
 
     def _selection_is(self, name: str | None, node: str | None, elements: list[str]) -> None:
         """The one place the selection changes: a replacement chosen for another module is
@@ -201,26 +217,8 @@ class Selection:
         search's matches, the culprits, the region and what is similar to it."""
         session = self.session
         scene = session.viewer.scene
-        if self.selected_node is not None:
-            node = self.selected_node
-            call = session.viewer.inner_call(node)
-            if call is not None and node not in self._node_names():
-                ids = self.ids_of(call)  # inside a call: the call
-            else:
-                element = scene.node_element(node)
-                ids = [element.id] if element is not None else []
-        elif self.selected is not None:
-            ids = [e for e in self._elements if e in scene.picture]
-            ids = (
-                ids
-                or self._calls_drawn(self._covered(self.selected))
-                or self.call_elements(self.selected)
-            )
-        else:
-            ids = []
-        # "module": the tree row to mark, as its data-gs-module attribute carries the name
+        ids = self._ids_selected(self.selected, self.selected_node, self._elements)
         split = _meta.split_call_name
-        module = display.id_text(split(self.selected)[0]) if self.selected is not None else ""
         matches = session.searcher.matches
         culprits = session.bisection.culprits if session.bisection is not None else ()
         culprit_ids = [e for c in culprits for e in (self.ids_of(c) or self.call_elements(c))]
@@ -229,7 +227,7 @@ class Selection:
         self.marks = {
             "selected": ids,
             **scene.flow(ids),
-            "module": module,
+            "module": self._row_of(self.selected),
             "matches": list(dict.fromkeys(e for m in matches for e in self.ids_of(m.name))),
             "culprits": list(dict.fromkeys(culprit_ids)),
             "culprit_modules": [display.id_text(split(c)[0]) for c in culprits],
@@ -243,6 +241,73 @@ class Selection:
             ),
         }
         session.touch("marks")
+
+    @staticmethod
+    def _row_of(name: str | None) -> str:
+        """The tree row marked for selection ``name``, as its ``data-gs-module`` attribute
+        carries the module (``""``: none)."""
+        return display.id_text(_meta.split_call_name(name)[0]) if name is not None else ""
+
+    def _ids_selected(self, name: str | None, node: str | None, elements: list[str]) -> list[str]:
+        """The ids marked as the selection (:meth:`_selection_is`'s arguments): the node's
+        element (inside a swapped call: the call), else the elements clicked, else what draws
+        the module or call (the box it is collapsed in)."""
+        scene = self.session.viewer.scene
+        if node is not None:
+            call = self.session.viewer.inner_call(node)
+            if call is not None and node not in self._node_names():
+                return self.ids_of(call)  # inside a call: the call
+            element = scene.node_element(node)
+            return [element.id] if element is not None else []
+        if name is None:
+            return []
+        ids = [e for e in elements if e in scene.picture]
+        return ids or self._calls_drawn(self._covered(name)) or self.call_elements(name)
+
+    def click_marks(self) -> dict[str, Any]:
+        """What a click on each element of the picture shown marks, as :meth:`click` and
+        :meth:`mark` would: the page marks a click with it at once, before the kernel answers.
+
+        ``{"ids": [...], "modules": [...], "clicks": [[element, selected, producers,
+        consumers, edges, module], ...]}``: every element and list of elements as an index in
+        ``ids``, the tree row as an index in ``modules`` (its ``data-gs-module``; -1: none).
+        Made once per picture (kept with it).
+        """
+        scene = self.session.viewer.scene
+        made = self._click_marks.get(scene)
+        if made is not None:
+            return made
+        ids: dict[str, int] = {}
+        modules: dict[str, int] = {}
+
+        def indexes(elements: Iterable[str]) -> list[int]:
+            return [ids.setdefault(e, len(ids)) for e in elements]
+
+        clicks = []
+        chain_of_node = self.session.viewer.chains_of_nodes()
+        picture = scene.picture
+        for element in (*picture.nodes, *picture.clusters):  # what a click can hit
+            element_id = element.id
+            try:
+                name, node, elements = self._click_target(element_id, chain_of_node)
+            except WidgetError:
+                continue  # a side of a split diff: not a module or a node
+            selected = self._ids_selected(name, node, elements)
+            flow = scene.flow(selected)
+            module = self._row_of(name)
+            clicks.append(
+                [
+                    ids.setdefault(element_id, len(ids)),
+                    indexes(selected),
+                    indexes(flow["producers"]),
+                    indexes(flow["consumers"]),
+                    indexes(flow["edges"]),
+                    modules.setdefault(module, len(modules)) if module else -1,
+                ]
+            )
+        made = {"ids": list(ids), "modules": list(modules), "clicks": clicks}
+        self._click_marks[scene] = made
+        return made
 
     def _covered(self, name: str) -> list[str]:
         """The calls module, call or container ``name`` covers ([]: a name of no module)."""

@@ -12,7 +12,7 @@ Picture's lookups (:class:`Scene`). It lays pictures out with
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,6 +68,7 @@ class Scene:
         self.svg = svg
         self.prefix = prefix
         self.module = module  # keeps id(module), part of the cache key, from being reused
+        self._edges: tuple[dict, dict] | None = None  # see _adjacency
 
     @classmethod
     def laid_out(cls, view: GraphView, prefix: str, module: Any) -> Scene:
@@ -101,24 +102,38 @@ class Scene:
     def flow(self, selected: list[str]) -> dict[str, list[str]]:
         """The selection's producers and consumers, and the edges between them and it."""
         picture = self.picture
+        incoming, outgoing = self._adjacency()
         nodes: set[str] = set()
         for element_id in selected:
             nodes.update(picture.inside(element_id) or (element_id,))
         producers, consumers, edges = set(), set(), set()
         for node in nodes:
-            for edge in picture.edges_in(node):
-                if edge.tail not in nodes:
-                    producers.add(edge.tail)
-                    edges.add(edge.id)
-            for edge in picture.edges_out(node):
-                if edge.head not in nodes:
-                    consumers.add(edge.head)
-                    edges.add(edge.id)
+            for edge, tail in incoming.get(node, ()):
+                if tail not in nodes:
+                    producers.add(tail)
+                    edges.add(edge)
+            for edge, head in outgoing.get(node, ()):
+                if head not in nodes:
+                    consumers.add(head)
+                    edges.add(edge)
         return {
             "producers": sorted(producers),
             "consumers": sorted(consumers),
             "edges": sorted(edges),
         }
+
+    def _adjacency(self) -> tuple[dict[str, list], dict[str, list]]:
+        """(node -> [(edge, tail)] of the edges into it, node -> [(edge, head)] of those out
+        of it), read once from the picture's edges: the flow of every element of a large
+        picture (:meth:`Selection.click_marks`) then costs what its edges cost."""
+        if self._edges is None:
+            incoming: dict[str, list] = {}
+            outgoing: dict[str, list] = {}
+            for edge in self.picture.edges:
+                outgoing.setdefault(edge.tail, []).append((edge.id, edge.head))
+                incoming.setdefault(edge.head, []).append((edge.id, edge.tail))
+            self._edges = (incoming, outgoing)
+        return self._edges
 
 
 class View:
@@ -194,10 +209,13 @@ class View:
     def chain_of_node(self, node: str) -> tuple[str, ...]:
         """The calls around fx node ``node``, outermost first: in the program drawn, else (a
         node a swap removed) in the original program."""
-        chains = call_index(self.drawn_program()).chains
-        if node in chains:
-            return chains[node]
-        return call_index(self.session.surgery.program).chains.get(node, ())
+        return self.chains_of_nodes()(node)
+
+    def chains_of_nodes(self) -> Callable[[str], tuple[str, ...]]:
+        """:meth:`chain_of_node` for many nodes: the call indexes read once."""
+        drawn = call_index(self.drawn_program()).chains
+        original = call_index(self.session.surgery.program).chains
+        return lambda node: drawn[node] if node in drawn else original.get(node, ())
 
     def ancestors(self, call: str) -> list[str]:
         """The calls around ``call``, outermost first (from the program's one call index)."""

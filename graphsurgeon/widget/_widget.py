@@ -288,6 +288,8 @@ class SurgeryWidget(anywidget.AnyWidget):
     caption = t.Unicode("").tag(sync=True)
     can_diff = t.Bool(False).tag(sync=True)
     marks = t.Dict().tag(sync=True)  # {"selected": ids, "producers", "consumers", "edges"}
+    # what a click on each element marks (Selection.click_marks): the page marks it at once
+    clicks = t.Dict().tag(sync=True)
     selected = t.Unicode(None, allow_none=True).tag(sync=True)
     selected_node = t.Unicode(None, allow_none=True).tag(sync=True)
     legend = t.Unicode("").tag(sync=True)  # the overlay's colours and what they mean

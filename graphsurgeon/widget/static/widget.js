@@ -1,8 +1,10 @@
 // SurgeryWidget front end: lays out the panels, shows what the kernel sends (SVG text and
 // HTML already escaped by graphsurgeon), and sends the user's clicks back. It decides nothing:
-// every click is an event for the Python session, whose answer comes back as traits. Its
-// buttons are the kernel's `actions` trait (SurgeryWidget's one ACTIONS table): name, label,
-// tooltip, panel, the traits that enable it, and its keyboard shortcut.
+// every click is an event for the Python session, whose answer comes back as traits (a click
+// is marked at once, before that answer, from what the kernel decided and shipped with the
+// picture: its `clicks` trait). Its buttons are the kernel's `actions` trait (SurgeryWidget's
+// one ACTIONS table): name, label, tooltip, panel, the traits that enable it, and its keyboard
+// shortcut.
 // One self-contained module (anywidget loads it from a Blob URL): no imports, no network.
 
 function h(tag, attrs = {}, children = []) {
@@ -290,7 +292,21 @@ function render({ model, el }) {
       if (asked.has("current")) reveal(find(model.get("current")), false);
     });
   }
-  const find = (id, view = viewport) => (id ? view.querySelector(`[id="${CSS.escape(id)}"]`) : null);
+  // Lookups by id, scoped to this view (the same widget shown twice has the same ids twice): a
+  // Map per picture, made on its first lookup and kept with its <svg> element (a picture put
+  // back keeps its map), never a query of the page per mark.
+  const idMaps = new WeakMap();
+  function find(id, view = viewport) {
+    const svg = id ? view.querySelector("svg") : null;
+    if (!svg) return null;
+    let ids = idMaps.get(svg);
+    if (!ids) {
+      ids = new Map();
+      for (const element of view.querySelectorAll("[id]")) if (!ids.has(element.id)) ids.set(element.id, element);
+      idMaps.set(svg, ids);
+    }
+    return ids.get(id) || null;
+  }
 
   viewport.addEventListener("wheel", (event) => {
     if (!(event.ctrlKey || event.metaKey)) return;
@@ -358,12 +374,40 @@ function render({ model, el }) {
   // a click counts only if the pointer did not move (a drag pans); the widget then has the
   // focus, so its shortcuts work
   const target = (event) => event.target.closest("g.node, g.cluster");
+  // a click is marked at once, from what the kernel shipped with the picture (`clicks`), then
+  // sent: the kernel's `marks` confirm it (and correct it, should they differ)
   viewport.addEventListener("click", (event) => {
     root.focus({ preventScroll: true });
     if (moved) return;
     const hit = target(event);
-    if (hit && hit.id) send({ event: event.shiftKey ? "region" : "click", id: hit.id });
+    if (!hit || !hit.id) return;
+    if (!event.shiftKey) {
+      const marks = clickMarks(hit.id);
+      if (marks) mark({ ...(model.get("marks") || {}), ...marks }, false);
+    }
+    send({ event: event.shiftKey ? "region" : "click", id: hit.id });
   });
+  // hover: what feeds the element under the pointer and what reads it, lightly marked
+  let hovered = [], hoveredId = null;
+  const unhover = () => { for (const [node, cls] of hovered) node.classList.remove(cls); hovered = []; hoveredId = null; };
+  viewport.addEventListener("mouseover", (event) => {
+    const hit = target(event);
+    const id = hit && hit.id ? hit.id : null;
+    if (id === hoveredId) return;
+    unhover();
+    const marks = id && !drag ? clickMarks(id) : null;
+    if (!marks) return;
+    hoveredId = id;
+    const add = (ids, cls) => {
+      for (const other of ids) {
+        const node = find(other);
+        if (node) { node.classList.add(cls); hovered.push([node, cls]); }
+      }
+    };
+    add(marks.producers, "gs-hover-producer");
+    add(marks.consumers, "gs-hover-consumer");
+  });
+  viewport.addEventListener("mouseleave", unhover);
   viewport.addEventListener("dblclick", (event) => {
     const hit = target(event);
     if (hit && hit.id) { event.preventDefault(); send({ event: "toggle", id: hit.id }); }
@@ -385,10 +429,43 @@ function render({ model, el }) {
     markQueued = true;
     queueMicrotask(() => { markQueued = false; mark(); });
   }
-  function mark() {
+  // What a click on element `id` marks (the kernel's Selection.click_marks, shipped with the
+  // picture as `clicks`): {selected, producers, consumers, edges, module}, or null.
+  let clickRows = null, clickRowsOf = null;
+  function clickMarks(id) {
+    const shipped = model.get("clicks");
+    if (!shipped || !shipped.clicks) return null;
+    if (clickRowsOf !== shipped) {
+      clickRows = new Map(shipped.clicks.map((row) => [shipped.ids[row[0]], row]));
+      clickRowsOf = shipped;
+    }
+    const row = clickRows.get(id);
+    if (!row) return null;
+    const ids = (list) => list.map((i) => shipped.ids[i]);
+    return {
+      selected: ids(row[1]), producers: ids(row[2]), consumers: ids(row[3]), edges: ids(row[4]),
+      module: row[5] >= 0 ? shipped.modules[row[5]] : "",
+    };
+  }
+  // the tree's rows by module (the name element carrying data-gs-module), a Map per tree shown
+  const rowMaps = new WeakMap();
+  function treeName(module) {
+    const first = tree.firstElementChild;
+    if (!first || !module) return null;
+    let names = rowMaps.get(first);
+    if (!names) {
+      names = new Map();
+      for (const name of tree.querySelectorAll("[data-gs-module]")) if (!names.has(name.dataset.gsModule)) names.set(name.dataset.gsModule, name);
+      rowMaps.set(first, names);
+    }
+    return names.get(module) || null;
+  }
+  // the marks: the kernel's (its `marks` trait), or a click's marked at once in the page
+  // (`revealRow` false: the tree is not unfolded nor scrolled, which would measure the page in
+  // the click)
+  function mark(marks = model.get("marks") || {}, revealRow = true) {
     for (const [node, cls] of marked) node.classList.remove(cls);
     marked = [];
-    const marks = model.get("marks") || {};
     const add = (ids, cls, view = viewport) => {
       for (const id of ids || []) {
         const node = find(id, view);
@@ -409,7 +486,7 @@ function render({ model, el }) {
     // the tree: the selection's row, the matches' and the culprits' rows
     const rows = (names, cls) => {
       for (const module of names || []) {
-        const name = tree.querySelector(`[data-gs-module="${CSS.escape(module)}"]`);
+        const name = treeName(module);
         if (!name) continue;
         const row = name.parentElement;
         row.classList.add(cls); marked.push([row, cls]);
@@ -419,11 +496,11 @@ function render({ model, el }) {
     rows(marks.culprit_modules, "gs-row-culprit");
     // the kernel names the row as its data-gs-module carries the module (escaped as ids are)
     const module = marks.module;
-    if (module) {
-      const name = tree.querySelector(`[data-gs-module="${CSS.escape(module)}"]`);
-      if (name) {
-        const row = name.parentElement;
-        row.classList.add("gs-row-selected"); marked.push([row, "gs-row-selected"]);
+    const name = treeName(module);
+    if (name) {
+      const row = name.parentElement;
+      row.classList.add("gs-row-selected"); marked.push([row, "gs-row-selected"]);
+      if (revealRow) {
         // unfold the rows around it, so the selection is visible in the tree too
         for (let p = row.parentElement; p && p !== tree; p = p.parentElement) if (p.tagName === "DETAILS" && p.firstElementChild !== row) p.open = true;
         const box = row.getBoundingClientRect(), view = tree.getBoundingClientRect();
@@ -610,6 +687,8 @@ function render({ model, el }) {
   const stateTraits = new Set(["view", "can_diff", "caption", "legend", "overlay", "busy", "break_on_nan", "selected", "selected_node"]);
   for (const a of actions) for (const trait of a.enabled_by) stateTraits.add(trait);
   for (const trait of stateTraits) model.on(`change:${trait}`, showState);
+  // a click refused by the kernel: its marks, not the click's, are shown again
+  model.on("change:error", markSoon);
   showState();
   model.on("change:scroll", () => revealSoon("selection"));
   model.on("change:scroll_current", () => revealSoon("current"));
@@ -675,6 +754,33 @@ function render({ model, el }) {
     press(key);
   });
   filter.addEventListener("input", applyFilter);
+  // Search as you type: the elements whose name or text holds the text typed are marked at
+  // once (gs-match-typed), from the picture shown; Enter asks the kernel, whose search (names,
+  // types, ops, initials, regex) selects, lists and marks the matches, and the page's go.
+  let typed = [];
+  const typedTexts = new WeakMap(); // <svg> -> [[element, its name and text, lower case]]
+  function markTyped() {
+    for (const node of typed) node.classList.remove("gs-match-typed");
+    typed = [];
+    const text = search.value.trim().toLowerCase();
+    const svg = viewport.querySelector("svg");
+    const shipped = model.get("clicks");
+    if (!text || !svg || !shipped || !shipped.clicks) return;
+    if (text === (model.get("search_text") || "").toLowerCase()) return; // the kernel's own
+    let items = typedTexts.get(svg);
+    if (!items) {
+      items = [];
+      for (const row of shipped.clicks) {
+        const id = shipped.ids[row[0]], node = find(id);
+        if (node) items.push([node, (id.slice(id.indexOf(":") + 1) + "\n" + node.textContent).toLowerCase()]);
+      }
+      typedTexts.set(svg, items);
+    }
+    for (const [node, words] of items) if (words.includes(text)) { node.classList.add("gs-match-typed"); typed.push(node); }
+  }
+  search.addEventListener("input", markTyped);
+  model.on("change:svg", markTyped);
+  model.on("change:search_text", markTyped);
   typeFilter.addEventListener("change", applyFilter);
   // Enter searches (the same text again: what F3 does, the next match; Shift: the previous),
   // Esc does what Esc does in the widget (closes the search)
@@ -688,6 +794,7 @@ function render({ model, el }) {
     } else if (event.key === "Escape") {
       event.preventDefault();
       search.value = "";
+      markTyped();
       press("Escape");
       root.focus({ preventScroll: true });
     }
