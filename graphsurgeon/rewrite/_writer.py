@@ -286,7 +286,85 @@ class _GraphWriter:
 
     def module(self, class_name: str, parts: PartCache | None = None) -> GraphModule:
         self.graph.set_codegen(FastCodeGen(parts))
-        return _ProgramModule(self.attrs, self.graph, class_name=class_name)
+        # fx's GraphModule(attrs, graph) installs each attribute through nn.Module's checked
+        # setattr: a fifth of a swap's time at 16,000 nodes. The same tree, written directly.
+        empty = torch.fx.Graph()
+        empty.output(None)
+        module = _ProgramModule({}, empty, class_name=class_name)
+        _install(module, self.attrs, self.graph)
+        module.graph = self.graph  # compiles the forward
+        return module
+
+
+def _install(root: torch.nn.Module, attrs: dict[str, Any], graph: torch.fx.Graph) -> None:
+    """What ``GraphModule(attrs, graph)`` installs: each attribute the graph reads or calls, at
+    its path, with plain modules between (parents first); tensors that are no parameter as
+    buffers. Modules made here take their children, parameters and buffers by a direct write
+    (they have no hooks); anything else by ``setattr`` / ``register_buffer``, as fx does."""
+    targets = []
+    for node in graph.nodes:
+        if node.op in ("get_attr", "call_module"):
+            if node.target not in attrs:
+                raise RuntimeError(
+                    f"Node {node} referenced target {node.target} but that target was not provided"
+                )
+            targets.append(node.target)
+    targets.sort(key=lambda t: t.count("."))
+    direct = _FAST_INSTALL and not _module_hooks()
+    made: set[int] = {id(root)} if direct else set()
+    owners: dict[str, Any] = {"": root}
+    for target in targets:
+        prefix, _, field = target.rpartition(".")
+        owner = owners.get(prefix)
+        if owner is None:
+            owner, path = root, ""
+            for item in prefix.split("."):
+                path = f"{path}.{item}" if path else item
+                child = owners.get(path)
+                if child is None:
+                    child = getattr(owner, item, None)
+                    if child is None:
+                        child = torch.nn.Module()
+                        _put(owner, item, child, direct and id(owner) in made)
+                        if direct:
+                            made.add(id(child))
+                    owners[path] = child
+                owner = child
+        _put(owner, field, attrs[target], direct and id(owner) in made)
+
+
+def _put(owner: Any, field: str, value: Any, direct: bool) -> None:
+    if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
+        if direct and field not in owner.__dict__:
+            owner._buffers[field] = value
+        else:
+            owner.register_buffer(field, value)
+    elif direct and field not in owner.__dict__ and isinstance(value, torch.nn.Parameter):
+        owner._parameters[field] = value
+    elif direct and field not in owner.__dict__ and isinstance(value, torch.nn.Module):
+        owner._modules[field] = value
+    else:
+        setattr(owner, field, value)
+
+
+def _module_hooks() -> bool:
+    """Whether global hooks watch modules, parameters or buffers being registered (then every
+    attribute goes through nn.Module's own registration)."""
+    hooks = torch.nn.modules.module
+    return any(
+        getattr(hooks, name, None)
+        for name in (
+            "_global_module_registration_hooks",
+            "_global_parameter_registration_hooks",
+            "_global_buffer_registration_hooks",
+        )
+    )
+
+
+# the nn.Module internals _install writes (torch 2.x); elsewhere every attribute is set
+_FAST_INSTALL = all(
+    hasattr(torch.nn.Module(), attribute) for attribute in ("_buffers", "_parameters", "_modules")
+)
 
 
 class _ProgramModule(GraphModule):
