@@ -384,6 +384,21 @@ class _ProgramModule(GraphModule):
             return super().train(mode)
         raise ModeError(exported.refusal(mode))
 
+    def __reduce__(self) -> tuple:
+        # pickled as fx pickles a GraphModule: the code of the whole graph, whose globals can be
+        # imported (a part of the cached code is a function of this process only)
+        codegen = getattr(self.graph, "_codegen", None)
+        parts = getattr(codegen, "parts", None)
+        if parts is None:
+            return super().__reduce__()
+        codegen.parts = None
+        try:
+            self.recompile()
+            return super().__reduce__()
+        finally:
+            codegen.parts = parts
+            self.recompile()
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return super().__call__(*args, **kwargs)
