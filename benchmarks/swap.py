@@ -1,21 +1,23 @@
 """gs.swap against torch.export._swap._swap_modules, side by side on the same programs.
 
 The model is the GPT-like decoder of ``graphsurgeon.examples`` (hidden 64, 1x16 tokens) at 8,
-32 and 96 layers, exported once with every layer and every attention module preserved. Both
+32, 96 and 384 layers (16,526 nodes), exported once with every layer and every attention module preserved. Both
 engines swap the same request on the same ExportedProgram: one layer, then every layer, each
 replaced by a deep copy of itself (torch's engine needs the original attribute layout).
 
 Reported:
 - swap time: the first call on a fresh program (gs builds and caches its partition index then)
   and the median of the following calls; ratio = torch / gs (higher is better for gs);
-- microseconds per graph node, to show time per node stays flat as the graph grows;
+- microseconds per graph node;
+- growth: a one-layer swap at each size as a ratio to the same swap at the smallest size run
+  (an edit should cost what it changes, not what the program holds);
 - the forward at batch 1 under no_grad, as a ratio to the eager model carrying the same
   replacements (runs interleaved, median);
 - the input check a swapped program runs first (shapes, constants, structure, as
   ``ep.module()`` checks them): its own time per call and its share of the gs forward. It is
   included in the forward ratio above.
 
-Usage: python benchmarks/swap.py [--quick] [--layers 8 32 96] [--repeat 5]
+Usage: python benchmarks/swap.py [--quick] [--layers 8 32 96 384] [--repeat 5]
 """
 
 from __future__ import annotations
@@ -127,7 +129,7 @@ def run(layers: int, repeat: int, rounds: int) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--layers", type=int, nargs="+", default=[8, 32, 96])
+    parser.add_argument("--layers", type=int, nargs="+", default=[8, 32, 96, 384])
     parser.add_argument("--repeat", type=int, default=5, help="timed swaps after the first")
     parser.add_argument("--rounds", type=int, default=80, help="interleaved forward rounds")
     parser.add_argument("--quick", action="store_true", help="8 and 32 layers, fewer rounds")
@@ -157,6 +159,14 @@ def main() -> None:
             f"{r['gs_us_per_node']:.1f} | {r['gs_fwd_ratio']:.3f}x | {r['torch_fwd_ratio']:.3f}x | "
             f"{r['guard_us']:.1f} µs ({r['guard_share']:.2%}) |"
         )
+    one = [r for r in rows if r["swap"] == "1 layer"]
+    if len(one) > 1:
+        print()
+        print("| one-layer swap | " + " | ".join(f"{r['layers']} layers" for r in one) + " |")
+        print("|---|" + "---:|" * len(one))
+        base = one[0]["gs_ms"]
+        growth = " | ".join(f"{r['gs_ms'] / base:.2f}x" for r in one)
+        print(f"| gs.swap vs {one[0]['layers']} layers | {growth} |")
 
 
 if __name__ == "__main__":

@@ -325,23 +325,20 @@ class ProgramIndex:
             raise PartitionError(ambiguous_name_message(calls.ambiguous[0], "the program"))
         self.calls = calls
         self.signatures: dict[str, ModuleCallSignature | None] = {}
-        self.fqns: list[str] = []
+        fqns: dict[str, None] = {}  # in order; a dict, so each look-up is O(1)
         for entry in ep.module_call_graph:
             self.signatures[entry.fqn] = entry.signature
-            fqn, _ = split_call_name(entry.fqn)
-            if fqn not in self.fqns:
-                self.fqns.append(fqn)
+            fqns.setdefault(split_call_name(entry.fqn)[0], None)
         if notes is not None:
             for fqn in notes.module_types:
-                if fqn not in self.fqns:
-                    self.fqns.append(fqn)
+                fqns.setdefault(fqn, None)
         # A module the graph records but module_call_graph lost (a transformed or hand-made
         # program) is still a module of the program: "not preserved", not "no module".
         for call in calls.calls.values():
-            if call.fqn not in self.fqns:
-                self.fqns.append(call.fqn)
-        if "" not in self.fqns:
-            self.fqns.insert(0, "")
+            fqns.setdefault(call.fqn, None)
+        self.fqns: list[str] = list(fqns) if "" in fqns else ["", *fqns]
+        # "is this a module of the program": read as often as there are nodes and state
+        self.fqn_set: frozenset[str] = frozenset(self.fqns)
         # call name -> nodes (graph order); fqn -> qualified type
         self.types: dict[str, str] = dict(notes.module_types) if notes is not None else {}
         if "" not in self.types and calls.root_type:
@@ -354,13 +351,10 @@ class ProgramIndex:
         }
         self.calls_of: dict[str, list[str]] = {}
         called = [n for n, sig in self.signatures.items() if sig is not None]
-        for name in called + list(self.call_nodes):
+        for name in dict.fromkeys(called + list(self.call_nodes)):
             fqn, _ = split_call_name(name)
-            if not fqn:
-                continue
-            names = self.calls_of.setdefault(fqn, [])
-            if name not in names:
-                names.append(name)
+            if fqn:
+                self.calls_of.setdefault(fqn, []).append(name)
         for names in self.calls_of.values():
             names.sort(key=lambda n: split_call_name(n)[1] or 0)
         # lifted parameters, buffers and constants: placeholder name -> its input spec
@@ -409,7 +403,7 @@ class ProgramIndex:
                 f"a module called more than once), got {a_type(name)}"
             )
         fqn, k = split_call_name(name)
-        if fqn not in self.fqns:
+        if fqn not in self.fqn_set:
             raise UnknownModuleError(unknown_name(name, self.known_names()))
         calls = tuple(self.calls_of.get(fqn, ()))
         if k is None:
@@ -572,7 +566,7 @@ class ProgramIndex:
             parts = target.split(".")
             for end in range(1, len(parts)):
                 owner = ".".join(parts[:end])
-                if owner not in self.calls_of and owner not in self.fqns:
+                if owner not in self.calls_of and owner not in self.fqn_set:
                     continue
                 if any(not inside(n, owner, strictly=True) for n in names):
                     continue  # tied to a name outside the module: see the docstring

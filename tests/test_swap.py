@@ -1042,3 +1042,29 @@ def test_a_tied_weight_read_outside_a_swapped_module_keeps_the_original():
         with torch.no_grad():
             replacement.weight.mul_(2)
         check_swap(model, (ids,), {name: replacement})
+
+
+def test_a_second_swap_of_a_program_compiles_only_the_code_near_what_it_changed():
+    # TinyGPT(12): swap layer 2, then layer 9 of the same program: the second forward is the
+    # first's parts but those around layers 2 and 9, and computes what eager does
+    from graphsurgeon.examples import TinyGPT
+
+    torch.manual_seed(0)
+    model = TinyGPT(n_layers=12).eval()
+    tokens = model.example_input()
+    ep = gs.export(model, (tokens,), preserve=[f"layers.{i}" for i in range(12)])
+    first = gs.swap(ep, {"layers.2": copy.deepcopy(model.layers[2])})
+    cache = first.graph._codegen.parts
+    compiled = len(cache.code)
+    request = {"layers.9": copy.deepcopy(model.layers[9])}
+    second = gs.swap(ep, request)
+    parts = [name for name in second.forward.__globals__ if name.startswith("_gs_part_")]
+    assert second.graph._codegen.parts is cache  # one cache for the programs of one program
+    # new: the parts around layer 2 (its nodes again) and layer 9 (swapped), not the others
+    assert len(cache.code) - compiled <= 4 < len(parts)
+    assert_close_tree(second(tokens), eager_reference(model, request)(tokens))
+    # written whole by fx, the same graph computes the same
+    second.graph._codegen.parts = None
+    second.recompile()
+    assert "_gs_part_" not in second.code
+    assert_close_tree(second(tokens), eager_reference(model, request)(tokens))

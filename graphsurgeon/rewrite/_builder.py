@@ -12,7 +12,7 @@ import torch.utils._pytree as pytree
 from torch.fx import GraphModule, Node
 from torch.fx.node import map_arg
 
-from .. import _meta
+from .. import _derived, _meta
 from ..errors import (
     SwapError,
 )
@@ -25,6 +25,7 @@ from ..partition import (
 from . import _runtime
 from ._cut import cut_call
 from ._guards import InputGuard
+from ._parts import PartCache
 from ._plan import _Request, _type_name
 from ._writer import (
     _SYMBOLIC,
@@ -33,7 +34,9 @@ from ._writer import (
     _get_path,
     _GraphWriter,
     _Leaf,
+    _node,
     _Removed,
+    _set_meta,
     _Source,
     mutation_targets,
     safe_path,
@@ -51,6 +54,7 @@ class _Builder(_GraphWriter):
         self.non_persistent: set[str] = set()
         self.owner: dict[Node, _Request] = {n: r for r in requests for n in r.nodes}
         self.swapped_paths = sorted({r.install_path for r in requests})
+        self._swapped_set = frozenset(self.swapped_paths)
         self.copied_from: dict[Node, Node] = {}
         # functional graphs: mutated value's node name -> the placeholder it writes
         self.mutation_targets: dict[str, Node] = mutation_targets(index)
@@ -106,9 +110,16 @@ class _Builder(_GraphWriter):
         # A parameter still used outside a swapped module (tied weights) must not resolve into
         # the replacement now installed at that path: keep it under a name of its own ("blk@1",
         # one call's install path, holds nothing of "blk": see _meta.inside).
-        for path in self.swapped_paths:
-            if _meta.inside(target, path):
-                return "_retained_" + _flat_name(target)
+        if "@" in target:
+            inside = any(_meta.inside(target, path) for path in self.swapped_paths)
+        else:  # _meta.inside of a plain path: the path is one of its prefixes (one look-up each)
+            parts = target.split(".")
+            swapped = self._swapped_set
+            inside = "" in swapped or any(
+                ".".join(parts[:end]) in swapped for end in range(1, len(parts) + 1)
+            )
+        if inside:
+            return "_retained_" + _flat_name(target)
         return safe_path(target)
 
     # -- the pass -------------------------------------------------------------------------
@@ -149,7 +160,8 @@ class _Builder(_GraphWriter):
         self.node_map = self._node_map()
         alive = set(self.graph.nodes)
         self.copies = {new.name: old.name for new, old in self.copied_from.items() if new in alive}
-        gm = self.module("SwappedProgram")
+        # the program's cache of compiled parts: code its earlier rewrites compiled is reused
+        gm = self.module("SwappedProgram", _derived.cached(ep, "compiled parts", PartCache))
         for target in self.non_persistent:
             owner_path, _, leaf = target.rpartition(".")
             owner = gm.get_submodule(owner_path) if owner_path else gm
@@ -250,12 +262,15 @@ class _Builder(_GraphWriter):
                 safe_path(node.target), _get_path(self.ep.graph_module, node.target)
             )
         args = map_arg(node.args, self.value)
-        kwargs = map_arg(node.kwargs, self.value)
         target = safe_path(node.target) if node.op == "get_attr" else node.target
-        new = self.graph.create_node(
-            node.op, target, args, kwargs, name=node.name, type_expr=node.type
-        )
-        new.meta = dict(node.meta)
+        if node.kwargs or node.type is not None:
+            kwargs = map_arg(node.kwargs, self.value)
+            new = self.graph.create_node(
+                node.op, target, args, kwargs, name=node.name, type_expr=node.type
+            )
+        else:
+            new = _node(self.graph, node.op, target, args, node.name)
+        _set_meta(new, dict(node.meta))
         self.env[node] = new
         self.copied_from[new] = node
 

@@ -7,6 +7,10 @@ binding (``torch._C._nn.linear`` for ``aten.linear.default``) instead of through
 but skips the generic boxed call path, which costs about a microsecond per op: on a GPT-like
 decoder the aten graph runs ~1.25x the eager model through ``OpOverload`` and ~1.0x through
 the bindings. Ops without a binding keep the ``OpOverload`` call.
+
+Given a :class:`~._parts.PartCache` (the one of the program a swap or fuse was made from), the
+forward is written in parts, each compiled once and reused by the next program made from the
+same ExportedProgram (see :mod:`._parts`): an edit compiles only what it changed.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from __future__ import annotations
 import torch
 from torch.fx.graph import CodeGen
 from torch.fx.node import _get_qualified_name
+
+from ._parts import PartCache, Unsupported, write_in_parts
 
 __all__ = ["FastCodeGen", "fast_function"]
 
@@ -89,9 +95,31 @@ def _nameable(function: object) -> bool:
 
 
 class FastCodeGen(CodeGen):
-    """A CodeGen that emits Python-binding calls for aten ops (see the module docstring)."""
+    """A CodeGen that emits Python-binding calls for aten ops (see the module docstring), in
+    cached parts when it is given a :class:`PartCache` (``parts``)."""
+
+    def __init__(self, parts: PartCache | None = None):
+        super().__init__()
+        self.parts = parts
 
     def _gen_python_code(self, nodes, root_module, namespace, **kwargs):
+        plain = root_module == "self" and not any(
+            kwargs.get(k)
+            for k in (
+                "verbose",
+                "include_stride",
+                "include_device",
+                "colored",
+                "expanded_def",
+                "record_func",
+                "additional_meta",
+            )
+        )
+        if self.parts is not None and plain:
+            try:
+                return write_in_parts(nodes, self.parts, fast_function)
+            except Unsupported:
+                pass  # fx writes it whole, below
         replaced = []
         for node in nodes:
             if node.op != "call_function":

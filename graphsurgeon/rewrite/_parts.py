@@ -1,0 +1,282 @@
+"""A program's forward generated in parts, each part compiled once and reused by later programs.
+
+Swapping one layer of a 384-layer program changes a few dozen of its 16,000 nodes, but fx's
+code generation writes, and Python compiles, one function of all of them: most of a swap's
+time. Here the nodes are cut into parts at points chosen by the nodes' own names (a node whose
+name hashes to 0 modulo :data:`_SPACING` ends a part, as content-defined chunking cuts a file),
+so a part's text depends only on its own nodes and on which of its values later parts read:
+the same text in every program built from one ExportedProgram but near what changed. Each part
+is a function ``part(self, <values it reads>) -> <values later parts read>``; the forward calls
+them in order. The code object of a part is kept by its text (in a :class:`PartCache` that the
+programs built from one ExportedProgram share), so a swap compiles only the parts it changed.
+
+The generated code is fx's, line for line (the same op calls, the same attribute reads, values
+freed after their last use), in parts. A graph this writer does not cover (a node kind or an
+argument it does not spell, a name it would shadow) is written by fx's own generator, whole.
+"""
+
+from __future__ import annotations
+
+import keyword
+import linecache
+import types
+import zlib
+from collections import OrderedDict
+from typing import Any
+
+import torch
+from torch.fx import Node
+from torch.fx.graph import (
+    PythonCode,
+    _custom_builtins,
+    _format_target,
+    _get_qualified_name,
+    _is_from_torch,
+    magic_methods,
+)
+
+__all__ = ["PartCache", "Unsupported", "write_in_parts"]
+
+# A node whose name hashes to 0 modulo this ends its part (parts of at least _SMALLEST nodes,
+# at most _LARGEST): ~80 nodes a part. Larger parts compile more per edit; smaller ones cost
+# the forward a call each (~1 µs: 0.5% of a small decoder's forward at ~40 nodes a part).
+_SPACING = 64
+_SMALLEST = 16
+_LARGEST = 384
+_PART = "_gs_part_"
+
+
+class Unsupported(Exception):
+    """The graph holds something the part writer does not spell: fx writes it whole."""
+
+
+class PartCache:
+    """Compiled parts by their text and the global name of each object the code calls, shared
+    by the programs built from one ExportedProgram (kept with its derived data).
+
+    At most ``limit`` parts are kept, least recently used dropped first: a session of many
+    edits keeps the parts of its recent programs, not of every program it made."""
+
+    def __init__(self, limit: int = 4096):
+        self.limit = limit
+        self.code: OrderedDict[str, types.CodeType] = OrderedDict()
+        self._names: dict[int, str] = {}  # id(object) -> its global name (the object held below)
+        self.globals: dict[str, Any] = {name: b.obj for name, b in _custom_builtins.items()}
+        self._spelled: dict[int, str] = {}  # id(callable) -> how the code names it
+        self._serial = 0
+
+    def __deepcopy__(self, memo: dict) -> PartCache:
+        return self  # what it holds is addressed by content: copies of a program may share it
+
+    def __reduce__(self) -> tuple:
+        return (PartCache, (self.limit,))  # a pickled program starts with an empty cache
+
+    def global_name(self, obj: Any) -> str:
+        """The name the generated code calls ``obj`` by: ``torch.…`` for torch's own (as fx
+        writes it), else a name of its own, the same for the same object every time."""
+        key = id(obj)
+        spelled = self._spelled.get(key)
+        if spelled is not None:
+            return spelled
+        try:
+            qualified = _get_qualified_name(obj)
+        except Exception as error:  # a lambda, an object fx cannot name: fx's own refusal
+            raise Unsupported(f"a target fx cannot name: {error}") from None
+        if _is_from_torch(obj) and obj is not torch.device:
+            spelled = qualified
+        else:
+            base = "".join(c if c.isalnum() or c == "_" else "_" for c in qualified) or "_f"
+            if base[0].isdigit():
+                base = "_" + base
+            spelled, k = base, 0
+            while spelled in self.globals and self.globals[spelled] is not obj:
+                k += 1
+                spelled = f"{base}_{k}"
+            self.globals[spelled] = obj
+        self._spelled[key] = spelled
+        self._names[key] = spelled
+        return spelled
+
+    def compiled(self, text: str) -> types.CodeType:
+        code = self.code.get(text)
+        if code is not None:
+            self.code.move_to_end(text)
+            return code
+        self._serial += 1
+        filename = f"<graphsurgeon part {id(self):x}.{self._serial}>"
+        module = compile(text, filename, "exec")
+        code = next(c for c in module.co_consts if isinstance(c, types.CodeType))
+        # the source of a part, for tracebacks through it (dropped with the part)
+        linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
+        self.code[text] = code
+        while len(self.code) > self.limit:
+            _, dropped = self.code.popitem(last=False)
+            linecache.cache.pop(dropped.co_filename, None)
+        return code
+
+
+def _repr(arg: Any, cache: PartCache) -> str:
+    """An argument as fx's generator writes it; what it would not write runnably: Unsupported."""
+    if isinstance(arg, Node):
+        return arg.name
+    kind = type(arg)
+    if kind in (int, bool, str, float) or arg is None:
+        return repr(arg)  # inf and nan are globals of the generated code, as in fx
+    if isinstance(arg, tuple) and not hasattr(arg, "_fields"):  # a named tuple: fx's own
+        if len(arg) == 1:
+            return f"({_repr(arg[0], cache)},)"
+        return "(" + ", ".join(_repr(a, cache) for a in arg) + ")"
+    if isinstance(arg, list):  # fx's immutable_list too
+        return "[" + ", ".join(_repr(a, cache) for a in arg) + "]"
+    if kind is slice:
+        return (
+            f"slice({_repr(arg.start, cache)}, {_repr(arg.stop, cache)}, {_repr(arg.step, cache)})"
+        )
+    if isinstance(arg, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
+        return repr(arg)  # torch.float32, device(type='cpu'), torch.strided: fx's globals
+    if isinstance(arg, (torch._ops.OpOverload, torch._ops.HigherOrderOperator)):
+        return cache.global_name(arg)
+    raise Unsupported(f"argument of type {kind.__name__}")
+
+
+def _arguments(node: Node, cache: PartCache, skip: int = 0) -> str:
+    parts = [_repr(a, cache) for a in node.args[skip:]]
+    parts.extend(f"{k} = {_repr(v, cache)}" for k, v in node.kwargs.items())
+    return ", ".join(parts)
+
+
+def _line(node: Node, cache: PartCache, fast: Any) -> str:
+    """The statement computing ``node`` (fx's text for it, without type annotations)."""
+    op, target, name = node.op, node.target, node.name
+    if op == "get_attr":
+        return f"{name} = {_format_target('self', target)}"
+    if op == "call_module":
+        return f"{name} = {_format_target('self', target)}({_arguments(node, cache)})"
+    if op == "call_method":
+        if not node.args:
+            raise Unsupported("a method call without a receiver")
+        receiver = _repr(node.args[0], cache)
+        return f"{name} = {_format_target(receiver, target)}({_arguments(node, cache, 1)})"
+    if op != "call_function":
+        raise Unsupported(f"a {op} node inside the graph")
+    if node.meta.get("is_wrapped", False):
+        raise Unsupported("a wrapped function")
+    if getattr(target, "__module__", "") == "_operator":
+        text = magic_methods.get(target.__name__)
+        if text is None or node.kwargs or text.count("{}") != len(node.args):
+            raise Unsupported(f"operator {target.__name__}")
+        return f"{name} = " + text.format(*(_repr(a, cache) for a in node.args))
+    if (
+        target is getattr
+        and len(node.args) == 2
+        and isinstance(node.args[1], str)
+        and node.args[1].isidentifier()
+    ):
+        return f"{name} = {_format_target(_repr(node.args[0], cache), node.args[1])}"
+    function = fast(target) or target
+    return f"{name} = {cache.global_name(function)}({_arguments(node, cache)})"
+
+
+def _ends_part(name: str) -> bool:
+    return zlib.crc32(name.encode()) % _SPACING == 0
+
+
+def write_in_parts(nodes: Any, cache: PartCache, fast: Any) -> PythonCode:
+    """The forward of a graph (its ``nodes``) as a chain of cached parts (module docstring).
+
+    ``fast``: op -> the Python binding to call it by, or None (see :mod:`._codegen`)."""
+    order = list(nodes)
+    names = {n.name for n in order}
+    if any(not n.isidentifier() or keyword.iskeyword(n) for n in names):
+        raise Unsupported("a node name that is not a Python name")
+    placeholders = [n for n in order if n.op == "placeholder"]
+    outputs = [n for n in order if n.op == "output"]
+    if len(outputs) != 1 or order[-1] is not outputs[0]:
+        raise Unsupported("no single output node at the end")
+    for node in placeholders:
+        if node.args or not isinstance(node.target, str) or node.target.startswith("*"):
+            raise Unsupported("a placeholder with a default or a star")
+    body = [n for n in order if n.op not in ("placeholder", "output")]
+    # the parts: content-defined cut points
+    parts: list[list[Node]] = []
+    current: list[Node] = []
+    for node in body:
+        current.append(node)
+        if len(current) >= _LARGEST or (len(current) >= _SMALLEST and _ends_part(node.name)):
+            parts.append(current)
+            current = []
+    if current:
+        parts.append(current)
+    where: dict[Node, int] = {}  # node -> its part (-1: a placeholder)
+    for node in placeholders:
+        where[node] = -1
+    for i, part in enumerate(parts):
+        for node in part:
+            where[node] = i
+    # last use of each value: its position, and the last part (len(parts) = the output) reading it
+    position = {n: i for i, n in enumerate(order)}
+    last_user: dict[Node, Node] = {}
+    last_part: dict[Node, int] = {}
+    for node in order:
+        part = where.get(node, len(parts))
+        for value in node._input_nodes:
+            if value not in where:
+                raise Unsupported(f"node {node.name!r} reads a node of another graph")
+            last_user[value] = node
+            last_part[value] = part
+    del position
+    freed_at: dict[Node, list[Node]] = {}  # node -> the values freed after it (in its part)
+    for value, user in last_user.items():
+        if last_part[value] == where.get(value):
+            freed_at.setdefault(user, []).append(value)
+    part_names = [f"{_PART}{i}" for i in range(len(parts))]
+    reserved = set(cache.globals) | {"self", "getattr"}
+    forward_lines: list[str] = []
+    arguments = [n.target for n in placeholders]
+    for node in placeholders:
+        if node.target != node.name:
+            forward_lines.append(f"{node.name} = {node.target}")
+    functions: dict[str, Any] = {}
+    for i, part in enumerate(parts):
+        members = set(part)
+        reads: dict[Node, None] = {}
+        lines: list[str] = []
+        for node in part:
+            for value in node._input_nodes:
+                if value not in members:
+                    reads.setdefault(value, None)
+            line = _line(node, cache, fast)
+            freed = [v.name for v in freed_at.get(node, ()) if v in members or v in reads]
+            if not node.users:  # nothing reads it (kept for its effect): freed at once, as fx does
+                freed.append(node.name)
+            if freed:
+                line += ";  " + " = ".join(freed) + " = None"
+            lines.append("    " + line)
+        returned = [n.name for n in part if last_part.get(n, i) > i]
+        params = [v.name for v in reads]
+        header = f"def part({', '.join(['self', *params])}):"
+        if len(returned) == 1:
+            lines.append(f"    return {returned[0]}")
+        elif returned:
+            lines.append(f"    return ({', '.join(returned)},)")
+        code = cache.compiled("\n".join([header, *lines]) + "\n")
+        functions[part_names[i]] = code
+        call = f"{part_names[i]}({', '.join(['self', *params])})"
+        if len(returned) == 1:
+            call = f"{returned[0]} = {call}"
+        elif returned:
+            call = f"{', '.join(returned)}, = {call}"
+        freed = [v.name for v in reads if last_part[v] == i]
+        if freed:
+            call += ";  " + " = ".join(freed) + " = None"
+        forward_lines.append(call)
+    forward_lines.append(f"return {_repr(outputs[0].args[0], cache)}")
+    if names & (reserved | set(cache.globals) | set(part_names)):
+        raise Unsupported("a node named as a global of the generated code")
+    scope = dict(cache.globals)
+    for name, code in functions.items():
+        scope[name] = types.FunctionType(code, scope, name)
+    source = f"\n\ndef forward({', '.join(['self', *arguments])}):\n" + "".join(
+        f"    {line}\n" for line in forward_lines
+    )
+    return PythonCode(source, scope, None)
