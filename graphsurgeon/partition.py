@@ -325,23 +325,19 @@ class ProgramIndex:
             raise PartitionError(ambiguous_name_message(calls.ambiguous[0], "the program"))
         self.calls = calls
         self.signatures: dict[str, ModuleCallSignature | None] = {}
-        self.fqns: list[str] = []
+        fqns: dict[str, None] = {}  # in order, each once (a dict: looked up in O(1))
         for entry in ep.module_call_graph:
             self.signatures[entry.fqn] = entry.signature
-            fqn, _ = split_call_name(entry.fqn)
-            if fqn not in self.fqns:
-                self.fqns.append(fqn)
+            fqns[split_call_name(entry.fqn)[0]] = None
         if notes is not None:
-            for fqn in notes.module_types:
-                if fqn not in self.fqns:
-                    self.fqns.append(fqn)
+            fqns.update(dict.fromkeys(notes.module_types))
         # A module the graph records but module_call_graph lost (a transformed or hand-made
         # program) is still a module of the program: "not preserved", not "no module".
-        for call in calls.calls.values():
-            if call.fqn not in self.fqns:
-                self.fqns.append(call.fqn)
-        if "" not in self.fqns:
-            self.fqns.insert(0, "")
+        fqns.update(dict.fromkeys(call.fqn for call in calls.calls.values()))
+        self.fqns: list[str] = list(fqns) if "" in fqns else ["", *fqns]
+        # every name resolved (each view resolves every call it collapses) is looked up here
+        self._fqn_set = frozenset(self.fqns)
+        self._covered: dict[str, tuple[str, ...]] = {}  # container fqn -> calls_covered
         # call name -> nodes (graph order); fqn -> qualified type
         self.types: dict[str, str] = dict(notes.module_types) if notes is not None else {}
         if "" not in self.types and calls.root_type:
@@ -409,7 +405,7 @@ class ProgramIndex:
                 f"a module called more than once), got {a_type(name)}"
             )
         fqn, k = split_call_name(name)
-        if fqn not in self.fqns:
+        if fqn not in self._fqn_set:
             raise UnknownModuleError(unknown_name(name, self.known_names()))
         calls = tuple(self.calls_of.get(fqn, ()))
         if k is None:
@@ -445,6 +441,14 @@ class ProgramIndex:
         if resolved.calls:
             return resolved.calls
         fqn = resolved.fqn
+        covered = self._covered.get(fqn)
+        if covered is None:
+            covered = self._covered[fqn] = self._outermost_calls_in(fqn)
+        return covered
+
+    def _outermost_calls_in(self, fqn: str) -> tuple[str, ...]:
+        """The outermost calls inside module ``fqn`` (one pass over every call: made once per
+        name, see :meth:`calls_covered`)."""
         found: dict[str, None] = {}
         for call in self.call_nodes:
             if not _meta.inside(call, fqn, strictly=True):
@@ -572,7 +576,7 @@ class ProgramIndex:
             parts = target.split(".")
             for end in range(1, len(parts)):
                 owner = ".".join(parts[:end])
-                if owner not in self.calls_of and owner not in self.fqns:
+                if owner not in self.calls_of and owner not in self._fqn_set:
                     continue
                 if any(not inside(n, owner, strictly=True) for n in names):
                     continue  # tied to a name outside the module: see the docstring

@@ -355,15 +355,20 @@ def _analysis(
     return cached(program, ANALYSIS_KEY, make)
 
 
-def _state(ep: ExportedProgram) -> dict[str, tuple[str, str]]:
-    """Placeholder name -> (vertex kind, fqn) of every parameter, buffer and constant."""
-    state = {}
-    for spec in ep.graph_signature.input_specs:
-        kind = _STATE_KINDS.get(spec.kind.name)
-        name = getattr(spec.arg, "name", None)
-        if kind is not None and name:
-            state[name] = (kind, spec.target or name)
-    return state
+def _state(ep: ExportedProgram) -> Mapping[str, tuple[str, str]]:
+    """Placeholder name -> (vertex kind, fqn) of every parameter, buffer and constant (read
+    by every picture: made once per program, read only)."""
+
+    def make() -> Mapping[str, tuple[str, str]]:
+        state = {}
+        for spec in ep.graph_signature.input_specs:
+            kind = _STATE_KINDS.get(spec.kind.name)
+            name = getattr(spec.arg, "name", None)
+            if kind is not None and name:
+                state[name] = (kind, spec.target or name)
+        return state
+
+    return cached(ep, "render state", make)
 
 
 # -- a swap or fuse result, drawn from its own graph -----------------------------------------
@@ -983,7 +988,13 @@ def _pictures(
     if mode is None:
         drawn = after or before
         cache = drawn.scenes.setdefault((show_parameters, show_checks), {})
-        scene = _Scene(drawn.vertices, before.calls, {}, show_parameters, None, show_checks, cache)
+        # the scene of a graph is the same for every view of it (what a view opens is the
+        # plan's, not the scene's): made once, as the analysis is
+        scene = cache.get("scene")
+        if scene is None:
+            scene = cache["scene"] = _Scene(
+                drawn.vertices, before.calls, {}, show_parameters, None, show_checks, cache
+            )
         if after is not None and not _has_regions(source):
             _stacks_of_original(scene, before, show_parameters, show_checks)
         return scene, [(scene, "", [])]

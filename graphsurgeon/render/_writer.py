@@ -17,6 +17,7 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from .. import _meta
+from .._derived import cached
 from ..display import TOOLTIP_NAME_LIMIT, id_text, name_of_id_text, shown
 from ..errors import GraphSurgeonError
 from ..partition import Partition, program_index, split_call_name
@@ -104,7 +105,10 @@ def call_signature(part: Partition, replacement: Any, ep: ExportedProgram) -> st
 
 
 class _Context:
-    """What the writer looks up about the program: targets, parameters, partitions."""
+    """What the writer looks up about the program: targets, parameters, partitions.
+
+    Made for every picture; what it reads is the program's, worked out once per program
+    (:func:`_lookups`): a view that opens one layer does not read every node again."""
 
     def __init__(
         self, program: _Program, state: Mapping[str, tuple[str, str]], root_type: str = ""
@@ -112,16 +116,13 @@ class _Context:
         self.program = program
         self.info = program.info
         self.root_name = root_type.rsplit(".", 1)[-1] or "program"  # the model's type
-        self.targets = {name: target for name, (_, target) in state.items()}
-        try:  # the program's index: its nodes by name, its dynamic sizes by the user's Dims
-            index = program_index(program.ep)
-            self.nodes: dict[str, Node] = index.by_name  # (read only, here and in the writer)
-            self.dims: Mapping[str, str] = index.dims
-        except GraphSurgeonError:
-            self.nodes = {n.name: n for n in program.ep.graph.nodes}
-            self.dims = {}
-        self.placeholders = {n: self.nodes[n] for n in state if n in self.nodes}
-        # fx nodes by name, of both programs: the result's copies have the same meta
+        lookups = _lookups(program.ep, state)
+        self.targets: Mapping[str, str] = lookups.targets
+        self.nodes: Mapping[str, Node] = lookups.nodes  # (read only, here and in the writer)
+        self.dims: Mapping[str, str] = lookups.dims
+        self.placeholders: Mapping[str, Node] = lookups.placeholders
+        # fx nodes by name, of both programs: the result's copies have the same meta (not
+        # kept with the result: its nodes would keep it alive)
         if program.module is not None:
             originals = self.nodes
             self.nodes = {**originals, **{n.name: n for n in program.module.graph.nodes}}
@@ -130,7 +131,7 @@ class _Context:
                     if name in originals:
                         self.nodes[name] = originals[name]
         self._partitions: Mapping[str, Partition] | None = None
-        self._numel: dict[str, int] = {}
+        self._numel = lookups.numel
 
     def numel(self, parameters: Iterable[str]) -> int:
         """Elements in the named parameters (every module's tooltip counts its own)."""
@@ -153,6 +154,30 @@ class _Context:
 
     def replacement(self, call: str) -> Any:
         return self.info.calls.get(call) if self.info is not None else None
+
+
+class _Lookups:
+    """What a picture of a program looks up about it, kept with the program: parameter
+    targets, fx nodes by name, the user's dynamic size names, the state placeholders, and
+    parameters' element counts (filled as asked)."""
+
+    def __init__(self, ep: ExportedProgram, state: Mapping[str, tuple[str, str]]):
+        self.targets = {name: target for name, (_, target) in state.items()}
+        try:  # the program's index: its nodes by name, its dynamic sizes by the user's Dims
+            index = program_index(ep)
+            self.nodes: dict[str, Node] = index.by_name
+            self.dims: Mapping[str, str] = index.dims
+        except GraphSurgeonError:
+            self.nodes = {n.name: n for n in ep.graph.nodes}
+            self.dims = {}
+        self.placeholders = {n: self.nodes[n] for n in state if n in self.nodes}
+        self.numel: dict[str, int] = {}
+
+
+def _lookups(ep: ExportedProgram, state: Mapping[str, tuple[str, str]]) -> _Lookups:
+    """The :class:`_Lookups` of ``ep``, made once: kept in its record
+    (:mod:`graphsurgeon._derived`)."""
+    return cached(ep, "render lookups", lambda: _Lookups(ep, state))
 
 
 # -- the writer ----------------------------------------------------------------------------
@@ -193,8 +218,9 @@ class _Writer:
         self.top: list[str] = []  # ids at this picture's top level, in order
         self.edges: list[EdgeRow] = []
         self.box_nodes: dict[str, list[str]] = {}  # box -> the fx nodes collapsed into it
-        self._tooltips: dict[str, str] = {}
-        self._numels: dict[str, int] = {}  # parameters of each call, counted once
+        # each call's tooltip and parameter count: the same in every picture of the scene
+        self._tooltips: dict[str, str] = scene.memo("module tooltips")
+        self._numels: dict[str, int] = scene.memo("call numels")
         # vertex name -> the node it is drawn as (its name: prefix + fx name, or a box's id)
         self.refs: dict[str, str] = {}
         self.plain: set[str] = set()  # the refs that are a node of its own (not a box)
