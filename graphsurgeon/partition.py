@@ -378,6 +378,14 @@ class ProgramIndex:
         repeated = [name for names in self.calls_of.values() for name in names if "@" in name]
         return [fqn for fqn in self.fqns if fqn] + repeated
 
+    def knows(self, name: str) -> bool:
+        """Whether :meth:`resolve` reads ``name`` as a module or call of the program (asked
+        before resolving a name that may be an fx node's: no error, no "did you mean")."""
+        fqn, k = split_call_name(name)
+        return fqn in self._fqn_set and (
+            k is None or call_name(fqn, k) in self.calls_of.get(fqn, ())
+        )
+
     def resolve(self, name: object) -> Resolved:
         """What a module or call name stands for: the one reading every entry point uses.
 
