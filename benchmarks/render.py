@@ -71,12 +71,17 @@ def median_time(function: Callable[[], object], repeat: int) -> float:
     return statistics.median(times)
 
 
+# What a picture derives from a program and keeps in its record: dropped for a cold run.
+COLD_KEYS = (_scene.ANALYSIS_KEY, "render state", "render lookups")
+
+
 def cold(function: Callable[[], object]) -> Callable[[], object]:
     """Run ``function`` with graphsurgeon's caches emptied: every run analyses and lays out anew."""
 
     def run() -> object:
         for record in list(_derived._RECORDS.values()):  # every program's picture analysis
-            record.values.pop(_scene.ANALYSIS_KEY, None)
+            for key in COLD_KEYS:
+                record.values.pop(key, None)
         graphviz._LAYOUTS.clear()
         return function()
 

@@ -733,7 +733,21 @@ class _Writer:
         for inputs in self._inputs:
             if type(inputs) is tuple:  # vertices in no box: every input
                 start, stop = inputs
-                inputs = [(v.name, s, p) for v in vertices[start:stop] for s, p in v.inputs]
+                for vertex in vertices[start:stop]:
+                    name = vertex.name
+                    head = refs.get(name)
+                    if head is None:
+                        continue  # not in this picture
+                    head_plain = head in plain
+                    for source, path in vertex.inputs:
+                        tail = refs.get(source)
+                        if tail is None or tail == head:
+                            continue
+                        if not head_plain or tail not in plain:
+                            path = ""
+                        mark = status.get(source) or status.get(name, "")
+                        edges.setdefault((tail, head, path), []).append(mark)
+                continue
             for name, source, path in inputs:
                 head, tail = refs.get(name), refs.get(source)
                 if head is None or tail is None or tail == head:
