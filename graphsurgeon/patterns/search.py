@@ -26,7 +26,9 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,16 +77,15 @@ def search(program: Any, text: str) -> list[Match]:
     matches = _Matcher(text)
     exact: list[Match] = []
     modules: list[Match] = []
-    for fqn, type_name, lowered, words in _modules(read.ep):
-        if matches(lowered, words):
-            (exact if fqn == text else modules).append(Match(fqn, "module", type_name))
+    for fqn, type_name, _, _ in _modules(read.ep).matching(matches):
+        (exact if fqn == text else modules).append(Match(fqn, "module", type_name))
     found = {m.name for m in exact + modules}
     info = read.info
     call_of_node = {node: call for call, node in info.call_nodes.items()} if info else {}
     nodes: list[Match] = []
-    for name, short, lowered, words in _ops(read.module if read.module is not None else read.ep):
-        if not matches(lowered, words):
-            continue
+    for name, short, _, _ in _ops(read.module if read.module is not None else read.ep).matching(
+        matches
+    ):
         call = call_of_node.get(name)
         if call is not None and _meta.split_call_name(call)[0] in found:
             continue  # a swapped or fused module's call: found once, as the module
@@ -127,16 +128,60 @@ def initials(word: str) -> str:
     return "".join(part[0] for part in parts).lower() if len(parts) > 1 else ""
 
 
+# What separates the fields, and the rows, of _Texts.text: no search text holds them.
+_FIELD, _ROW = "\x00", "\x01"
+
+_Row = tuple[str, str, tuple[tuple[str, str], ...], tuple[str, ...]]
+
+
+class _Texts:
+    """The rows a search reads (``(name, what, fields, initials)``, each field ``(text,
+    lowered)``), with their lowered fields joined into one text: a plain search text is found
+    by ``str.find`` over all of them at once (a search as one types costs its matches, not
+    the program), a regular expression row by row."""
+
+    def __init__(self, rows: Iterable[_Row]):
+        self.rows = tuple(rows)
+        self.starts: list[int] = []  # where each row's text begins
+        parts, at = [], 0
+        self.by_initials: dict[str, list[int]] = {}
+        for i, (_, _, fields, words) in enumerate(self.rows):
+            part = _FIELD.join(lowered for _, lowered in fields) + _ROW
+            self.starts.append(at)
+            parts.append(part)
+            at += len(part)
+            for word in words:
+                self.by_initials.setdefault(word, []).append(i)
+        self.text = "".join(parts)
+
+    def __iter__(self):
+        return iter(self.rows)
+
+    def matching(self, matches: _Matcher) -> list[_Row]:
+        """The rows ``matches`` matches, in order."""
+        lowered = matches.lowered
+        if matches.regex is not None or _FIELD in lowered or _ROW in lowered:
+            return [row for row in self.rows if matches(row[2], row[3])]
+        found = set(self.by_initials.get(lowered, ()))
+        text, starts = self.text, self.starts
+        at = text.find(lowered)
+        while at != -1:
+            row = bisect.bisect_right(starts, at) - 1
+            found.add(row)
+            at = text.find(lowered, starts[row + 1] if row + 1 < len(starts) else len(text))
+        return [self.rows[i] for i in sorted(found)]
+
+
 def _fields(*texts: str) -> tuple[tuple[str, str], ...]:
     return tuple((text, text.lower()) for text in texts if text)
 
 
-def _modules(ep: Any) -> tuple[tuple[str, str, tuple[tuple[str, str], ...], tuple[str, ...]], ...]:
+def _modules(ep: Any) -> _Texts:
     """(name, type, the fields searched, the initials of its type) of every module of ``ep``
     but the root, in the order of its module tree: read once per program."""
 
-    def read() -> tuple[tuple[str, str, tuple[tuple[str, str], ...], tuple[str, ...]], ...]:
-        return tuple(
+    def read() -> _Texts:
+        return _Texts(
             (
                 fqn,
                 info.type_name,
@@ -150,12 +195,12 @@ def _modules(ep: Any) -> tuple[tuple[str, str, tuple[tuple[str, str], ...], tupl
     return _derived.cached(ep, "search: modules", read)
 
 
-def _ops(owner: Any) -> tuple[tuple[str, str, tuple[tuple[str, str], ...], tuple[str, ...]], ...]:
+def _ops(owner: Any) -> _Texts:
     """(name, op, the fields searched, the initials of its op) of every node of ``owner``'s
     graph that computes, in graph order: read once per graph (a search as one types reads
     the program's texts, not its nodes)."""
 
-    def read() -> tuple[tuple[str, str, tuple[tuple[str, str], ...], tuple[str, ...]], ...]:
+    def read() -> _Texts:
         rows = []
         for node in owner.graph.nodes:
             if not _meta.computes(node):
@@ -170,6 +215,6 @@ def _ops(owner: Any) -> tuple[tuple[str, str, tuple[tuple[str, str], ...], tuple
                     tuple(filter(None, [initials(word)])),
                 )
             )
-        return tuple(rows)
+        return _Texts(rows)
 
     return _derived.cached(owner, "search: ops", read)
