@@ -337,7 +337,7 @@ class ProgramIndex:
         self.fqns: list[str] = list(fqns) if "" in fqns else ["", *fqns]
         # every name resolved (each view resolves every call it collapses) is looked up here
         self._fqn_set = frozenset(self.fqns)
-        self._covered: dict[str, tuple[str, ...]] = {}  # container fqn -> calls_covered
+        self._covered: dict[str, tuple[str, ...]] = {}  # name -> calls_covered (made once)
         # call name -> nodes (graph order); fqn -> qualified type
         self.types: dict[str, str] = dict(notes.module_types) if notes is not None else {}
         if "" not in self.types and calls.root_type:
@@ -445,13 +445,17 @@ class ProgramIndex:
             >>> index.calls_covered("0"), index.calls_covered("0.0")
             (('0.0',), ('0.0',))
         """
+        covered = self._covered.get(name) if isinstance(name, str) else None
+        if covered is not None:  # a view resolves every call it collapses: once per name
+            return covered
         resolved = self.resolve(name)
         if resolved.calls:
-            return resolved.calls
-        fqn = resolved.fqn
-        covered = self._covered.get(fqn)
-        if covered is None:
-            covered = self._covered[fqn] = self._outermost_calls_in(fqn)
+            covered = resolved.calls
+        else:
+            covered = self._covered.get(resolved.fqn)
+            if covered is None:
+                covered = self._covered[resolved.fqn] = self._outermost_calls_in(resolved.fqn)
+        self._covered[name] = covered
         return covered
 
     def _outermost_calls_in(self, fqn: str) -> tuple[str, ...]:

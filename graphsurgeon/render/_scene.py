@@ -35,6 +35,7 @@ from .._derived import cached
 from .._program import Program
 from ..partition import call_index, program_index, split_call_name
 from ..swap import SwapInfo
+from . import _segments
 
 # Vertex kinds. _THROUGH and _HIDDEN nodes are never drawn; _PARAMETER ones only when asked.
 _OP, _INPUT, _OUTPUT, _PARAMETER, _BUFFER, _CONSTANT, _SWAPPED, _GLUE, _CHECK = (
@@ -601,78 +602,43 @@ class _Scene:
 
     @property
     def segments(self) -> list[tuple[tuple[str, ...], int, int]]:
-        """The vertices as runs of neighbours drawn in the same calls: ``(chain, start,
-        stop)``, positions in :attr:`vertices`. A writer places a run at once: a layer drawn
-        as a box is a few runs, not its every vertex."""
-        found = self._cache.get("segments")
-        if found is None:
-            found = []
-            chains = self.vertex_chains
-            start = 0
-            for i in range(1, len(chains) + 1):
-                if i == len(chains) or chains[i] is not chains[start]:
-                    found.append((chains[start], start, i))
-                    start = i
-            self._cache["segments"] = found
-        return found
+        """The vertices as runs of neighbours drawn in the same calls (:func:`._segments.
+        segments`): a writer places a run at once."""
+        if "segments" not in self._cache:
+            self._cache["segments"] = _segments.segments(self.vertex_chains)
+        return self._cache["segments"]
 
     def crossing(self, segment: int, depth: int) -> list[tuple[str, str, str]]:
-        """The inputs of the vertices of segment ``segment`` (of :attr:`segments`) that can
-        be an edge when its call at ``depth`` of its chain is drawn as a box, in vertex
-        order: ``(vertex, source, index path)`` of the inputs whose source is not inside that
-        call (the others are inside the same box). Worked out once per segment."""
+        """The inputs of segment ``segment``'s vertices from outside its call at ``depth``
+        (:func:`._segments.crossing`), in vertex order; worked out once per segment."""
         memo = self.memo("crossing")
-        found = memo.get(segment)
-        if found is None:
-            chain, start, stop = self.segments[segment]
-            chain_of = self._cache.get("chain of")
-            if chain_of is None:
+        if segment not in memo:
+            if "chain of" not in self._cache:
                 names = [v.name for v in self.vertices]
-                chain_of = self._cache["chain of"] = dict(zip(names, self.vertex_chains))
-            found = memo[segment] = [[] for _ in chain]
-            for vertex in self.vertices[start:stop]:
-                for source, path in vertex.inputs:
-                    other = chain_of.get(source, ())
-                    common = 0  # how many outer calls the source shares with the vertex
-                    while common < min(len(chain), len(other)) and other[common] == chain[common]:
-                        common += 1
-                    for outside in found[common:]:
-                        outside.append((vertex.name, source, path))
-        return found[depth]
+                self._cache["chain of"] = dict(zip(names, self.vertex_chains))
+            found = self.segments[segment]
+            memo[segment] = _segments.crossing(self.vertices, found, self._cache["chain of"])
+        return memo[segment][depth]
 
     @property
     def spans(self) -> dict[str, tuple[int, int]]:
-        """The calls whose vertices are one stretch of :attr:`segments`, ``call -> (first,
-        stop)``: a call drawn as a box is placed at once (a layer, not its every segment)."""
-        found = self._cache.get("spans")
-        if found is None:
-            first: dict[str, int] = {}
-            last: dict[str, int] = {}
-            count: dict[str, int] = {}
-            for i, (chain, _, _) in enumerate(self.segments):
-                for name in chain:
-                    first.setdefault(name, i)
-                    last[name] = i
-                    count[name] = count.get(name, 0) + 1
-            found = self._cache["spans"] = {
-                name: (i, last[name] + 1)
-                for name, i in first.items()
-                if count[name] == last[name] + 1 - i
-            }
-        return found
+        """The calls whose vertices are one stretch of :attr:`segments` (:func:`._segments.
+        spans`): a call drawn as a box is placed at once."""
+        if "spans" not in self._cache:
+            self._cache["spans"] = _segments.spans(self.segments)
+        return self._cache["spans"]
 
     def span(self, call: str, depth: int) -> tuple[list[str], list[tuple[str, str, str]]]:
         """The vertex names of a call of :attr:`spans` (at ``depth`` in its chains), and the
         inputs from outside it (:meth:`crossing`), in vertex order. Worked out once per call."""
         memo = self.memo("span")
-        found = memo.get(call)
-        if found is None:
+        if call not in memo:
             first, stop = self.spans[call]
             start, end = self.segments[first][1], self.segments[stop - 1][2]
             names = [v.name for v in self.vertices[start:end]]
             inputs = [i for k in range(first, stop) for i in self.crossing(k, depth)]
-            found = memo[call] = (names, inputs)
-        return found
+            memo[call] = (names, inputs)
+        return memo[call]
 
     def memo(self, what: str) -> dict:
         """A dict kept with these vertices (an analysis's own: the next picture of the graph
