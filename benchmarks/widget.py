@@ -23,7 +23,8 @@ Side by side, in the same run: the kernel's own time for the same swap (``Surger
 fresh Surgery) and for the DOT text of its before/after picture (medians of three): what the
 widget adds on top of the engine and the renderer is layout, transfer and the page.
 Targets (the widget's promise): select and step <= 100 ms, expand/collapse and swap <= 1 s,
-state < 1 MB. Run: ``python benchmarks/widget.py`` (``--quick``: 32 layers and 16 Llama layers).
+state < 1 MB. Run: ``python benchmarks/widget.py`` (``--quick``: 32 layers and 16 Llama layers;
+``--large``: the 384-layer decoder too, 16,526 fx nodes: a few minutes more).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from helpers.jupyter import browser, jupyterlab, kernel_run, run_notebook, write_notebook  # noqa: E402
 
 REPEATS = 5  # expand and collapse of one layer, each a median of this many
+LARGE_LAYERS = 384  # the decoder of --large: 16,526 fx nodes
 
 TARGETS = {
     "select": 0.1,
@@ -255,19 +257,22 @@ print(json.dumps([sorted(owns)[1], sorted(dots)[1]]))""",
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="32 decoder and 16 Llama layers")
+    parser.add_argument("--large", action="store_true", help="also the 384-layer decoder")
     options = parser.parse_args()
     programs = [("decoder", 32 if options.quick else 96), ("llama", 16 if options.quick else 80)]
+    if options.large:
+        programs.append(("decoder", LARGE_LAYERS))
     rows = []
     with tempfile.TemporaryDirectory() as temporary:
         root, scratch = Path(temporary) / "notebooks", Path(temporary) / "jupyter"
         root.mkdir()
         scratch.mkdir()
         for kind, layers in programs:
-            write_notebook(root / f"{kind}.ipynb", [SETUP[kind].format(layers=layers)])
+            write_notebook(root / f"{kind}{layers}.ipynb", [SETUP[kind].format(layers=layers)])
         with jupyterlab(root, scratch) as lab, browser(scratch) as page:
             for kind, layers in programs:
                 started = time.perf_counter()
-                run_notebook(page, lab, f"{kind}.ipynb")
+                run_notebook(page, lab, f"{kind}{layers}.ipynb")
                 page.wait_for_selector(".gs-widget .gs-viewport svg")
                 print(
                     f"{kind} {layers} layers: exported and shown in {time.perf_counter() - started:.1f} s"

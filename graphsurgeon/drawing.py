@@ -7,10 +7,12 @@ fits the width of the output, and a small vendored script (no network) zooms and
 
 Left to itself (``collapse="auto"`` with no ``max_nodes``), draw picks the most detailed view
 that still fits a notebook: it lays the picture out with the usual budget of nodes and, while
-the picture fitted to the output's width is taller than about two screens, or would shrink its
-text below :data:`MIN_SCALE` of its size, collapses further. The layer stack always stays in
-view (every layer a box, or a run of layers one box). A picture wider than the output even
-then is not shrunk below :data:`MIN_SCALE`: it scrolls inside its frame.
+the picture fitted to the output's width (never below :data:`MIN_SCALE` of its size: a wider
+one scrolls inside its frame) is taller than about two screens, or wider than
+:data:`MAX_WIDTH`, collapses further. The layer stack always stays in view (every layer a box,
+or a run of layers one box), and a view that gives each repeated block its own box (the
+layers of an encoder and a decoder, the blocks inside a vision model's stages) is kept up to
+:data:`MAX_STACK_HEIGHT` tall rather than fold them away.
 
 Example:
     >>> import torch, graphsurgeon as gs
@@ -33,7 +35,16 @@ from typing import Any
 from . import display
 from ._program import as_program
 from .errors import RenderError
-from .render import AUTO_MAX_NODES, DrawOptions, GraphView, graph_view, legend_html, overlay_of
+from .partition import call_index
+from .render import (
+    AUTO_MAX_NODES,
+    DrawOptions,
+    GraphView,
+    graph_view,
+    layer_calls,
+    legend_html,
+    overlay_of,
+)
 from .render.picture import Picture
 
 __all__ = ["Drawing", "draw"]
@@ -45,8 +56,12 @@ MAX_HEIGHT = 1600
 #: The smallest scale a picture is shown at: a wider one scrolls rather than shrink its text.
 MIN_SCALE = 0.6
 #: The height up to which draw() keeps a stack of layers one box each rather than fold runs of
-#: them into one box: about four screens (32 layers of a decoder).
+#: them into one box: about four screens (32 layers of a decoder). The same holds for any
+#: repeated block (the blocks inside a vision model's stages).
 MAX_STACK_HEIGHT = 3200
+#: The widest a picture is shown (once fitted, so at :data:`MIN_SCALE` at least), in pixels:
+#: about three output widths, scrolled sideways (an encoder beside a decoder).
+MAX_WIDTH = 3 * FIT_WIDTH
 # The budgets draw() tries, most detailed first, when it chooses the view itself.
 _BUDGETS = (AUTO_MAX_NODES, 200, 120, 80, 50, 30, 20)
 
@@ -169,14 +184,17 @@ def draw(program: Any, **options: Any) -> Drawing:
     choose = told.collapse == "auto" and told.max_nodes is None
     budgets = _BUDGETS if choose else (told.max_nodes,)
     view = svg = chosen = None
+    blocks: frozenset[str] = frozenset()
+    if choose:  # the calls that repeat (layers, a stage's blocks), by the stacks' rule
+        blocks = layer_calls(call_index(as_program(program, verb="draw").ep).calls, at_least=2)
     for budget in budgets:
         candidate = graph_view(program, dataclasses.replace(told, max_nodes=budget))
         if view is not None and candidate.drawn_nodes >= view.drawn_nodes:
             continue  # this budget draws no less: try a smaller one
-        if (  # the next step folds layers into runs: one box a layer is worth a longer picture
+        if (  # the next step folds repeated blocks away (into runs, or into their parent's
+            # box): one box a block is worth a longer picture
             view is not None
-            and _has_runs(candidate)
-            and not _has_runs(view)
+            and _blocks_shown(candidate, blocks) < _blocks_shown(view, blocks)
             and _fits(*display.svg_size(svg), height_limit=MAX_STACK_HEIGHT)
         ):
             break
@@ -187,9 +205,11 @@ def draw(program: Any, **options: Any) -> Drawing:
     return Drawing(view, svg, view.picture.name, chosen if choose else None)
 
 
-def _has_runs(view: GraphView) -> bool:
-    """Whether a view draws a run of sibling calls (layers) as one box."""
-    return any(node.kind == "box" and len(node.calls) > 1 for node in view.picture.nodes)
+def _blocks_shown(view: GraphView, blocks: frozenset[str]) -> int:
+    """How many of ``blocks`` (repeated calls) a view draws with a box or a cluster of their
+    own (not in a run of boxes, nor inside their parent's box)."""
+    own = {n.calls[0] for n in view.picture.nodes if n.kind == "box" and len(n.calls) == 1}
+    return len((own | set(view.clusters)) & blocks)
 
 
 def fitted_scale(width: float) -> float:
@@ -204,7 +224,8 @@ def fitted_scale(width: float) -> float:
 
 
 def _fits(width: float, height: float, *, height_limit: float = MAX_HEIGHT) -> bool:
-    """Whether a picture shows whole in a notebook's output: its text at least
-    :data:`MIN_SCALE` of its size once fitted to the width, at most ``height_limit`` (about
-    two screens) tall."""
-    return FIT_WIDTH / width >= MIN_SCALE and height * fitted_scale(width) <= height_limit
+    """Whether a picture shows in a notebook's output: once fitted to the width (its text at
+    least :data:`MIN_SCALE` of its size), at most :data:`MAX_WIDTH` wide (a wider one than the
+    output scrolls sideways) and ``height_limit`` (about two screens) tall."""
+    scale = fitted_scale(width)
+    return width * scale <= MAX_WIDTH and height * scale <= height_limit

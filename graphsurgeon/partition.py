@@ -339,6 +339,7 @@ class ProgramIndex:
         self.fqns: list[str] = list(fqns) if "" in fqns else ["", *fqns]
         # "is this a module of the program": read as often as there are nodes and state
         self.fqn_set: frozenset[str] = frozenset(self.fqns)
+        self._covered: dict[str, tuple[str, ...]] = {}  # name -> calls_covered (made once)
         # call name -> nodes (graph order); fqn -> qualified type
         self.types: dict[str, str] = dict(notes.module_types) if notes is not None else {}
         if "" not in self.types and calls.root_type:
@@ -375,6 +376,14 @@ class ProgramIndex:
         takes, in model order (for "did you mean")."""
         repeated = [name for names in self.calls_of.values() for name in names if "@" in name]
         return [fqn for fqn in self.fqns if fqn] + repeated
+
+    def knows(self, name: str) -> bool:
+        """Whether :meth:`resolve` reads ``name`` as a module or call of the program (asked
+        before resolving a name that may be an fx node's: no error, no "did you mean")."""
+        fqn, k = split_call_name(name)
+        return fqn in self.fqn_set and (
+            k is None or call_name(fqn, k) in self.calls_of.get(fqn, ())
+        )
 
     def resolve(self, name: object) -> Resolved:
         """What a module or call name stands for: the one reading every entry point uses.
@@ -435,10 +444,22 @@ class ProgramIndex:
             >>> index.calls_covered("0"), index.calls_covered("0.0")
             (('0.0',), ('0.0',))
         """
+        covered = self._covered.get(name) if isinstance(name, str) else None
+        if covered is not None:  # a view resolves every call it collapses: once per name
+            return covered
         resolved = self.resolve(name)
         if resolved.calls:
-            return resolved.calls
-        fqn = resolved.fqn
+            covered = resolved.calls
+        else:
+            covered = self._covered.get(resolved.fqn)
+            if covered is None:
+                covered = self._covered[resolved.fqn] = self._outermost_calls_in(resolved.fqn)
+        self._covered[name] = covered
+        return covered
+
+    def _outermost_calls_in(self, fqn: str) -> tuple[str, ...]:
+        """The outermost calls inside module ``fqn`` (one pass over every call: made once per
+        name, see :meth:`calls_covered`)."""
         found: dict[str, None] = {}
         for call in self.call_nodes:
             if not _meta.inside(call, fqn, strictly=True):

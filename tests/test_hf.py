@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import shutil
 
 import pytest
 import torch
@@ -17,6 +18,8 @@ from helpers.models import hf_decoder
 from helpers.references import check_swap
 
 import graphsurgeon as gs
+
+needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="graphviz `dot` not installed")
 
 
 @pytest.fixture(scope="module")
@@ -211,3 +214,49 @@ def test_t5_unfaithful_verdict_names_the_argument_eager_passes_otherwise():
         f"in eager, {name!r} gets mask=None; the program passes mask=b8[1, 1, 6, 6]",
     )
     assert f"why: in eager, {name!r} gets mask=None" in str(report)
+
+
+def _own_box_or_cluster(drawing, call):
+    """Whether the picture draws ``call`` with an element of its own (not in a run box)."""
+    return any(not e.startswith("modules:") for e in drawing.picture.elements_of_call(call))
+
+
+@needs_dot
+def test_the_default_view_gives_every_bart_layer_a_box_of_its_own():
+    # encoder.layers.0, .1 and decoder.layers.0, .1 side by side: a wide picture scrolls rather
+    # than fold the layers into run boxes
+    torch.manual_seed(0)
+    config = transformers.BartConfig(
+        vocab_size=100,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=64,
+    )
+    model = transformers.BartModel(config).eval()
+    ids, decoder_ids = torch.randint(5, 100, (1, 8)), torch.randint(5, 100, (1, 6))
+    ep = gs.export(model, (ids,), {"decoder_input_ids": decoder_ids, "use_cache": False})
+    drawing = gs.draw(ep)
+    layers = [f"{side}.layers.{i}" for side in ("encoder", "decoder") for i in range(2)]
+    assert all(_own_box_or_cluster(drawing, layer) for layer in layers), drawing
+    assert not [i for i in drawing.picture.rows if i.startswith("modules:")]
+
+
+@needs_dot
+def test_the_default_view_draws_the_blocks_inside_a_vision_models_stages():
+    # embedder -> encoder.stages.0 .. 3 (ResNetStage), each holding its blocks (layers.0, ...)
+    torch.manual_seed(0)
+    config = transformers.ResNetConfig(
+        embedding_size=8, hidden_sizes=[8, 16, 16, 32], depths=[1, 1, 2, 1], layer_type="bottleneck"
+    )
+    model = transformers.ResNetModel(config).eval()
+    ep = gs.export(model, (torch.randn(1, 3, 32, 32),))
+    drawing = gs.draw(ep)
+    blocks = [
+        f"encoder.stages.{s}.layers.{b}" for s, n in enumerate(config.depths) for b in range(n)
+    ]
+    assert all(_own_box_or_cluster(drawing, block) for block in blocks), drawing

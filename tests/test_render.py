@@ -1485,3 +1485,29 @@ def test_show_opens_like_highlight_without_marking(tiny_gpt):
     assert shown.clusters == marked.clusters and "layers.1.attn" in shown.clusters
     assert marked.highlighted and not shown.highlighted
     assert "highlighted" not in shown.dot
+
+
+def test_layer_calls_reads_repeated_blocks_at_any_length_asked():
+    # stages.0 .. stages.2 under the root; inside stages.1 two blocks of one type; a stack
+    # (MIN_LAYERS) needs eight
+    from types import SimpleNamespace as Call
+
+    from graphsurgeon.render import layer_calls
+
+    calls = {
+        "stem": Call(parent="", type="Conv"),
+        "stages.0": Call(parent="", type="Stage"),
+        "stages.1": Call(parent="", type="Stage"),
+        "stages.1.layers.0": Call(parent="stages.1", type="Block"),
+        "stages.1.layers.1": Call(parent="stages.1", type="Block"),
+        "stages.2": Call(parent="", type="Stage"),
+        "head": Call(parent="", type="Linear"),
+    }
+    assert layer_calls(calls) == frozenset()
+    assert layer_calls(calls, at_least=2) == {
+        "stages.0",
+        "stages.1",
+        "stages.2",
+        "stages.1.layers.0",
+        "stages.1.layers.1",
+    }

@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -76,23 +77,19 @@ def search(program: Any, text: str) -> list[Match]:
     matches = _Matcher(text)
     exact: list[Match] = []
     modules: list[Match] = []
-    for fqn, type_name, qualified in _modules(read.ep):
-        if matches((fqn, type_name, qualified), (type_name,)):
-            (exact if fqn == text else modules).append(Match(fqn, "module", type_name))
+    for fqn, type_name, _, _ in _modules(read.ep).matching(matches):
+        (exact if fqn == text else modules).append(Match(fqn, "module", type_name))
     found = {m.name for m in exact + modules}
     info = read.info
     call_of_node = {node: call for call, node in info.call_nodes.items()} if info else {}
     nodes: list[Match] = []
-    graph = (read.module if read.module is not None else read.ep).graph
-    for node in graph.nodes:
-        if not _meta.computes(node):
-            continue
-        call = call_of_node.get(node.name)
+    for name, short, _, _ in _ops(read.module if read.module is not None else read.ep).matching(
+        matches
+    ):
+        call = call_of_node.get(name)
         if call is not None and _meta.split_call_name(call)[0] in found:
             continue  # a swapped or fused module's call: found once, as the module
-        short, full = _meta.op_text(node, "short"), _meta.op_text(node, "full")
-        if matches((node.name, short, full), (short.rpartition(".")[2],)):
-            (exact if node.name == text else nodes).append(Match(node.name, "node", short))
+        (exact if name == text else nodes).append(Match(name, "node", short))
     return exact + modules + nodes
 
 
@@ -108,13 +105,13 @@ class _Matcher:
             except re.error:  # not a valid expression: a plain text only
                 self.regex = None
 
-    def __call__(self, fields: Iterable[str], words: Iterable[str] = ()) -> bool:
-        for field in fields:
-            if field and (
-                self.lowered in field.lower() or (self.regex and self.regex.search(field))
-            ):
+    def __call__(self, fields: tuple[tuple[str, str], ...], words: tuple[str, ...] = ()) -> bool:
+        """Whether ``fields`` (each ``(text, lowered text)``) or the initials ``words``
+        match."""
+        for field, lowered in fields:
+            if self.lowered in lowered or (self.regex and self.regex.search(field)):
                 return True
-        return any(self.lowered == initials(word) for word in words if word)
+        return self.lowered in words
 
 
 def initials(word: str) -> str:
@@ -131,15 +128,93 @@ def initials(word: str) -> str:
     return "".join(part[0] for part in parts).lower() if len(parts) > 1 else ""
 
 
-def _modules(ep: Any) -> tuple[tuple[str, str, str], ...]:
-    """(name, type, qualified type) of every module of ``ep`` but the root, in the order of
-    its module tree: read once per program."""
+# What separates the fields, and the rows, of _Texts.text: no search text holds them.
+_FIELD, _ROW = "\x00", "\x01"
 
-    def read() -> tuple[tuple[str, str, str], ...]:
-        return tuple(
-            (fqn, info.type_name, info.qualified_type or "")
+_Row = tuple[str, str, tuple[tuple[str, str], ...], tuple[str, ...]]
+
+
+class _Texts:
+    """The rows a search reads (``(name, what, fields, initials)``, each field ``(text,
+    lowered)``), with their lowered fields joined into one text: a plain search text is found
+    by ``str.find`` over all of them at once (a search as one types costs its matches, not
+    the program), a regular expression row by row."""
+
+    def __init__(self, rows: Iterable[_Row]):
+        self.rows = tuple(rows)
+        self.starts: list[int] = []  # where each row's text begins
+        parts, at = [], 0
+        self.by_initials: dict[str, list[int]] = {}
+        for i, (_, _, fields, words) in enumerate(self.rows):
+            part = _FIELD.join(lowered for _, lowered in fields) + _ROW
+            self.starts.append(at)
+            parts.append(part)
+            at += len(part)
+            for word in words:
+                self.by_initials.setdefault(word, []).append(i)
+        self.text = "".join(parts)
+
+    def __iter__(self):
+        return iter(self.rows)
+
+    def matching(self, matches: _Matcher) -> list[_Row]:
+        """The rows ``matches`` matches, in order."""
+        lowered = matches.lowered
+        if matches.regex is not None or _FIELD in lowered or _ROW in lowered:
+            return [row for row in self.rows if matches(row[2], row[3])]
+        found = set(self.by_initials.get(lowered, ()))
+        text, starts = self.text, self.starts
+        at = text.find(lowered)
+        while at != -1:
+            row = bisect.bisect_right(starts, at) - 1
+            found.add(row)
+            at = text.find(lowered, starts[row + 1] if row + 1 < len(starts) else len(text))
+        return [self.rows[i] for i in sorted(found)]
+
+
+def _fields(*texts: str) -> tuple[tuple[str, str], ...]:
+    return tuple((text, text.lower()) for text in texts if text)
+
+
+def _modules(ep: Any) -> _Texts:
+    """(name, type, the fields searched, the initials of its type) of every module of ``ep``
+    but the root, in the order of its module tree: read once per program."""
+
+    def read() -> _Texts:
+        return _Texts(
+            (
+                fqn,
+                info.type_name,
+                _fields(fqn, info.type_name, info.qualified_type or ""),
+                tuple(filter(None, [initials(info.type_name)] if info.type_name else [])),
+            )
             for fqn, info in module_tree(ep).items()
             if fqn
         )
 
     return _derived.cached(ep, "search: modules", read)
+
+
+def _ops(owner: Any) -> _Texts:
+    """(name, op, the fields searched, the initials of its op) of every node of ``owner``'s
+    graph that computes, in graph order: read once per graph (a search as one types reads
+    the program's texts, not its nodes)."""
+
+    def read() -> _Texts:
+        rows = []
+        for node in owner.graph.nodes:
+            if not _meta.computes(node):
+                continue
+            short, full = _meta.op_text(node, "short"), _meta.op_text(node, "full")
+            word = short.rpartition(".")[2]
+            rows.append(
+                (
+                    node.name,
+                    short,
+                    _fields(node.name, short, full),
+                    tuple(filter(None, [initials(word)])),
+                )
+            )
+        return _Texts(rows)
+
+    return _derived.cached(owner, "search: ops", read)

@@ -35,6 +35,7 @@ from .._derived import cached
 from .._program import Program
 from ..partition import call_index, program_index, split_call_name
 from ..swap import SwapInfo
+from . import _segments
 
 # Vertex kinds. _THROUGH and _HIDDEN nodes are never drawn; _PARAMETER ones only when asked.
 _OP, _INPUT, _OUTPUT, _PARAMETER, _BUFFER, _CONSTANT, _SWAPPED, _GLUE, _CHECK = (
@@ -355,15 +356,20 @@ def _analysis(
     return cached(program, ANALYSIS_KEY, make)
 
 
-def _state(ep: ExportedProgram) -> dict[str, tuple[str, str]]:
-    """Placeholder name -> (vertex kind, fqn) of every parameter, buffer and constant."""
-    state = {}
-    for spec in ep.graph_signature.input_specs:
-        kind = _STATE_KINDS.get(spec.kind.name)
-        name = getattr(spec.arg, "name", None)
-        if kind is not None and name:
-            state[name] = (kind, spec.target or name)
-    return state
+def _state(ep: ExportedProgram) -> Mapping[str, tuple[str, str]]:
+    """Placeholder name -> (vertex kind, fqn) of every parameter, buffer and constant (read
+    by every picture: made once per program, read only)."""
+
+    def make() -> Mapping[str, tuple[str, str]]:
+        state = {}
+        for spec in ep.graph_signature.input_specs:
+            kind = _STATE_KINDS.get(spec.kind.name)
+            name = getattr(spec.arg, "name", None)
+            if kind is not None and name:
+                state[name] = (kind, spec.target or name)
+        return state
+
+    return cached(ep, "render state", make)
 
 
 # -- a swap or fuse result, drawn from its own graph -----------------------------------------
@@ -585,6 +591,54 @@ class _Scene:
         self._inside: dict[str, list[int]] | None = None
         self._opening_costs: dict[Any, int] = {}
         self._users: list[list[int]] | None = None
+
+    @property
+    def by_name(self) -> dict[str, _Vertex]:
+        """The vertices by name."""
+        found = self._cache.get("by name")
+        if found is None:
+            found = self._cache["by name"] = {v.name: v for v in self.vertices}
+        return found
+
+    @property
+    def segments(self) -> list[tuple[tuple[str, ...], int, int]]:
+        """The vertices as runs of neighbours drawn in the same calls (:func:`._segments.
+        segments`): a writer places a run at once."""
+        if "segments" not in self._cache:
+            self._cache["segments"] = _segments.segments(self.vertex_chains)
+        return self._cache["segments"]
+
+    def crossing(self, segment: int, depth: int) -> list[tuple[str, str, str]]:
+        """The inputs of segment ``segment``'s vertices from outside its call at ``depth``
+        (:func:`._segments.crossing`), in vertex order; worked out once per segment."""
+        memo = self.memo("crossing")
+        if segment not in memo:
+            if "chain of" not in self._cache:
+                names = [v.name for v in self.vertices]
+                self._cache["chain of"] = dict(zip(names, self.vertex_chains))
+            found = self.segments[segment]
+            memo[segment] = _segments.crossing(self.vertices, found, self._cache["chain of"])
+        return memo[segment][depth]
+
+    @property
+    def spans(self) -> dict[str, tuple[int, int]]:
+        """The calls whose vertices are one stretch of :attr:`segments` (:func:`._segments.
+        spans`): a call drawn as a box is placed at once."""
+        if "spans" not in self._cache:
+            self._cache["spans"] = _segments.spans(self.segments)
+        return self._cache["spans"]
+
+    def span(self, call: str, depth: int) -> tuple[list[str], list[tuple[str, str, str]]]:
+        """The vertex names of a call of :attr:`spans` (at ``depth`` in its chains), and the
+        inputs from outside it (:meth:`crossing`), in vertex order. Worked out once per call."""
+        memo = self.memo("span")
+        if call not in memo:
+            first, stop = self.spans[call]
+            start, end = self.segments[first][1], self.segments[stop - 1][2]
+            names = [v.name for v in self.vertices[start:end]]
+            inputs = [i for k in range(first, stop) for i in self.crossing(k, depth)]
+            memo[call] = (names, inputs)
+        return memo[call]
 
     def memo(self, what: str) -> dict:
         """A dict kept with these vertices (an analysis's own: the next picture of the graph
@@ -983,7 +1037,13 @@ def _pictures(
     if mode is None:
         drawn = after or before
         cache = drawn.scenes.setdefault((show_parameters, show_checks), {})
-        scene = _Scene(drawn.vertices, before.calls, {}, show_parameters, None, show_checks, cache)
+        # the scene of a graph is the same for every view of it (what a view opens is the
+        # plan's, not the scene's): made once, as the analysis is
+        scene = cache.get("scene")
+        if scene is None:
+            scene = cache["scene"] = _Scene(
+                drawn.vertices, before.calls, {}, show_parameters, None, show_checks, cache
+            )
         if after is not None and not _has_regions(source):
             _stacks_of_original(scene, before, show_parameters, show_checks)
         return scene, [(scene, "", [])]

@@ -57,16 +57,18 @@ def layout(picture: Picture, dot: str, format: str = "svg") -> bytes:
     return graphviz.cached("stacked", format, dot, lambda: _Stacked(picture, found[1]).draw(format))
 
 
-def layer_calls(calls: Mapping[str, Any]) -> frozenset[str]:
+def layer_calls(calls: Mapping[str, Any], at_least: int = MIN_LAYERS) -> frozenset[str]:
     """The module calls that repeat as layers, by the rule a stack is made by.
 
     Args:
         calls: each call's name -> what the call index knows of it (its ``parent`` and
             ``type``), in graph order (``call_index(program).calls``).
+        at_least: the shortest run that counts (:data:`MIN_LAYERS`: a stack laid out in parts;
+            2: any repeated block, such as the two blocks of a vision model's stage).
 
     Returns:
-        The calls in a run of at least :data:`MIN_LAYERS` calls of one module type, one after
-        the other under one parent (``model.layers.0``, ``model.layers.1``...).
+        The calls in a run of at least ``at_least`` calls of one module type, one after the
+        other under one parent (``model.layers.0``, ``model.layers.1``...).
     """
     layers: set[str] = set()
     runs: dict[str, tuple[str, list[str]]] = {}  # parent -> (type, its current run)
@@ -75,10 +77,10 @@ def layer_calls(calls: Mapping[str, Any]) -> frozenset[str]:
         if call.type and call.type == kind:
             run.append(name)
             continue
-        if len(run) >= MIN_LAYERS:
+        if len(run) >= at_least:
             layers.update(run)
         runs[call.parent] = (call.type, [name])
-    layers.update(name for _, run in runs.values() if len(run) >= MIN_LAYERS for name in run)
+    layers.update(name for _, run in runs.values() if len(run) >= at_least for name in run)
     return frozenset(layers)
 
 

@@ -17,6 +17,7 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from .. import _meta
+from .._derived import cached
 from ..display import TOOLTIP_NAME_LIMIT, id_text, name_of_id_text, shown
 from ..errors import GraphSurgeonError
 from ..partition import Partition, program_index, split_call_name
@@ -104,7 +105,10 @@ def call_signature(part: Partition, replacement: Any, ep: ExportedProgram) -> st
 
 
 class _Context:
-    """What the writer looks up about the program: targets, parameters, partitions."""
+    """What the writer looks up about the program: targets, parameters, partitions.
+
+    Made for every picture; what it reads is the program's, worked out once per program
+    (:func:`_lookups`): a view that opens one layer does not read every node again."""
 
     def __init__(
         self, program: _Program, state: Mapping[str, tuple[str, str]], root_type: str = ""
@@ -112,16 +116,13 @@ class _Context:
         self.program = program
         self.info = program.info
         self.root_name = root_type.rsplit(".", 1)[-1] or "program"  # the model's type
-        self.targets = {name: target for name, (_, target) in state.items()}
-        try:  # the program's index: its nodes by name, its dynamic sizes by the user's Dims
-            index = program_index(program.ep)
-            self.nodes: dict[str, Node] = index.by_name  # (read only, here and in the writer)
-            self.dims: Mapping[str, str] = index.dims
-        except GraphSurgeonError:
-            self.nodes = {n.name: n for n in program.ep.graph.nodes}
-            self.dims = {}
-        self.placeholders = {n: self.nodes[n] for n in state if n in self.nodes}
-        # fx nodes by name, of both programs: the result's copies have the same meta
+        lookups = _lookups(program.ep, state)
+        self.targets: Mapping[str, str] = lookups.targets
+        self.nodes: Mapping[str, Node] = lookups.nodes  # (read only, here and in the writer)
+        self.dims: Mapping[str, str] = lookups.dims
+        self.placeholders: Mapping[str, Node] = lookups.placeholders
+        # fx nodes by name, of both programs: the result's copies have the same meta (not
+        # kept with the result: its nodes would keep it alive)
         if program.module is not None:
             originals = self.nodes
             self.nodes = {**originals, **{n.name: n for n in program.module.graph.nodes}}
@@ -130,7 +131,7 @@ class _Context:
                     if name in originals:
                         self.nodes[name] = originals[name]
         self._partitions: Mapping[str, Partition] | None = None
-        self._numel: dict[str, int] = {}
+        self._numel = lookups.numel
 
     def numel(self, parameters: Iterable[str]) -> int:
         """Elements in the named parameters (every module's tooltip counts its own)."""
@@ -153,6 +154,30 @@ class _Context:
 
     def replacement(self, call: str) -> Any:
         return self.info.calls.get(call) if self.info is not None else None
+
+
+class _Lookups:
+    """What a picture of a program looks up about it, kept with the program: parameter
+    targets, fx nodes by name, the user's dynamic size names, the state placeholders, and
+    parameters' element counts (filled as asked)."""
+
+    def __init__(self, ep: ExportedProgram, state: Mapping[str, tuple[str, str]]):
+        self.targets = {name: target for name, (_, target) in state.items()}
+        try:  # the program's index: its nodes by name, its dynamic sizes by the user's Dims
+            index = program_index(ep)
+            self.nodes: dict[str, Node] = index.by_name
+            self.dims: Mapping[str, str] = index.dims
+        except GraphSurgeonError:
+            self.nodes = {n.name: n for n in ep.graph.nodes}
+            self.dims = {}
+        self.placeholders = {n: self.nodes[n] for n in state if n in self.nodes}
+        self.numel: dict[str, int] = {}
+
+
+def _lookups(ep: ExportedProgram, state: Mapping[str, tuple[str, str]]) -> _Lookups:
+    """The :class:`_Lookups` of ``ep``, made once: kept in its record
+    (:mod:`graphsurgeon._derived`)."""
+    return cached(ep, "render lookups", lambda: _Lookups(ep, state))
 
 
 # -- the writer ----------------------------------------------------------------------------
@@ -186,15 +211,16 @@ class _Writer:
         self.context = context
         self.prefix = prefix
         self.extra_edges = list(extra_edges)
-        self.vertices = {v.name: v for v in scene.vertices}
+        self.vertices = scene.by_name
         self.nodes = context.nodes
         # the picture's parts, as the rows a Picture keeps
         self.rows: dict[str, NodeRow | ClusterRow | tuple] = {}
         self.top: list[str] = []  # ids at this picture's top level, in order
         self.edges: list[EdgeRow] = []
         self.box_nodes: dict[str, list[str]] = {}  # box -> the fx nodes collapsed into it
-        self._tooltips: dict[str, str] = {}
-        self._numels: dict[str, int] = {}  # parameters of each call, counted once
+        # each call's tooltip and parameter count: the same in every picture of the scene
+        self._tooltips: dict[str, str] = scene.memo("module tooltips")
+        self._numels: dict[str, int] = scene.memo("call numels")
         # vertex name -> the node it is drawn as (its name: prefix + fx name, or a box's id)
         self.refs: dict[str, str] = {}
         self.plain: set[str] = set()  # the refs that are a node of its own (not a box)
@@ -215,17 +241,26 @@ class _Writer:
         box_status: dict[str, bool] = {}  # box -> every node in it removed
         removed = self.marks.status
         ops_owner = {} if ALL_OPS in self.open else self.scene.ops_owner
+        vertices = self.scene.vertices
+        box_nodes, refs = self.box_nodes, self.refs
         # chain -> (the container its vertices are drawn in, the box they are in and its ref, or
-        # None): the vertices of one chain (the index shares one tuple among them) go to the
-        # same place
-        placed: dict[int, tuple[str, str | None, str | None]] = {}
-        for vertex, chain in zip(self.scene.vertices, self.scene.vertex_chains):
+        # None, and the depth of the box's call in the chain): the vertices of one chain (the
+        # index shares one tuple among them) go to the same place
+        placed: dict[int, tuple[str, str | None, str | None, int]] = {}
+        # what the edges are read from, in vertex order: the inputs from outside a box, or a
+        # (start, stop) of vertices drawn in no box (every input)
+        self._inputs: list[Any] = []
+        scene = self.scene
+        segments, spans = scene.segments, scene.spans
+        i = 0
+        while i < len(segments):
+            chain, start, stop = segments[i]
             found = placed.get(id(chain))
             if found is None:
-                container, box = "", None
-                for name in chain:
+                container, box, depth = "", None, 0
+                for at, name in enumerate(chain):
                     if name not in self.open:
-                        box = self.run_of.get(name, name)
+                        box, depth = self.run_of.get(name, name), at
                         if box not in seen:
                             seen.add(box)
                             members[container].append(("box", box))
@@ -236,24 +271,39 @@ class _Writer:
                         members[name] = []
                     container = name
                 ref = self._box_ref(box) if box is not None else None
-                found = placed[id(chain)] = (container, box, ref)
-            container, box, ref = found
+                found = placed[id(chain)] = (container, box, ref, depth)
+            container, box, ref, depth = found
             if box is not None:
-                is_removed = removed.get(vertex.name) == "removed"
+                # in a box: the call's vertices placed at once (a layer is one stretch of
+                # them), else this segment's
+                call = chain[depth]
+                if spans.get(call, (None,))[0] == i:
+                    names, inputs = scene.span(call, depth)
+                    i = spans[call][1]
+                else:
+                    names = [v.name for v in vertices[start:stop]]
+                    inputs = scene.crossing(i, depth)
+                    i += 1
+                is_removed = all(removed.get(n) == "removed" for n in names) if removed else False
                 box_status[box] = box_status.get(box, True) and is_removed
-                self.box_nodes.setdefault(box, []).append(vertex.name)
-            else:
+                box_nodes.setdefault(box, []).extend(names)
+                refs.update(dict.fromkeys(names, ref))
+                self._inputs.append(inputs)
+                continue
+            i += 1
+            self._inputs.append((start, stop))
+            for vertex in vertices[start:stop]:
                 owner = ops_owner.get(vertex.name)
                 if owner is not None and ops_key(owner) not in self.open:
                     ref = self._ops_ref(owner)
-                    if ref not in self.box_nodes:
+                    if ref not in box_nodes:
                         members[container].append(("ops", owner))
-                    self.box_nodes.setdefault(ref, []).append(vertex.name)
+                    box_nodes.setdefault(ref, []).append(vertex.name)
                 else:
                     ref = self.prefix + id_text(vertex.name)
                     members[container].append(("vertex", vertex.name))
                     self.plain.add(ref)
-            self.refs[vertex.name] = ref
+                refs[vertex.name] = ref
         self.removed_boxes = {box for box, all_removed in box_status.items() if all_removed}
         edges = self._collect_edges()
         self.top = self._container("", members, None)
@@ -637,7 +687,10 @@ class _Writer:
 
         refs = self.refs
         show_parameters = self.scene.show_parameters
-        for vertex in self.scene.vertices:
+        by_segment = not aliases and not show_parameters
+        if by_segment:
+            self._collect_by_segment(edges)
+        for vertex in () if by_segment else self.scene.vertices:
             # add() written out for the inputs: this loop reads every edge of the program
             name = vertex.name
             head = refs.get(aliases.get(name, name) if aliases else name)
@@ -669,6 +722,40 @@ class _Writer:
                 if tail not in shared:
                     shared.append(tail)
         return {key: marks for key, marks in edges.items() if key[0] not in self.fanout}
+
+    def _collect_by_segment(self, edges: dict[tuple[str, str, str], list[str]]) -> None:
+        """:meth:`_collect_edges` for a picture without aliases or parameter nodes: the edges
+        of every vertex, in vertex order, where the vertices in a box read only their inputs
+        from outside it (:meth:`~._scene._Scene.crossing`): opening one layer of many reads
+        that layer's edges and what crosses the other layers' boxes."""
+        status, plain, refs = self.marks.status, self.plain, self.refs
+        vertices = self.scene.vertices
+        for inputs in self._inputs:
+            if type(inputs) is tuple:  # vertices in no box: every input
+                start, stop = inputs
+                for vertex in vertices[start:stop]:
+                    name = vertex.name
+                    head = refs.get(name)
+                    if head is None:
+                        continue  # not in this picture
+                    head_plain = head in plain
+                    for source, path in vertex.inputs:
+                        tail = refs.get(source)
+                        if tail is None or tail == head:
+                            continue
+                        if not head_plain or tail not in plain:
+                            path = ""
+                        mark = status.get(source) or status.get(name, "")
+                        edges.setdefault((tail, head, path), []).append(mark)
+                continue
+            for name, source, path in inputs:
+                head, tail = refs.get(name), refs.get(source)
+                if head is None or tail is None or tail == head:
+                    continue  # not in this picture, or inside one box
+                if head not in plain or tail not in plain:
+                    path = ""  # edges of a box are aggregated: one per neighbour
+                mark = status.get(source) or status.get(name, "")
+                edges.setdefault((tail, head, path), []).append(mark)
 
     def _local(self, ref: str) -> str:
         """A drawn node's name without the picture's prefix (``before/module:x`` ->

@@ -19,8 +19,9 @@ from typing import Any
 import torch
 
 from .. import _meta, display
+from .._derived import cached
 from ..errors import UnknownModuleError, UnknownNameError, WidgetError, unknown_name
-from ..partition import ModuleInfo, program_index
+from ..partition import ModuleInfo, ProgramIndex, program_index
 from ..rewrite import swap_info
 
 __all__ = ["Selection"]
@@ -151,10 +152,15 @@ class Selection:
         """The fx nodes a selection can name: the program drawn's, then those only the
         original has (a swap removed them; the before/after pictures draw them)."""
         surgery = self.session.surgery
-        names = {n.name: None for n in self.session.viewer.drawn_program().graph.nodes}
-        if surgery.replacements:
-            names.update((n.name, None) for n in surgery.program.graph.nodes)
-        return names
+        drawn = self.session.viewer.drawn_program()
+
+        def read() -> dict[str, None]:  # names only: kept with the program drawn
+            names = {n.name: None for n in drawn.graph.nodes}
+            if surgery.replacements:
+                names.update((n.name, None) for n in surgery.program.graph.nodes)
+            return names
+
+        return cached(drawn, "widget: node names", read)
 
     def node(self, name: str) -> torch.fx.Node | None:
         """The fx node ``name``: of the program drawn, else of the original program (a node a
@@ -220,6 +226,7 @@ class Selection:
         ids = self._ids_selected(self.selected, self.selected_node, self._elements)
         split = _meta.split_call_name
         matches = session.searcher.matches
+        index = program_index(session.surgery.program)  # read once for every match
         culprits = session.bisection.culprits if session.bisection is not None else ()
         culprit_ids = [e for c in culprits for e in (self.ids_of(c) or self.call_elements(c))]
         regions = session.regions
@@ -228,7 +235,7 @@ class Selection:
             "selected": ids,
             **scene.flow(ids),
             "module": self._row_of(self.selected),
-            "matches": list(dict.fromkeys(e for m in matches for e in self.ids_of(m.name))),
+            "matches": list(dict.fromkeys(e for m in matches for e in self.ids_of(m.name, index))),
             "culprits": list(dict.fromkeys(culprit_ids)),
             "culprit_modules": [display.id_text(split(c)[0]) for c in culprits],
             "match_modules": [display.id_text(m.name) for m in matches if m.kind == "module"],
@@ -309,20 +316,23 @@ class Selection:
         self._click_marks[scene] = made
         return made
 
-    def _covered(self, name: str) -> list[str]:
-        """The calls module, call or container ``name`` covers ([]: a name of no module)."""
+    def _covered(self, name: str, index: ProgramIndex | None = None) -> list[str]:
+        """The calls module, call or container ``name`` covers ([]: a name of no module);
+        ``index``: the program's index, read already."""
         try:
-            return list(program_index(self.session.surgery.program).calls_covered(name))
+            index = index or program_index(self.session.surgery.program)
+            return list(index.calls_covered(name))
         except UnknownModuleError:
             return []
 
-    def ids_of(self, name: str) -> list[str]:
+    def ids_of(self, name: str, index: ProgramIndex | None = None) -> list[str]:
         """The ids drawing a module (a container: the calls it covers), a call or an fx node
-        (the box holding it when it is collapsed); [] when the picture does not show it."""
+        (the box holding it when it is collapsed); [] when the picture does not show it.
+        ``index``: the program's index, read already (marking every match of a search)."""
         session = self.session
         scene = session.viewer.scene
         known = name in session.tree or name in session.partitions
-        calls = self._covered(name) if known else []
+        calls = self._covered(name, index) if known else []
         if calls:
             return self._calls_drawn(calls)
         element = scene.node_element(name)

@@ -184,10 +184,9 @@ class View:
     def calls_of(self, name: str) -> list[str]:
         """The calls a module or call name stands for, read as every entry point reads it
         (``"blk@0"`` is ``"blk"``); [] for a name the program does not have, or a container."""
-        try:
-            return list(program_index(self.session.surgery.program).resolve(name).calls)
-        except UnknownModuleError:
-            return []
+        index = program_index(self.session.surgery.program)
+        known = isinstance(name, str) and index.knows(name)
+        return list(index.resolve(name).calls) if known else []
 
     def call_nodes(self) -> Mapping[str, str]:
         """Each swapped or fused call of the current program (regions included) -> the node
