@@ -12,6 +12,7 @@ from helpers.view_models import (
     DataDependent,
     DataDependentLog,
     Fusable,
+    LongResidualChain,
     RaisesWhileBroken,
     Unstable,
     WritesInputThenLinear,
@@ -605,25 +606,10 @@ def test_switching_to_memory_light_mid_run_drops_what_is_dead(chain):
     assert stepper.summary("linear").shape == (2, 4)
 
 
-class _Deep(nn.Module):
-    """150 Linear+ReLU pairs, then a log that turns the negatives into NaN: a program longer
-    than the window of recent values a stepper keeps by default."""
-
-    def __init__(self, depth: int = 150):
-        super().__init__()
-        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(3, 3), nn.ReLU()) for _ in range(depth))
-        self.head = nn.Linear(3, 3)
-
-    def forward(self, x):
-        for block in self.blocks:
-            x = block(x) + x
-        return torch.log(self.head(x))
-
-
 @pytest.fixture(scope="module")
 def deep():
     torch.manual_seed(0)
-    model = _Deep().eval()
+    model = LongResidualChain().eval()
     x = torch.randn(2, 3)
     return model, x, gs.export(model, (x,))
 

@@ -26,15 +26,18 @@ from helpers.imports import MODULES, circles_but_surgery_widget, imports_of
 from helpers.models import Chain, Shared, hf_decoder
 from helpers.view_models import (
     Doubler,
+    GatedOut,
     GeluTwice,
     Later,
     MakesNaN,
+    MaskedAlike,
     MaskedInner,
     Named,
     NeedsArgs,
     NeverCalled,
     OddlyNamed,
     OffByOne,
+    OneArgument,
     PassesMaskOnlyWhenExported,
     SiluBlocks,
     Tempered,
@@ -1180,35 +1183,10 @@ def test_the_picker_offers_what_can_be_built_and_builds_a_class_from_the_origina
     assert "ns:Later" in [c["key"] for c in widget.candidates]
 
 
-class _Gate(nn.Module):
-    def forward(self, hidden_states, attention_mask):
-        return hidden_states * attention_mask
-
-
-class _Gated(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.gate = _Gate()
-        self.out = nn.Linear(4, 4)
-
-    def forward(self, x, mask):
-        return self.out(self.gate(x, mask))
-
-
-class _OneArgument(nn.Module):
-    def forward(self, x):
-        return x
-
-
-class _MaskedAlike(nn.Module):
-    def forward(self, x, mask, *, scale=1.0):
-        return x * mask * scale
-
-
 def test_the_picker_ranks_what_fits_the_call_first_and_the_preview_says_why_one_does_not():
     #   x, mask ─▶ gate(hidden_states, attention_mask) ─▶ out(x): two calls of other shapes
-    model, x, mask = _Gated().eval(), torch.randn(2, 4), torch.ones(2, 4)
-    namespace = {"OneArgument": _OneArgument, "Masked": _MaskedAlike, "one": _OneArgument()}
+    model, x, mask = GatedOut().eval(), torch.randn(2, 4), torch.ones(2, 4)
+    namespace = {"OneArgument": OneArgument, "Masked": MaskedAlike, "one": OneArgument()}
     surgery = gs.Surgery.from_model(model, (x, mask))
     widget = gs.SurgeryWidget(surgery, namespace=namespace)
     assert all(c["fits"] is None for c in widget.candidates), "no call selected: not judged"
@@ -1239,7 +1217,7 @@ def test_the_picker_ranks_what_fits_the_call_first_and_the_preview_says_why_one_
     assert "does not fit the call" in preview and why["ns:OneArgument"] in preview
     # the picker's verdict is the swap's: it refuses the same replacement for the same reason
     with pytest.raises(gs.errors.ReplacementError, match="too many positional arguments"):
-        gs.swap(surgery.program, {"gate": _OneArgument()})
+        gs.swap(surgery.program, {"gate": OneArgument()})
     page_event(widget, event="choose", value="ns:Masked")
     assert "does not fit" not in html_unescape(widget.preview)
     page_event(widget, event="button", name="swap")

@@ -444,3 +444,49 @@ class LinearThenInlineSilu(nn.Module):
     def forward(self, x):
         h = self.lin(x)
         return h * torch.sigmoid(h)  # SiLU, written inline: no module's
+
+
+# -- the stepper's default keeping: a program longer than its window of recent values (test_step.py) --
+
+
+class LongResidualChain(nn.Module):
+    """150 Linear+ReLU pairs, then a log that turns the negatives into NaN: a program longer
+    than the window of recent values a stepper keeps by default."""
+
+    def __init__(self, depth: int = 150):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(3, 3), nn.ReLU()) for _ in range(depth))
+        self.head = nn.Linear(3, 3)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x) + x
+        return torch.log(self.head(x))
+
+
+# -- the picker: calls of other shapes, replacements that fit one and not the other (test_widget.py) --
+
+
+class GateCall(nn.Module):
+    def forward(self, hidden_states, attention_mask):
+        return hidden_states * attention_mask
+
+
+class GatedOut(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gate = GateCall()
+        self.out = nn.Linear(4, 4)
+
+    def forward(self, x, mask):
+        return self.out(self.gate(x, mask))
+
+
+class OneArgument(nn.Module):
+    def forward(self, x):
+        return x
+
+
+class MaskedAlike(nn.Module):
+    def forward(self, x, mask, *, scale=1.0):
+        return x * mask * scale
