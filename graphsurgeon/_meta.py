@@ -608,6 +608,10 @@ _FRAME = re.compile(
 )
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _TORCH_PATH = re.compile(r"[\\/]site-packages[\\/]torch[\\/]")
+# Packages that only pass a call on (Hugging Face's `kernels`, which transformers installs, wraps
+# functions such as apply_rotary_pos_emb in a module whose forward is `return func(*args,
+# **kwargs)`): their frames would hide the model's own line, as torch's would.
+_PASS_THROUGH_PATH = re.compile(r"[\\/]site-packages[\\/]kernels[\\/]")
 
 
 def file_line_text(path: str, line: int | str) -> str:
@@ -647,6 +651,8 @@ def _source_of_trace(trace: str) -> str:
         path = match.group("path")
         if path.startswith(_TORCH_DIR) or _TORCH_PATH.search(path):
             continue  # torch's own frames (nn.Linear.forward...) say nothing about the model
+        if _PASS_THROUGH_PATH.search(path):
+            continue
         where = file_line_text(path, match.group("line"))
         frames.append((where, match.group("function"), (match.group("code") or "").strip()))
     if not frames:

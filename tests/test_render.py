@@ -623,6 +623,17 @@ def test_source_lines_skip_torch_frames_and_never_show_paths():
     assert _meta._source_of_trace(trace) == "<stdin>:3 in forward\ncalled from model.py:12"
 
 
+def test_source_lines_skip_a_wrapper_that_only_passes_the_call_on():
+    # transformers wraps apply_rotary_pos_emb in a `kernels` module: the model's line is shown
+    trace = (
+        'File "/env/site-packages/transformers/models/llama/modeling_llama.py", line 249, in forward\n'
+        "    query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)\n"
+        'File "/env/site-packages/kernels/_internals/layer/layer.py", line 856, in forward\n'
+        "    return func(*args, **kwargs)"
+    )
+    assert _meta._source_of_trace(trace).startswith("modeling_llama.py:249 in forward")
+
+
 def test_the_same_program_gives_the_same_text_every_time(outer):
     again = exported(Outer(), torch.randn(1, 2))
     assert again is not outer
