@@ -273,6 +273,33 @@ def test_auto_keeps_a_32_layer_decoder_within_budget_and_opens_whole_groups():
     assert "layers.7.attn" in highlighted.clusters and "layers.7.attn" not in highlighted.collapsed
 
 
+def test_fold_runs_draws_the_closed_layers_of_a_stack_a_run_to_a_box_around_those_open():
+    model = TinyGPT(12).eval()
+    ep = gs.export(model, (model.example_input(),), preserve=[f"layers.{i}" for i in range(12)])
+    closed = {c for c in gs.partition(ep) if c not in ("layers.5",)} - {"layers"}
+    every_box = graph_view(ep, collapse=closed)
+    assert {f"layers.{i}" for i in range(12) if i != 5} <= set(every_box.collapsed)
+    folded = graph_view(ep, collapse=closed, fold_runs=8)
+    boxes = {n.id for n in folded.picture.nodes if n.kind == "box"}
+    # split around the open layer; the glue around the stack is drawn as before
+    assert {"modules:layers.0..layers.4", "modules:layers.6..layers.11"} <= boxes
+    assert "layers.5" in folded.clusters and folded.drawn_nodes < every_box.drawn_nodes - 8
+    assert folded.collapsed == every_box.collapsed, "each call of a run is listed, as in auto"
+    # a piece of one layer is its own box; the layers kept unfolded, a box each
+    kept = graph_view(ep, collapse=closed - {"layers.1"}, fold_runs=8, unfolded="layers.7")
+    boxes = {n.id for n in kept.picture.nodes if n.kind == "box"}
+    assert {"module:layers.0", "modules:layers.2..layers.4", "module:layers.7"} <= boxes
+    assert {"module:layers.6", "modules:layers.8..layers.11"} <= boxes
+    # a stack shorter than fold_runs is left a box a layer; a depth or "auto" is not changed
+    assert graph_view(ep, collapse=closed, fold_runs=13).dot == every_box.dot
+    assert graph_view(ep, collapse=2, fold_runs=8).dot == graph_view(ep, collapse=2).dot
+    for wrong in (1, True, "8"):
+        with pytest.raises(RenderError, match="fold_runs: expected an int of 2 or more"):
+            graph_view(ep, collapse=closed, fold_runs=wrong)
+    with pytest.raises(gs.errors.UnknownModuleError, match="unfolded"):
+        graph_view(ep, collapse=closed, fold_runs=8, unfolded="layers.99")
+
+
 @pytest.mark.parametrize(
     "what", ["attention", "layer", "fused layer", "fused attention", "three", "llama attention"]
 )

@@ -314,6 +314,58 @@ def test_a_run_of_boxes_opens_into_one_box_per_call():
     assert f"module:{first}" in ids and f"module:{last}" in ids
 
 
+def decoder_widget(layers: int) -> gs.SurgeryWidget:
+    from graphsurgeon.examples import TinyGPT
+
+    model = TinyGPT(layers).eval()
+    tokens = model.example_input()
+    preserve = [f"layers.{i}" for i in range(layers)]
+    preserve += [f"layers.{i}.attn" for i in range(layers)]
+    return gs.SurgeryWidget(gs.export(model, (tokens,), preserve=preserve), args=(tokens,))
+
+
+def boxes_of(widget) -> set[str]:
+    return {i for i in svg_ids(widget.svg) if i.startswith(("module:", "modules:"))}
+
+
+def test_opening_one_layer_draws_as_many_boxes_however_deep_the_stack():
+    # the other layers fold into runs around the open one: the picture, its text and its
+    # layout cost the same at any depth of stack
+    drawn = {}
+    for layers in (16, 48):
+        widget = decoder_widget(layers)
+        widget.expand("layers.5")
+        ids = svg_ids(widget.svg)
+        assert "cluster:layers.5" in ids
+        assert {"modules:layers.0..layers.4", f"modules:layers.6..layers.{layers - 1}"} <= ids
+        drawn[layers] = (len(boxes_of(widget)), widget.session.scene.view.drawn_nodes)
+        # a search in the user's view opens the match's layer the same way
+        widget.search(f"layers.{layers - 3}.attn")
+        ids = svg_ids(widget.svg)
+        assert widget.selected == f"layers.{layers - 3}.attn"
+        assert (
+            f"cluster:layers.{layers - 3}" in ids
+            and f"modules:layers.6..layers.{layers - 4}" in ids
+        )
+    assert drawn[16] == drawn[48]
+
+
+def test_a_run_the_user_opened_stays_a_box_a_layer_until_the_default_view():
+    widget = decoder_widget(16)
+    widget.expand("layers.5")
+    page_event(widget, event="toggle", id="modules:layers.6..layers.15")
+    assert {f"module:layers.{i}" for i in range(6, 16)} <= svg_ids(widget.svg)
+    widget.expand("layers.2")  # the next open does not fold them back
+    ids = svg_ids(widget.svg)
+    assert {f"module:layers.{i}" for i in range(6, 16)} <= ids
+    assert {"modules:layers.0..layers.1", "modules:layers.3..layers.4"} <= ids
+    widget.collapse("layers.2")
+    assert "modules:layers.0..layers.4" in svg_ids(widget.svg)
+    widget.auto()
+    widget.expand("layers.9")  # the default view forgot them: the runs fold again
+    assert {"modules:layers.0..layers.8", "modules:layers.10..layers.15"} <= svg_ids(widget.svg)
+
+
 def test_save_writes_the_picture_shown_and_the_page_gets_a_download(gpt, tmp_path):
     widget, _, _ = gpt
     svg = widget.save(tmp_path / "p.svg").read_text()

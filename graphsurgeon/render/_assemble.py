@@ -166,6 +166,16 @@ class DrawOptions:
         args: the model's positional inputs, for the overlays that run the program (a
             Surgery brings its own).
         kwargs: its keyword inputs, likewise.
+        fold_runs: with ``collapse=`` a set of names: the collapsed calls that repeat as
+            layers (in a run of at least this many sibling calls of one type,
+            :func:`~graphsurgeon.render.layer_calls`) are drawn a run of boxes to one box, as
+            ``collapse="auto"`` draws a stack too tall for a box each: split around the layers
+            left open (opening ``layers.200`` of 384 draws ``layers.0..199``, the open layer
+            and ``layers.201..383``), a piece of one call its own box. None: every collapsed
+            call is a box of its own. The widget opens layers this way, so that opening one
+            costs the same at any depth of stack.
+        unfolded: calls ``fold_runs`` leaves a box each (the runs a user opened into one box
+            per call), read as ``collapse=`` reads names.
 
     Example:
         >>> from graphsurgeon.render import DrawOptions
@@ -187,6 +197,8 @@ class DrawOptions:
     overlay: Any = None
     args: tuple | None = None
     kwargs: Mapping[str, Any] | None = None
+    fold_runs: int | None = None
+    unfolded: str | Iterable[str] = ()
 
     @classmethod
     def given(
@@ -405,6 +417,11 @@ def _graph_view(program: Any, options: DrawOptions, verb: str) -> GraphView:
     max_nodes = options.budget
     if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes < 1:
         raise RenderError(f"max_nodes: expected a positive int, got {max_nodes!r}")
+    fold_runs = options.fold_runs
+    if fold_runs is not None and (
+        isinstance(fold_runs, bool) or not isinstance(fold_runs, int) or fold_runs < 2
+    ):
+        raise RenderError(f"fold_runs: expected an int of 2 or more, or None, got {fold_runs!r}")
     values = overlay_of(program, options.overlay, options.args, options.kwargs)
     with _without_cyclic_gc():
         return _view(source, mode, options, values)
@@ -468,6 +485,11 @@ def _view(source: _Program, mode: str | None, options: DrawOptions, values: Any)
     collapsed: set = set()
     if collapse is not None and not isinstance(collapse, (int, str)):
         collapsed = set(_resolve(_names(collapse, "collapse"), scene, source, "collapse"))
+    # the collapsed layers drawn a run to a box (fold_runs=), but those the user unfolded
+    fold_runs = None if collapse is None or isinstance(collapse, (int, str)) else options.fold_runs
+    unfolded: set = set()
+    if fold_runs is not None:
+        unfolded = set(_resolve(_names(options.unfolded, "unfolded"), scene, source, "unfolded"))
     # a swapped call is opened in a diff; a region of ops (Surgery.replace) has no call of its
     # own in the original: the call that holds it is opened
     regions = source.info.regions if source.info is not None else {}
@@ -491,6 +513,8 @@ def _view(source: _Program, mode: str | None, options: DrawOptions, values: Any)
     no_runs: set[str] = set()
     while True:
         open_, runs = _plan(scene, collapse, collapsed, forced, max_nodes, shown, no_runs)
+        if fold_runs is not None:
+            runs = _folded_runs(scene, open_, fold_runs, unfolded | no_runs)
         if collapse == "auto" or isinstance(collapse, int):
             # a fused call is one call now: one box, unless highlighted (or opened by name)
             open_ -= marks.fused - forced - scene.ancestors(shown)
@@ -544,6 +568,45 @@ def _view(source: _Program, mode: str | None, options: DrawOptions, values: Any)
         overlay=types.MappingProxyType(dict(picture.overlay)),
         overlay_values=values,
     )
+
+
+def _folded_runs(scene: _Scene, open_: set, fold_runs: int, kept: set) -> dict[str, list[str]]:
+    """The runs ``{first call: members}`` drawn as one box each under ``fold_runs=``: the
+    stacks of layers (:func:`_layer_runs`) in the containers drawn open, split around their
+    members drawn open or ``kept`` a box each, in pieces of 2 or more (as ``collapse="auto"``
+    splits its runs around what it shows). Planning a picture then costs what its stacks
+    cost, not its layers one by one."""
+    runs: dict[str, list[str]] = {}
+    for parent, stack in _layer_runs(scene, fold_runs):
+        if parent == "" or parent in open_:
+            piece: list[str] = []
+            for name in [*stack, None]:
+                if name is None or name in open_ or name in kept:
+                    if len(piece) > 1:
+                        runs[piece[0]] = piece
+                    piece = []
+                else:
+                    piece.append(name)
+    return runs
+
+
+def _layer_runs(scene: _Scene, fold_runs: int) -> list[tuple[str, list[str]]]:
+    """(container, run) of every stack of at least ``fold_runs`` layers of the scene (the
+    calls :func:`~graphsurgeon.render.layer_calls` counts, in chains that feed each other and
+    are one box without a cycle, :meth:`~graphsurgeon.render._scene._Scene.chain_runs`),
+    worked out once per program: a piece of such a chain is one box without a cycle too."""
+    memo = scene.memo("layer runs")
+    found = memo.get(fold_runs)
+    if found is None:
+        layers = _stack.layer_calls(scene.calls, fold_runs)
+        calls = scene.calls
+        parents = dict.fromkeys(calls[n].parent for n in scene.present if n in layers)
+        found = []
+        for parent in parents:
+            siblings = scene.top if parent == "" else scene.children.get(parent, [])
+            found += [(parent, r) for r in scene.chain_runs(siblings, layers.__contains__)]
+        memo[fold_runs] = found
+    return found
 
 
 def _heat(values: Any, writers: list[_Writer]) -> Heat:

@@ -24,7 +24,7 @@ from ..render import GraphView, graph_view
 from ..render.picture import Picture, PictureNode
 from ..rewrite import swap_info
 
-__all__ = ["DEPTHS", "OVERLAYS", "VIEWS", "PendingLayout", "Scene", "View"]
+__all__ = ["DEPTHS", "FOLD_RUNS", "OVERLAYS", "VIEWS", "PendingLayout", "Scene", "View"]
 
 #: The pictures the graph panel can show: the current program, or before/after.
 VIEWS = ("program", "merged", "split")
@@ -38,16 +38,22 @@ _KEPT_PICTURES = 12
 # Overlays kept computed (each ran the program).
 _KEPT_OVERLAYS = 4
 _OPS = "ops:"
+#: The user's view draws the closed layers of a stack of at least this many (the stack the
+#: renderer lays out in parts) a run to a box, split around the layers opened: opening one
+#: layer of 384 draws three boxes, not 384 (:attr:`~graphsurgeon.render.DrawOptions.fold_runs`).
+FOLD_RUNS = 8
 
 
 @dataclass(frozen=True)
 class PendingLayout:
     """A layout the user asked for that waits for a confirmation: ``what`` it shows, how many
-    nodes it draws, and the calls it opens."""
+    nodes it draws, the calls it opens, and the calls it draws a box each however long their
+    run (:meth:`View.show_open`'s ``unfolded``)."""
 
     what: str
     drawn: int
     open: frozenset[str] = field(repr=False)
+    unfolded: frozenset[str] = field(default=frozenset(), repr=False)
 
 
 class _TooLarge(Exception):
@@ -153,6 +159,8 @@ class View:
         self._open: set[str] | None = None  # None: the renderer chooses ("auto")
         # what the stepper and the search open on top of the user's view, by who asked
         self._reveal: dict[str, frozenset[str]] = {}
+        # the calls of the runs the user opened into one box per call: never folded again
+        self._unfolded: set[str] = set()
         self._pictures: OrderedDict[tuple, Scene] = OrderedDict()
         self._ops_keys: set[str] = set()  # the own-ops boxes seen (``ops:model``)
         self._overlays: OrderedDict[tuple, tuple[Any, Any]] = OrderedDict()
@@ -321,6 +329,8 @@ class View:
         shown = self._shown(view)
         overlay = self.overlay_values()
         key = (view, id(module), self.opened_by_user, shown, self.overlay)
+        if self._open is not None:
+            key += (frozenset(self._unfolded),)
         scene = self._pictures.get(key)
         if scene is None:
             options = dict(diff=None if view == "program" else view, show=shown, overlay=overlay)
@@ -337,7 +347,13 @@ class View:
                 if self._open is None:
                     graph = graph_view(surgery, max_nodes=self._budget, **options)
                 else:
-                    graph = graph_view(surgery, collapse=self._collapse(shown), **options)
+                    graph = graph_view(
+                        surgery,
+                        collapse=self._collapse(shown),
+                        fold_runs=FOLD_RUNS,
+                        unfolded=sorted(self._unfolded),
+                        **options,
+                    )
                 if limit is not None and graph.drawn_nodes > limit:
                     raise _TooLarge(graph.drawn_nodes)
                 session.busy(f"laying out the picture ({graph.drawn_nodes:,} nodes)…")
@@ -353,17 +369,28 @@ class View:
         session.selection.mark()
         session.stepping.mark_current()
 
-    def show_open(self, opened: set[str] | None, what: str, force: bool = False) -> None:
-        """Show the user's view with ``opened`` open (None: auto). A layout of more than
-        ``LARGE_LAYOUT`` nodes waits for :meth:`confirm_layout` unless ``force``."""
-        before = self._open
+    def show_open(
+        self,
+        opened: set[str] | None,
+        what: str,
+        force: bool = False,
+        unfolded: Iterable[str] | None = None,
+    ) -> None:
+        """Show the user's view with ``opened`` open (None: auto). ``unfolded``: the calls
+        drawn a box each from now on however long their run (None: those drawn so before). A
+        layout of more than ``LARGE_LAYOUT`` nodes waits for :meth:`confirm_layout` unless
+        ``force``."""
+        before, unfolded_before = self._open, self._unfolded
         self._open = opened
+        if unfolded is not None:
+            self._unfolded = set(unfolded)
         try:
             large = None if force or opened is None else self.session.large_layout
             self.render(limit=large)
         except _TooLarge as too_large:
-            self._open = before
-            self.pending = PendingLayout(what, too_large.drawn, frozenset(opened or ()))
+            asked = frozenset(self._unfolded)
+            self._open, self._unfolded = before, unfolded_before
+            self.pending = PendingLayout(what, too_large.drawn, frozenset(opened or ()), asked)
             self.session.touch("warning")
             return
         if self.pending is not None:
@@ -376,7 +403,7 @@ class View:
         if pending is None:
             raise WidgetError("no layout waits for a confirmation")
         self.session.busy(f"laying out {pending.drawn:,} nodes…")
-        self.show_open(set(pending.open), pending.what, force=True)
+        self.show_open(set(pending.open), pending.what, True, pending.unfolded)
 
     def cancel_layout(self) -> None:
         """Keep the picture as it is: the large layout waiting for a confirmation is dropped."""
@@ -539,11 +566,14 @@ class View:
             raise WidgetError(f"depth: expected 1, 2, 3..., 'all' or 'auto', got {depth!r}")
         # a top-level module is at level 1: at depth 1 it is a box, at depth 2 it is open
         opened = {c for c in self.session.partitions if len(self.ancestors(c)) + 1 < level}
-        self.show_open(opened, f"open {level} level{'s' if level != 1 else ''}", force)
+        # a depth asked for draws every call at it a box (the layers too, however many)
+        every = set(self.session.partitions)
+        self.show_open(opened, f"open {level} level{'s' if level != 1 else ''}", force, every)
 
     def auto(self) -> None:
-        """Back to the view the renderer chooses: as much detail as fits."""
-        self.show_open(None, "the default view")
+        """Back to the view the renderer chooses: as much detail as fits (the runs the user
+        opened into boxes are folded again in the next view the user opens)."""
+        self.show_open(None, "the default view", unfolded=())
 
     def toggle(self, element_or_name: str) -> None:
         """Open a collapsed box (a run of boxes becomes one box per call), or collapse an open
@@ -559,15 +589,18 @@ class View:
         element = picture[element_or_name]
         kind = getattr(element, "kind", None)
         if kind == "box":
-            opened = self.opened()
-            # a run of boxes opens into one box per call (nothing opened); a box, its call
+            opened, unfolded = self.opened(), None
+            # a run of boxes opens into one box per call (nothing opened), kept so in the next
+            # views (the user's view folds runs: FOLD_RUNS); a box, its call
             if len(element.calls) <= 1:
                 for call in element.calls:
                     opened.update(self.ancestors(call))
                     opened.add(call)
-            elif self._open is None:  # a run in the default view: every call a box
-                opened |= {a for call in element.calls for a in self.ancestors(call)}
-            self.show_open(opened, f"open {element.label.splitlines()[0]}")
+            else:
+                unfolded = self._unfolded | set(element.calls)
+                if self._open is None:
+                    opened |= {a for call in element.calls for a in self.ancestors(call)}
+            self.show_open(opened, f"open {element.label.splitlines()[0]}", unfolded=unfolded)
             return
         if kind == "ops":  # the ops a module runs in its own forward: open them
             self.show_open(self.opened() | {element_or_name}, f"open {element_or_name}")
