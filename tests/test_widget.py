@@ -332,7 +332,7 @@ def test_opening_one_layer_draws_as_many_boxes_however_deep_the_stack():
     # the other layers fold into runs around the open one: the picture, its text and its
     # layout cost the same at any depth of stack
     drawn = {}
-    for layers in (16, 48):
+    for layers in (48, 64):  # deep enough that the default view folds the stack
         widget = decoder_widget(layers)
         widget.expand("layers.5")
         ids = svg_ids(widget.svg)
@@ -347,23 +347,36 @@ def test_opening_one_layer_draws_as_many_boxes_however_deep_the_stack():
             f"cluster:layers.{layers - 3}" in ids
             and f"modules:layers.6..layers.{layers - 4}" in ids
         )
-    assert drawn[16] == drawn[48]
+    assert drawn[48] == drawn[64]
+
+
+def test_opening_a_layer_of_a_stack_the_default_view_draws_layer_by_layer_folds_nothing():
+    # 16 layers: the default view draws a box a layer; opening one keeps the others' boxes
+    widget = decoder_widget(16)
+    layers = {f"module:layers.{i}" for i in range(16)}
+    assert layers <= svg_ids(widget.svg)
+    widget.expand("layers.5")
+    ids = svg_ids(widget.svg)
+    assert "cluster:layers.5" in ids and layers - {"module:layers.5"} <= ids
+    assert not any(i.startswith("modules:") for i in ids)
+    widget.collapse("layers.5")
+    assert layers <= svg_ids(widget.svg)
 
 
 def test_a_run_the_user_opened_stays_a_box_a_layer_until_the_default_view():
-    widget = decoder_widget(16)
+    widget = decoder_widget(48)
     widget.expand("layers.5")
-    page_event(widget, event="toggle", id="modules:layers.6..layers.15")
-    assert {f"module:layers.{i}" for i in range(6, 16)} <= svg_ids(widget.svg)
+    page_event(widget, event="toggle", id="modules:layers.6..layers.47")
+    assert {f"module:layers.{i}" for i in range(6, 48)} <= svg_ids(widget.svg)
     widget.expand("layers.2")  # the next open does not fold them back
     ids = svg_ids(widget.svg)
-    assert {f"module:layers.{i}" for i in range(6, 16)} <= ids
+    assert {f"module:layers.{i}" for i in range(6, 48)} <= ids
     assert {"modules:layers.0..layers.1", "modules:layers.3..layers.4"} <= ids
     widget.collapse("layers.2")
     assert "modules:layers.0..layers.4" in svg_ids(widget.svg)
     widget.auto()
     widget.expand("layers.9")  # the default view forgot them: the runs fold again
-    assert {"modules:layers.0..layers.8", "modules:layers.10..layers.15"} <= svg_ids(widget.svg)
+    assert {"modules:layers.0..layers.8", "modules:layers.10..layers.47"} <= svg_ids(widget.svg)
 
 
 def test_save_writes_the_picture_shown_and_the_page_gets_a_download(gpt, tmp_path):

@@ -41,6 +41,7 @@ _OPS = "ops:"
 #: The user's view draws the closed layers of a stack of at least this many (the stack the
 #: renderer lays out in parts) a run to a box, split around the layers opened: opening one
 #: layer of 384 draws three boxes, not 384 (:attr:`~graphsurgeon.render.DrawOptions.fold_runs`).
+#: The calls the default view drew a box each stay so when the user leaves it (``_own_boxes``).
 FOLD_RUNS = 8
 
 
@@ -384,6 +385,11 @@ class View:
         self._open = opened
         if unfolded is not None:
             self._unfolded = set(unfolded)
+        if before is None and opened is not None and self.scene is not None:
+            # leaving the default view: what it drew a box each stays so (a stack it showed
+            # layer by layer is not folded away by opening one of them); only the runs it
+            # folded fold around what is opened
+            self._unfolded = self._unfolded | self._own_boxes()
         try:
             large = None if force or opened is None else self.session.large_layout
             self.render(limit=large)
@@ -396,6 +402,14 @@ class View:
         if self.pending is not None:
             self.pending = None
             self.session.touch("warning")
+
+    def _own_boxes(self) -> set[str]:
+        """The calls the picture shown draws as a box of their own (a run box holds several)."""
+        return {
+            element.calls[0]
+            for element in self.scene.picture.nodes
+            if getattr(element, "kind", None) == "box" and len(element.calls) == 1
+        }
 
     def confirm_layout(self) -> None:
         """Lay out the large picture that waits for a confirmation (see :attr:`pending`)."""
