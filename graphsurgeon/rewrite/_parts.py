@@ -213,8 +213,7 @@ def write_in_parts(nodes: Any, cache: PartCache, fast: Any) -> PythonCode:
     for i, part in enumerate(parts):
         for node in part:
             where[node] = i
-    # last use of each value: its position, and the last part (len(parts) = the output) reading it
-    position = {n: i for i, n in enumerate(order)}
+    # last use of each value: the node, and the last part (len(parts) = the output) reading it
     last_user: dict[Node, Node] = {}
     last_part: dict[Node, int] = {}
     for node in order:
@@ -224,7 +223,6 @@ def write_in_parts(nodes: Any, cache: PartCache, fast: Any) -> PythonCode:
                 raise Unsupported(f"node {node.name!r} reads a node of another graph")
             last_user[value] = node
             last_part[value] = part
-    del position
     freed_at: dict[Node, list[Node]] = {}  # node -> the values freed after it (in its part)
     for value, user in last_user.items():
         if last_part[value] == where.get(value):
