@@ -84,6 +84,7 @@ from ._scene import (
     _Program,
     _program,
     _Scene,
+    _split_runs,
     _state,
     ops_key,
 )
@@ -576,17 +577,11 @@ def _folded_runs(scene: _Scene, open_: set, fold_runs: int, kept: set) -> dict[s
     members drawn open or ``kept`` a box each, in pieces of 2 or more (as ``collapse="auto"``
     splits its runs around what it shows). Planning a picture then costs what its stacks
     cost, not its layers one by one."""
+    drawn_alone = open_ | kept
     runs: dict[str, list[str]] = {}
     for parent, stack in _layer_runs(scene, fold_runs):
         if parent == "" or parent in open_:
-            piece: list[str] = []
-            for name in [*stack, None]:
-                if name is None or name in open_ or name in kept:
-                    if len(piece) > 1:
-                        runs[piece[0]] = piece
-                    piece = []
-                else:
-                    piece.append(name)
+            runs.update(_split_runs({stack[0]: stack}, drawn_alone))
     return runs
 
 

@@ -685,27 +685,15 @@ class _Writer:
                 path = ""  # edges of a box are aggregated: one per neighbour
             edges.setdefault((tail, head, path), []).append(mark)
 
-        refs = self.refs
         show_parameters = self.scene.show_parameters
         by_segment = not aliases and not show_parameters
         if by_segment:
             self._collect_by_segment(edges)
-        for vertex in () if by_segment else self.scene.vertices:
-            # add() written out for the inputs: this loop reads every edge of the program
-            name = vertex.name
-            head = refs.get(aliases.get(name, name) if aliases else name)
-            if head is None:
-                continue  # not in this picture
-            head_plain = head in plain
-            for source, path in vertex.inputs:
-                tail = refs.get(aliases.get(source, source) if aliases else source)
-                if tail is None or tail == head:
-                    continue
-                if not head_plain or tail not in plain:
-                    path = ""
-                mark = status.get(source) or status.get(name, "")
-                edges.setdefault((tail, head, path), []).append(mark)
-            if show_parameters:
+        elif not show_parameters:
+            self._vertex_edges(self.scene.vertices, edges, aliases)
+        else:  # each vertex's inputs, then its parameters (the order dot lays them out in)
+            for vertex in self.scene.vertices:
+                self._vertex_edges((vertex,), edges, aliases)
                 for source in vertex.params + vertex.buffers:
                     add(source, vertex.name, "", status.get(vertex.name, ""))
         for source, target, path in self.extra_edges:
@@ -723,6 +711,28 @@ class _Writer:
                     shared.append(tail)
         return {key: marks for key, marks in edges.items() if key[0] not in self.fanout}
 
+    def _vertex_edges(
+        self, vertices: Iterable[Any], edges: dict[tuple[str, str, str], list[str]], aliases: dict
+    ) -> None:
+        """The edges into each of ``vertices`` from their inputs (names read through
+        ``aliases``), added to ``edges``: ``add()`` of :meth:`_collect_edges` written out, as
+        this loop reads every edge of the program."""
+        status, plain, refs = self.marks.status, self.plain, self.refs
+        for vertex in vertices:
+            name = vertex.name
+            head = refs.get(aliases.get(name, name) if aliases else name)
+            if head is None:
+                continue  # not in this picture
+            head_plain = head in plain
+            for source, path in vertex.inputs:
+                tail = refs.get(aliases.get(source, source) if aliases else source)
+                if tail is None or tail == head:
+                    continue
+                if not head_plain or tail not in plain:
+                    path = ""
+                mark = status.get(source) or status.get(name, "")
+                edges.setdefault((tail, head, path), []).append(mark)
+
     def _collect_by_segment(self, edges: dict[tuple[str, str, str], list[str]]) -> None:
         """:meth:`_collect_edges` for a picture without aliases or parameter nodes: the edges
         of every vertex, in vertex order, where the vertices in a box read only their inputs
@@ -733,20 +743,7 @@ class _Writer:
         for inputs in self._inputs:
             if type(inputs) is tuple:  # vertices in no box: every input
                 start, stop = inputs
-                for vertex in vertices[start:stop]:
-                    name = vertex.name
-                    head = refs.get(name)
-                    if head is None:
-                        continue  # not in this picture
-                    head_plain = head in plain
-                    for source, path in vertex.inputs:
-                        tail = refs.get(source)
-                        if tail is None or tail == head:
-                            continue
-                        if not head_plain or tail not in plain:
-                            path = ""
-                        mark = status.get(source) or status.get(name, "")
-                        edges.setdefault((tail, head, path), []).append(mark)
+                self._vertex_edges(vertices[start:stop], edges, {})
                 continue
             for name, source, path in inputs:
                 head, tail = refs.get(name), refs.get(source)
