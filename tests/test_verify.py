@@ -22,12 +22,15 @@ from helpers.check_models import (
     UsesCache,
     WritesInput,
 )
+from helpers.grad_models import BUGS, FusedRMSNorm, NormStack, RMSNorm, fused_norms, hf_norm
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
 import graphsurgeon as gs
+from graphsurgeon.checks._grad import seeded_upstream
 from graphsurgeon.checks.verify import compare_leaf, eager_reference
+from graphsurgeon.errors import VerifyError
 
 
 def test_equal_programs_match_and_the_report_is_truthy():
@@ -804,3 +807,142 @@ def test_a_match_decided_by_atol_alone_says_so_and_suggests_a_tolerance():
     same = nn.Linear(4, 4).eval()
     plain = gs.verify(same, same, (torch.randn(2, 4),))
     assert plain and plain.decided_by_atol == () and "note" not in str(plain)
+
+
+# -- backward=True: the gradients too ------------------------------------------------------
+
+
+def _autograd_gradients(model, x, upstream):
+    """torch's own autograd on ``model``: the gradient of the input and of every parameter."""
+    x = x.detach().requires_grad_(True)
+    names, params = zip(*model.named_parameters())
+    grads = torch.autograd.grad(model(x), (x, *params), upstream)
+    return {"grad of input x": grads[0]} | {f"grad of {n}": g for n, g in zip(names, grads[1:])}
+
+
+@pytest.mark.parametrize("bug", BUGS)
+def test_backward_verdict_is_the_one_torch_autograd_gives(bug):
+    norm = RMSNorm(8)
+    fused = FusedRMSNorm(norm, bug)
+    x = torch.randn(2, 5, 8)
+    report = gs.verify(norm, fused, (x,), backward=True)
+    # the precondition: the forward matches whatever the backward does
+    assert report.outputs_ok and report.backward and report.gradients_ok is not None
+    upstream = seeded_upstream(norm(x).detach().requires_grad_(True))[0]
+    expected = _autograd_gradients(norm, x, upstream)
+    actual = _autograd_gradients(fused, x, upstream)
+    assert sorted(leaf.path for leaf in report.gradients) == sorted(expected)
+    differ = {
+        name
+        for name in expected
+        if not torch.allclose(actual[name], expected[name], rtol=1e-5, atol=1e-5)
+    }
+    assert {leaf.path for leaf in report.gradient_mismatches} == differ
+    assert bool(report) is (not differ) and (bug is None) is (not differ)
+    if bug == "weight factor":
+        (leaf,) = report.gradient_mismatches
+        expected_abs = (expected["grad of weight"]).abs().max().item()
+        assert leaf.path == "grad of weight" and leaf.max_abs == pytest.approx(expected_abs)
+        assert leaf.max_rel == pytest.approx(1.0) and "MISMATCH, 1 of 2" in str(report)
+
+
+def test_backward_names_the_parameter_of_the_wrong_swap_in_a_program():
+    model = NormStack(dim=8, layers=4)
+    x = torch.randn(2, 3, 8)
+    ep = gs.export(model, (x,))
+    bugs = {"layers.2.norm": "weight factor"}
+    gm = gs.swap(ep, fused_norms(model, bugs))
+    assert gs.verify(model, gm, (x,))  # the forward alone matches
+    report = gs.verify(model, gm, (x,), backward=True)
+    assert not report and report.outputs_ok
+    assert [leaf.path for leaf in report.gradient_mismatches] == ["grad of layers.2.norm.weight"]
+    # every parameter of the model and the input are compared, by the model's names
+    names = {f"grad of {n}" for n, _ in model.named_parameters()} | {"grad of input x"}
+    assert {leaf.path for leaf in report.gradients} == names
+    right = gs.swap(ep, fused_norms(model))
+    assert gs.verify(model, right, (x,), backward=True)
+    assert gs.verify(ep, right, (x,), backward=True)
+
+
+def test_backward_leaves_the_model_and_its_grads_alone():
+    model = NormStack(dim=8, layers=2)
+    before = copy.deepcopy(model.state_dict())
+    x = torch.randn(2, 8, requires_grad=True)
+    gs.verify(model, copy.deepcopy(model), (x,), backward=True)
+    assert all(p.grad is None for p in model.parameters()) and x.grad is None
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_backward_says_what_is_not_differentiated():
+    class Gathers(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(4))
+            self.frozen = nn.Parameter(torch.randn(4), requires_grad=False)
+            self.register_buffer("scale", torch.ones(4))
+
+        def forward(self, x, index):
+            return (x * self.weight * self.frozen * self.scale)[index]
+
+    x, index = torch.randn(4), torch.tensor([0, 2])
+    report = gs.verify(Gathers(), Gathers(), (x, index), backward=True)
+    notes = " ".join(report.backward_notes)
+    assert "input index (torch.int64)" in notes and "1 buffer" in notes
+    assert "parameter frozen: requires_grad=False" in notes
+    assert {leaf.path for leaf in report.gradients} == {"grad of input x", "grad of weight"}
+
+
+def test_backward_with_no_output_that_needs_a_gradient_says_so_and_does_not_pass():
+    report = gs.verify(lambda x: x.argmax(), lambda x: x.argmax(), (torch.randn(5),), backward=True)
+    assert report.outputs_ok and not report
+    assert "no output needs a gradient" in report.backward_problem
+    assert "NOT CHECKED" in str(report)
+
+
+def test_backward_from_given_upstream_gradients():
+    norm = RMSNorm(4)
+    x = torch.randn(3, 4)
+    zero = torch.zeros(3, 4)
+    # a zero upstream gradient hides the planted bug; ones show it
+    assert gs.verify(
+        norm, FusedRMSNorm(norm, "weight factor"), (x,), backward=True, grad_outputs=zero
+    )
+    assert not gs.verify(
+        norm,
+        FusedRMSNorm(norm, "weight factor"),
+        (x,),
+        backward=True,
+        grad_outputs=torch.ones(3, 4),
+    )
+    with pytest.raises(VerifyError, match=r"grad_outputs leaf 0 has shape \[4\]"):
+        gs.verify(norm, norm, (x,), backward=True, grad_outputs=torch.ones(4))
+    with pytest.raises(VerifyError, match="pass backward=True"):
+        gs.verify(norm, norm, (x,), grad_outputs=zero)
+
+
+def test_backward_failure_names_the_side():
+    class Broken(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            raise RuntimeError("not written yet")
+
+    with pytest.raises(
+        VerifyError, match=r"candidate .* forward and backward failed: .*not written"
+    ):
+        gs.verify(lambda x: x * 2, Broken.apply, (torch.ones(2),), backward=True)
+
+
+@pytest.mark.parametrize(
+    "family", ["llama", "gemma", "gemma3", "qwen2", "qwen3", "mistral", "t5", "olmo2", "phi3"]
+)
+def test_right_custom_backward_norms_of_the_llama_family_give_no_false_alarm(family):
+    norm = hf_norm(family, 16)
+    x = torch.randn(2, 7, 16) * 3
+    report = gs.verify(norm, FusedRMSNorm(norm), (x,), backward=True)
+    assert report.backward and len(report.gradients) == 2, report
+    assert report, report
+    assert not gs.verify(norm, FusedRMSNorm(norm, "missing mean"), (x,), backward=True)

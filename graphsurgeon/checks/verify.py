@@ -22,6 +22,7 @@ from .._program import as_inputs
 from ..errors import GraphSurgeonError, VerifyError, a_type, did_you_mean
 from ..rewrite import check_module
 from ._exec import RandomState, clone_inputs, keep_state, runnable_original
+from ._grad import Backward, given_upstream, input_labels, run_backward
 
 __all__ = ["LeafCheck", "VerifyReport", "as_callable", "verify"]
 
@@ -119,6 +120,18 @@ class VerifyReport:
     #: arguments than the program does ("in eager, 'attn' gets mask=None; the program passes
     #: mask=b8[1, 1, 6, 6]"), the likely cause when the replacement itself is right
     call_differences: tuple[str, ...] = ()
+    #: whether the gradients were checked too (``verify(..., backward=True)``)
+    backward: bool = False
+    #: with ``backward``: one check per gradient, named ``"grad of layers.3.norm.weight"`` or
+    #: ``"grad of input x"``, in the reference's order (inputs, then parameters)
+    gradients: tuple[LeafCheck, ...] = ()
+    #: with ``backward``: what was not differentiated or not compared, in words (integer
+    #: inputs, buffers, frozen parameters, parameters only one side has, where the upstream
+    #: gradients came from)
+    backward_notes: tuple[str, ...] = ()
+    #: with ``backward``: why the gradients could not be checked ('' when they were): the
+    #: report is then not truthy, it does not pass a check that did not run
+    backward_problem: str = ""
 
     def __bool__(self) -> bool:
         return self.ok
@@ -127,6 +140,23 @@ class VerifyReport:
     def mismatches(self) -> tuple[LeafCheck, ...]:
         """The output leaves that do not match, in output order."""
         return tuple(leaf for leaf in self.leaves if not leaf.ok)
+
+    @property
+    def gradient_mismatches(self) -> tuple[LeafCheck, ...]:
+        """The gradients that do not match (with ``backward=True``), in the reference's order."""
+        return tuple(leaf for leaf in self.gradients if not leaf.ok)
+
+    @property
+    def outputs_ok(self) -> bool:
+        """Whether the outputs match, whatever the gradients do."""
+        return not self.structure_problem and all(leaf.ok for leaf in self.leaves)
+
+    @property
+    def gradients_ok(self) -> bool | None:
+        """Whether every gradient matches; None when no gradient was checked."""
+        if not self.backward:
+            return None
+        return not self.backward_problem and all(leaf.ok for leaf in self.gradients)
 
     @property
     def max_abs(self) -> float:
@@ -190,8 +220,9 @@ class VerifyReport:
         if self.atol_note:
             head += " (decided by atol alone: see the note)"
         against = f" against {self.against}" if self.against else ""
+        grads = f", {len(self.gradients)} gradients" if self.backward else ""
         lines = [
-            f"verify: {head}{against} ({len(self.leaves)} output {'leaf' if len(self.leaves) == 1 else 'leaves'}, rtol={self.rtol:g}, atol={self.atol:g})"
+            f"verify: {head}{against} ({len(self.leaves)} output {'leaf' if len(self.leaves) == 1 else 'leaves'}{grads}, rtol={self.rtol:g}, atol={self.atol:g})"
         ]
         if self.atol_note:
             lines.append(f"  note: {self.atol_note}")
@@ -211,7 +242,31 @@ class VerifyReport:
             if _details(leaf):
                 detail += f"; {_details(leaf)}"
             lines.append(f"  {mark} {where}: {detail}")
+        if self.backward:
+            lines.extend(self._backward_lines())
         return "\n".join(lines)
+
+    def _backward_summary(self) -> str:
+        """The gradients' verdict in one line: ``backward: MISMATCH, 2 of 14 gradients differ``."""
+        if self.backward_problem:
+            return f"backward: NOT CHECKED: {self.backward_problem}"
+        n, bad = len(self.gradients), len(self.gradient_mismatches)
+        noun = "gradient" if n == 1 else "gradients"
+        if bad:
+            return f"backward: MISMATCH, {bad} of {n} {noun} differ"
+        return f"backward: match ({n} {noun})"
+
+    def _backward_lines(self) -> list[str]:
+        lines = [f"  {self._backward_summary()}"]
+        for leaf in self.gradients:
+            if leaf.ok:
+                continue
+            detail = _measured(leaf)
+            if _details(leaf):
+                detail += f"; {_details(leaf)}"
+            lines.append(f"  BAD {leaf.path}: {detail}")
+        lines.extend(f"  note: {note}" for note in self.backward_notes)
+        return lines
 
     def _repr_pretty_(self, printer, cycle) -> None:
         printer.text(str(self))
@@ -264,7 +319,17 @@ class VerifyReport:
             head += (
                 f"<div>{d.badge('eager calls it otherwise', 'warn')} {d.escape(difference)}</div>"
             )
-        return head + leaf_table(self.leaves)
+        body = leaf_table(self.leaves)
+        if self.backward:
+            kind = "bad" if not self.gradients_ok else "ok"
+            if self.backward_problem:
+                kind = "warn"
+            body += f'<div class="gs-title">{d.badge(self._backward_summary(), kind)}</div>'
+            if self.gradients:
+                body += leaf_table(self.gradients)
+            for note in self.backward_notes:
+                body += f'<div class="gs-muted">{d.escape(note)}</div>'
+        return head + body
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:
         from .. import display
@@ -799,6 +864,8 @@ def verify(
     *,
     rtol: float = 1e-5,
     atol: float = 1e-5,
+    backward: bool = False,
+    grad_outputs: Any = None,
 ) -> VerifyReport:
     """Run ``reference`` and ``candidate`` on the same inputs and compare every output leaf.
 
@@ -816,9 +883,42 @@ def verify(
     finite number >= 0, :class:`VerifyError` says which. ``args`` and ``kwargs`` are read as
     every entry point reads inputs (a lone tensor is the one input; a list raises
     :class:`~graphsurgeon.errors.InputStructureError`).
+
+    With ``backward=True`` both sides run with autograd on and then backward from the same
+    upstream gradients: ``grad_outputs`` (one tensor or None per output leaf, in the outputs'
+    structure) or, by default, standard-normal ones drawn from a generator seeded with 0. The
+    gradient of every floating input leaf and of every parameter that requires grad is then
+    compared by name (``"grad of layers.3.norm.weight"``, ``"grad of input x"``) with the same
+    tolerances and the same per-axis pattern as the outputs (:attr:`VerifyReport.gradients`).
+    The report is truthy only when the outputs and the gradients match. Integer inputs,
+    buffers and frozen parameters are not differentiated, and parameters only one side has are
+    not compared: :attr:`VerifyReport.backward_notes` says which. When no output needs a
+    gradient the report says so and is not truthy. Nothing is accumulated into any ``.grad``.
+
+    Example:
+        >>> import torch, graphsurgeon as gs
+        >>> class Halved(torch.autograd.Function):  # a forward that is right, a backward not
+        ...     @staticmethod
+        ...     def forward(ctx, x):
+        ...         return x * 2
+        ...     @staticmethod
+        ...     def backward(ctx, grad):
+        ...         return grad
+        >>> report = gs.verify(lambda x: x * 2, Halved.apply, (torch.ones(3),), backward=True)
+        >>> bool(report), report.outputs_ok, [g.path for g in report.gradient_mismatches]
+        (False, True, ['grad of input x'])
     """
     rtol, atol = checked_tolerance("rtol", rtol), checked_tolerance("atol", atol)
     args, kwargs = as_inputs(args, kwargs, verb="verify")
+    if not isinstance(backward, bool):
+        raise VerifyError(f"verify: backward={backward!r}: expected True or False")
+    if backward:
+        return _verify_backward(reference, candidate, args, kwargs, rtol, atol, grad_outputs)
+    if grad_outputs is not None:
+        raise VerifyError(
+            "verify: grad_outputs is given but backward=False; pass backward=True to check "
+            "the gradients from those upstream gradients"
+        )
     # Both run from the same random state (dropout in training mode draws the same masks), and
     # the caller's random stream is left as it was.
     start = RandomState()
@@ -829,6 +929,125 @@ def verify(
     finally:
         start.restore()
     return compare_outputs(expected, actual, rtol=rtol, atol=atol)
+
+
+def _run_backward(
+    program: Any,
+    which: str,
+    args: tuple,
+    kwargs: Mapping[str, Any],
+    labels: list[str],
+    upstream: Any,
+) -> Backward:
+    module = as_callable(program)
+    try:
+        with keep_state([module]) as state:
+            run = run_backward(
+                module, clone_inputs(args), clone_inputs(dict(kwargs)), labels, upstream
+            )
+            return dataclasses.replace(run, outputs=state.unshared(run.outputs))
+    except GraphSurgeonError:
+        raise
+    except Exception as error:
+        raise VerifyError(
+            f"verify: running the {which} ({type(program).__name__}) forward and backward "
+            f"failed: {type(error).__name__}: {_first_line(error)}"
+        ) from error
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [""])[0][:300]
+
+
+def _verify_backward(
+    reference: Any,
+    candidate: Any,
+    args: tuple,
+    kwargs: Mapping[str, Any],
+    rtol: float,
+    atol: float,
+    grad_outputs: Any,
+) -> VerifyReport:
+    """verify(backward=True): both sides forward with autograd on, then backward from the
+    same upstream gradients; outputs and gradients compared."""
+    labels = input_labels(as_callable(reference), args, kwargs)
+    start = RandomState()
+    try:
+        upstream = None
+        if grad_outputs is not None:
+            # checked against the reference's outputs before the reference runs backward
+            with torch.no_grad():
+                shape_of = _run(reference, "reference", args, kwargs)
+            upstream = given_upstream(grad_outputs, shape_of, "verify: ")
+            start.restore()
+        expected = _run_backward(reference, "reference", args, kwargs, labels, upstream)
+        start.restore()
+        actual = _run_backward(candidate, "candidate", args, kwargs, labels, expected.upstream)
+    finally:
+        start.restore()
+    outputs = compare_outputs(expected.outputs, actual.outputs, rtol=rtol, atol=atol)
+    gradients, notes = compare_gradients(expected, actual, rtol=rtol, atol=atol)
+    source = (
+        "upstream gradients: grad_outputs as given"
+        if grad_outputs is not None
+        else "upstream gradients: standard normal, seeded (the same for both sides)"
+    )
+    problem = expected.problem
+    ok = outputs.ok and not problem and all(leaf.ok for leaf in gradients)
+    return dataclasses.replace(
+        outputs,
+        ok=ok,
+        backward=True,
+        gradients=gradients,
+        backward_notes=(*notes, source),
+        backward_problem=f"the reference: {problem}" if problem else "",
+    )
+
+
+def compare_gradients(
+    expected: Backward, actual: Backward, *, rtol: float = 1e-5, atol: float = 1e-5
+) -> tuple[tuple[LeafCheck, ...], tuple[str, ...]]:
+    """The gradients of two backward runs compared by name, as output leaves are compared,
+    and the notes that say what was not: ``(checks, notes)``. A gradient that flows on one side
+    only is compared with zeros and says so; one that flows on neither side matches."""
+    checks = []
+    for name, want in expected.gradients.items():
+        if name not in actual.gradients:
+            continue
+        got = actual.gradients[name]
+        if want is None and got is None:
+            checks.append(LeafCheck(name, True, problem="no gradient flows here on either side"))
+            continue
+        note = ""
+        if want is None:
+            want, note = torch.zeros_like(got), "no gradient flows here in the reference"
+        elif got is None:
+            got, note = torch.zeros_like(want), "no gradient flows here in the candidate"
+        check = compare_leaf(name, want, got, rtol=rtol, atol=atol)
+        if note:
+            problem = "; ".join(p for p in (note, check.problem) if p)
+            check = dataclasses.replace(check, problem=problem)
+        checks.append(check)
+    notes = []
+    if expected.skipped:
+        notes.append("not differentiated: " + _listed(expected.skipped))
+    only = [n for n in expected.gradients if n not in actual.gradients]
+    if only:
+        notes.append(
+            "not compared, the candidate has no such parameter (or it is frozen): " + _listed(only)
+        )
+    extra = [n for n in actual.gradients if n not in expected.gradients]
+    if extra:
+        notes.append(
+            "not compared, the reference has no such parameter (or it is frozen): " + _listed(extra)
+        )
+    return tuple(checks), tuple(notes)
+
+
+def _listed(names: Any, limit: int = 6) -> str:
+    names = list(names)
+    shown = ", ".join(str(n).removeprefix("grad of ") for n in names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
 def compare_leaf(
