@@ -220,7 +220,8 @@ class VerifyReport:
         if self.atol_note:
             head += " (decided by atol alone: see the note)"
         against = f" against {self.against}" if self.against else ""
-        grads = f", {len(self.gradients)} gradients" if self.backward else ""
+        n = len(self.gradients)
+        grads = f", {n} gradient{'' if n == 1 else 's'}" if self.backward else ""
         lines = [
             f"verify: {head}{against} ({len(self.leaves)} output {'leaf' if len(self.leaves) == 1 else 'leaves'}{grads}, rtol={self.rtol:g}, atol={self.atol:g})"
         ]
