@@ -743,9 +743,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     report.add_argument(
         "--overlay",
-        choices=("error", "own-error", "latency"),
+        choices=("error", "own-error", "grad-error", "own-grad-error", "latency"),
         help="also paint the picture: error (the swapped program against the original), "
-        "own-error (each swapped call on the original's inputs) or latency (time per node)",
+        "own-error (each swapped call on the original's inputs), grad-error and "
+        "own-grad-error (the same for the gradients) or latency (time per node)",
     )
     _add_reading_options(report)
     report.set_defaults(run=_cmd_report)

@@ -161,7 +161,8 @@ def draw(program: Any, **options: Any) -> Drawing:
     (:class:`~graphsurgeon.errors.MissingDependencyError` otherwise).
 
     ``overlay=`` paints values on the picture, with a legend: ``"error"``, ``"own error"``,
-    ``"latency"`` (these run the program: pass ``args``/``kwargs``, or draw a Surgery, which
+    ``"grad error"``, ``"own grad error"`` (the gradients: a wrong backward), ``"latency"``
+    (these run the program: pass ``args``/``kwargs``, or draw a Surgery, which
     has its inputs) or ``{node or module name: value}``; :attr:`Drawing.overlay` maps the
     drawn ids to values.
 

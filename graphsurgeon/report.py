@@ -177,7 +177,8 @@ def build_report(
         atol: the absolute tolerance of verify and compare.
         overlay: also paint the swapped program's picture with ``"error"`` (its values
             against the original's), ``"own error"`` (each swapped call on the original's
-            inputs) or ``"latency"`` (time per node, of the program alone too); see
+            inputs), ``"grad error"`` / ``"own grad error"`` (the same for the gradients) or
+            ``"latency"`` (time per node, of the program alone too); see
             :func:`graphsurgeon.checks.overlay.overlay_values`. It needs the inputs.
 
     The swapped program is verified against the original: the eager model when a Surgery
@@ -428,7 +429,7 @@ def _picture_html(ep: ExportedProgram, module) -> tuple[str, str]:
     return note + drawing._repr_html_(), ""
 
 
-OVERLAYS = ("error", "own error", "latency")
+OVERLAYS = ("error", "own error", "grad error", "own grad error", "latency")
 
 
 def _overlay_html(ep, module, kind, inputs, inputs_note, rtol, atol) -> str:

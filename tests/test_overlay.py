@@ -13,10 +13,12 @@ import re
 import pytest
 import torch
 from helpers.check_models import DropoutAfterBatchNorm, Fails, Slow
+from helpers.grad_models import NormStack, fused_norms
 from helpers.models import NoCausalMask, Residual, Shared
 from torch import nn
 
 import graphsurgeon as gs
+from graphsurgeon.checks._grad import seeded_upstream
 from graphsurgeon.checks.overlay import OverlayValues, overlay_values
 from graphsurgeon.errors import CompareError, RenderError, UnknownModuleError, UnknownNameError
 from graphsurgeon.examples import FusedAttention, TinyGPT
@@ -357,3 +359,80 @@ def test_a_fused_program_is_valued_as_drawn_from_its_own_graph_without_a_rewrite
         expected = tolerance_ratio(program(x), original)
     assert error.nodes["linear_1"] == pytest.approx(expected, rel=1e-6) and expected > 1
     assert own.nodes["linear_1"] == 0.0 and own.calls["lin"] > 1
+
+
+# -- the gradient overlays ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def norms():
+    """A 6-layer stack with a fused RMSNorm (a hand-written backward) in every place, two of
+    them wrong in their backward only: layers.1 (a weight-gradient factor) and layers.4 (a
+    missing mean term)."""
+    torch.manual_seed(0)
+    model = NormStack(dim=8, layers=6)
+    x = torch.randn(2, 3, 8)
+    s = gs.Surgery.from_model(model, (x,))
+    for name, replacement in fused_norms(model, BACKWARD_BUGS).items():
+        s.swap(name, replacement)
+    return model, x, s
+
+
+BACKWARD_BUGS = {"layers.1.norm": "weight factor", "layers.4.norm": "missing mean"}
+
+
+def _autograd_ratio(original, replacement, x, upstream):
+    """The worst gradient error of ``replacement`` against ``original`` at input ``x`` from
+    ``upstream``, relative to the tolerance, by torch's own autograd."""
+    worst = 0.0
+    grads = []
+    for module in (original, replacement):
+        leaf = x.detach().requires_grad_(True)
+        grads.append(torch.autograd.grad(module(leaf), (leaf, module.weight), upstream))
+    for expected, actual in zip(*grads):
+        allowed = expected.abs() * RTOL + ATOL
+        worst = max(worst, float(((actual - expected).abs() / allowed).max()))
+    return worst
+
+
+def test_own_grad_error_lights_exactly_the_calls_whose_backward_is_wrong(norms):
+    model, x, s = norms
+    # the precondition: the forward is right everywhere, so no forward overlay can see it
+    assert max(overlay_values(s, kind="error").calls.values()) == 0
+    own = overlay_values(s, kind="own grad error")
+    lit = {call for call, value in own.calls.items() if value > 1 and call.endswith("norm")}
+    assert lit == set(BACKWARD_BUGS)
+    assert own.kind == "own grad error" and own.unit == "x tolerance"
+    # the value is the one torch's autograd gives on the eager modules, on the original's
+    # values at the call's input and the original's gradient at its output
+    captured = {}
+    target = model.layers[4].norm
+    handle = target.register_forward_hook(lambda m, a, out: captured.update(x=a[0], out=out))
+    out = model(x)
+    handle.remove()
+    upstream = torch.autograd.grad(
+        out, captured["out"], seeded_upstream(out.detach().requires_grad_())
+    )[0]
+    fused = s.module.get_submodule("layers.4.norm")
+    expected = _autograd_ratio(target, fused, captured["x"], upstream)
+    assert own.calls["layers.4.norm"] == pytest.approx(expected, rel=1e-3)
+
+
+def test_grad_error_spreads_from_a_wrong_backward_to_everything_before_it(norms):
+    _, _, s = norms
+    grad = overlay_values(s, kind="grad error")
+    calls = grad.calls
+    # gradients flow from the outputs back: after the last wrong backward (layers.4) all is
+    # right, at it and before it all is wrong
+    assert calls["norm"] < 1 and calls["layers.5"] < 1  # a right backward: within tolerance
+    assert all(calls[f"layers.{i}"] > 1 for i in range(5))
+    assert grad["x"] > 1  # the input's gradient
+    assert "gradients" in grad.description
+
+
+def test_grad_overlays_draw_with_a_legend_and_on_an_exported_program_are_zero(norms, decoder):
+    _, _, s = norms
+    drawing = gs.draw(s, overlay="own grad error")
+    assert drawing.overlay and "own grad error" in drawing._repr_html_()
+    _, _, ep = decoder
+    assert set(overlay_values(ep, kind="grad error").values()) == {0.0}

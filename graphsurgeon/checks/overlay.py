@@ -84,12 +84,13 @@ from ._exec import (
     runnable_original,
     value_lifetimes,
 )
+from ._grad_overlay import grad_errors
 from .verify import compare_leaf, in_order_of
 
 __all__ = ["KINDS", "OverlayValues", "overlay_values"]
 
 #: The overlays computed from a run; a mapping of the user's own values is the other kind.
-KINDS = ("error", "own error", "latency")
+KINDS = ("error", "own error", "grad error", "own grad error", "latency")
 
 _TOLERANCE_UNIT = "x tolerance"
 _LATENCY_UNIT = "share of the forward"
@@ -971,6 +972,18 @@ def _descriptions(rtol: float, atol: float, repeat: int) -> dict[str, str]:
             f"against the original: {relative}. Kept nodes give 0, so error starts where a "
             "value is not 0; a module call: the worst of its nodes."
         ),
+        "grad error": (
+            "The gradients of the swapped program against the original's, both run backward "
+            "from the same seeded upstream gradients at the outputs: at each node, "
+            f"{relative}; a swapped call: the worst of the gradients of its parameters and of "
+            "the values it reads. A wrong backward shows at its call and everything before it."
+        ),
+        "own grad error": (
+            "Each swapped call's own backward: the original nodes and the replacement on the "
+            "original's values at the call's inputs, backward from the original's gradient at "
+            f"its outputs: {relative}, the worst of the gradients of its inputs and "
+            "parameters. Kept nodes give 0, so the calls whose backward is wrong stand out."
+        ),
         "latency": (
             f"Each node's time in a profiled run, as a share of the forward (median of "
             f"{repeat} run{'s' if repeat != 1 else ''}); a module call: the sum of its nodes."
@@ -1076,6 +1089,12 @@ def overlay_values(
     if target.module is None:
         nodes = _unswapped_errors(target.ep)
         description = texts["unswapped"]
+    elif kind in ("grad error", "own grad error"):
+        args, kwargs = _inputs(target, kind)
+        found = grad_errors(target, args, kwargs, rtol, atol, kind == "own grad error", _ratio)
+        drawn, _ = target.drawn()
+        nodes = {name: found[name] for name in drawn if name in found}
+        description = texts[kind]
     else:
         args, kwargs = _inputs(target, kind)
         found = _side_by_side(target, args, kwargs, rtol, atol, own=kind == "own error")

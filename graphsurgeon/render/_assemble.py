@@ -158,7 +158,8 @@ class DrawOptions:
             ``sym_constrain_range``): they compute nothing, and are left out unless asked.
         overlay: paint values on the picture (:func:`graphsurgeon.checks.overlay.overlay_values`):
             ``"error"`` (the swapped program against the original, relative to the
-            tolerance), ``"own error"`` (each node on the original's inputs), ``"latency"``
+            tolerance), ``"own error"`` (each node on the original's inputs), ``"grad error"``
+            and ``"own grad error"`` (the same for the gradients), ``"latency"``
             (each node's share of a profiled forward), a mapping ``{node or module name:
             value}`` of your own, or values already computed (an ``OverlayValues``). Each node
             and box is filled with its value's heat colour and says it in its tooltip; a box
@@ -342,6 +343,11 @@ _HEAT_NOTES = {
     "error": "the worst error against the original, relative to the tolerance; a box: the worst "
     "of its members",
     "own error": "each node's own error, on the original's inputs; a box: the worst of its members",
+    "grad error": "the worst error of the gradients against the original's, relative to the "
+    "tolerance; a wrong backward lights its call and everything before it; a box: the worst of "
+    "its members",
+    "own grad error": "each swapped call's own backward, on the original's inputs and upstream "
+    "gradients; a box: the worst of its members",
     "latency": "each node's share of the forward, coloured against the largest drawn; a box: "
     "the sum of its members",
     "values": "your values; a box: the aggregate of its members",

@@ -247,7 +247,8 @@ class Heat:
     :meth:`Picture.to_dot` (and by a legend, :meth:`legend`).
 
     Attributes:
-        kind: ``"error"``, ``"own error"``, ``"latency"`` or ``"values"`` (the user's own).
+        kind: ``"error"``, ``"own error"``, ``"grad error"``, ``"own grad error"``,
+            ``"latency"`` or ``"values"`` (the user's own).
         unit: the values' unit (``"x tolerance"``, ``"share of the forward"``, or ``""``).
         threshold: for errors, the value from which something is wrong (1.0: the tolerance);
             else None.

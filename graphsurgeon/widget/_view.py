@@ -32,7 +32,7 @@ VIEWS = ("program", "merged", "split")
 DEPTHS = ("auto", "1", "2", "3", "4", "5", "all")
 #: The overlays the picture can be painted with (``""``: none); see
 #: :func:`graphsurgeon.checks.overlay.overlay_values`.
-OVERLAYS = ("", "error", "own error", "latency")
+OVERLAYS = ("", "error", "own error", "grad error", "own grad error", "latency")
 # Pictures kept laid out, so that undo/redo and switching views back cost no new layout.
 _KEPT_PICTURES = 12
 # Overlays kept computed (each ran the program).
@@ -475,8 +475,8 @@ class View:
     # -- overlays -------------------------------------------------------------------------
 
     def set_overlay(self, kind: str | None) -> None:
-        """Paint the picture and the module tree with ``"error"``, ``"own error"`` or
-        ``"latency"`` (see :func:`graphsurgeon.checks.overlay.overlay_values`); ``""`` or
+        """Paint the picture and the module tree with ``"error"``, ``"own error"``,
+        ``"grad error"``, ``"own grad error"`` or ``"latency"`` (see :func:`graphsurgeon.checks.overlay.overlay_values`); ``""`` or
         None: no overlay. The values are computed again after every edit; the overlay stays on
         across views."""
         kind = kind or ""

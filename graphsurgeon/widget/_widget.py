@@ -678,7 +678,8 @@ class SurgeryWidget(anywidget.AnyWidget):
         """Paint the picture and the tree with an overlay, recomputed after every edit.
 
         Args:
-            kind: ``"error"``, ``"own error"`` or ``"latency"``; None or ``""``: none.
+            kind: ``"error"``, ``"own error"``, ``"grad error"``, ``"own grad error"`` or
+                ``"latency"``; None or ``""``: none.
         """
         self._run(lambda: self._session.set_overlay(kind))
         return self
