@@ -225,6 +225,9 @@ class CallRecord:
     atol: float
     cache: dict[str, Location] = field(default_factory=dict)
     partition: Any = None  # the call's partition (a region's has no module call to look up)
+    # when the call diverges in its backward only: what its backward ran from
+    # (graphsurgeon.checks._locate_backward.BackwardRecord)
+    backward: Any = None
 
 
 def not_located(call: str, reason: str, replacement: str = "") -> Location:
