@@ -950,3 +950,243 @@ def test_a_line_typed_in_a_notebook_cell_is_named_by_its_cell(monkeypatch):
     monkeypatch.setitem(sys.modules, "IPython", SimpleNamespace(get_ipython=lambda: shell))
     assert file_line_text(path, 4) == "In [7]:4"
     assert file_line_text("/home/me/kernels.py", 42) == "kernels.py:42"
+
+
+# -- the backward: compare(..., backward=True) and locate in a backward ---------------------------
+
+
+class PlantedRMSNormFunction(torch.autograd.Function):
+    """``weight * x * rstd`` with a backward by hand, one bug planted on a line of its own."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps, bug):
+        rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+        normed = x * rstd
+        ctx.save_for_backward(normed, weight, rstd)
+        ctx.bug = bug
+        return normed * weight
+
+    @staticmethod
+    def backward(ctx, grad):
+        normed, weight, rstd = ctx.saved_tensors
+        grad_weight = (grad * normed).reshape(-1, normed.shape[-1]).sum(0)
+        if ctx.bug == "weight factor":
+            grad_weight = grad_weight * 2  # planted: weight factor
+        grad_normed = grad * weight
+        if ctx.bug == "missing mean":
+            grad_x = grad_normed * rstd  # planted: missing mean
+        else:
+            mean = (grad_normed * normed).mean(-1, keepdim=True)
+            grad_x = (grad_normed - normed * mean) * rstd
+        return grad_x, grad_weight, None, None
+
+
+class PlantedRMSNorm(nn.Module):
+    """Any RMSNorm (its weight copied) through :class:`PlantedRMSNormFunction`."""
+
+    def __init__(self, norm: nn.Module, bug: str = ""):
+        super().__init__()
+        self.weight = nn.Parameter(norm.weight.detach().clone())
+        self.eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6))
+        self.bug = bug
+
+    def forward(self, x):
+        return PlantedRMSNormFunction.apply(x, self.weight, self.eps, self.bug)
+
+
+class DetachedRMSNorm(nn.Module):
+    """An RMSNorm autograd differentiates, with a ``detach`` where it must not be."""
+
+    def __init__(self, norm: nn.Module, bug: str = ""):
+        super().__init__()
+        self.weight = nn.Parameter(norm.weight.detach().clone())
+        self.eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6))
+        self.bug = bug
+
+    def forward(self, x):
+        rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.bug == "detached":
+            rstd = rstd.detach()  # planted: detached
+        return self.weight * (x * rstd)
+
+
+def norms(model: nn.Module, cls: type, bugs: dict[str, str] | None = None) -> dict[str, nn.Module]:
+    """``{name: cls(norm, bug)}`` for every RMSNorm of ``model``."""
+    bugs = bugs or {}
+    return {
+        name: cls(module, bugs.get(name, ""))
+        for name, module in model.named_modules()
+        if type(module).__name__.endswith("RMSNorm")
+    }
+
+
+@pytest.fixture(scope="module")
+def norm_stack():
+    from helpers.grad_models import NormStack
+
+    torch.manual_seed(0)
+    model = NormStack(dim=8, layers=6)
+    x = torch.randn(2, 5, 8)
+    return model, x, gs.export(model, (x,))
+
+
+def eager_call_gradients(model, replacements, name, x):
+    """What torch's own autograd says of call ``name``: run the eager model carrying
+    ``replacements`` forward and backward from the seeded upstream gradient, keep the input the
+    call received and the gradient that reaches its output, then differentiate the ORIGINAL
+    module on that input from that gradient: ``(input, upstream, {label: gradient})``."""
+    from graphsurgeon.checks._grad import seeded_upstream
+
+    reference = eager_reference(model, replacements)
+    seen = {}
+
+    def keep(module, inputs, output):
+        seen["input"] = inputs[0].detach().clone()
+        output.register_hook(lambda grad: seen.setdefault("upstream", grad.detach().clone()))
+
+    handle = reference.get_submodule(name).register_forward_hook(keep)
+    start = x.detach().clone().requires_grad_(True)
+    out = reference(start)
+    torch.autograd.grad(out, [start], seeded_upstream(out))
+    handle.remove()
+    original = model.get_submodule(name)
+    call_input = seen["input"].clone().requires_grad_(True)
+    grad_x, grad_w = torch.autograd.grad(
+        original(call_input), [call_input, original.weight], seen["upstream"]
+    )
+    return (
+        seen["input"],
+        seen["upstream"],
+        {
+            "grad of input x": grad_x,
+            f"grad of {name}.weight": grad_w,
+        },
+    )
+
+
+def test_right_custom_backward_norms_match_in_both_passes_on_every_call(norm_stack):
+    model, x, ep = norm_stack
+    replacements = norms(model, PlantedRMSNorm)
+    swapped = gs.swap(ep, replacements)
+    assert compare(ep, swapped, (x,)).ok, "precondition: the forwards match"
+    cmp = compare(ep, swapped, (x,), backward=True)
+    assert cmp.ok and cmp.first_divergence is None and cmp.first_divergence_pass is None
+    assert len(cmp.calls) == 7
+    for call in cmp.calls:
+        assert call.forward_ok and call.backward_ok is True and call.ok
+        assert [g.path for g in call.gradient_leaves] == [
+            "grad of input x",
+            f"grad of {call.call_name}.weight",
+        ]
+        assert all(g.ok and g.values_compared for g in call.gradient_leaves)
+    # the program's gradients too, as verify checks them
+    assert cmp.outputs.backward and cmp.outputs.gradients_ok
+    assert {g.path for g in cmp.outputs.gradients} == {
+        g.path for g in gs.verify(ep, swapped, (x,), backward=True).gradients
+    }
+    assert "forward and backward" in str(cmp) and "backward" in cmp.table().splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    ("name", "bug", "differs"),
+    [
+        ("layers.3.norm", "weight factor", "grad of layers.3.norm.weight"),
+        ("layers.1.norm", "missing mean", "grad of input x"),
+    ],
+)
+def test_a_planted_backward_bug_diverges_in_the_backward_of_that_call_only(
+    norm_stack, name, bug, differs
+):
+    model, x, ep = norm_stack
+    replacements = norms(model, PlantedRMSNorm, {name: bug})
+    swapped = gs.swap(ep, replacements)
+    assert compare(ep, swapped, (x,)).ok, "precondition: the forward matches everywhere"
+    cmp = compare(ep, swapped, (x,), backward=True, locate=False)
+    assert not cmp.ok and cmp.divergent == (name,)
+    assert cmp.first_divergence == name and cmp.first_divergence_pass == "backward"
+    call = cmp[name]
+    assert call.forward_ok and call.backward_ok is False and not call.ok
+    assert [g.path for g in call.gradient_leaves if not g.ok] == [differs]
+    assert call.diverges_in == "backward" and call.problem.startswith(f"backward: {differs}")
+    # the error compare measures is the one torch's autograd gives on the original module
+    call_input, upstream, expected = eager_call_gradients(model, replacements, name, x)
+    planted = call_input.clone().requires_grad_(True)
+    got = dict(
+        zip(
+            ["grad of input x", f"grad of {name}.weight"],
+            torch.autograd.grad(
+                replacements[name](planted), [planted, replacements[name].weight], upstream
+            ),
+        )
+    )
+    error = float((got[differs] - expected[differs]).abs().max())
+    assert error > 1e-2
+    (leaf,) = [g for g in call.gradient_leaves if g.path == differs]
+    assert leaf.max_abs == pytest.approx(error, rel=1e-4)
+    text = str(cmp)
+    assert f"first divergence: {name!r} (in its backward)" in text
+    assert "diverges in its backward" in text and "DIVERGES in backward" in text
+    page = cmp._repr_html_()
+    assert "in its backward" in page and "<th>backward</th>" in page
+    rows = cmp.rows
+    assert [r["backward_ok"] for r in rows[:-1]].count(False) == 1
+    # locate names the planted line of the backward
+    found = cmp.locate()
+    assert found and found.call == name and found.replacement == "PlantedRMSNorm"
+    assert found.source == planted_line(PlantedRMSNormFunction, bug)
+    assert found.line.endswith(f"# planted: {bug}") and found.file == __file__
+    assert found.op.startswith("aten.mul.Tensor")
+
+
+def test_compare_locates_a_backward_divergence_of_a_small_call_on_its_own(norm_stack):
+    model, x, ep = norm_stack
+    swapped = gs.swap(ep, norms(model, PlantedRMSNorm, {"layers.4.norm": "weight factor"}))
+    cmp = compare(ep, swapped, (x,), backward=True)
+    assert cmp.location is not None and cmp.location.source == planted_line(
+        PlantedRMSNormFunction, "weight factor"
+    )
+    assert "located: " in str(cmp) and "located" in cmp._repr_html_()
+
+
+def test_backward_false_keeps_the_forward_report_as_it_was(norm_stack):
+    model, x, ep = norm_stack
+    swapped = gs.swap(ep, norms(model, PlantedRMSNorm, {"layers.3.norm": "weight factor"}))
+    cmp = compare(ep, swapped, (x,))
+    assert cmp.ok and not cmp.backward and "backward" not in str(cmp)
+    assert all(c.backward_ok is None and c.gradient_leaves == () for c in cmp.calls)
+    assert "backward_ok" not in cmp.rows[0] and "<th>backward</th>" not in cmp._repr_html_()
+
+
+def test_a_wrong_derivative_autograd_takes_is_found_at_its_forward_line(norm_stack):
+    model, x, ep = norm_stack
+    name = "layers.2.norm"
+    right = gs.swap(ep, norms(model, DetachedRMSNorm))
+    assert compare(ep, right, (x,), backward=True).ok, "precondition: without the bug it matches"
+    swapped = gs.swap(ep, norms(model, DetachedRMSNorm, {name: "detached"}))
+    cmp = compare(ep, swapped, (x,), backward=True, locate=False)
+    assert cmp.first_divergence == name and cmp.first_divergence_pass == "backward"
+    assert [g.path for g in cmp[name].gradient_leaves if not g.ok] == ["grad of input x"]
+    found = cmp.locate()
+    # the derivative of `x * rstd` is where the gradients part; the detach made it so
+    assert found and found.call == name and found.file == __file__
+    assert found.source == planted_line(DetachedRMSNorm, "detached")
+    assert "the derivative autograd takes" in found.stack[0] and "detached" in found.stack[-1]
+
+
+def test_a_custom_backward_norm_in_a_hugging_face_llama(llama):
+    model, args, kwargs, ep = llama
+    bugs = {
+        "model.layers.0.post_attention_layernorm": "missing mean",
+        "model.layers.1.input_layernorm": "weight factor",
+    }
+    right = gs.swap(ep, norms(model, PlantedRMSNorm))
+    fine = compare(ep, right, args, kwargs, backward=True, rtol=1e-4, atol=1e-5)
+    assert fine.ok and all(c.backward_ok for c in fine.calls) and len(fine.calls) == 5
+    swapped = gs.swap(ep, norms(model, PlantedRMSNorm, bugs))
+    cmp = compare(ep, swapped, args, kwargs, backward=True, rtol=1e-4, atol=1e-5, locate=False)
+    assert cmp.divergent == tuple(bugs)
+    assert all(cmp[n].forward_ok and cmp[n].backward_ok is False for n in bugs)
+    assert cmp.first_divergence == "model.layers.0.post_attention_layernorm"
+    assert cmp.first_divergence_pass == "backward"
+    found = cmp.locate()
+    assert found.source == planted_line(PlantedRMSNormFunction, "missing mean")

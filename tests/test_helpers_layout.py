@@ -26,6 +26,8 @@ STAY = {
             "StackedRope",
             "InterleavedLlama",
             "Gpt2Attention",
+            "PlantedRMSNorm",
+            "DetachedRMSNorm",
         ],
         "locate() must name the line of the planted bug in this file",
     ),

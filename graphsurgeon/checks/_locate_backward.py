@@ -112,6 +112,8 @@ class _Ops(TorchDispatchMode):
         op = _Op(func, args, kwargs, output, node is not None)
         if self.where and node is not None:
             op.frame, op.node = _user_frame(), node
+        elif self.where and func is torch.ops.aten.detach.default:
+            op.frame = _user_frame()  # a detach in the user's forward cuts a derivative
         self.ops.append(op)
         return output
 
@@ -250,9 +252,10 @@ def _locate(record: CallRecord) -> Location:
     roots = [i for i in sorted(carriers) if not any(j in carriers for j in inputs[i])]
     culprit = roots[0] if roots else min(differing)
     op = ops[culprit]
-    frame, derivative = op.frame, False
+    frame, derivative, detached = op.frame, False, None
     if frame is None:
         frame, derivative = _forward_frame(op.node), True
+        detached = _detached_input(op, ran.ops)
     verdict = verdicts[culprit]
     if verdict.matches:  # it makes a gradient that differs, from values the original has
         verdict = _Verdict(False)
@@ -268,10 +271,17 @@ def _locate(record: CallRecord) -> Location:
             max_abs=verdict.nearest_error,
             replacement=kind,
         )
-    code = _code_line(frame)
     stack = (f"{frame.where} in {frame.function}",)
     if derivative:
         stack = (f"{frame.where} in {frame.function} (the derivative autograd takes of it)",)
+    if detached is not None:
+        # the derivative is right for what it is given; what it is given was cut from the graph
+        stack = (
+            *stack,
+            f"{detached.where} in {detached.function} (detached: no gradient flows back)",
+        )
+        frame = detached
+    code = _code_line(frame)
     return Location(
         call,
         True,
@@ -286,6 +296,21 @@ def _locate(record: CallRecord) -> Location:
         max_abs=verdict.nearest_error,
         replacement=kind,
     )
+
+
+def _detached_input(op: _Op, ops: list[_Op]) -> _SourceFrame | None:
+    """The user's line that detached one of the op's inputs in the forward, if one did: the
+    derivative autograd takes is then right for what it is given, and the gradient that the
+    detach keeps from flowing is what is missing."""
+    detaches = {
+        _key(o.output): o.frame
+        for o in ops
+        if not o.backward and o.frame is not None and _plain(o.output)
+    }
+    for t in pytree.tree_leaves((op.args, op.kwargs)):
+        if _plain(t) and _key(t) in detaches:
+            return detaches[_key(t)]
+    return None
 
 
 def _inputs_text(
