@@ -12,7 +12,10 @@ Measured, interleaved round by round so that drift hits all alike (medians):
   exports the replacement on the call's inputs and runs it and the original call node by node);
 - ``compare(...)`` as called by default, which locates a call this small on its own;
 - ``compare(..., backward=True, locate=False)``: the same program, forward and backward (each
-  swapped call's gradients too, and the program's): the issue's bound is ~3x compare alone;
+  swapped call's gradients too, and the program's): the issue's bound is ~3x compare alone.
+  With the causal mask forgotten, every gradient upstream of the call differs, and verify's
+  per-axis pattern of each differing gradient adds to it; so the faithful swap (a right
+  FusedAttention) is timed too, forward alone and with ``backward=True``;
 - the backward pass located: ``layers.48.ln2`` swapped for a LayerNorm with a hand-written
   backward whose weight gradient is twice what it should be, ``compare(..., backward=True,
   locate=False)`` then ``cmp.locate()`` (which names the planted line of the backward).
@@ -95,7 +98,7 @@ def run(layers: int, rounds: int) -> dict:
     import torch
 
     import graphsurgeon as gs
-    from graphsurgeon.examples import TinyGPT
+    from graphsurgeon.examples import FusedAttention, TinyGPT
 
     torch.manual_seed(0)
     model = TinyGPT(n_layers=layers).eval()
@@ -105,6 +108,7 @@ def run(layers: int, rounds: int) -> dict:
     ep = gs.export(model, (tokens,), preserve=preserve)
     name = f"layers.{layers // 2}.attn"
     swapped = gs.swap(ep, {name: buggy_attention(model.layers[layers // 2].attn)})
+    faithful = gs.swap(ep, {name: FusedAttention(model.layers[layers // 2].attn)})
     norm = f"layers.{layers // 2}.ln2"
     norm_swapped = gs.swap(ep, {norm: doubled_weight_gradient(model.layers[layers // 2].ln2)})
 
@@ -125,12 +129,20 @@ def run(layers: int, rounds: int) -> dict:
         comparison = gs.compare(ep, norm_swapped, (tokens,), locate=False, backward=True)
         return comparison, comparison.locate()
 
+    def faithful_forward():
+        return gs.compare(ep, faithful, (tokens,), locate=False)
+
+    def faithful_backward():
+        return gs.compare(ep, faithful, (tokens,), locate=False, backward=True)
+
     runs = {
         "compare alone": alone,
         "compare, then locate()": then_locate,
         "compare (default)": by_default,
         "compare, backward=True": backward_alone,
         "compare, backward=True, then locate() in the backward": backward_then_locate,
+        "faithful swap: compare alone": faithful_forward,
+        "faithful swap: compare, backward=True": faithful_backward,
     }
     _, found = then_locate()  # warm-up: the runnable original, torch.export's imports
     if not found or found.call != name:
@@ -180,6 +192,13 @@ def main() -> None:
     print("|---|---:|---:|")
     for label, seconds in result["medians"].items():
         print(f"| {label} | {seconds * 1e3:.0f} ms | {seconds / anchor:.2f}x |")
+    medians = result["medians"]
+    print(
+        "\nbackward / forward: "
+        f"{medians['compare, backward=True'] / anchor:.2f}x with the planted bug, "
+        f"{medians['faithful swap: compare, backward=True'] / medians['faithful swap: compare alone']:.2f}x"
+        " on the faithful swap"
+    )
 
 
 if __name__ == "__main__":

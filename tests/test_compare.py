@@ -1190,3 +1190,51 @@ def test_a_custom_backward_norm_in_a_hugging_face_llama(llama):
     assert cmp.first_divergence_pass == "backward"
     found = cmp.locate()
     assert found.source == planted_line(PlantedRMSNormFunction, "missing mean")
+
+
+def test_a_call_no_gradient_reaches_says_so_and_does_not_diverge():
+    from helpers.grad_models import ArgmaxReader
+
+    torch.manual_seed(0)
+    model = ArgmaxReader()
+    x = torch.randn(3, 8)
+    ep = gs.export(model, (x,))
+    cmp = compare(
+        ep, gs.swap(ep, {"norm": PlantedRMSNorm(model.norm, "weight factor")}), (x,), backward=True
+    )
+    call = cmp["norm"]
+    assert call.forward_ok and call.backward_ok is None and call.ok
+    assert "no gradient reaches its outputs" in call.backward_note
+    assert cmp.first_divergence is None and cmp.ok and call.backward_text == "no gradient"
+
+
+def test_backward_of_calls_with_several_outputs_constants_and_a_second_call():
+    from helpers.check_models import Split
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 3)
+    model = TwoOutputs()
+    ep = gs.export(model, (x,))
+    cmp = compare(ep, gs.swap(ep, {"scaled": TimesFactor(), "split": Split()}), (x,), backward=True)
+    assert cmp.ok and [c.backward_ok for c in cmp.calls] == [True, True]
+    assert [g.path for g in cmp["split"].gradient_leaves] == ["grad of input x"]
+    loose = compare(ep, gs.swap(ep, {"split": Loose()}), (x,), backward=True)
+    assert loose.first_divergence == "split" and loose.first_divergence_pass == "forward"
+
+    shared = Shared()
+    x = torch.randn(2, 4)
+    ep = gs.export(shared, (x,))
+    same = compare(ep, gs.swap(ep, {"shared": nudged(shared.shared, 0.0)}), (x,), backward=True)
+    assert same.ok and [c.call_name for c in same.calls] == ["shared", "shared@1"]
+    assert "grad of shared@1.weight" in [g.path for g in same["shared@1"].gradient_leaves]
+    assert all(c.backward_ok for c in same.calls)
+    program = {g.path for g in same.outputs.gradients}
+    assert program == {"grad of input x", "grad of shared.weight", "grad of shared.bias"}
+
+
+def test_backward_of_the_fused_attentions_of_a_gpt(gpt):
+    model, tokens, ep = gpt
+    cmp = compare(ep, gs.swap(ep, fused(model)), (tokens,), backward=True, rtol=1e-4)
+    assert cmp.ok and all(c.backward_ok for c in cmp.calls)
+    assert all(g.path != "grad of input tokens" for g in cmp.outputs.gradients)  # integers
+    assert any("not differentiated" in note for note in cmp.outputs.backward_notes)
