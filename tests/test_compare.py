@@ -1238,3 +1238,24 @@ def test_backward_of_the_fused_attentions_of_a_gpt(gpt):
     assert cmp.ok and all(c.backward_ok for c in cmp.calls)
     assert all(g.path != "grad of input tokens" for g in cmp.outputs.gradients)  # integers
     assert any("not differentiated" in note for note in cmp.outputs.backward_notes)
+
+
+@pytest.mark.parametrize(
+    "family", ["llama", "gemma", "gemma3", "qwen2", "qwen3", "mistral", "t5", "olmo2", "phi3"]
+)
+def test_custom_backward_norms_of_the_llama_family_in_compare(family):
+    pytest.importorskip("transformers")
+    from helpers.grad_models import FusedRMSNorm, hf_norm
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 16), hf_norm(family, 16), nn.Linear(16, 16))
+    x = torch.randn(2, 7, 16) * 3
+    ep = gs.export(model, (x,))
+    right = compare(ep, gs.swap(ep, {"1": FusedRMSNorm(model[1])}), (x,), backward=True)
+    assert right.ok and right["1"].backward_ok is True, right  # no false alarm
+    wrong = compare(
+        ep, gs.swap(ep, {"1": FusedRMSNorm(model[1], "weight factor")}), (x,), backward=True
+    )
+    assert wrong.first_divergence == "1" and wrong.first_divergence_pass == "backward"
+    assert [g.path for g in wrong["1"].gradient_leaves if not g.ok] == ["grad of 1.weight"]
+    assert wrong.location.line == "grad_weight = grad_weight * 2"

@@ -15,10 +15,19 @@ from. Then, from the gradients that differ, the walk goes back through the ops t
   the original, or is the upstream gradient or a value saved from the forward (anything not
   made inside the backward).
 
+The :class:`~graphsurgeon.checks.locate.Location` has the op (``.op``, its arguments as
+shapes), its line (``.source``, ``.line``, ``.file``), what its inputs are (``.inputs``: the
+upstream gradient, a value saved from the forward, a value of the backward and which value of
+the original it equals) and, as ``.node``, the autograd node whose backward ran it
+(``"PlantedRMSNormFunctionBackward"``, ``"MulBackward0"``).
+
 Its line: in a ``torch.autograd.Function``, the line of its ``backward`` that runs the op (the
 innermost frame of the user's code). For an op autograd runs on its own (the derivative of a
 forward op), the forward line whose derivative it is, read from the autograd node's record of
-where it was made (anomaly mode keeps it while the forward runs).
+where it was made (anomaly mode keeps it while the forward runs); when one of that op's inputs
+was detached in the forward by the user's code, the line of the ``detach`` (the derivative is
+right for what it is given; the gradient the detach keeps from flowing is what is missing), and
+``.stack`` says both.
 """
 
 from __future__ import annotations
@@ -71,6 +80,7 @@ class BackwardRecord:
     original_upstream: tuple[torch.Tensor | None, ...]
     labels: tuple[str, ...]
     gradients: tuple[LeafCheck, ...]
+    note: str = ""  # the call's backward note (why its backward failed, when it did)
 
 
 def locate_backward(record: CallRecord) -> Location:
@@ -170,6 +180,10 @@ def _locate(record: CallRecord) -> Location:
     if any(t.device.type == "meta" for t in tensors):
         return not_located(
             call, "the call ran on the meta device: its gradients hold no numbers", kind
+        )
+    if not part.gradients:
+        return not_located(
+            call, f"its backward was not compared gradient by gradient: {part.note}", kind
         )
     args, kwargs = record.inputs
     labels = list(part.labels)

@@ -17,6 +17,14 @@ ends with the drift at the program's outputs.
 replacement where it starts to compute something else (:mod:`graphsurgeon.checks.locate`). compare
 does that on its own when the call is small (its report then shows the line), and otherwise
 says to call it.
+
+With ``backward=True`` each call is also checked backward: from the gradient that reaches its
+outputs in the swapped program, the gradients of its inputs and parameters, original partition
+vs replacement (:mod:`graphsurgeon.checks._compare_backward`). A replacement whose outputs
+match and whose gradients do not (a hand-written ``torch.autograd.Function`` backward off by a
+factor) is then the first divergence, ``first_divergence_pass`` is ``"backward"``, and
+``cmp.locate()`` names the line of its backward where it starts to differ
+(:mod:`graphsurgeon.checks._locate_backward`).
 """
 
 from __future__ import annotations
@@ -348,6 +356,13 @@ class Comparison:
         ``.reason`` says why: no call diverges, the replacement cannot be traced (and why), the
         programs ran on the meta device, or every op's value matches (the difference is in
         what the replacement returns where). Computed once; ``cmp.location`` then has it.
+
+        When the first diverging call diverges in its backward (``compare(...,
+        backward=True)``: its outputs match, its gradients do not), the answer is the first op
+        of the replacement's backward whose value matches no value the original's backward
+        computes while its inputs do: a line of a ``torch.autograd.Function``'s ``backward``,
+        or, for a replacement autograd differentiates, the forward line whose derivative
+        differs (:mod:`graphsurgeon.checks._locate_backward`).
 
         Example:
             >>> import torch, graphsurgeon as gs
@@ -927,7 +942,9 @@ def _backward_part(compared: CallComparison, grads: CallBackward | None) -> Any:
     labels and the gradients that differ; None when the call diverges in its forward."""
     if grads is None or not compared.forward_ok or grads.ok is not False:
         return None
-    return BackwardRecord(grads.upstream, grads.original_upstream, grads.labels, grads.leaves)
+    return BackwardRecord(
+        grads.upstream, grads.original_upstream, grads.labels, grads.leaves, grads.note
+    )
 
 
 def _small(record: CallRecord, info: Any) -> bool:
