@@ -1010,6 +1010,13 @@ class DetachedRMSNorm(nn.Module):
         return self.weight * (x * rstd)
 
 
+class StraightThroughReLU(nn.Module):
+    """ReLU's values with the identity's gradient: the straight-through trick."""
+
+    def forward(self, x):
+        return x + (torch.relu(x) - x).detach()  # planted: straight through
+
+
 def norms(model: nn.Module, cls: type, bugs: dict[str, str] | None = None) -> dict[str, nn.Module]:
     """``{name: cls(norm, bug)}`` for every RMSNorm of ``model``."""
     bugs = bugs or {}
@@ -1259,3 +1266,33 @@ def test_custom_backward_norms_of_the_llama_family_in_compare(family):
     assert wrong.first_divergence == "1" and wrong.first_divergence_pass == "backward"
     assert [g.path for g in wrong["1"].gradient_leaves if not g.ok] == ["grad of 1.weight"]
     assert wrong.location.line == "grad_weight = grad_weight * 2"
+
+
+def test_on_the_meta_device_the_backward_says_no_values_were_compared():
+    with torch.device("meta"):
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()
+        x = torch.zeros(2, 4)
+    ep = gs.export(model, (x,))
+    cmp = gs.compare(ep, gs.swap(ep, {"1": torch.nn.GELU()}), (x,), backward=True)
+    assert not cmp.values_compared and cmp.first_divergence is None
+    assert [row["backward"] for row in cmp.rows] == ["no values compared"] * 2
+    assert "nan" not in cmp.table().lower() and "no values compared" in cmp._repr_html_()
+
+
+def test_a_straight_through_trick_is_named_at_its_detach():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
+    x = torch.randn(3, 4)
+    ep = gs.export(model, (x,))
+    swapped = gs.swap(ep, {"1": StraightThroughReLU()})
+    assert compare(ep, swapped, (x,)).ok, "precondition: the forward matches"
+    cmp = compare(ep, swapped, (x,), backward=True)
+    assert cmp.first_divergence == "1" and cmp.first_divergence_pass == "backward"
+    # torch's autograd: ReLU passes no gradient where its input is negative, the trick does
+    h = model[0](x).detach().requires_grad_(True)
+    upstream = torch.randn(3, 4)
+    (want,) = torch.autograd.grad(torch.relu(h), [h], upstream)
+    (got,) = torch.autograd.grad(StraightThroughReLU()(h), [h], upstream)
+    assert not torch.allclose(want, got), "precondition: the gradients differ"
+    assert cmp.location.source == planted_line(StraightThroughReLU, "straight through")
+    assert "detached" in cmp.location.stack[-1]

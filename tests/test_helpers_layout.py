@@ -28,6 +28,7 @@ STAY = {
             "Gpt2Attention",
             "PlantedRMSNorm",
             "DetachedRMSNorm",
+            "StraightThroughReLU",
         ],
         "locate() must name the line of the planted bug in this file",
     ),

@@ -249,6 +249,24 @@ def _locate(record: CallRecord) -> Location:
         for label, grad in actual.gradients.items()
         if label in bad and _plain(grad) and _key(grad) in producer
     }
+    detaches = [o for o in ran.ops if not o.backward and o.frame is not None]
+    if not differing and detaches:
+        # the gradient that differs is passed on as it is (a straight-through trick): no op of
+        # the backward makes it, the detach in the forward decides where it flows
+        first = detaches[0]
+        return Location(
+            call,
+            True,
+            op=_op_text(first),
+            source=first.frame.where,
+            line=_code_line(first.frame),
+            file=first.frame.path,
+            stack=(
+                f"{first.frame.where} in {first.frame.function} (detached: no gradient flows "
+                "back through it; the gradients that differ are passed on unchanged)",
+            ),
+            replacement=kind,
+        )
     if not differing:
         return not_located(
             call,

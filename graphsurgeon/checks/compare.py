@@ -253,7 +253,8 @@ class CallComparison:
         if self.backward_ok is None:
             return "no gradient" if self.backward_note else "not checked"
         if self.backward_ok:
-            return "ok"
+            measured = any(g.values_compared for g in self.gradient_leaves)
+            return "ok" if measured or not self.gradient_leaves else "no values compared"
         worst = self.worst_gradient
         if worst is None:
             return "differs"
@@ -467,6 +468,8 @@ class Comparison:
         worst = max(bad, key=lambda g: (g.values_compared, g.tolerance_ratio), default=None)
         if report.backward_problem:
             text = "no gradient"
+        elif worst is None and not any(g.values_compared for g in report.gradients):
+            text = "no values compared" if report.gradients else "match"
         elif worst is None:
             text = "match"
         else:
