@@ -1130,9 +1130,29 @@ def test_a_planted_backward_bug_diverges_in_the_backward_of_that_call_only(
     assert error > 1e-2
     (leaf,) = [g for g in call.gradient_leaves if g.path == differs]
     assert leaf.max_abs == pytest.approx(error, rel=1e-4)
+    # the program's gradients, as verify has them and as torch's autograd gives them eagerly
+    verified = {g.path: g for g in gs.verify(ep, swapped, (x,), backward=True).gradients}
+    program = {g.path: g for g in cmp.outputs.gradients}
+    assert program.keys() == verified.keys() and not cmp.outputs.gradients_ok
+    assert all(program[k].max_abs == verified[k].max_abs for k in program)
+    from graphsurgeon.checks._grad import seeded_upstream
+
+    eager = {}
+    for which, module in (("want", model), ("got", eager_reference(model, replacements))):
+        start = x.detach().clone().requires_grad_(True)
+        out = module(start)
+        eager[which] = torch.autograd.grad(
+            out, [start, module.get_submodule(name).weight], seeded_upstream(out)
+        )
+    for position, path in enumerate(["grad of input x", f"grad of {name}.weight"]):
+        error = float((eager["got"][position] - eager["want"][position]).abs().max())
+        assert program[path].max_abs == pytest.approx(error, rel=1e-4, abs=1e-6)
     text = str(cmp)
     assert f"first divergence: {name!r} (in its backward)" in text
     assert "diverges in its backward" in text and "DIVERGES in backward" in text
+    assert repr(cmp).endswith(
+        f"first divergence {name!r} in its backward, outputs match, gradients differ>"
+    )
     page = cmp._repr_html_()
     assert "in its backward" in page and "<th>backward</th>" in page
     rows = cmp.rows

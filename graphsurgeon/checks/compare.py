@@ -596,11 +596,15 @@ class Comparison:
     def __repr__(self) -> str:
         first = self.first_divergence
         verdict = f"first divergence {first!r}" if first else "no divergence"
+        if self.first_divergence_pass == "backward":
+            verdict += " in its backward"
         drift = (
             "outputs match"
             if self.outputs.ok
             else f"outputs drift {_meta.number_text(self.outputs.max_abs)}"
         )
+        if self.backward and self.outputs.outputs_ok and not self.outputs.ok:
+            drift = "outputs match, gradients differ"
         calls = f"{len(self.calls)} swapped call{'' if len(self.calls) == 1 else 's'}"
         if not self.values_compared:
             drift = "no values compared (meta)"
