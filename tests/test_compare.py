@@ -1316,3 +1316,22 @@ def test_a_straight_through_trick_is_named_at_its_detach():
     assert not torch.allclose(want, got), "precondition: the gradients differ"
     assert cmp.location.source == planted_line(StraightThroughReLU, "straight through")
     assert "detached" in cmp.location.stack[-1]
+
+
+def test_compare_backward_leaves_the_program_model_and_replacements_as_they_were(norm_stack):
+    model, x, ep = norm_stack
+    replacements = norms(model, PlantedRMSNorm, {"layers.2.norm": "missing mean"})
+    swapped = gs.swap(ep, replacements)
+    graph_before, x_before = str(ep.graph), x.clone()
+    weights = {k: v.clone() for k, v in ep.state_dict.items()}
+    state = torch.random.get_rng_state()
+    cmp = compare(ep, swapped, (x,), backward=True)
+    assert cmp.location is not None and cmp.location.found  # located on its own, too
+    assert str(ep.graph) == graph_before and torch.equal(x, x_before) and not x.requires_grad
+    assert all(torch.equal(v, weights[k]) for k, v in ep.state_dict.items())
+    assert torch.equal(torch.random.get_rng_state(), state)
+    # nothing accumulated into any .grad, nothing left hooked
+    everything = [*ep.state_dict.values(), *model.parameters(), *swapped.parameters()]
+    everything += [p for r in replacements.values() for p in r.parameters()]
+    assert all(p.grad is None for p in everything)
+    assert not any(r._forward_hooks or r._backward_hooks for r in replacements.values())
