@@ -1335,3 +1335,25 @@ def test_compare_backward_leaves_the_program_model_and_replacements_as_they_were
     everything += [p for r in replacements.values() for p in r.parameters()]
     assert all(p.grad is None for p in everything)
     assert not any(r._forward_hooks or r._backward_hooks for r in replacements.values())
+
+
+def test_two_planted_backward_bugs_among_six_norms_and_in_a_llama(norm_stack, llama):
+    from helpers.grad_models import fused_norms
+
+    model, x, ep = norm_stack
+    bugs = {"layers.1.norm": "missing mean", "layers.4.norm": "weight factor"}
+    assert compare(ep, gs.swap(ep, fused_norms(model)), (x,), backward=True).ok, "no false alarm"
+    cmp = compare(ep, gs.swap(ep, fused_norms(model, bugs)), (x,), backward=True)
+    assert cmp.divergent == tuple(bugs) and all(cmp[n].forward_ok for n in bugs)
+    assert cmp.first_divergence == "layers.1.norm" and cmp.first_divergence_pass == "backward"
+    assert cmp.location.line == "grad_x = grad_normed * rstd"
+    second = compare(
+        ep, gs.swap(ep, fused_norms(model, {"layers.4.norm": "weight factor"})), (x,), backward=True
+    )
+    assert second.location.line == "grad_weight = grad_weight * 2"
+
+    model, args, kwargs, ep = llama
+    bugs = {"model.layers.0.input_layernorm": "weight factor", "model.norm": "missing mean"}
+    cmp = compare(ep, gs.swap(ep, fused_norms(model, bugs)), args, kwargs, backward=True, rtol=1e-4)
+    assert cmp.divergent == tuple(bugs) and cmp.first_divergence_pass == "backward"
+    assert cmp.locate().line == "grad_weight = grad_weight * 2"

@@ -118,7 +118,7 @@ class _Ops(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         output = func(*args, **kwargs)
-        node = torch._C._current_autograd_node()
+        node = _current_autograd_node()
         op = _Op(func, args, kwargs, output, node is not None)
         if self.where and node is not None:
             op.frame, op.node = _user_frame(), node
@@ -126,6 +126,11 @@ class _Ops(TorchDispatchMode):
             op.frame = _user_frame()  # a detach in the user's forward cuts a derivative
         self.ops.append(op)
         return output
+
+
+# the autograd node whose backward is running now (None in a forward); a torch without it sees
+# no backward ops, and locate then says it found none
+_current_autograd_node = getattr(torch._C, "_current_autograd_node", lambda: None)
 
 
 def _user_frame() -> _SourceFrame | None:
