@@ -209,6 +209,8 @@ def comparison_table(comparison: Any) -> str:
         )
     outputs = rows[-1]
     verdict = badge("match", "ok") if outputs["ok"] else badge("DRIFT", "bad")
+    if backward and outputs["backward_ok"] is None and outputs["forward_ok"]:
+        verdict = badge("NOT CHECKED", "warn")  # the program's backward could not run
     measured = _measured_cells(outputs)
     passes = [_backward_cell(outputs)] if backward else []
     cells.append([verdict, "(outputs)", "", str(outputs["leaves"]), *measured, "", *passes, ""])

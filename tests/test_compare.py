@@ -1357,3 +1357,20 @@ def test_two_planted_backward_bugs_among_six_norms_and_in_a_llama(norm_stack, ll
     cmp = compare(ep, gs.swap(ep, fused_norms(model, bugs)), args, kwargs, backward=True, rtol=1e-4)
     assert cmp.divergent == tuple(bugs) and cmp.first_divergence_pass == "backward"
     assert cmp.locate().line == "grad_weight = grad_weight * 2"
+
+
+def test_a_program_whose_outputs_need_no_gradient_says_its_backward_was_not_checked():
+    from helpers.grad_models import ArgmaxOutput
+
+    torch.manual_seed(0)
+    model = ArgmaxOutput()
+    x = torch.randn(3, 8)
+    ep = gs.export(model, (x,))
+    cmp = compare(
+        ep, gs.swap(ep, {"norm": PlantedRMSNorm(model.norm, "weight factor")}), (x,), backward=True
+    )
+    assert cmp.first_divergence is None and not cmp.ok  # a check that did not run does not pass
+    assert cmp.outputs.outputs_ok and "no output needs a gradient" in cmp.outputs.backward_problem
+    assert cmp["norm"].backward_ok is None and "no gradient reaches" in cmp["norm"].backward_note
+    assert "NOT CHECKED" in cmp.table() and "the program's gradients were not checked" in str(cmp)
+    assert "gradients not checked" in repr(cmp) and "NOT CHECKED" in cmp._repr_html_()

@@ -478,7 +478,8 @@ class Comparison:
             )
         return {
             "forward_ok": report.outputs_ok,
-            "backward_ok": report.gradients_ok,
+            # None, as a call's: the program's backward could not run (the report says why)
+            "backward_ok": None if report.backward_problem else report.gradients_ok,
             "backward": text,
             "worst_gradient": worst.path if worst is not None else "",
             "gradient_max_abs": max((g.max_abs for g in report.gradients), default=0.0),
@@ -493,6 +494,8 @@ class Comparison:
             outputs = row["call"] == "(outputs)"
             if outputs:
                 verdict = "match" if row["ok"] else "DRIFT"
+                if self.backward and row["backward_ok"] is None and row["forward_ok"]:
+                    verdict = "NOT CHECKED"  # verify's word for a backward that could not run
             else:
                 verdict = "ok" if row["ok"] else "DIVERGES"
                 if self.backward and not row["ok"] and row["forward_ok"]:
@@ -604,7 +607,8 @@ class Comparison:
             else f"outputs drift {_meta.number_text(self.outputs.max_abs)}"
         )
         if self.backward and self.outputs.outputs_ok and not self.outputs.ok:
-            drift = "outputs match, gradients differ"
+            said = "not checked" if self.outputs.backward_problem else "differ"
+            drift = f"outputs match, gradients {said}"
         calls = f"{len(self.calls)} swapped call{'' if len(self.calls) == 1 else 's'}"
         if not self.values_compared:
             drift = "no values compared (meta)"
@@ -630,7 +634,8 @@ class Comparison:
             else d.badge(f"outputs drift {_meta.number_text(self.outputs.max_abs)}", "warn")
         )
         if self.backward and self.outputs.outputs_ok and not self.outputs.ok:
-            outputs = d.badge("outputs match, gradients differ", "warn")
+            said = "not checked" if self.outputs.backward_problem else "differ"
+            outputs = d.badge(f"outputs match, gradients {said}", "warn")
         if not self.outputs.ok and not self.outputs.values_compared:
             outputs = d.badge("outputs differ (no values compared)", "warn")
         if not self.values_compared:

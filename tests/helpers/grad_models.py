@@ -169,3 +169,14 @@ class ArgmaxReader(nn.Module):
 
     def forward(self, x):
         return self.lin(x) + self.norm(x).argmax(-1, keepdim=True)
+
+
+class ArgmaxOutput(nn.Module):
+    """``norm(x).argmax(-1)``: an integer output, so no gradient flows back at all."""
+
+    def __init__(self, dim: int = 8):
+        super().__init__()
+        self.norm = RMSNorm(dim)
+
+    def forward(self, x):
+        return self.norm(x).argmax(-1)
