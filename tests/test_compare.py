@@ -1162,7 +1162,9 @@ def test_a_planted_backward_bug_diverges_in_the_backward_of_that_call_only(
     assert found and found.call == name and found.replacement == "PlantedRMSNorm"
     assert found.source == planted_line(PlantedRMSNormFunction, bug)
     assert found.line.endswith(f"# planted: {bug}") and found.file == __file__
-    assert found.op.startswith("aten.mul.Tensor")
+    assert found.op.startswith("aten.mul.Tensor") and found.node == "PlantedRMSNormFunctionBackward"
+    assert found.backward and "the backward first differs here, inputs agree" in str(found)
+    assert "the backward first differs here" in found._repr_html_()
 
 
 def test_compare_locates_a_backward_divergence_of_a_small_call_on_its_own(norm_stack):

@@ -271,6 +271,7 @@ def _locate(record: CallRecord) -> Location:
                 "back through it; the gradients that differ are passed on unchanged)",
             ),
             replacement=kind,
+            backward=True,
         )
     if not differing:
         return not_located(
@@ -307,6 +308,7 @@ def _locate(record: CallRecord) -> Location:
             nearest=verdict.nearest,
             max_abs=verdict.nearest_error,
             replacement=kind,
+            backward=True,
         )
     stack = (f"{frame.where} in {frame.function}",)
     if derivative:
@@ -332,6 +334,7 @@ def _locate(record: CallRecord) -> Location:
         nearest=verdict.nearest,
         max_abs=verdict.nearest_error,
         replacement=kind,
+        backward=True,
     )
 
 

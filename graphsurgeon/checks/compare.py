@@ -409,7 +409,7 @@ class Comparison:
         if found is None:
             return f"cmp.locate() names the line of the replacement of {first!r} where it starts to differ"
         if found.found:
-            return f"located: {found.where}: first differs here, inputs agree"
+            return f"located: {found.where}: {found.verdict}"
         return f"not located: {found.reason}"
 
     @property
@@ -690,7 +690,7 @@ class Comparison:
             return f"<div>{d.badge('not located', 'warn')} {d.escape(found.reason)}</div>"
         return (
             f"<div>{d.badge('located', 'bad')} <code>{d.escape(found.source or found.op)}</code>"
-            f" <code>{d.escape(found.line)}</code>: first differs here, inputs agree "
+            f" <code>{d.escape(found.line)}</code>: {d.escape(found.verdict)} "
             f'<span class="gs-muted">({d.escape(found.op)})</span></div>'
         )
 
