@@ -180,9 +180,12 @@ def comparison_table(comparison: Any) -> str:
     ones first (in graph order: the first is where it starts), then the program's outputs.
     Each call's name carries it as ids do (``data-gs-call``; the first divergence is marked
     ``data-gs-first``), so a page can select it. Where no values were compared (on the meta
-    device) the row says so instead of printing NaN. The one writer of it: the Comparison's
-    own display and the widget's compare panel show this."""
+    device) the row says so instead of printing NaN. With ``backward=True`` a column says how
+    each call's backward went (``ok``, ``differs: <worst gradient> <its max abs>``), and a call
+    that diverges in its backward only says so. The one writer of it: the Comparison's own
+    display and the widget's compare panel show this."""
     first = comparison.first_divergence
+    backward = getattr(comparison, "backward", False)
     rows = comparison.rows  # one per call, in graph order, then the outputs'
     calls = list(comparison.calls)
     order = [i for i, c in enumerate(calls) if not c.ok] + [i for i, c in enumerate(calls) if c.ok]
@@ -195,17 +198,35 @@ def comparison_table(comparison: Any) -> str:
             f"{escape(shown(call.call_name, TABLE_NAME_LIMIT))}</code>"
         )
         verdict = badge("ok", "ok") if call.ok else badge("DIVERGES", "bad")
+        if backward and not call.ok and call.forward_ok:
+            verdict = badge("DIVERGES in backward", "bad")
         measured = _measured_cells(row)
         drift = number_text(row["input_drift"]) if row["values_compared"] else ""
         replacement, problem = escape(call.replacement), escape(call.problem)
-        cells.append([verdict, name, replacement, str(row["leaves"]), *measured, drift, problem])
+        passes = [_backward_cell(row)] if backward else []
+        cells.append(
+            [verdict, name, replacement, str(row["leaves"]), *measured, drift, *passes, problem]
+        )
     outputs = rows[-1]
     verdict = badge("match", "ok") if outputs["ok"] else badge("DRIFT", "bad")
+    if backward and outputs["backward_ok"] is None and outputs["forward_ok"]:
+        verdict = badge("NOT CHECKED", "warn")  # the program's backward could not run
     measured = _measured_cells(outputs)
-    cells.append([verdict, "(outputs)", "", str(outputs["leaves"]), *measured, "", ""])
+    passes = [_backward_cell(outputs)] if backward else []
+    cells.append([verdict, "(outputs)", "", str(outputs["leaves"]), *measured, "", *passes, ""])
     headers = ["", "call", "replacement", "leaves", "max abs", "max rel", "of tolerance"]
-    headers += ["input drift", "what differs"]
-    return table(headers, cells, numeric=(3, 4, 5, 6, 7), raw=range(9))
+    headers += ["input drift", *(["backward"] if backward else []), "what differs"]
+    return table(headers, cells, numeric=(3, 4, 5, 6, 7), raw=range(len(headers)))
+
+
+def _backward_cell(row: Mapping[str, Any]) -> str:
+    """How a call's (or the program's) backward went, from its row of a comparison."""
+    if row["backward_ok"] is False:
+        return badge(row["backward"], "bad")
+    text = escape(row["backward"])
+    if row["backward_ok"] is None:
+        return f'<span class="gs-muted">{text}</span>'
+    return text
 
 
 def _measured_cells(row: Mapping[str, Any]) -> list[str]:

@@ -950,3 +950,429 @@ def test_a_line_typed_in_a_notebook_cell_is_named_by_its_cell(monkeypatch):
     monkeypatch.setitem(sys.modules, "IPython", SimpleNamespace(get_ipython=lambda: shell))
     assert file_line_text(path, 4) == "In [7]:4"
     assert file_line_text("/home/me/kernels.py", 42) == "kernels.py:42"
+
+
+# -- the backward: compare(..., backward=True) and locate in a backward ---------------------------
+
+
+class PlantedRMSNormFunction(torch.autograd.Function):
+    """``weight * x * rstd`` with a backward by hand, one bug planted on a line of its own."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps, bug):
+        rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+        normed = x * rstd
+        ctx.save_for_backward(normed, weight, rstd)
+        ctx.bug = bug
+        return normed * weight
+
+    @staticmethod
+    def backward(ctx, grad):
+        normed, weight, rstd = ctx.saved_tensors
+        grad_weight = (grad * normed).reshape(-1, normed.shape[-1]).sum(0)
+        if ctx.bug == "weight factor":
+            grad_weight = grad_weight * 2  # planted: weight factor
+        grad_normed = grad * weight
+        if ctx.bug == "missing mean":
+            grad_x = grad_normed * rstd  # planted: missing mean
+        else:
+            mean = (grad_normed * normed).mean(-1, keepdim=True)
+            grad_x = (grad_normed - normed * mean) * rstd
+        return grad_x, grad_weight, None, None
+
+
+class PlantedRMSNorm(nn.Module):
+    """Any RMSNorm (its weight copied) through :class:`PlantedRMSNormFunction`."""
+
+    def __init__(self, norm: nn.Module, bug: str = ""):
+        super().__init__()
+        self.weight = nn.Parameter(norm.weight.detach().clone())
+        self.eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6))
+        self.bug = bug
+
+    def forward(self, x):
+        return PlantedRMSNormFunction.apply(x, self.weight, self.eps, self.bug)
+
+
+class DetachedRMSNorm(nn.Module):
+    """An RMSNorm autograd differentiates, with a ``detach`` where it must not be."""
+
+    def __init__(self, norm: nn.Module, bug: str = ""):
+        super().__init__()
+        self.weight = nn.Parameter(norm.weight.detach().clone())
+        self.eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6))
+        self.bug = bug
+
+    def forward(self, x):
+        rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.bug == "detached":
+            rstd = rstd.detach()  # planted: detached
+        return self.weight * (x * rstd)
+
+
+class StraightThroughReLU(nn.Module):
+    """ReLU's values with the identity's gradient: the straight-through trick."""
+
+    def forward(self, x):
+        return x + (torch.relu(x) - x).detach()  # planted: straight through
+
+
+def norms(model: nn.Module, cls: type, bugs: dict[str, str] | None = None) -> dict[str, nn.Module]:
+    """``{name: cls(norm, bug)}`` for every RMSNorm of ``model``."""
+    bugs = bugs or {}
+    return {
+        name: cls(module, bugs.get(name, ""))
+        for name, module in model.named_modules()
+        if type(module).__name__.endswith("RMSNorm")
+    }
+
+
+@pytest.fixture(scope="module")
+def norm_stack():
+    from helpers.grad_models import NormStack
+
+    torch.manual_seed(0)
+    model = NormStack(dim=8, layers=6)
+    x = torch.randn(2, 5, 8)
+    return model, x, gs.export(model, (x,))
+
+
+def eager_call_gradients(model, replacements, name, x):
+    """What torch's own autograd says of call ``name``: run the eager model carrying
+    ``replacements`` forward and backward from the seeded upstream gradient, keep the input the
+    call received and the gradient that reaches its output, then differentiate the ORIGINAL
+    module on that input from that gradient: ``(input, upstream, {label: gradient})``."""
+    from graphsurgeon.checks._grad import seeded_upstream
+
+    reference = eager_reference(model, replacements)
+    seen = {}
+
+    def keep(module, inputs, output):
+        seen["input"] = inputs[0].detach().clone()
+        output.register_hook(lambda grad: seen.setdefault("upstream", grad.detach().clone()))
+
+    handle = reference.get_submodule(name).register_forward_hook(keep)
+    start = x.detach().clone().requires_grad_(True)
+    out = reference(start)
+    torch.autograd.grad(out, [start], seeded_upstream(out))
+    handle.remove()
+    original = model.get_submodule(name)
+    call_input = seen["input"].clone().requires_grad_(True)
+    grad_x, grad_w = torch.autograd.grad(
+        original(call_input), [call_input, original.weight], seen["upstream"]
+    )
+    return (
+        seen["input"],
+        seen["upstream"],
+        {
+            "grad of input x": grad_x,
+            f"grad of {name}.weight": grad_w,
+        },
+    )
+
+
+def test_right_custom_backward_norms_match_in_both_passes_on_every_call(norm_stack):
+    model, x, ep = norm_stack
+    replacements = norms(model, PlantedRMSNorm)
+    swapped = gs.swap(ep, replacements)
+    assert compare(ep, swapped, (x,)).ok, "precondition: the forwards match"
+    cmp = compare(ep, swapped, (x,), backward=True)
+    assert cmp.ok and cmp.first_divergence is None and cmp.first_divergence_pass is None
+    assert len(cmp.calls) == 7
+    for call in cmp.calls:
+        assert call.forward_ok and call.backward_ok is True and call.ok
+        assert [g.path for g in call.gradient_leaves] == [
+            "grad of input x",
+            f"grad of {call.call_name}.weight",
+        ]
+        assert all(g.ok and g.values_compared for g in call.gradient_leaves)
+    # the program's gradients too, as verify checks them
+    assert cmp.outputs.backward and cmp.outputs.gradients_ok
+    assert {g.path for g in cmp.outputs.gradients} == {
+        g.path for g in gs.verify(ep, swapped, (x,), backward=True).gradients
+    }
+    assert "forward and backward" in str(cmp) and "backward" in cmp.table().splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    ("name", "bug", "differs"),
+    [
+        ("layers.3.norm", "weight factor", "grad of layers.3.norm.weight"),
+        ("layers.1.norm", "missing mean", "grad of input x"),
+    ],
+)
+def test_a_planted_backward_bug_diverges_in_the_backward_of_that_call_only(
+    norm_stack, name, bug, differs
+):
+    model, x, ep = norm_stack
+    replacements = norms(model, PlantedRMSNorm, {name: bug})
+    swapped = gs.swap(ep, replacements)
+    assert compare(ep, swapped, (x,)).ok, "precondition: the forward matches everywhere"
+    cmp = compare(ep, swapped, (x,), backward=True, locate=False)
+    assert not cmp.ok and cmp.divergent == (name,)
+    assert cmp.first_divergence == name and cmp.first_divergence_pass == "backward"
+    call = cmp[name]
+    assert call.forward_ok and call.backward_ok is False and not call.ok
+    assert [g.path for g in call.gradient_leaves if not g.ok] == [differs]
+    assert call.diverges_in == "backward" and call.problem.startswith(f"backward: {differs}")
+    # the error compare measures is the one torch's autograd gives on the original module
+    call_input, upstream, expected = eager_call_gradients(model, replacements, name, x)
+    planted = call_input.clone().requires_grad_(True)
+    got = dict(
+        zip(
+            ["grad of input x", f"grad of {name}.weight"],
+            torch.autograd.grad(
+                replacements[name](planted), [planted, replacements[name].weight], upstream
+            ),
+        )
+    )
+    error = float((got[differs] - expected[differs]).abs().max())
+    assert error > 1e-2
+    (leaf,) = [g for g in call.gradient_leaves if g.path == differs]
+    assert leaf.max_abs == pytest.approx(error, rel=1e-4)
+    # the program's gradients, as verify has them and as torch's autograd gives them eagerly
+    verified = {g.path: g for g in gs.verify(ep, swapped, (x,), backward=True).gradients}
+    program = {g.path: g for g in cmp.outputs.gradients}
+    assert program.keys() == verified.keys() and not cmp.outputs.gradients_ok
+    assert all(program[k].max_abs == verified[k].max_abs for k in program)
+    from graphsurgeon.checks._grad import seeded_upstream
+
+    eager = {}
+    for which, module in (("want", model), ("got", eager_reference(model, replacements))):
+        start = x.detach().clone().requires_grad_(True)
+        out = module(start)
+        eager[which] = torch.autograd.grad(
+            out, [start, module.get_submodule(name).weight], seeded_upstream(out)
+        )
+    for position, path in enumerate(["grad of input x", f"grad of {name}.weight"]):
+        error = float((eager["got"][position] - eager["want"][position]).abs().max())
+        assert program[path].max_abs == pytest.approx(error, rel=1e-4, abs=1e-6)
+    text = str(cmp)
+    assert f"first divergence: {name!r} (in its backward)" in text
+    assert "diverges in its backward" in text and "DIVERGES in backward" in text
+    assert repr(cmp).endswith(
+        f"first divergence {name!r} in its backward, outputs match, gradients differ>"
+    )
+    page = cmp._repr_html_()
+    assert "in its backward" in page and "<th>backward</th>" in page
+    rows = cmp.rows
+    assert [r["backward_ok"] for r in rows[:-1]].count(False) == 1
+    # locate names the planted line of the backward
+    found = cmp.locate()
+    assert found and found.call == name and found.replacement == "PlantedRMSNorm"
+    assert found.source == planted_line(PlantedRMSNormFunction, bug)
+    assert found.line.endswith(f"# planted: {bug}") and found.file == __file__
+    assert found.op.startswith("aten.mul.Tensor") and found.node == "PlantedRMSNormFunctionBackward"
+    assert found.backward and "the backward first differs here, inputs agree" in str(found)
+    assert "the backward first differs here" in found._repr_html_()
+
+
+def test_compare_locates_a_backward_divergence_of_a_small_call_on_its_own(norm_stack):
+    model, x, ep = norm_stack
+    swapped = gs.swap(ep, norms(model, PlantedRMSNorm, {"layers.4.norm": "weight factor"}))
+    cmp = compare(ep, swapped, (x,), backward=True)
+    assert cmp.location is not None and cmp.location.source == planted_line(
+        PlantedRMSNormFunction, "weight factor"
+    )
+    assert "located: " in str(cmp) and "located" in cmp._repr_html_()
+
+
+def test_backward_false_keeps_the_forward_report_as_it_was(norm_stack):
+    model, x, ep = norm_stack
+    swapped = gs.swap(ep, norms(model, PlantedRMSNorm, {"layers.3.norm": "weight factor"}))
+    cmp = compare(ep, swapped, (x,))
+    assert cmp.ok and not cmp.backward and "backward" not in str(cmp)
+    assert all(c.backward_ok is None and c.gradient_leaves == () for c in cmp.calls)
+    assert "backward_ok" not in cmp.rows[0] and "<th>backward</th>" not in cmp._repr_html_()
+
+
+def test_a_wrong_derivative_autograd_takes_is_found_at_its_forward_line(norm_stack):
+    model, x, ep = norm_stack
+    name = "layers.2.norm"
+    right = gs.swap(ep, norms(model, DetachedRMSNorm))
+    assert compare(ep, right, (x,), backward=True).ok, "precondition: without the bug it matches"
+    swapped = gs.swap(ep, norms(model, DetachedRMSNorm, {name: "detached"}))
+    cmp = compare(ep, swapped, (x,), backward=True, locate=False)
+    assert cmp.first_divergence == name and cmp.first_divergence_pass == "backward"
+    assert [g.path for g in cmp[name].gradient_leaves if not g.ok] == ["grad of input x"]
+    found = cmp.locate()
+    # the derivative of `x * rstd` is where the gradients part; the detach made it so
+    assert found and found.call == name and found.file == __file__
+    assert found.source == planted_line(DetachedRMSNorm, "detached")
+    assert "the derivative autograd takes" in found.stack[0] and "detached" in found.stack[-1]
+
+
+def test_a_custom_backward_norm_in_a_hugging_face_llama(llama):
+    model, args, kwargs, ep = llama
+    bugs = {
+        "model.layers.0.post_attention_layernorm": "missing mean",
+        "model.layers.1.input_layernorm": "weight factor",
+    }
+    right = gs.swap(ep, norms(model, PlantedRMSNorm))
+    fine = compare(ep, right, args, kwargs, backward=True, rtol=1e-4, atol=1e-5)
+    assert fine.ok and all(c.backward_ok for c in fine.calls) and len(fine.calls) == 5
+    swapped = gs.swap(ep, norms(model, PlantedRMSNorm, bugs))
+    cmp = compare(ep, swapped, args, kwargs, backward=True, rtol=1e-4, atol=1e-5, locate=False)
+    assert cmp.divergent == tuple(bugs)
+    assert all(cmp[n].forward_ok and cmp[n].backward_ok is False for n in bugs)
+    assert cmp.first_divergence == "model.layers.0.post_attention_layernorm"
+    assert cmp.first_divergence_pass == "backward"
+    found = cmp.locate()
+    assert found.source == planted_line(PlantedRMSNormFunction, "missing mean")
+
+
+def test_a_call_no_gradient_reaches_says_so_and_does_not_diverge():
+    from helpers.grad_models import ArgmaxReader
+
+    torch.manual_seed(0)
+    model = ArgmaxReader()
+    x = torch.randn(3, 8)
+    ep = gs.export(model, (x,))
+    cmp = compare(
+        ep, gs.swap(ep, {"norm": PlantedRMSNorm(model.norm, "weight factor")}), (x,), backward=True
+    )
+    call = cmp["norm"]
+    assert call.forward_ok and call.backward_ok is None and call.ok
+    assert "no gradient reaches its outputs" in call.backward_note
+    assert cmp.first_divergence is None and cmp.ok and call.backward_text == "no gradient"
+
+
+def test_backward_of_calls_with_several_outputs_constants_and_a_second_call():
+    from helpers.check_models import Split
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 3)
+    model = TwoOutputs()
+    ep = gs.export(model, (x,))
+    cmp = compare(ep, gs.swap(ep, {"scaled": TimesFactor(), "split": Split()}), (x,), backward=True)
+    assert cmp.ok and [c.backward_ok for c in cmp.calls] == [True, True]
+    assert [g.path for g in cmp["split"].gradient_leaves] == ["grad of input x"]
+    loose = compare(ep, gs.swap(ep, {"split": Loose()}), (x,), backward=True)
+    assert loose.first_divergence == "split" and loose.first_divergence_pass == "forward"
+
+    shared = Shared()
+    x = torch.randn(2, 4)
+    ep = gs.export(shared, (x,))
+    same = compare(ep, gs.swap(ep, {"shared": nudged(shared.shared, 0.0)}), (x,), backward=True)
+    assert same.ok and [c.call_name for c in same.calls] == ["shared", "shared@1"]
+    assert "grad of shared@1.weight" in [g.path for g in same["shared@1"].gradient_leaves]
+    assert all(c.backward_ok for c in same.calls)
+    program = {g.path for g in same.outputs.gradients}
+    assert program == {"grad of input x", "grad of shared.weight", "grad of shared.bias"}
+
+
+def test_backward_of_the_fused_attentions_of_a_gpt(gpt):
+    model, tokens, ep = gpt
+    cmp = compare(ep, gs.swap(ep, fused(model)), (tokens,), backward=True, rtol=1e-4)
+    assert cmp.ok and all(c.backward_ok for c in cmp.calls)
+    assert all(g.path != "grad of input tokens" for g in cmp.outputs.gradients)  # integers
+    assert any("not differentiated" in note for note in cmp.outputs.backward_notes)
+
+
+@pytest.mark.parametrize(
+    "family", ["llama", "gemma", "gemma3", "qwen2", "qwen3", "mistral", "t5", "olmo2", "phi3"]
+)
+def test_custom_backward_norms_of_the_llama_family_in_compare(family):
+    pytest.importorskip("transformers")
+    from helpers.grad_models import FusedRMSNorm, hf_norm
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 16), hf_norm(family, 16), nn.Linear(16, 16))
+    x = torch.randn(2, 7, 16) * 3
+    ep = gs.export(model, (x,))
+    right = compare(ep, gs.swap(ep, {"1": FusedRMSNorm(model[1])}), (x,), backward=True)
+    assert right.ok and right["1"].backward_ok is True, right  # no false alarm
+    wrong = compare(
+        ep, gs.swap(ep, {"1": FusedRMSNorm(model[1], "weight factor")}), (x,), backward=True
+    )
+    assert wrong.first_divergence == "1" and wrong.first_divergence_pass == "backward"
+    assert [g.path for g in wrong["1"].gradient_leaves if not g.ok] == ["grad of 1.weight"]
+    assert wrong.location.line == "grad_weight = grad_weight * 2"
+
+
+def test_on_the_meta_device_the_backward_says_no_values_were_compared():
+    with torch.device("meta"):
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()
+        x = torch.zeros(2, 4)
+    ep = gs.export(model, (x,))
+    cmp = gs.compare(ep, gs.swap(ep, {"1": torch.nn.GELU()}), (x,), backward=True)
+    assert not cmp.values_compared and cmp.first_divergence is None
+    assert [row["backward"] for row in cmp.rows] == ["no values compared"] * 2
+    assert "nan" not in cmp.table().lower() and "no values compared" in cmp._repr_html_()
+
+
+def test_a_straight_through_trick_is_named_at_its_detach():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
+    x = torch.randn(3, 4)
+    ep = gs.export(model, (x,))
+    swapped = gs.swap(ep, {"1": StraightThroughReLU()})
+    assert compare(ep, swapped, (x,)).ok, "precondition: the forward matches"
+    cmp = compare(ep, swapped, (x,), backward=True)
+    assert cmp.first_divergence == "1" and cmp.first_divergence_pass == "backward"
+    # torch's autograd: ReLU passes no gradient where its input is negative, the trick does
+    h = model[0](x).detach().requires_grad_(True)
+    upstream = torch.randn(3, 4)
+    (want,) = torch.autograd.grad(torch.relu(h), [h], upstream)
+    (got,) = torch.autograd.grad(StraightThroughReLU()(h), [h], upstream)
+    assert not torch.allclose(want, got), "precondition: the gradients differ"
+    assert cmp.location.source == planted_line(StraightThroughReLU, "straight through")
+    assert "detached" in cmp.location.stack[-1]
+
+
+def test_compare_backward_leaves_the_program_model_and_replacements_as_they_were(norm_stack):
+    model, x, ep = norm_stack
+    replacements = norms(model, PlantedRMSNorm, {"layers.2.norm": "missing mean"})
+    swapped = gs.swap(ep, replacements)
+    graph_before, x_before = str(ep.graph), x.clone()
+    weights = {k: v.clone() for k, v in ep.state_dict.items()}
+    state = torch.random.get_rng_state()
+    cmp = compare(ep, swapped, (x,), backward=True)
+    assert cmp.location is not None and cmp.location.found  # located on its own, too
+    assert str(ep.graph) == graph_before and torch.equal(x, x_before) and not x.requires_grad
+    assert all(torch.equal(v, weights[k]) for k, v in ep.state_dict.items())
+    assert torch.equal(torch.random.get_rng_state(), state)
+    # nothing accumulated into any .grad, nothing left hooked
+    everything = [*ep.state_dict.values(), *model.parameters(), *swapped.parameters()]
+    everything += [p for r in replacements.values() for p in r.parameters()]
+    assert all(p.grad is None for p in everything)
+    assert not any(r._forward_hooks or r._backward_hooks for r in replacements.values())
+
+
+def test_two_planted_backward_bugs_among_six_norms_and_in_a_llama(norm_stack, llama):
+    from helpers.grad_models import fused_norms
+
+    model, x, ep = norm_stack
+    bugs = {"layers.1.norm": "missing mean", "layers.4.norm": "weight factor"}
+    assert compare(ep, gs.swap(ep, fused_norms(model)), (x,), backward=True).ok, "no false alarm"
+    cmp = compare(ep, gs.swap(ep, fused_norms(model, bugs)), (x,), backward=True)
+    assert cmp.divergent == tuple(bugs) and all(cmp[n].forward_ok for n in bugs)
+    assert cmp.first_divergence == "layers.1.norm" and cmp.first_divergence_pass == "backward"
+    assert cmp.location.line == "grad_x = grad_normed * rstd"
+    second = compare(
+        ep, gs.swap(ep, fused_norms(model, {"layers.4.norm": "weight factor"})), (x,), backward=True
+    )
+    assert second.location.line == "grad_weight = grad_weight * 2"
+
+    model, args, kwargs, ep = llama
+    bugs = {"model.layers.0.input_layernorm": "weight factor", "model.norm": "missing mean"}
+    cmp = compare(ep, gs.swap(ep, fused_norms(model, bugs)), args, kwargs, backward=True, rtol=1e-4)
+    assert cmp.divergent == tuple(bugs) and cmp.first_divergence_pass == "backward"
+    assert cmp.locate().line == "grad_weight = grad_weight * 2"
+
+
+def test_a_program_whose_outputs_need_no_gradient_says_its_backward_was_not_checked():
+    from helpers.grad_models import ArgmaxOutput
+
+    torch.manual_seed(0)
+    model = ArgmaxOutput()
+    x = torch.randn(3, 8)
+    ep = gs.export(model, (x,))
+    cmp = compare(
+        ep, gs.swap(ep, {"norm": PlantedRMSNorm(model.norm, "weight factor")}), (x,), backward=True
+    )
+    assert cmp.first_divergence is None and not cmp.ok  # a check that did not run does not pass
+    assert cmp.outputs.outputs_ok and "no output needs a gradient" in cmp.outputs.backward_problem
+    assert cmp["norm"].backward_ok is None and "no gradient reaches" in cmp["norm"].backward_note
+    assert "NOT CHECKED" in cmp.table() and "the program's gradients were not checked" in str(cmp)
+    assert "gradients not checked" in repr(cmp) and "NOT CHECKED" in cmp._repr_html_()

@@ -17,13 +17,22 @@ ends with the drift at the program's outputs.
 replacement where it starts to compute something else (:mod:`graphsurgeon.checks.locate`). compare
 does that on its own when the call is small (its report then shows the line), and otherwise
 says to call it.
+
+With ``backward=True`` each call is also checked backward: from the gradient that reaches its
+outputs in the swapped program, the gradients of its inputs and parameters, original partition
+vs replacement (:mod:`graphsurgeon.checks._compare_backward`). A replacement whose outputs
+match and whose gradients do not (a hand-written ``torch.autograd.Function`` backward off by a
+factor) is then the first divergence, ``first_divergence_pass`` is ``"backward"``, and
+``cmp.locate()`` names the line of its backward where it starts to differ
+(:mod:`graphsurgeon.checks._locate_backward`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +47,13 @@ from ..errors import CompareError, UnknownModuleError, did_you_mean
 from ..fuse import fused_call
 from ..partition import call_index, op_argument, program_index
 from ..rewrite import swap_info
+from ._compare_backward import (
+    CallBackward,
+    catch_upstream,
+    compare_call_backward,
+    detached_copy,
+    program_backward,
+)
 from ._exec import (
     PrivateStateInterpreter,
     RandomState,
@@ -47,10 +63,13 @@ from ._exec import (
     original_nodes,
     runnable_original,
 )
+from ._grad import input_labels
+from ._locate_backward import BackwardRecord, locate_backward
 from .locate import CallRecord, Location, locate_call, not_located
 from .verify import (
     LeafCheck,
     VerifyReport,
+    backward_report,
     compare_leaf,
     compare_outputs,
     in_order_of,
@@ -67,40 +86,54 @@ class _Recorder(PrivateStateInterpreter):
     torch's random state just before the call (``call_random``), so the original nodes can run
     from the state the replacement ran from.
     ``values``: node names whose values are captured. Nothing is registered on any module.
+    ``grad``: the run has autograd on (``compare(..., backward=True)``): the copies are cut
+    from its graph, and a hook on each watched call's outputs keeps, in ``call_upstream``, the
+    gradient that reaches them when the run goes backward.
     """
 
-    def __init__(self, gm: GraphModule, calls=(), values=()):
+    def __init__(self, gm: GraphModule, calls=(), values=(), grad: bool = False):
         super().__init__(gm)
         self.watch_calls = set(calls)
         self.watch_values = set(values)
+        self.grad = grad
         self.call_inputs: dict[str, tuple[tuple, dict]] = {}
         self.call_outputs: dict[str, Any] = {}
         self.call_random: dict[str, RandomState] = {}
+        self.call_upstream: dict[str, list[torch.Tensor | None]] = {}
         self.values: dict[str, Any] = {}
         self.failed_at: Node | None = None
 
     def run_node(self, n: Node) -> Any:
         self.failed_at = n
+        copy = detached_copy if self.grad else clone_inputs
         if n.name in self.watch_calls:
             args, kwargs = self.fetch_args_kwargs_from_env(n)
             # copies: the replacement, or a later node, may write its inputs in place
-            self.call_inputs[n.name] = clone_inputs((tuple(args), dict(kwargs)))
+            self.call_inputs[n.name] = copy((tuple(args), dict(kwargs)))
             self.call_random[n.name] = RandomState()
             result = getattr(self, n.op)(n.target, args, kwargs)
-            self.call_outputs[n.name] = clone_inputs(result)
+            self.call_outputs[n.name] = copy(result)
+            if self.grad:
+                catch_upstream(result, self.call_upstream.setdefault(n.name, []))
         else:
             result = super().run_node(n)
         if n.name in self.watch_values:
-            self.values[n.name] = clone_inputs(result)
+            self.values[n.name] = copy(result)
         self.failed_at = None
         return result
 
 
 def _run(recorder: _Recorder, which: str, values: list[Any]) -> Any:
+    with _failing(recorder, which), torch.no_grad():
+        result = recorder.run(*values, enable_io_processing=False)
+    return recorder.graph.process_outputs(result)
+
+
+@contextlib.contextmanager
+def _failing(recorder: _Recorder, which: str) -> Iterator[None]:
+    """A run of ``recorder`` that fails raises a CompareError naming the node."""
     try:
-        with torch.no_grad():
-            result = recorder.run(*values, enable_io_processing=False)
-        return recorder.graph.process_outputs(result)
+        yield
     except Exception as error:
         node = recorder.failed_at
         where = f" at node {node.name!r}" if node is not None else ""
@@ -126,7 +159,16 @@ class CallComparison:
         input_drift: the largest absolute difference between the inputs this call received
             in the swapped program and in the original program (0.0 when upstream matches
             exactly; NaN when shapes differ).
-        ok: whether every output leaf matches within tolerance.
+        ok: whether the call matches: every output leaf within tolerance and, when the
+            backward was checked, no gradient differs (``forward_ok`` and ``backward_ok`` are
+            the two halves).
+        backward_ok: with ``compare(..., backward=True)``, whether the gradients of the call's
+            inputs and parameters match, from the same upstream gradient at its outputs; None
+            when the backward was not checked or could not be (``backward_note`` says why).
+        gradient_leaves: one check per gradient, named ``"grad of input x"`` or by the
+            parameter's full name (``"grad of layers.3.norm.weight"``).
+        backward_note: what was not differentiated or compared, or why the backward was not
+            checked; ``""`` when there is nothing to say.
         tolerance_ratio: the worst error relative to the tolerance over its leaves (see
             :attr:`LeafCheck.tolerance_ratio <graphsurgeon.types.LeafCheck>`): below 1 it
             matches.
@@ -138,6 +180,29 @@ class CallComparison:
     leaves: tuple[LeafCheck, ...]
     input_drift: float
     ok: bool
+    backward_ok: bool | None = None
+    gradient_leaves: tuple[LeafCheck, ...] = ()
+    backward_note: str = ""
+
+    @property
+    def forward_ok(self) -> bool:
+        """Whether every output leaf matches within tolerance, whatever the gradients do."""
+        return all(leaf.ok for leaf in self.leaves)
+
+    @property
+    def diverges_in(self) -> str | None:
+        """``"forward"`` when its outputs differ, else ``"backward"`` when a gradient does,
+        else None."""
+        if not self.forward_ok:
+            return "forward"
+        return "backward" if self.backward_ok is False else None
+
+    @property
+    def worst_gradient(self) -> LeafCheck | None:
+        """The gradient furthest beyond its tolerance (the first that differs when none was
+        measured), or None when every gradient matches."""
+        bad = [leaf for leaf in self.gradient_leaves if not leaf.ok]
+        return max(bad, key=lambda leaf: (leaf.values_compared, leaf.tolerance_ratio), default=None)
 
     @property
     def max_abs(self) -> float:
@@ -165,13 +230,36 @@ class CallComparison:
     def problem(self) -> str:
         """What differs, and where along each axis, for the first mismatching leaf ('' when
         the call matches): ``"(output): values differ beyond tolerance at 704 of 768
-        positions; dim 1: 0–10 differ, 11 matches"``."""
+        positions; dim 1: 0–10 differ, 11 matches"``; in its backward, the worst gradient:
+        ``"backward: grad of layers.3.norm.weight: values differ ..."``."""
         for leaf in self.leaves:
             if not leaf.ok:
                 where = leaf.path or "(output)"
                 detail = "; ".join(part for part in (leaf.problem, leaf.by_axis) if part)
                 return f"{where}: {detail}" if detail else where
+        if self.backward_ok is False:
+            worst = self.worst_gradient
+            if worst is None:
+                return f"backward: {self.backward_note}"
+            detail = "; ".join(part for part in (worst.problem, worst.by_axis) if part)
+            return f"backward: {worst.path}: {detail}" if detail else f"backward: {worst.path}"
         return ""
+
+    @property
+    def backward_text(self) -> str:
+        """The backward verdict in a few words: ``"ok"``, ``"differs: grad of x 0.5"`` (the
+        worst gradient and its largest absolute error), ``"not checked"`` or
+        ``"no gradient"``."""
+        if self.backward_ok is None:
+            return "no gradient" if self.backward_note else "not checked"
+        if self.backward_ok:
+            measured = any(g.values_compared for g in self.gradient_leaves)
+            return "ok" if measured or not self.gradient_leaves else "no values compared"
+        worst = self.worst_gradient
+        if worst is None:
+            return "differs"
+        error = _meta.number_text(worst.max_abs) if worst.values_compared else "no values"
+        return f"differs: {worst.path.removeprefix('grad of ')} {error}"
 
 
 # What the table of a comparison shows of each call, as text and as HTML.
@@ -209,6 +297,9 @@ class Comparison:
     rtol: float
     atol: float
     random_ops: tuple[str, ...] = ()
+    #: whether the backward was checked too (``compare(..., backward=True)``): each call's
+    #: gradients, and the program's (``outputs.gradients``)
+    backward: bool = False
     # what locate() needs of the first diverging call (its inputs as received, ...)
     _record: CallRecord | None = field(default=None, repr=False, compare=False)
     _by_name: Mapping[str, CallComparison] = field(init=False, repr=False, compare=False)
@@ -218,12 +309,21 @@ class Comparison:
 
     @property
     def first_divergence(self) -> str | None:
-        """The first call (in graph order) whose outputs differ beyond tolerance, or None."""
+        """The first call (in graph order) whose outputs differ beyond tolerance, or, with
+        ``backward=True``, whose gradients do; None when none does."""
         return next((c.call_name for c in self.calls if not c.ok), None)
 
     @property
+    def first_divergence_pass(self) -> str | None:
+        """Where the first diverging call differs: ``"forward"`` (its outputs), ``"backward"``
+        (its outputs match, a gradient does not), or None when no call diverges."""
+        first = self.first_divergence
+        return None if first is None else self[first].diverges_in
+
+    @property
     def divergent(self) -> tuple[str, ...]:
-        """Every call whose outputs differ beyond tolerance, in graph order."""
+        """Every call whose outputs (or, with ``backward=True``, gradients) differ beyond
+        tolerance, in graph order."""
         return tuple(c.call_name for c in self.calls if not c.ok)
 
     @property
@@ -258,6 +358,13 @@ class Comparison:
         programs ran on the meta device, or every op's value matches (the difference is in
         what the replacement returns where). Computed once; ``cmp.location`` then has it.
 
+        When the first diverging call diverges in its backward (``compare(...,
+        backward=True)``: its outputs match, its gradients do not), the answer is the first op
+        of the replacement's backward whose value matches no value the original's backward
+        computes while its inputs do: a line of a ``torch.autograd.Function``'s ``backward``,
+        or, for a replacement autograd differentiates, the forward line whose derivative
+        differs (:mod:`graphsurgeon.checks._locate_backward`).
+
         Example:
             >>> import torch, graphsurgeon as gs
             >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
@@ -283,6 +390,8 @@ class Comparison:
                 "gs.compare again",
                 self[first].replacement,
             )
+        if self._record.backward is not None:
+            return locate_backward(self._record)
         return locate_call(self._record)
 
     @property
@@ -300,7 +409,7 @@ class Comparison:
         if found is None:
             return f"cmp.locate() names the line of the replacement of {first!r} where it starts to differ"
         if found.found:
-            return f"located: {found.where}: first differs here, inputs agree"
+            return f"located: {found.where}: {found.verdict}"
         return f"not located: {found.reason}"
 
     @property
@@ -318,6 +427,7 @@ class Comparison:
                 "input_drift": c.input_drift,
                 "ok": c.ok,
                 "values_compared": c.values_compared,
+                **(self._backward_row(c) if self.backward else {}),
             }
             for c in self.calls
         ]
@@ -336,20 +446,60 @@ class Comparison:
                 "input_drift": math.nan,
                 "ok": self.outputs.ok,
                 "values_compared": self.outputs.values_compared,
+                **(self._backward_outputs_row() if self.backward else {}),
             }
         )
         return rows
 
+    @staticmethod
+    def _backward_row(call: CallComparison) -> dict[str, Any]:
+        worst = call.worst_gradient
+        return {
+            "forward_ok": call.forward_ok,
+            "backward_ok": call.backward_ok,
+            "backward": call.backward_text,
+            "worst_gradient": worst.path if worst is not None else "",
+            "gradient_max_abs": max((g.max_abs for g in call.gradient_leaves), default=0.0),
+        }
+
+    def _backward_outputs_row(self) -> dict[str, Any]:
+        report = self.outputs
+        bad = report.gradient_mismatches
+        worst = max(bad, key=lambda g: (g.values_compared, g.tolerance_ratio), default=None)
+        if report.backward_problem:
+            text = "no gradient"
+        elif worst is None and not any(g.values_compared for g in report.gradients):
+            text = "no values compared" if report.gradients else "match"
+        elif worst is None:
+            text = "match"
+        else:
+            text = (
+                f"differs: {worst.path.removeprefix('grad of ')} {_meta.number_text(worst.max_abs)}"
+            )
+        return {
+            "forward_ok": report.outputs_ok,
+            # None, as a call's: the program's backward could not run (the report says why)
+            "backward_ok": None if report.backward_problem else report.gradients_ok,
+            "backward": text,
+            "worst_gradient": worst.path if worst is not None else "",
+            "gradient_max_abs": max((g.max_abs for g in report.gradients), default=0.0),
+        }
+
     def table(self) -> str:
         """The rows as an aligned text table."""
-        header = (*_COLUMNS, "verdict")
+        backward = ("backward",) if self.backward else ()
+        header = (*_COLUMNS, *backward, "verdict")
         lines = [header]
         for row in self.rows:
             outputs = row["call"] == "(outputs)"
             if outputs:
                 verdict = "match" if row["ok"] else "DRIFT"
+                if self.backward and row["backward_ok"] is None and row["forward_ok"]:
+                    verdict = "NOT CHECKED"  # verify's word for a backward that could not run
             else:
                 verdict = "ok" if row["ok"] else "DIVERGES"
+                if self.backward and not row["ok"] and row["forward_ok"]:
+                    verdict = "DIVERGES in backward"
             measured = row["values_compared"]
             lines.append(
                 (
@@ -360,6 +510,7 @@ class Comparison:
                     _meta.number_text(row["max_rel"]) if measured else "",
                     tolerance_text(row["tolerance_ratio"]) if measured else "",
                     "" if outputs or not measured else _meta.number_text(row["input_drift"]),
+                    *((row["backward"],) if self.backward else ()),
                     verdict,
                 )
             )
@@ -390,10 +541,19 @@ class Comparison:
             head += ", none diverges"
         else:
             head += f", first divergence: {first!r}"
+            if self.first_divergence_pass == "backward":
+                head += " (in its backward)"
+        if self.backward:
+            head += ", forward and backward"
         head += f" (rtol={self.rtol:g}, atol={self.atol:g})"
         lines = [head, *("  " + line for line in self.table().splitlines())]
         if first is not None:
             call = self[first]
+            if self.first_divergence_pass == "backward":
+                lines.append(
+                    f"  {first!r} ({call.replacement}) diverges in its backward: its outputs "
+                    "match, its gradients do not, from the same upstream gradient"
+                )
             lines.append(f"  {first!r} ({call.replacement}): {call.problem}")
             if call.input_drift and call.input_drift > 0:
                 lines.append(
@@ -410,6 +570,15 @@ class Comparison:
         return "\n".join(lines)
 
     def _drift_without_divergence(self) -> str:
+        if self.backward and self.outputs.outputs_ok and not self.outputs.ok:
+            bad = self.outputs.gradient_mismatches
+            if not bad:
+                return f"the program's gradients were not checked: {self.outputs.backward_problem}"
+            worst = max(bad, key=lambda g: (g.values_compared, g.tolerance_ratio))
+            return (
+                "no call diverges on its own, but the program's gradients differ (worst: "
+                f"{worst.path}, max abs {_meta.number_text(worst.max_abs)})"
+            )
         drift = _meta.number_text(self.outputs.max_abs)
         drift = f"no call diverges on its own, but the outputs drift by {drift}"
         if self.random_ops:  # then a different random stream explains it as well as any
@@ -430,11 +599,16 @@ class Comparison:
     def __repr__(self) -> str:
         first = self.first_divergence
         verdict = f"first divergence {first!r}" if first else "no divergence"
+        if self.first_divergence_pass == "backward":
+            verdict += " in its backward"
         drift = (
             "outputs match"
             if self.outputs.ok
             else f"outputs drift {_meta.number_text(self.outputs.max_abs)}"
         )
+        if self.backward and self.outputs.outputs_ok and not self.outputs.ok:
+            said = "not checked" if self.outputs.backward_problem else "differ"
+            drift = f"outputs match, gradients {said}"
         calls = f"{len(self.calls)} swapped call{'' if len(self.calls) == 1 else 's'}"
         if not self.values_compared:
             drift = "no values compared (meta)"
@@ -450,6 +624,8 @@ class Comparison:
         n = len(self.calls)
         if first is None:
             verdict = d.badge("no call diverges", "ok")
+        elif self.first_divergence_pass == "backward":
+            verdict = d.badge(f"first divergence: {first}, in its backward", "bad")
         else:
             verdict = d.badge(f"first divergence: {first}", "bad")
         outputs = (
@@ -457,17 +633,26 @@ class Comparison:
             if self.outputs.ok
             else d.badge(f"outputs drift {_meta.number_text(self.outputs.max_abs)}", "warn")
         )
+        if self.backward and self.outputs.outputs_ok and not self.outputs.ok:
+            said = "not checked" if self.outputs.backward_problem else "differ"
+            outputs = d.badge(f"outputs match, gradients {said}", "warn")
         if not self.outputs.ok and not self.outputs.values_compared:
             outputs = d.badge("outputs differ (no values compared)", "warn")
         if not self.values_compared:
             outputs = d.badge("meta: shapes only, no values compared", "warn")
+        passes = ", forward and backward" if self.backward else ""
         head = (
             f'<div class="gs-title">compare {verdict} {outputs} <span class="gs-muted">{n} '
-            f"swapped call{'s' if n != 1 else ''}, rtol={self.rtol:g}, atol={self.atol:g}"
-            "</span></div>"
+            f"swapped call{'s' if n != 1 else ''}{passes}, rtol={self.rtol:g}, "
+            f"atol={self.atol:g}</span></div>"
         )
         body = d.comparison_table(self)  # the one writer, the widget's compare panel's too
         note = ""
+        if first is not None and self.first_divergence_pass == "backward":
+            note += (
+                f"<div>{d.escape(first)} diverges in its backward: its outputs match, its "
+                "gradients do not, from the same upstream gradient.</div>"
+            )
         if first is not None:
             note += self._location_html()
         if first is not None and self[first].input_drift and self[first].input_drift > 0:
@@ -476,6 +661,8 @@ class Comparison:
                 f"received; its inputs had already drifted by "
                 f"{_meta.number_text(self[first].input_drift)}.</div>"
             )
+        elif first is None and self.backward and self.outputs.outputs_ok and not self.outputs.ok:
+            note = f'<div class="gs-muted">{d.escape(self._drift_without_divergence())}.</div>'
         elif first is None and not self.outputs.ok and not self.random_ops:
             note = (
                 '<div class="gs-muted">no call diverges on its own, but small differences add '
@@ -503,7 +690,7 @@ class Comparison:
             return f"<div>{d.badge('not located', 'warn')} {d.escape(found.reason)}</div>"
         return (
             f"<div>{d.badge('located', 'bad')} <code>{d.escape(found.source or found.op)}</code>"
-            f" <code>{d.escape(found.line)}</code>: first differs here, inputs agree "
+            f" <code>{d.escape(found.line)}</code>: {d.escape(found.verdict)} "
             f'<span class="gs-muted">({d.escape(found.op)})</span></div>'
         )
 
@@ -541,6 +728,7 @@ def compare(
     rtol: float = 1e-5,
     atol: float = 1e-5,
     locate: bool | None = None,
+    backward: bool = False,
 ) -> Comparison:
     """Compare every swapped call of ``swapped`` with the original partition it replaced.
 
@@ -558,14 +746,45 @@ def compare(
             default) for "when the call is small" (at most 400 nodes and 16 MiB of inputs:
             exporting and running it costs a fraction of the comparison). Otherwise the report
             says to call ``cmp.locate()``.
+        backward: also compare each call's backward. The swapped program runs forward with
+            autograd on and backward from seeded standard-normal gradients at its outputs (as
+            ``gs.verify(..., backward=True)`` seeds them); the gradient that reaches each
+            swapped call's outputs is kept. Then the original partition and the replacement
+            each run forward from the call's captured inputs and backward from that same
+            gradient, and the gradients of the call's floating inputs (``"grad of input x"``)
+            and parameters (``"grad of layers.3.norm.weight"``) are compared as verify compares
+            them (:attr:`CallComparison.backward_ok`, ``.gradient_leaves``). A call whose
+            outputs no gradient reaches is said so, not counted as a divergence. The
+            program-level check (``cmp.outputs``) then compares the program's gradients too.
 
     Both programs run once, under ``no_grad``, each on its own copy of the inputs. For each
     swapped call, the original partition runs on a copy of the inputs the replacement received
     in the swapped run, and its outputs are compared with the replacement's, leaf by leaf.
 
+    With ``backward=True`` they run with autograd on instead (nothing is accumulated into any
+    ``.grad``): a replacement whose forward matches and whose backward does not is the first
+    divergence, and ``cmp.first_divergence_pass`` says ``"backward"``.
+
     Example:
         >>> import torch, graphsurgeon as gs
         >>> from graphsurgeon.checks.compare import compare
+        >>> class Halved(torch.autograd.Function):  # a forward that is right, a backward not
+        ...     @staticmethod
+        ...     def forward(ctx, x):
+        ...         return torch.relu(x)
+        ...     @staticmethod
+        ...     def backward(ctx, grad):
+        ...         return grad / 2
+        >>> class HalvedReLU(torch.nn.Module):
+        ...     def forward(self, x):
+        ...         return Halved.apply(x)
+        >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+        >>> x = torch.randn(2, 4)
+        >>> ep = gs.export(model, (x,))
+        >>> cmp = compare(ep, gs.swap(ep, {"1": HalvedReLU()}), (x,), backward=True, locate=False)
+        >>> cmp.first_divergence, cmp.first_divergence_pass, cmp["1"].forward_ok, cmp["1"].backward_ok
+        ('1', 'backward', True, False)
+
         >>> _ = torch.manual_seed(0)
         >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Tanh())
         >>> x = torch.randn(2, 4)
@@ -579,6 +798,8 @@ def compare(
     """
     if not isinstance(ep, ExportedProgram):
         raise not_a_program(ep, "compare")
+    if not isinstance(backward, bool):
+        raise CompareError(f"compare: backward={backward!r}: expected True or False")
     candidate = as_program(swapped, verb="compare")  # a model, any other object: refused alike
     args, kwargs = as_inputs(args, kwargs, verb="compare")
     if candidate.module is None and candidate.surgery is not None:
@@ -611,19 +832,34 @@ def compare(
     # is left as it was.
     start = RandomState()
     try:
-        reference = _Recorder(original, values=watched_inputs)
-        expected = _run(
-            reference,
-            "original program",
-            bind_inputs(original, clone_inputs(args), clone_inputs(kwargs)),
-        )
-        start.restore()
-        capture = _Recorder(swapped, calls=call_nodes.values())
-        actual = _run(
-            capture,
-            "swapped program",
-            bind_inputs(swapped, clone_inputs(args), clone_inputs(kwargs)),
-        )
+        reference = _Recorder(original, values=watched_inputs, grad=backward)
+        capture = _Recorder(swapped, calls=call_nodes.values(), grad=backward)
+        if backward:
+            # the program's gradients too, from the same seeded upstream gradients; the hooks
+            # of the swapped run keep the gradient that reaches each call's outputs
+            labels = input_labels(original, args, kwargs)
+            with _failing(reference, "original program"):
+                expected_run = program_backward(reference, original, args, kwargs, labels, None)
+            start.restore()
+            with _failing(capture, "swapped program"):
+                actual_run = program_backward(
+                    capture, swapped, args, kwargs, labels, expected_run.upstream
+                )
+            expected, actual = expected_run.outputs, actual_run.outputs
+            outputs = backward_report(expected_run, actual_run, rtol, atol)
+        else:
+            expected = _run(
+                reference,
+                "original program",
+                bind_inputs(original, clone_inputs(args), clone_inputs(kwargs)),
+            )
+            start.restore()
+            actual = _run(
+                capture,
+                "swapped program",
+                bind_inputs(swapped, clone_inputs(args), clone_inputs(kwargs)),
+            )
+            outputs = compare_outputs(expected, actual, rtol=rtol, atol=atol)
         original_values = {name: reference.values.get(node.name) for name, node in same.items()}
         calls = []
         record = None
@@ -632,7 +868,7 @@ def compare(
             if node_name not in capture.call_inputs:
                 continue  # the call never ran (dead code): nothing to compare
             capture.call_random[node_name].restore()
-            compared = _compare_call(
+            compared, original_out = _compare_call(
                 ep,
                 name,
                 info.partitions[name],
@@ -643,6 +879,28 @@ def compare(
                 rtol,
                 atol,
             )
+            grads = None
+            if backward:
+                grads = compare_call_backward(
+                    ep,
+                    name,
+                    info.partitions[name],
+                    replacement,
+                    capture.call_inputs[node_name],
+                    capture.call_outputs[node_name],
+                    original_out,
+                    capture.call_upstream.get(node_name),
+                    capture.call_random[node_name],
+                    rtol,
+                    atol,
+                )
+                compared = dataclasses.replace(
+                    compared,
+                    ok=compared.ok and grads.ok is not False,
+                    backward_ok=grads.ok,
+                    gradient_leaves=grads.leaves,
+                    backward_note=grads.note,
+                )
             calls.append(compared)
             if record is None and not compared.ok:
                 # what cmp.locate() needs, kept for the first diverging call only
@@ -658,15 +916,17 @@ def compare(
                     rtol,
                     atol,
                     partition=info.partitions[name],
+                    backward=_backward_part(compared, grads),
                 )
     finally:
         start.restore()
     comparison = Comparison(
         tuple(calls),
-        compare_outputs(expected, actual, rtol=rtol, atol=atol),
+        outputs,
         rtol,
         atol,
         random_ops=_random_ops(ep, info.calls),
+        backward=backward,
         _record=record,
     )
     if record is not None and (locate or (locate is None and _small(record, info))):
@@ -687,6 +947,16 @@ def compare(
 # time the comparison itself takes (benchmarks/locate.py).
 _SMALL_NODES = 400
 _SMALL_BYTES = 16 * 2**20
+
+
+def _backward_part(compared: CallComparison, grads: CallBackward | None) -> Any:
+    """What locate needs to go into a call's backward: the upstream gradients, the input
+    labels and the gradients that differ; None when the call diverges in its forward."""
+    if grads is None or not compared.forward_ok or grads.ok is not False:
+        return None
+    return BackwardRecord(
+        grads.upstream, grads.original_upstream, grads.labels, grads.leaves, grads.note
+    )
 
 
 def _small(record: CallRecord, info: Any) -> bool:
@@ -736,7 +1006,8 @@ def _draws(node: Node) -> bool:
 
 def _compare_call(
     ep, name, part, replacement, inputs, output, original_values, rtol, atol
-) -> CallComparison:
+) -> tuple[CallComparison, Any]:
+    """The call compared, and what the original partition returned (its backward reads it)."""
     signature = part.signature
     flat_inputs = _up_to(signature.in_spec, inputs)
     if flat_inputs is None or len(flat_inputs) != len(signature.inputs):
@@ -795,7 +1066,7 @@ def _compare_call(
                 problem = "unused by the program" + ("" if leaf.ok else f"; {leaf.problem}")
                 leaf = dataclasses.replace(leaf, ok=True, problem=problem, by_axis="", differing=())
             leaves.append(leaf)
-    return CallComparison(
+    compared = CallComparison(
         call_name=name,
         replacement=type(replacement).__name__,
         original=part.type_name,
@@ -803,3 +1074,4 @@ def _compare_call(
         input_drift=drift,
         ok=all(leaf.ok for leaf in leaves),
     )
+    return compared, original_out

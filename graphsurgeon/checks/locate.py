@@ -124,6 +124,9 @@ class Location:
         replacement: the replacement's class name.
         reason: why nothing was found (no divergence, the replacement cannot be traced, no
             values on the meta device, every op's value matches...); ``""`` when found.
+        backward: True when the op is one of the replacement's backward (the call's outputs
+            match, its gradients do not): ``node`` is then the autograd node that ran it
+            (``"MulBackward0"``, ``"MyNormFunctionBackward"``).
     """
 
     call: str
@@ -139,9 +142,17 @@ class Location:
     max_abs: float | None = None
     replacement: str = ""
     reason: str = ""
+    backward: bool = False
 
     def __bool__(self) -> bool:
         return self.found
+
+    @property
+    def verdict(self) -> str:
+        """``"first differs here, inputs agree"``, said of the backward when it is there."""
+        if self.backward:
+            return "the backward first differs here, inputs agree"
+        return "first differs here, inputs agree"
 
     @property
     def where(self) -> str:
@@ -155,7 +166,7 @@ class Location:
         head = f"{self.call}: " if self.call else ""
         if not self.found:
             return f"{head}{self.reason}"
-        return f"{head}{self.where}: first differs here, inputs agree"
+        return f"{head}{self.where}: {self.verdict}"
 
     def __repr__(self) -> str:
         return f"<Location {self}>"
@@ -173,7 +184,7 @@ class Location:
                 f'<div class="gs-title">locate {head}{call}</div><div>{d.escape(self.reason)}</div>'
             )
         head = (
-            f'<div class="gs-title">locate {d.badge("first differs here, inputs agree", "bad")} '
+            f'<div class="gs-title">locate {d.badge(self.verdict, "bad")} '
             f"<code>{d.escape(self.call)}</code> "
             f'<span class="gs-muted">({d.escape(self.replacement)})</span></div>'
         )
@@ -225,6 +236,9 @@ class CallRecord:
     atol: float
     cache: dict[str, Location] = field(default_factory=dict)
     partition: Any = None  # the call's partition (a region's has no module call to look up)
+    # when the call diverges in its backward only: what its backward ran from
+    # (graphsurgeon.checks._locate_backward.BackwardRecord)
+    backward: Any = None
 
 
 def not_located(call: str, reason: str, replacement: str = "") -> Location:

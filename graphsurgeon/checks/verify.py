@@ -986,11 +986,20 @@ def _verify_backward(
         actual = _run_backward(candidate, "candidate", args, kwargs, labels, expected.upstream)
     finally:
         start.restore()
+    return backward_report(expected, actual, rtol, atol, given=grad_outputs is not None)
+
+
+def backward_report(
+    expected: Backward, actual: Backward, rtol: float, atol: float, *, given: bool = False
+) -> VerifyReport:
+    """The report of two programs run forward and backward from the same upstream gradients
+    (``given``: the caller's ``grad_outputs``, else seeded): outputs and gradients compared,
+    as ``verify(..., backward=True)`` reports them (``compare(..., backward=True)`` reads it)."""
     outputs = compare_outputs(expected.outputs, actual.outputs, rtol=rtol, atol=atol)
     gradients, notes = compare_gradients(expected, actual, rtol=rtol, atol=atol)
     source = (
         "upstream gradients: grad_outputs as given"
-        if grad_outputs is not None
+        if given
         else "upstream gradients: standard normal, seeded (the same for both sides)"
     )
     problem = expected.problem

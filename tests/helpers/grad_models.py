@@ -156,3 +156,27 @@ def hf_norm(family: str, dim: int) -> nn.Module:
     with torch.no_grad():
         norm.weight.copy_(torch.rand(dim) + 0.5)
     return norm
+
+
+class ArgmaxReader(nn.Module):
+    """``lin(x) + norm(x).argmax(-1)``: nothing downstream needs the norm's gradient (argmax
+    has none), so no gradient reaches the norm's output."""
+
+    def __init__(self, dim: int = 8):
+        super().__init__()
+        self.norm = RMSNorm(dim)
+        self.lin = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        return self.lin(x) + self.norm(x).argmax(-1, keepdim=True)
+
+
+class ArgmaxOutput(nn.Module):
+    """``norm(x).argmax(-1)``: an integer output, so no gradient flows back at all."""
+
+    def __init__(self, dim: int = 8):
+        super().__init__()
+        self.norm = RMSNorm(dim)
+
+    def forward(self, x):
+        return self.norm(x).argmax(-1)
