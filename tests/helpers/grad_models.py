@@ -91,6 +91,20 @@ class FusedRMSNorm(nn.Module):
         return RMSNormFunction.apply(x, self.weight, self.eps, self.offset, self.bug)
 
 
+class RenamedFusedRMSNorm(nn.Module):
+    """:class:`FusedRMSNorm` with its weight named ``scale``: a replacement whose parameter
+    the module it replaces names otherwise (``weight``), so no gradient pairs them by name."""
+
+    def __init__(self, norm: nn.Module, bug: str | None = None):
+        super().__init__()
+        fused = FusedRMSNorm(norm, bug)
+        self.scale = fused.weight
+        self.eps, self.offset, self.bug = fused.eps, fused.offset, fused.bug
+
+    def forward(self, x):
+        return RMSNormFunction.apply(x, self.scale, self.eps, self.offset, self.bug)
+
+
 class NormBlock(nn.Module):
     """A pre-norm residual block: ``x + mlp(norm(x))``."""
 
