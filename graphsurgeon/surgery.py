@@ -687,14 +687,17 @@ class Surgery:
         *,
         rtol: float = 1e-5,
         atol: float = 1e-5,
+        backward: bool = False,
     ) -> Any:
         """The smallest set of this Surgery's swaps that explains its mismatch against the
         original program: a :class:`~graphsurgeon.checks.bisect.Bisection` with ``.culprits`` (in
         graph order), ``.runs`` and the log of runs (:func:`graphsurgeon.checks.bisect.bisect` says
-        how, and what it guarantees). The Surgery is not changed."""
+        how, and what it guarantees). With ``backward=True`` a set of swaps mismatches when its
+        outputs or its gradients differ from the original's (a wrong hand-written backward).
+        The Surgery is not changed."""
         from .checks.bisect import bisect
 
-        return bisect(self, args, kwargs, rtol=rtol, atol=atol)
+        return bisect(self, args, kwargs, rtol=rtol, atol=atol, backward=backward)
 
     def export(
         self,

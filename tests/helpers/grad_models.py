@@ -105,6 +105,17 @@ class RenamedFusedRMSNorm(nn.Module):
         return RMSNormFunction.apply(x, self.scale, self.eps, self.offset, self.bug)
 
 
+class ArgmaxOf(nn.Module):
+    """``inner(x).argmax(-1)``: a program whose only output is integers, so no gradient flows."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x).argmax(-1)
+
+
 class NormBlock(nn.Module):
     """A pre-norm residual block: ``x + mlp(norm(x))``."""
 
