@@ -8,7 +8,14 @@ import logging
 
 import pytest
 import torch
-from helpers.grad_models import NormStack, RenamedFusedRMSNorm, fused_norms
+from helpers.grad_models import (
+    FusedRMSNorm,
+    NormStack,
+    RenamedFusedRMSNorm,
+    RMSNorm,
+    RunningSum,
+    fused_norms,
+)
 from helpers.models import Scale, TwoLinear
 from helpers.references import eager_reference
 from helpers.swap_models import (
@@ -760,6 +767,28 @@ def test_verify_backward_pairs_parameters_by_name_and_says_what_it_could_not_pai
     assert wrong.outputs_ok and not wrong.gradients_ok
     actual = _torch_gradients(s.module, x, upstream)
     assert {g.path for g in wrong.gradient_mismatches} == _differing(expected, actual) != set()
+
+
+def test_backward_checks_can_be_repeated_on_a_program_that_writes_its_buffers():
+    """Was: a buffer written in place from values that need a gradient kept that run's autograd
+    history (its values were put back, not its history), so the next backward check of the
+    same program failed ("Trying to backward through the graph a second time"), and the
+    user's model came back with a buffer that requires grad."""
+    torch.manual_seed(0)
+    model, x = nn.Sequential(RunningSum(), RMSNorm(8)).eval(), torch.randn(3, 8)
+    s = gs.Surgery.from_model(model, (x,)).swap("1", FusedRMSNorm(model[1], "weight factor"))
+    first, second = s.verify(backward=True), s.verify(backward=True)
+    assert first and second and first.original.outputs_ok
+    assert [g.path for g in first.original.gradient_mismatches] == ["grad of 1.weight"]
+    assert str(first) == str(second)
+    assert s.bisect(backward=True).culprits == s.bisect(backward=True).culprits == ("1",)
+    assert not model[0].total.requires_grad and not model[0].total.any()
+    # torch agrees: only the weight's gradient differs (the buffer's state as exported: zeros)
+    upstream = _grad.seeded_upstream(model(x).requires_grad_(True))[0]
+    model[0].total.zero_()
+    fused = eager_reference(model, s.replacements)
+    expected = _torch_gradients(copy.deepcopy(model), x, upstream)
+    assert _differing(expected, _torch_gradients(fused, x, upstream)) == {"grad of 1.weight"}
 
 
 # -- replace: a pattern of ops that is no module's, swapped as a module is --------------------

@@ -116,6 +116,20 @@ class ArgmaxOf(nn.Module):
         return self.inner(x).argmax(-1)
 
 
+class RunningSum(nn.Module):
+    """``lin(x) + total`` after adding the batch mean of ``x`` to its buffer ``total`` in
+    place: run with autograd on, the buffer takes a history from ``x``."""
+
+    def __init__(self, dim: int = 8):
+        super().__init__()
+        self.lin = nn.Linear(dim, dim)
+        self.register_buffer("total", torch.zeros(dim))
+
+    def forward(self, x):
+        self.total.add_(x.mean(0))
+        return self.lin(x) + self.total
+
+
 class NormBlock(nn.Module):
     """A pre-norm residual block: ``x + mlp(norm(x))``."""
 
