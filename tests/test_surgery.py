@@ -736,6 +736,13 @@ def test_verify_backward_checks_the_gradients_in_both_verdicts():
     assert "grad of" in text.splitlines()[1]  # the outputs match: the worst gradient is named
     html = report._repr_html_()
     assert "backward: match" in html and "grad of" in html and "differs from the original" in html
+    # without the model, the one reference is the original program: the same gradients differ
+    bare = gs.Surgery(s.program, args=(x,))
+    for name, replacement in s.replacements.items():
+        bare.swap(name, replacement)
+    alone = bare.verify(backward=True)
+    assert alone.original is None and alone.outputs_ok and not alone
+    assert {g.path for g in alone.gradient_mismatches} == wrong
 
 
 def test_verify_backward_pairs_parameters_by_name_and_says_what_it_could_not_pair():

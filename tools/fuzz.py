@@ -6,7 +6,7 @@
 Each job runs hypothesis over ``tests/helpers/fuzzing.py``'s ``cases()`` strategy in its own process
 (one torch thread each), with its own seed derived from ``--seed``: the same command explores
 the same programs. Every drawn case is checked end to end (``fuzzing.check_case``); a failure
-is recorded and the run goes on. About one program in four that has an ``op(lin(x))`` module
+is recorded and the run goes on. About one program in two that has an ``op(lin(x))`` module
 is checked another way (feature ``custom_backward``): some of those modules are swapped for
 replacements with a hand-written backward (a ``torch.autograd.Function``), right or with a
 planted gradient error, and ``gs.verify(..., backward=True)`` must pass the right ones and call

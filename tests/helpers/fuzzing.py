@@ -1832,7 +1832,7 @@ def cases(draw, require: Iterable[str] = (), exclude: Iterable[str] = ()) -> Cas
         for fqn, child in module_specs(spec).items()
         if isinstance(child, LeafSpec) and child.kind == "act" and fqn in facts.calls
     ]
-    if acts and (require == {"custom_backward"} or (not require and chance(draw, 4))):
+    if acts and (require == {"custom_backward"} or (not require and chance(draw, 2))):
         return draw(custom_backward_cases(spec, second_input, acts))
     # what comes after a swap is checked only when the engine accepts the swap set
     accepted = bool(require & {"param_write", "region_name"})
