@@ -23,7 +23,7 @@ from helpers.check_models import (
     TwoDropouts,
     WrongEveryOtherCall,
 )
-from helpers.grad_models import ArgmaxOf, NormStack, fused_norms
+from helpers.grad_models import ArgmaxOf, FailsBackward, NormStack, fused_norms
 from helpers.models import NoCausalMask, hf_decoder
 from helpers.references import eager_reference
 from torch import nn
@@ -420,3 +420,20 @@ def test_bisect_backward_refuses_a_program_whose_outputs_need_no_gradient():
         s.bisect(backward=True)
     with pytest.raises(SurgeryError, match="backward='yes'"):
         s.bisect(backward="yes")
+
+
+def test_a_backward_that_fails_is_a_mismatch_of_its_run():
+    torch.manual_seed(0)
+    model, x = NormStack(layers=4).eval(), torch.randn(3, 8)
+    s = gs.Surgery.from_model(model, (x,))
+    for name, replacement in fused_norms(model).items():
+        s.swap(
+            name,
+            FailsBackward(model.get_submodule(name)) if name == "layers.2.norm" else replacement,
+        )
+    assert s.bisect().matches, "precondition: the forward is right everywhere"
+    found = s.bisect(backward=True)
+    assert found.culprits == ("layers.2.norm",)
+    (alone,) = [run for run in found.log if run.swaps == ("layers.2.norm",) and not run.repeated]
+    assert alone.mismatch and "this backward is not written yet" in alone.error
+    assert "the run failed" in str(found)

@@ -253,8 +253,8 @@ class Bisection:
                 measured,
             ]
             if self.backward:
-                grad = "" if run.reference or math.isnan(run.grad_max_abs) else run.grad_max_abs
-                row += [d.escape(run.differs), "" if grad == "" else f"{grad:.3g}"]
+                unmeasured = run.reference or run.error or math.isnan(run.grad_max_abs)
+                row += [d.escape(run.differs), "" if unmeasured else f"{run.grad_max_abs:.3g}"]
             rows.append(row)
         head = ["run", "", "swaps in force", "max abs"]
         if self.backward:

@@ -130,6 +130,27 @@ class RunningSum(nn.Module):
         return self.lin(x) + self.total
 
 
+class _FailingBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError("this backward is not written yet")
+
+
+class FailsBackward(nn.Module):
+    """``norm(x)`` whose gradient never comes back: its backward raises."""
+
+    def __init__(self, norm: nn.Module):
+        super().__init__()
+        self.norm = FusedRMSNorm(norm)
+
+    def forward(self, x):
+        return _FailingBackward.apply(self.norm(x))
+
+
 class NormBlock(nn.Module):
     """A pre-norm residual block: ``x + mlp(norm(x))``."""
 
