@@ -9,6 +9,9 @@ Reported per case: the runs bisect made (the original's included) against the bo
 ``2 k ceil(log2 n) + 2`` and against testing each swap alone (``n + 1`` runs), the programs it
 built, and its time against the anchor measured beside it: one test, that is one program with
 every swap built by ``gs.swap`` and run once (bisect's time is about its runs times that).
+Beside it, ``s.bisect(backward=True)`` on the same swaps (each run forward and backward, from
+the same seeded upstream gradients): the same culprits, its runs and its time over the
+forward bisection's.
 
 (This script is not named ``bisect.py``: run as a script, its folder comes first on
 ``sys.path``, and a ``bisect.py`` there would hide the standard library's ``bisect`` module
@@ -66,6 +69,13 @@ def run(layers: int) -> list[dict]:
         seconds = time.perf_counter() - start
         if found.culprits != expected:
             raise SystemExit(f"bisect named {found.culprits}, the wrong swaps are {expected}")
+        start = time.perf_counter()
+        with_grads = surgery.bisect(rtol=1e-4, atol=1e-4, backward=True)
+        backward_seconds = time.perf_counter() - start
+        if with_grads.culprits != expected:
+            raise SystemExit(
+                f"bisect(backward=True) named {with_grads.culprits}, the wrong swaps are {expected}"
+            )
         bound = 2 * len(wrong) * math.ceil(math.log2(count)) + 2
         results.append(
             {
@@ -76,6 +86,8 @@ def run(layers: int) -> list[dict]:
                 "builds": found.builds,
                 "seconds": seconds,
                 "one_test": one_test,
+                "backward_runs": with_grads.runs,
+                "backward_seconds": backward_seconds,
             }
         )
     return results
@@ -97,14 +109,15 @@ def main() -> None:
     results = run(options.layers)
     print(
         "\n| swaps n | wrong k | runs | bound 2k⌈log2 n⌉+2 | each alone (n+1) | built "
-        "| bisect | one test (anchor) | vs anchor |"
+        "| bisect | one test (anchor) | vs anchor | backward=True: runs | time | vs forward |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         print(
             f"| {r['n']} | {r['k']} | {r['runs']} | {r['bound']} | {r['n'] + 1} | {r['builds']} "
             f"| {r['seconds']:.2f} s | {r['one_test'] * 1e3:.0f} ms "
-            f"| {r['seconds'] / r['one_test']:.1f}x |"
+            f"| {r['seconds'] / r['one_test']:.1f}x | {r['backward_runs']} "
+            f"| {r['backward_seconds']:.2f} s | {r['backward_seconds'] / r['seconds']:.1f}x |"
         )
 
 

@@ -15,6 +15,13 @@ the resident size before the call, as a ratio to the output's size: the two outp
 themselves are 2.0 of it; the rest is what comparing them costs. A small warm-up call runs
 first in each process, so one-time costs (lazy imports, first-call setup) are not counted.
 
+Then the gradient check beside the forward check, ``gs.verify(..., backward=True)`` against
+``gs.verify(...)``, each in a fresh subprocess, time and peak memory as above, on the same
+large output and on a Llama built from a small config (Hugging Face's, 4 layers, hidden 256,
+2 x 128 tokens) against its program with a fused RMSNorm (a hand-written backward) swapped in
+at every norm (its times the best of five calls). The ratio is the backward check's cost over
+the forward check's: the bound is about 3x.
+
 Usage: python benchmarks/verify.py [--mb 100] [--quick]
 """
 
@@ -24,6 +31,9 @@ import argparse
 import json
 import subprocess
 import sys
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent.parent / "tests"  # the Llama's fused norms
 
 CHILD = r"""
 import json, os, re, resource, sys, time, warnings
@@ -32,7 +42,7 @@ import torch
 import graphsurgeon as gs
 
 torch.set_num_threads(1)
-how, megabytes = sys.argv[1], float(sys.argv[2])
+how, megabytes, quick = sys.argv[1], float(sys.argv[2]), sys.argv[3] == "quick"
 cols = 4096
 rows = max(1, int(megabytes * 2**20 / 4 / cols))
 
@@ -95,21 +105,69 @@ def assert_close(a, b):
     return True
 
 
+def with_backward(backward):
+    def run(rows_):
+        x = torch.randn(1, cols, generator=torch.Generator().manual_seed(0))
+        return bool(gs.verify(Big(0.0, rows_), Big(1e-7, rows_), (x,), backward=backward))
+
+    return run
+
+
+def llama(backward):
+    import transformers
+
+    sys.path.insert(0, sys.argv[4])
+    from helpers.grad_models import fused_norms
+
+    config = transformers.LlamaConfig(
+        hidden_size=128 if quick else 256,
+        intermediate_size=344 if quick else 688,
+        num_hidden_layers=2 if quick else 4,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        vocab_size=1000,
+        max_position_embeddings=256,
+    )
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    ids = torch.randint(0, 1000, (2, 32 if quick else 128))
+    kwargs = {"use_cache": False}
+    program = gs.swap(gs.export(model, (ids,), kwargs), fused_norms(model))
+
+    def run(_):
+        report = gs.verify(model, program, (ids,), kwargs, rtol=1e-4, atol=1e-4, backward=backward)
+        return bool(report)
+
+    return run
+
+
 runs = {
     "gs.verify": with_verify,
     "torch.testing.assert_close": with_torch(assert_close),
     "torch.allclose": with_torch(lambda a, b: torch.allclose(b, a, rtol=1e-5, atol=1e-5)),
+    "large output, forward": with_backward(False),
+    "large output, backward": with_backward(True),
 }
+if how.startswith("llama"):
+    runs[how] = llama(how.endswith("backward"))
 ok, extra, seconds = measured(runs[how], 2, rows)
+if how.startswith("llama"):  # a check of a few tens of ms: its time is the best of five
+    for _ in range(4):
+        start = time.perf_counter()
+        runs[how](rows)
+        seconds = min(seconds, time.perf_counter() - start)
 print(json.dumps({"ok": ok, "extra": extra, "seconds": seconds, "output": rows * cols * 4}))
 """
 
 CASES = ("gs.verify", "torch.testing.assert_close", "torch.allclose")
+# the gradient check beside the forward check, per model
+BACKWARD_CASES = ("large output", "llama")
 
 
-def measure(how: str, megabytes: float) -> dict:
+def measure(how: str, megabytes: float, quick: bool = False) -> dict:
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, how, str(megabytes)],
+        [sys.executable, "-c", CHILD, how, str(megabytes), "quick" if quick else "", str(TESTS)],
         capture_output=True,
         text=True,
         check=False,
@@ -138,6 +196,32 @@ def main() -> None:
         )
     anchor = rows["torch.testing.assert_close"]["extra"]
     print(f"\ngs.verify / assert_close peak increase: {rows['gs.verify']['extra'] / anchor:.2f}")
+
+    print("\nthe gradient check beside the forward check (gs.verify(..., backward=True))\n")
+    print(
+        "| model | forward: time | backward: time | ratio | forward: peak | backward: peak "
+        "| ratio |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for model in BACKWARD_CASES:
+        forward = measure(f"{model}, forward", megabytes, options.quick)
+        backward = measure(f"{model}, backward", megabytes, options.quick)
+        if not (forward["ok"] and backward["ok"]):
+            raise SystemExit(f"{model}: a check that must match did not: {forward} {backward}")
+        print(
+            f"| {model} | {forward['seconds']:.3f} s | {backward['seconds']:.3f} s "
+            f"| {backward['seconds'] / forward['seconds']:.2f}x "
+            f"| {forward['extra'] / 2**20:,.0f} MiB | {backward['extra'] / 2**20:,.0f} MiB "
+            f"| {_ratio(backward['extra'], forward['extra'])} |"
+        )
+
+
+def _ratio(backward: float, forward: float) -> str:
+    """The backward check's peak over the forward check's; none below 1 MiB, which the resident
+    size cannot tell from the memory the warm-up left mapped."""
+    if forward < 2**20:
+        return "n/a (forward < 1 MiB)"
+    return f"{backward / forward:.2f}x"
 
 
 if __name__ == "__main__":

@@ -592,6 +592,8 @@ class Surgery:
         *,
         rtol: float = 1e-5,
         atol: float = 1e-5,
+        backward: bool = False,
+        grad_outputs: Any = None,
     ) -> VerifyReport:
         """Check the current program, with two verdicts.
 
@@ -602,8 +604,23 @@ class Surgery:
         compute what the original did (a buggy replacement is faithful, and differs)? Without
         the model, the report is against the original program only (``.original`` is None).
         The report is truthy when the first verdict holds.
+
+        With ``backward=True`` both verdicts also compare the gradients of every floating input
+        and parameter, from the same upstream gradients (``grad_outputs``, or seeded ones), as
+        :func:`graphsurgeon.verify` does: the program's parameters are named as the model's
+        (``"grad of layers.3.norm.weight"``), and a replacement's parameter that the original
+        module names otherwise is not compared against the original (the notes say which).
+
+        Example:
+            >>> import torch, graphsurgeon as gs
+            >>> model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+            >>> s = gs.Surgery.from_model(model, (torch.randn(2, 4),)).swap("1", torch.nn.GELU())
+            >>> report = s.verify(backward=True)
+            >>> bool(report), report.gradients_ok, bool(report.original), len(report.gradients)
+            (True, True, False, 3)
         """
         args, kwargs = as_program(self, args, kwargs, verb="verify").inputs(error=VerifyError)
+        grads = {"backward": backward, "grad_outputs": grad_outputs}
         replacements = self.replacements  # fused calls and regions compute what the original did
         module = self.module
         # a swapped region of ops is no module of the model: eager has nowhere to hold its
@@ -613,7 +630,7 @@ class Surgery:
             # no eager model, or swapped regions of ops: nothing eager holds the replacement
             # where the program runs it, so the one reference is the original
             reference = self.program if self.model is None else self.model
-            report = verify(reference, module, args, kwargs, rtol=rtol, atol=atol)
+            report = verify(reference, module, args, kwargs, rtol=rtol, atol=atol, **grads)
             against = "the original program" if self.model is None else "the original model"
             if self.model is not None:
                 what = (
@@ -628,14 +645,14 @@ class Surgery:
             report = dataclasses.replace(report, against=against)
         else:
             reference = eager_reference(self.model, replacements)
-            report = verify(reference, module, args, kwargs, rtol=rtol, atol=atol)
+            report = verify(reference, module, args, kwargs, rtol=rtol, atol=atol, **grads)
             original = (
-                verify(self.model, module, args, kwargs, rtol=rtol, atol=atol)
+                verify(self.model, module, args, kwargs, rtol=rtol, atol=atol, **grads)
                 if replacements
                 else report
             )
             differences = ()
-            if not report.ok and not report.structure_problem:
+            if not report.structure_problem and not report.outputs_ok:
                 # the replacement may be right and eager call it otherwise (T5 passes its
                 # self-attention mask=None; the program, the mask it made)
                 differences = call_differences(self.program, self.model, replacements, args, kwargs)
@@ -670,14 +687,17 @@ class Surgery:
         *,
         rtol: float = 1e-5,
         atol: float = 1e-5,
+        backward: bool = False,
     ) -> Any:
         """The smallest set of this Surgery's swaps that explains its mismatch against the
         original program: a :class:`~graphsurgeon.checks.bisect.Bisection` with ``.culprits`` (in
         graph order), ``.runs`` and the log of runs (:func:`graphsurgeon.checks.bisect.bisect` says
-        how, and what it guarantees). The Surgery is not changed."""
+        how, and what it guarantees). With ``backward=True`` a set of swaps mismatches when its
+        outputs or its gradients differ from the original's (a wrong hand-written backward).
+        The Surgery is not changed."""
         from .checks.bisect import bisect
 
-        return bisect(self, args, kwargs, rtol=rtol, atol=atol)
+        return bisect(self, args, kwargs, rtol=rtol, atol=atol, backward=backward)
 
     def export(
         self,

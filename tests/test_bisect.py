@@ -23,11 +23,13 @@ from helpers.check_models import (
     TwoDropouts,
     WrongEveryOtherCall,
 )
-from helpers.models import NoCausalMask
+from helpers.grad_models import ArgmaxOf, FailsBackward, NormStack, fused_norms
+from helpers.models import NoCausalMask, hf_decoder
 from helpers.references import eager_reference
 from torch import nn
 
 import graphsurgeon as gs
+from graphsurgeon.checks import _grad
 from graphsurgeon.checks.bisect import Bisection, BisectRun, bisect
 from graphsurgeon.errors import SurgeryError
 
@@ -306,3 +308,132 @@ def test_runs_that_disagree_are_said_and_the_answer_is_unreliable():
     # deterministic swaps: the same check finds nothing to say
     s2, _, _ = surgery_with(10, (3,))
     assert s2.bisect().reliable
+
+
+# -- backward=True: replacements whose forward is right and whose backward is not -------------
+
+
+def _torch_gradients(module: nn.Module, args: tuple, kwargs: dict, upstream: tuple) -> dict:
+    """torch's own autograd on ``module``: ``{name: gradient}`` of every floating input and
+    parameter, from ``upstream`` (one tensor or None per output leaf)."""
+    inputs = [a.detach().requires_grad_(True) if a.is_floating_point() else a for a in args]
+    named = {f"input {i}": a for i, a in enumerate(inputs) if a.requires_grad}
+    named.update(module.named_parameters())
+    outputs = torch.utils._pytree.tree_leaves(module(*inputs, **kwargs))
+    pairs = [(out, grad) for out, grad in zip(outputs, upstream) if grad is not None]
+    grads = torch.autograd.grad(
+        [out for out, _ in pairs], list(named.values()), [g for _, g in pairs], allow_unused=True
+    )
+    return dict(zip(named, grads))
+
+
+def _same_gradients(expected: dict, actual: dict) -> bool:
+    assert expected.keys() == actual.keys()
+    return all(
+        torch.allclose(expected[name], actual[name], rtol=1e-5, atol=1e-5) for name in expected
+    )
+
+
+def _check_backward_bisection(model, args, kwargs, bugs, culprit_gradient):
+    s = gs.Surgery.from_model(model, args, kwargs)
+    swaps = fused_norms(model, bugs)
+    for name, replacement in swaps.items():
+        s.swap(name, replacement)
+    # precondition: the forward is right everywhere, so a forward bisection finds nothing
+    forward = s.bisect()
+    assert forward.matches and forward.culprits == () and not forward.backward
+    with torch.no_grad():
+        reference = model(*args, **kwargs)
+    upstream = _grad.seeded_upstream(
+        torch.utils._pytree.tree_map(lambda t: t.requires_grad_(True), reference)
+    )
+    expected = _torch_gradients(model, args, kwargs, upstream)
+    program = lambda subset: gs.swap(s.program, {n: swaps[n] for n in subset})  # noqa: E731
+    # ... and the backward is wrong, by torch's own autograd on the eager model
+    assert not _same_gradients(expected, _torch_gradients(s.module, args, kwargs, upstream))
+
+    found = s.bisect(backward=True)
+
+    assert found.backward and not found.matches and found.reliable
+    assert set(found.culprits) == set(bugs) and len(found.groups) == len(bugs)
+    # checked against torch: each culprit alone has wrong gradients, the rest has right ones
+    for culprit in found.culprits:
+        alone = _torch_gradients(program([culprit]), args, kwargs, upstream)
+        assert not _same_gradients(expected, alone)
+    rest = [name for name in swaps if name not in found.culprits]
+    assert _same_gradients(expected, _torch_gradients(program(rest), args, kwargs, upstream))
+    # every run says what differed: here the gradients, never the outputs
+    for run in found.log[1:]:
+        assert run.differs == ("gradients" if run.mismatch else "")
+        assert bool(run.gradients) is run.mismatch
+    for culprit, name in culprit_gradient.items():
+        (run,) = [r for r in found.log if r.swaps == (culprit,) and not r.repeated]
+        assert name in run.gradients
+    text = str(found)
+    assert "outputs and gradients" in text.splitlines()[0]
+    assert "the outputs match" in text and "MISMATCH of" in text
+    html = found._repr_mimebundle_()["text/html"]
+    assert "outputs and gradients" in html and "grad max abs" in html
+    return found
+
+
+def test_bisect_backward_finds_the_two_norms_with_a_wrong_backward_among_six():
+    torch.manual_seed(0)
+    model, x = NormStack(layers=6).eval(), torch.randn(3, 8)
+    bugs = {"layers.1.norm": "weight factor", "layers.4.norm": "missing mean"}
+    found = _check_backward_bisection(
+        model, (x,), {}, bugs, {"layers.1.norm": "grad of layers.1.norm.weight"}
+    )
+    assert found.swaps == (*(f"layers.{i}.norm" for i in range(6)), "norm")
+    assert found.culprits == ("layers.1.norm", "layers.4.norm")
+
+
+def test_bisect_backward_finds_the_wrong_fused_norms_of_a_hugging_face_llama():
+    model = hf_decoder("Llama", layers=3)
+    ids = torch.randint(0, 100, (1, 8), generator=torch.Generator().manual_seed(0))
+    bugs = {
+        "model.layers.0.post_attention_layernorm": "weight factor",
+        "model.layers.2.input_layernorm": "missing mean",
+    }
+    found = _check_backward_bisection(
+        model,
+        (ids,),
+        {"use_cache": False},
+        bugs,
+        {
+            "model.layers.0.post_attention_layernorm": (
+                "grad of model.layers.0.post_attention_layernorm.weight"
+            )
+        },
+    )
+    assert len(found.swaps) == 7  # two norms in each of three layers, and the final one
+    # integers are not differentiated, and the notes say so
+    assert any("input input_ids (torch.int64)" in note for note in found.backward_notes)
+
+
+def test_bisect_backward_refuses_a_program_whose_outputs_need_no_gradient():
+    model, x, _ = stack(4)
+    s = gs.Surgery.from_model(ArgmaxOf(model), (x,)).swap(
+        "inner.layers.0", copy.deepcopy(model.layers[0])
+    )
+    with pytest.raises(SurgeryError, match="no output needs a gradient"):
+        s.bisect(backward=True)
+    with pytest.raises(SurgeryError, match="backward='yes'"):
+        s.bisect(backward="yes")
+
+
+def test_a_backward_that_fails_is_a_mismatch_of_its_run():
+    torch.manual_seed(0)
+    model, x = NormStack(layers=4).eval(), torch.randn(3, 8)
+    s = gs.Surgery.from_model(model, (x,))
+    for name, replacement in fused_norms(model).items():
+        s.swap(
+            name,
+            FailsBackward(model.get_submodule(name)) if name == "layers.2.norm" else replacement,
+        )
+    assert s.bisect().matches, "precondition: the forward is right everywhere"
+    found = s.bisect(backward=True)
+    assert found.culprits == ("layers.2.norm",)
+    (alone,) = [run for run in found.log if run.swaps == ("layers.2.norm",) and not run.repeated]
+    assert alone.mismatch and "this backward is not written yet" in alone.error
+    assert "the run failed" in str(found)

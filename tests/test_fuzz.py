@@ -12,20 +12,25 @@ import functools
 
 import pytest
 from helpers.fuzzing import (
+    GRAD_BUGS,
     BlockSpec,
     Call,
     Case,
     LeafSpec,
+    Mismatch,
     P,
     ReadState,
     RegionNames,
     V,
     check_case,
+    describe,
     features,
 )
 from helpers.fuzzing import cases as all_cases
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+
+import graphsurgeon as gs
 
 # Situations the engine is known to get wrong, left out of the bounded run so that it stays a
 # regression test (tools/fuzz.py draws them; give each a strict xfail that forces it). None is
@@ -257,3 +262,55 @@ def _fixed_case(spec: BlockSpec, swapped: str, kind: str) -> Case:
         seed=0,
         replacement_kinds=(kind,),
     )
+
+
+# -- replacements with a hand-written backward, right and wrong --------------------------------
+
+
+@settings(BOUNDED, max_examples=24)
+@given(case=cases(require={"custom_backward"}))
+def test_replacements_with_a_custom_backward_right_and_wrong(case):
+    # gs.verify(backward=True) must pass a right one and call a wrong one a backward mismatch
+    # with the forward matching; torch's autograd on the eager models decides which is which
+    _check(case, "custom_backward")
+
+
+# x -> act0 -> act1 (x2, a loop) -> out ; and y read by act1's first call through a sum
+TWO_ACTS = BlockSpec(
+    inputs=1,
+    children=(("act0", LeafSpec("act", "sigmoid")), ("act1", LeafSpec("act", "tanh"))),
+    steps=(Call("act0", (V(0),)), Call("act1", (V(1),), times=2)),
+    returns=(("main", ((2, 1.0),)), ("aux", ((1, -0.5),))),
+)
+
+
+def _grad_case(*grad_swaps: tuple[str, str], exporter: str = "gs") -> Case:
+    return Case(TWO_ACTS, "none", False, (), (), 0, exporter, grad_swaps=grad_swaps)
+
+
+@pytest.mark.parametrize("bug", GRAD_BUGS)
+@pytest.mark.parametrize("exporter", ["gs", "torch"])
+def test_each_planted_gradient_error_is_a_backward_mismatch(bug, exporter):
+    case = _grad_case(("act0", "right"), ("act1", bug), exporter=exporter)
+    result = check_case(case)
+    assert not result.refused and result.replaced_calls == 3  # act0 once, act1 twice
+    found = features(case, result.facts)
+    assert "custom_backward" in found and ("wrong_backward" in found) is (bug != "right")
+    assert "CustomBackwardAct" in describe(case)
+
+
+@pytest.mark.parametrize("bug", ["right", "factor"])
+def test_a_verify_that_ignores_the_gradients_fails_the_check(bug, monkeypatch):
+    # the check is no rubber stamp: a verify that does not look at the gradients (a right
+    # backward called wrong, or a wrong one called right) is a fuzzer mismatch
+    real = gs.verify
+
+    def lying(*args, **kwargs):
+        report = real(*args, **kwargs)
+        wrong = bug == "right"  # the opposite of the truth
+        gradients = tuple(dataclasses.replace(g, ok=not wrong) for g in report.gradients)
+        return dataclasses.replace(report, gradients=gradients, ok=not wrong)
+
+    monkeypatch.setattr(gs, "verify", lying)
+    with pytest.raises(Mismatch, match="custom backward"):
+        check_case(_grad_case(("act1", bug)))

@@ -8,6 +8,14 @@ import logging
 
 import pytest
 import torch
+from helpers.grad_models import (
+    FusedRMSNorm,
+    NormStack,
+    RenamedFusedRMSNorm,
+    RMSNorm,
+    RunningSum,
+    fused_norms,
+)
 from helpers.models import Scale, TwoLinear
 from helpers.references import eager_reference
 from helpers.swap_models import (
@@ -33,6 +41,7 @@ from helpers.swap_models import (
 from torch import nn
 
 import graphsurgeon as gs
+from graphsurgeon.checks import _grad
 
 
 @pytest.fixture
@@ -672,6 +681,121 @@ def test_verify_gives_two_verdicts_faithful_and_equal_to_the_original():
     # without the model, the one reference is the original program
     plain = gs.Surgery(s.program, args=(x,)).swap("a", nn.Linear(4, 4)).verify()
     assert not plain and plain.original is None and "the original program" in str(plain)
+
+
+# -- verify(backward=True): both verdicts with the gradients --------------------------------
+
+
+def _torch_gradients(model: nn.Module, x: torch.Tensor, upstream: torch.Tensor) -> dict:
+    """torch's own autograd on ``model``: ``{"grad of <name>": gradient}`` of the input and of
+    every parameter, from ``upstream`` at the output."""
+    x = x.detach().requires_grad_(True)
+    named = dict(model.named_parameters())
+    grads = torch.autograd.grad(model(x), [x, *named.values()], upstream, allow_unused=True)
+    names = ["grad of input x", *(f"grad of {name}" for name in named)]
+    return dict(zip(names, grads))
+
+
+def _differing(expected: dict, actual: dict) -> set[str]:
+    return {
+        name
+        for name in expected.keys() & actual.keys()
+        if not torch.allclose(expected[name], actual[name], rtol=1e-5, atol=1e-5)
+    }
+
+
+def test_verify_backward_checks_the_gradients_in_both_verdicts():
+    torch.manual_seed(0)
+    model, x = NormStack(layers=4).eval(), torch.randn(3, 8)
+    bugs = {"layers.1.norm": "weight factor", "layers.3.norm": "missing mean"}
+    s = gs.Surgery.from_model(model, (x,))
+    for name, replacement in fused_norms(model, bugs).items():
+        s.swap(name, replacement)
+    assert s.verify() and s.verify().original, "precondition: the forward is right everywhere"
+    report = s.verify(backward=True)
+    assert s.last_verify is report
+    # faithful: the eager model with the same (wrong) replacements has the same gradients
+    assert report and report.backward and report.gradients_ok
+    # against the original: the outputs match, the gradients do not, where torch says so
+    original = report.original
+    assert not original and original.outputs_ok and original.gradients_ok is False
+    upstream = _grad.seeded_upstream(model(x).requires_grad_(True))[0]
+    expected = _torch_gradients(model, x, upstream)
+    actual = _torch_gradients(s.module, x, upstream)
+    assert {g.path for g in original.gradients} == set(expected)
+    wrong = _differing(expected, actual)
+    assert {"grad of layers.1.norm.weight", "grad of input x"} <= wrong
+    assert {g.path for g in original.gradient_mismatches} == wrong
+    assert not _differing(
+        _torch_gradients(eager_reference(model, s.replacements), x, upstream), actual
+    )
+    # both forms say the gradients were checked, and which differ
+    text = str(report)
+    assert "gradients" in text.splitlines()[0] and "backward: match" in text
+    assert "against the original model (outputs and gradients): MISMATCH" in text
+    assert "grad of" in text.splitlines()[1]  # the outputs match: the worst gradient is named
+    html = report._repr_html_()
+    assert "backward: match" in html and "grad of" in html and "differs from the original" in html
+    # without the model, the one reference is the original program: the same gradients differ
+    bare = gs.Surgery(s.program, args=(x,))
+    for name, replacement in s.replacements.items():
+        bare.swap(name, replacement)
+    alone = bare.verify(backward=True)
+    assert alone.original is None and alone.outputs_ok and not alone
+    assert {g.path for g in alone.gradient_mismatches} == wrong
+
+
+def test_verify_backward_pairs_parameters_by_name_and_says_what_it_could_not_pair():
+    torch.manual_seed(0)
+    model, x = NormStack(layers=2).eval(), torch.randn(3, 8)
+    s = gs.Surgery.from_model(model, (x,))
+    s.swap("layers.1.norm", RenamedFusedRMSNorm(model.layers[1].norm))
+    names = {name for name, _ in s.module.named_parameters()}
+    assert "layers.1.norm.scale" in names and "layers.0.norm.weight" in names  # the model's fqns
+    report = s.verify(backward=True)
+    assert report and report.original, "the replacement is right: forward and backward"
+    faithful = {g.path for g in report.gradients}
+    assert "grad of layers.1.norm.scale" in faithful
+    against_original = {g.path for g in report.original.gradients}
+    assert not {"grad of layers.1.norm.scale", "grad of layers.1.norm.weight"} & against_original
+    notes = " ".join(report.original.backward_notes)
+    assert "the candidate has no such parameter (or it is frozen): layers.1.norm.weight" in notes
+    assert "the reference has no such parameter (or it is frozen): layers.1.norm.scale" in notes
+    # what was compared agrees with torch's autograd on the model
+    upstream = _grad.seeded_upstream(model(x).requires_grad_(True))[0]
+    expected = _torch_gradients(model, x, upstream)
+    actual = _torch_gradients(s.module, x, upstream)
+    assert not _differing(expected, actual) and len(expected.keys() & actual.keys()) == len(
+        against_original
+    )
+    # the same replacement with a planted backward bug: only the gradients that flow differ
+    s.swap("layers.1.norm", RenamedFusedRMSNorm(model.layers[1].norm, "missing mean"))
+    wrong = s.verify(backward=True).original
+    assert wrong.outputs_ok and not wrong.gradients_ok
+    actual = _torch_gradients(s.module, x, upstream)
+    assert {g.path for g in wrong.gradient_mismatches} == _differing(expected, actual) != set()
+
+
+def test_backward_checks_can_be_repeated_on_a_program_that_writes_its_buffers():
+    """Was: a buffer written in place from values that need a gradient kept that run's autograd
+    history (its values were put back, not its history), so the next backward check of the
+    same program failed ("Trying to backward through the graph a second time"), and the
+    user's model came back with a buffer that requires grad."""
+    torch.manual_seed(0)
+    model, x = nn.Sequential(RunningSum(), RMSNorm(8)).eval(), torch.randn(3, 8)
+    s = gs.Surgery.from_model(model, (x,)).swap("1", FusedRMSNorm(model[1], "weight factor"))
+    first, second = s.verify(backward=True), s.verify(backward=True)
+    assert first and second and first.original.outputs_ok
+    assert [g.path for g in first.original.gradient_mismatches] == ["grad of 1.weight"]
+    assert str(first) == str(second)
+    assert s.bisect(backward=True).culprits == s.bisect(backward=True).culprits == ("1",)
+    assert not model[0].total.requires_grad and not model[0].total.any()
+    # torch agrees: only the weight's gradient differs (the buffer's state as exported: zeros)
+    upstream = _grad.seeded_upstream(model(x).requires_grad_(True))[0]
+    model[0].total.zero_()
+    fused = eager_reference(model, s.replacements)
+    expected = _torch_gradients(copy.deepcopy(model), x, upstream)
+    assert _differing(expected, _torch_gradients(fused, x, upstream)) == {"grad of 1.weight"}
 
 
 # -- replace: a pattern of ops that is no module's, swapped as a module is --------------------

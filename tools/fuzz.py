@@ -6,7 +6,11 @@
 Each job runs hypothesis over ``tests/helpers/fuzzing.py``'s ``cases()`` strategy in its own process
 (one torch thread each), with its own seed derived from ``--seed``: the same command explores
 the same programs. Every drawn case is checked end to end (``fuzzing.check_case``); a failure
-is recorded and the run goes on. At the end it prints how many programs were tried, how many
+is recorded and the run goes on. About one program in two that has an ``op(lin(x))`` module
+is checked another way (feature ``custom_backward``): some of those modules are swapped for
+replacements with a hand-written backward (a ``torch.autograd.Function``), right or with a
+planted gradient error, and ``gs.verify(..., backward=True)`` must pass the right ones and call
+the wrong ones a backward mismatch with the forward matching (``wrong_backward`` counts those). At the end it prints how many programs were tried, how many
 calls were swapped, how many refusals were expected (and seen), the mismatches and the errors,
 how many cases had each feature (and how many failing cases had it, which tells a failure that
 comes with one situation from one that does not), then the first failing cases of each kind,

@@ -450,6 +450,8 @@ class keep_state:
         ]
         # (tensor object, a copy of its values), each tensor once
         self.saved: list[tuple[torch.Tensor, torch.Tensor]] = []
+        # the saved tensors that held an autograd history on entry (theirs to keep)
+        self.had_history: set[int] = set()
         # (module, its buffers by name, its non-persistent names, its plain tensor attributes)
         self.held: list[tuple[torch.nn.Module, dict, set, dict]] = []
 
@@ -474,6 +476,8 @@ class keep_state:
                     if tensor is not None and id(tensor) not in tensors:
                         tensors.add(id(tensor))
                         self.saved.append((tensor, tensor.detach().clone()))
+                        if tensor.grad_fn is not None:
+                            self.had_history.add(id(tensor))
         return self
 
     def unshared(self, value: Any) -> Any:
@@ -505,6 +509,11 @@ class keep_state:
                     tensor.data = saved
                 elif not _equal(tensor, saved):  # unchanged: leave its version alone
                     tensor.copy_(saved)
+                if tensor.grad_fn is not None and id(tensor) not in self.had_history:
+                    # a run with autograd on (a backward check) wrote it from values that need
+                    # a gradient: its history goes with the values, or the module's next
+                    # backward would run into this run's graph, freed by then
+                    _forget_history(tensor)
         for module, buffers, non_persistent, attributes in self.held:
             now = module._buffers
             if list(now) != list(buffers) or any(now[k] is not v for k, v in buffers.items()):
@@ -518,6 +527,15 @@ class keep_state:
                 if name not in attributes and not isinstance(state[name], torch.nn.Parameter):
                     del state[name]  # a tensor attribute the run added (or put over a buffer)
             state.update(attributes)
+
+
+def _forget_history(tensor: torch.Tensor) -> None:
+    """Make ``tensor`` a leaf again, its values kept (a view cannot be detached in place: it is
+    given back its values as a tensor of its own)."""
+    try:
+        tensor.detach_()
+    except RuntimeError:
+        tensor.data = tensor.detach().clone()
 
 
 def _given_paths(module: Any) -> tuple[str, ...]:

@@ -22,6 +22,12 @@ end, each group of culprits and the rest are run once more (``k + 1`` runs): a p
 answers otherwise the second time (a replacement whose state changes between calls) would make
 the search blame an innocent swap, and the result says so (:attr:`Bisection.disagreements`).
 
+With ``backward=True`` every run also runs backward, from the same seeded upstream gradients
+(drawn once from the original's outputs), and a subset mismatches when its outputs *or* the
+gradients of the inputs and parameters differ from the original's (compared by name, as
+``gs.verify(..., backward=True)`` compares them): a replacement whose forward is right and whose
+hand-written backward is not is found the same way.
+
 Example:
     >>> import torch, graphsurgeon as gs
     >>> model = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(8)])
@@ -37,6 +43,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -51,7 +58,8 @@ from ..errors import SurgeryError, a_type
 from ..partition import program_index
 from ..rewrite import rewrite, safe_path
 from ._exec import RandomState, clone_inputs, keep_state, runnable_original
-from .verify import checked_tolerance, compare_outputs
+from ._grad import input_labels, run_backward
+from .verify import checked_tolerance, compare_gradients, compare_outputs
 
 __all__ = ["BisectRun", "Bisection", "bisect"]
 
@@ -71,6 +79,13 @@ class BisectRun:
             counts as a mismatch.
         repeated: whether it runs again swaps that were run before: the culprits and the rest
             are run a second time at the end, to check that the program answers the same.
+        differs: what differs from the original's: ``"outputs"``, ``"gradients"`` (with
+            ``backward=True``), ``"outputs and gradients"``, or ``""`` (a match, a failed run,
+            the reference).
+        gradients: with ``backward=True``, the gradients that differ (``"grad of
+            layers.1.norm.weight"``), in the original's order.
+        grad_max_abs: with ``backward=True``, the largest absolute difference of a gradient
+            (NaN where one could not be measured).
     """
 
     swaps: tuple[str, ...]
@@ -78,6 +93,9 @@ class BisectRun:
     max_abs: float = 0.0
     error: str = ""
     repeated: bool = False  # a second run of swaps run before, to check the answer holds
+    differs: str = ""
+    gradients: tuple[str, ...] = ()
+    grad_max_abs: float = 0.0
 
     @property
     def reference(self) -> bool:
@@ -106,6 +124,10 @@ class Bisection:
             the other did not): the program does not compute the same thing twice (a
             replacement whose state changes between calls, or a nondeterministic op), so the
             culprits cannot be trusted. Empty when every repeated run agreed.
+        backward: whether the gradients were checked too (``bisect(backward=True)``): a run
+            then mismatches when its outputs or its gradients differ.
+        backward_notes: with ``backward``: what was not differentiated or not compared, and
+            where the upstream gradients came from, in words.
 
     What holds: every group mismatches when run alone, and the program with every swap but the
     culprits matches the original (both seen in a run, or implied by runs made: the empty set
@@ -123,6 +145,8 @@ class Bisection:
     rtol: float
     atol: float
     disagreements: tuple[tuple[str, ...], ...] = ()
+    backward: bool = False
+    backward_notes: tuple[str, ...] = ()
 
     @property
     def reliable(self) -> bool:
@@ -142,11 +166,15 @@ class Bisection:
         count = len(self.swaps)
         swaps = f"{count} swap{'s' if count != 1 else ''}"
         runs = f"{self.runs} program run{'s' if self.runs != 1 else ''}"
+        if self.backward:
+            runs += ", outputs and gradients"
         if not self.swaps:
             return "bisect: nothing is swapped: no culprits"
+        checked = " (outputs and gradients)" if self.backward else ""
         if self.matches:
             return (
-                f"bisect: the program with all {swaps} matches the original: no culprits ({runs})"
+                f"bisect: the program with all {swaps} matches the original{checked}: no "
+                f"culprits ({runs})"
             )
         culprits = f"{len(self.culprits)} culprit{'s' if len(self.culprits) != 1 else ''}"
         text = f"bisect: {culprits} among {swaps} ({runs}): {', '.join(self.culprits)}"
@@ -164,6 +192,8 @@ class Bisection:
     def __str__(self) -> str:
         lines = [self._summary()]
         tolerance = f"rtol={self.rtol:g}, atol={self.atol:g}"
+        if self.backward:
+            tolerance += "; outputs and gradients, from the same seeded upstream gradients"
         if not self.reliable:
             lines.append(f"  {self._disagreement_text()}")
         if self.culprits:
@@ -171,8 +201,9 @@ class Bisection:
             lines.append(f"  without them the program matches the original ({tolerance})")
         elif self.swaps:
             lines.append(f"  compared as gs.verify compares ({tolerance})")
+        lines.extend(f"  note: {note}" for note in self.backward_notes)
         for number, run in enumerate(self.log, start=1):
-            lines.append(f"  {number:>3}  {_run_text(run, self.swaps)}")
+            lines.append(f"  {number:>3}  {_run_text(run, self.swaps, self.backward)}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -189,6 +220,8 @@ class Bisection:
             verdict = d.badge(f"{len(self.culprits)} culprit(s)", "bad")
         else:
             verdict = d.badge("no culprits", "ok")
+        if self.backward:
+            verdict += " " + d.badge("outputs and gradients", "info")
         title = (
             f'<div class="gs-title">bisect {verdict} {d.badge(f"{self.runs} runs", "info")}</div>'
             f"<div>{d.escape(self._summary())}</div>"
@@ -202,6 +235,7 @@ class Bisection:
                 f'<div class="gs-muted">without them the program matches the original '
                 f"(rtol={self.rtol:g}, atol={self.atol:g})</div>"
             )
+        notes += "".join(f'<div class="gs-muted">{d.escape(n)}</div>' for n in self.backward_notes)
         rows = []
         for number, run in enumerate(self.log, start=1):
             if run.reference:
@@ -212,10 +246,21 @@ class Bisection:
                 mark = d.badge("match", "ok")
             measured = "" if run.reference or math.isnan(run.max_abs) else f"{run.max_abs:.3g}"
             again = " (again)" if run.repeated else ""
-            rows.append(
-                [str(number), mark, d.escape(_swaps_text(run.swaps, self.swaps) + again), measured]
-            )
-        table = d.table(["run", "", "swaps in force", "max abs"], rows, numeric=(0, 3), raw=(1,))
+            row = [
+                str(number),
+                mark,
+                d.escape(_swaps_text(run.swaps, self.swaps) + again),
+                measured,
+            ]
+            if self.backward:
+                unmeasured = run.reference or run.error or math.isnan(run.grad_max_abs)
+                row += [d.escape(run.differs), "" if unmeasured else f"{run.grad_max_abs:.3g}"]
+            rows.append(row)
+        head = ["run", "", "swaps in force", "max abs"]
+        if self.backward:
+            head += ["differs", "grad max abs"]
+        numeric = (0, 3, 5) if self.backward else (0, 3)
+        table = d.table(head, rows, numeric=numeric, raw=(1,))
         body = title + notes + d.details(f"the {len(self.log)} runs", table)
         return d.bundle(body, repr(self), include, exclude)
 
@@ -231,7 +276,7 @@ def _swaps_text(swaps: tuple[str, ...], every: tuple[str, ...]) -> str:
     return f"{', '.join(swaps[:3])} … {swaps[-1]} ({len(swaps)} swaps)"
 
 
-def _run_text(run: BisectRun, every: tuple[str, ...]) -> str:
+def _run_text(run: BisectRun, every: tuple[str, ...], backward: bool = False) -> str:
     what = _swaps_text(run.swaps, every)
     if run.reference:
         return f"{what} (the reference)"
@@ -242,7 +287,17 @@ def _run_text(run: BisectRun, every: tuple[str, ...]) -> str:
     if not run.mismatch:
         return f"{what}: match"
     measured = "" if math.isnan(run.max_abs) else f", max abs {run.max_abs:.3g}"
-    return f"{what}: MISMATCH{measured}"
+    if not run.gradients:  # the outputs alone differ
+        return f"{what}: MISMATCH{' of the outputs' if backward else ''}{measured}"
+    shown = ", ".join(run.gradients[:3]) + (" …" if len(run.gradients) > 3 else "")
+    grads = f"{len(run.gradients)} gradient{'s' if len(run.gradients) != 1 else ''} ({shown})"
+    if "outputs" in run.differs:
+        return f"{what}: MISMATCH of the outputs{measured} and of {grads}"
+    size = "" if math.isnan(run.grad_max_abs) else f", max abs {run.grad_max_abs:.3g}"
+    return f"{what}: MISMATCH of {grads}{size}, the outputs match"
+
+
+_SEEDED = "upstream gradients: standard normal, seeded (the same for every run)"
 
 
 # -- the search ---------------------------------------------------------------------------------
@@ -262,8 +317,11 @@ class _Tests:
         rtol: float,
         atol: float,
         regions: Mapping[str, Any] | None = None,
+        backward: bool = False,
     ):
         self.program = program
+        self.backward = backward
+        self.notes: dict[str, None] = {}  # with backward: what was not compared, once each
         self.regions = dict(regions or {})  # the regions of ops among the swaps (replace)
         self.replacements = replacements
         self.position = {name: i for i, name in enumerate(order)}
@@ -275,8 +333,12 @@ class _Tests:
         self.log: list[BisectRun] = []
         self.builds = 0
         self.start = RandomState()
+        original = runnable_original(program)
+        # the one naming of the inputs' gradients, for every run (from the model's signature)
+        self.labels = input_labels(original, args, self.kwargs) if backward else []
+        self.upstream: Any = None  # with backward: seeded from the original's outputs
         try:
-            self.expected = self._run(runnable_original(program))
+            self.expected = self._run(original)
         except Exception as error:
             raise SurgeryError(
                 f"bisect: running the original program failed: {type(error).__name__}: "
@@ -284,16 +346,51 @@ class _Tests:
             ) from error
         finally:
             self.start.restore()
+        if backward:
+            if self.expected.problem:
+                raise SurgeryError(
+                    f"bisect(backward=True): the original program: {self.expected.problem}. "
+                    "Bisect without backward=True, or give inputs whose outputs need gradients."
+                )
+            self.upstream = self.expected.upstream
         self.log.append(BisectRun((), False))
 
     def ordered(self, names: frozenset[str] | set[str]) -> tuple[str, ...]:
         return tuple(sorted(names, key=self.position.__getitem__))
 
     def _run(self, module: torch.nn.Module) -> Any:
+        """The module's outputs on copies of the inputs; with ``backward``, its
+        :class:`~graphsurgeon.checks._grad.Backward` from the original's upstream gradients."""
         self.start.restore()  # every program runs from the same random state
+        args, kwargs = clone_inputs(self.args), clone_inputs(self.kwargs)
         # a question, not a use: the state a run writes (statistics, caches) is put back
-        with torch.no_grad(), keep_state([module]) as state:
-            return state.unshared(module(*clone_inputs(self.args), **clone_inputs(self.kwargs)))
+        if not self.backward:
+            with torch.no_grad(), keep_state([module]) as state:
+                return state.unshared(module(*args, **kwargs))
+        with keep_state([module]) as state:
+            run = run_backward(module, args, kwargs, self.labels, self.upstream)
+            return dataclasses.replace(run, outputs=state.unshared(run.outputs))
+
+    def _compared(self, swaps: tuple[str, ...], actual: Any, again: bool) -> BisectRun:
+        """The run of ``swaps`` that gave ``actual``, compared with the original's."""
+        if not self.backward:
+            report = compare_outputs(self.expected, actual, rtol=self.rtol, atol=self.atol)
+            differs = "" if report.ok else "outputs"
+            return BisectRun(swaps, not report.ok, report.max_abs, "", again, differs)
+        report = compare_outputs(
+            self.expected.outputs, actual.outputs, rtol=self.rtol, atol=self.atol
+        )
+        checks, notes = compare_gradients(self.expected, actual, rtol=self.rtol, atol=self.atol)
+        self.notes.update(dict.fromkeys(notes))
+        wrong = tuple(check.path for check in checks if not check.ok)
+        largest = max((check.max_abs for check in checks), default=0.0)
+        if any(math.isnan(check.max_abs) for check in checks if not check.ok):
+            largest = math.nan
+        differs = " and ".join(
+            what for what, bad in (("outputs", not report.ok), ("gradients", wrong)) if bad
+        )
+        mismatch = not report.ok or bool(wrong)
+        return BisectRun(swaps, mismatch, report.max_abs, "", again, differs, wrong, largest)
 
     def mismatch(self, subset: frozenset[str], *, again: bool = False) -> bool:
         """Whether the program with the swaps ``subset`` differs from the original (each
@@ -312,8 +409,7 @@ class _Tests:
         except Exception as error:  # a program that fails to run does not match
             run = BisectRun(swaps, True, math.nan, f"{type(error).__name__}: {error}", again)
         else:
-            report = compare_outputs(self.expected, actual, rtol=self.rtol, atol=self.atol)
-            run = BisectRun(swaps, not report.ok, report.max_abs, repeated=again)
+            run = self._compared(swaps, actual, again)
         finally:
             self.start.restore()
         self.log.append(run)
@@ -414,6 +510,7 @@ def bisect(
     *,
     rtol: float = 1e-5,
     atol: float = 1e-5,
+    backward: bool = False,
 ) -> Bisection:
     """The smallest set of a Surgery's swaps that explains its mismatch against the original.
 
@@ -423,6 +520,9 @@ def bisect(
         kwargs: its keyword inputs (default: the Surgery's).
         rtol: the relative tolerance, as for :func:`graphsurgeon.verify`.
         atol: the absolute tolerance, as for :func:`graphsurgeon.verify`.
+        backward: also run backward, from the same seeded upstream gradients in every run, and
+            count a run as a mismatch when its gradients (of the floating inputs and the
+            parameters, by name) differ too, as ``gs.verify(..., backward=True)`` compares.
 
     The program with all the Surgery's swaps is run against the original program (``ep``,
     not the eager model: a swap is to blame when its replacement does not compute what the
@@ -441,7 +541,8 @@ def bisect(
 
     Raises:
         SurgeryError: no inputs, a tolerance that is not a number >= 0, or the original
-            program fails to run on the inputs. A program with swaps that fails to run is a
+            program fails to run on the inputs (with ``backward=True``: or no output of it
+            needs a gradient). A program with swaps that fails to run is a
             mismatch, not an error: the run's log says why.
     """
     source = as_program(surgery, args, kwargs, verb="bisect")  # a model: refused as everywhere
@@ -453,14 +554,18 @@ def bisect(
     program, replacements = surgery.program, surgery.replacements
     rtol = checked_tolerance("rtol", rtol, SurgeryError, "bisect: ")
     atol = checked_tolerance("atol", atol, SurgeryError, "bisect: ")
+    if not isinstance(backward, bool):
+        raise SurgeryError(f"bisect: backward={backward!r}: expected True or False")
     args, kwargs = source.inputs(error=SurgeryError)
     regions = dict(getattr(surgery, "regions", {}) or {})
     order = tuple(_graph_order(program, list(replacements), regions))
     if not order:
-        return Bisection((), (), (), True, 0, 0, (), rtol, atol)
+        return Bisection((), (), (), True, 0, 0, (), rtol, atol, backward=backward)
     module = surgery.module
     full_module = module if _state_is_the_programs(program, module) else None
-    tests = _Tests(program, replacements, order, full_module, args, kwargs, rtol, atol, regions)
+    tests = _Tests(
+        program, replacements, order, full_module, args, kwargs, rtol, atol, regions, backward
+    )
     everything = frozenset(order)
     groups: list[tuple[str, ...]] = []
     found: set[str] = set()
@@ -490,4 +595,6 @@ def bisect(
         rtol=rtol,
         atol=atol,
         disagreements=tuple(disagreements),
+        backward=backward,
+        backward_notes=(*tests.notes, _SEEDED) if backward else (),
     )

@@ -230,8 +230,9 @@ class VerifyReport:
         lines.extend(f"  why: {difference}" for difference in self.call_differences)
         if self.original is not None:
             second = "match" if self.original.ok else "MISMATCH"
+            both = " (outputs and gradients)" if self.original.backward else ""
             lines.append(
-                f"  and against the original model: {second}"
+                f"  and against the original model{both}: {second}"
                 + (f" ({_measured_report(self.original)})" if not self.original.ok else "")
             )
         if self.structure_problem:
@@ -346,6 +347,10 @@ def _measured_report(report: VerifyReport) -> str:
     if report.structure_problem:
         return report.structure_problem
     bad = [leaf for leaf in report.leaves if not leaf.ok]
+    if not bad and report.backward_problem:
+        return f"gradients not checked: {report.backward_problem}"
+    if not bad:  # the outputs match: the gradients, when checked, say what differs
+        bad = list(report.gradient_mismatches)
     if not bad:
         return "every leaf matches"
     worst = bad[0]

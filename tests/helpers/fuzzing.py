@@ -47,6 +47,11 @@ any of them):
 - ``param_write``: a block handing a child its own parameter or a view of it
   (``scale(h, self.w0.t())``, ``[1]``, ``.diagonal()``), the child swapped for a replacement
   that writes what it is handed in place under no_grad (``w.mul_(2)``).
+- ``custom_backward``: instead of a swap set, ``op(lin(x))`` modules (:class:`Act`) swapped
+  for replacements computing the same with a hand-written backward (:class:`CustomBackwardAct`,
+  a ``torch.autograd.Function``), right or with one planted gradient error (:data:`GRAD_BUGS`:
+  a factor on the weight's gradient, a dropped term, a swapped sign), checked with
+  ``gs.verify(..., backward=True)`` (see :func:`check_custom_backward`).
 - ``region_name``: in a Surgery, beside the swaps (before or after them), a region of one
   top-level op (``fuse_region``, or ``swap_region`` by a module computing the same), first
   under names that collide with a module's fqn, a call name ``fqn@k`` or any name ending in
@@ -55,7 +60,8 @@ any of them):
   ``region:act0``, ``act0#1``, ``act0@x``), then now and then a second region under the name
   now in force.
 
-What the check expects (:func:`check_case`): the swapped program computes what the eager
+What the check expects (:func:`check_case`; a ``custom_backward`` case, see
+:func:`check_custom_backward`): the swapped program computes what the eager
 reference computes (a deep copy of the model with the replacements set, see
 :func:`reference_model`), outputs of two runs and then every buffer and every parameter handed
 to a replacement, to rtol = atol = 1e-5. A block's read of ``self.child.attr`` means what it
@@ -123,12 +129,15 @@ from .references import assert_close_tree, clone_tree, differs
 
 __all__ = [
     "FEATURES",
+    "GRAD_BUGS",
     "OUTCOMES",
+    "ActFunction",
     "Block",
     "BlockSpec",
     "Call",
     "Case",
     "CaseResult",
+    "CustomBackwardAct",
     "Facts",
     "LeafSpec",
     "Mismatch",
@@ -142,6 +151,7 @@ __all__ = [
     "build_model",
     "cases",
     "check_case",
+    "check_custom_backward",
     "describe",
     "features",
     "reference_model",
@@ -177,12 +187,19 @@ FEATURES = (
     "reads_written_state",
     "param_write",
     "region_name",
+    "custom_backward",
 )
 # the features cases(exclude=...) can leave out (a situation an engine defect was known in:
 # leaving it out shows what else fails)
 EXCLUDABLE = frozenset({"reads_written_state"})
 # what the check of a case came to, counted beside the features (see :func:`features`)
-OUTCOMES = ("pass_through_read", "pass_through_swapped", "state_read_refused", "refused")
+OUTCOMES = (
+    "pass_through_read",
+    "pass_through_swapped",
+    "state_read_refused",
+    "refused",
+    "wrong_backward",
+)
 
 EXPORT_BATCH = 3  # rows of the example inputs the program is exported with
 RUN_BATCH = 5  # rows the program is run on when its batch dimension is dynamic
@@ -328,6 +345,9 @@ class Case:
     replace_shift: float | None = None  # set: replace the inline gate by GateShift(shift)
     replacement_kinds: tuple[str, ...] = ()
     region: RegionNames | None = None
+    # custom_backward: ((fqn of an Act, bug), ...), each swapped for a CustomBackwardAct with
+    # that bug (GRAD_BUGS; "right" for none); the case then has no other swaps
+    grad_swaps: tuple[tuple[str, str], ...] = ()
 
 
 # -- the modules ------------------------------------------------------------------------------
@@ -901,6 +921,63 @@ def make_replacement(
     return replacement
 
 
+# A replacement with a hand-written backward (custom_backward): right, or with one error
+GRAD_BUGS = ("right", "factor", "dropped term", "swapped sign")
+# d op(pre) / d pre, from the op's input ``pre`` and output ``out``
+_SLOPES = {
+    "tanh": lambda pre, out: 1 - out * out,
+    "sin": lambda pre, out: torch.cos(pre),
+    "sigmoid": lambda pre, out: out * (1 - out),
+    "neg": lambda pre, out: -torch.ones_like(out),
+}
+
+
+class ActFunction(torch.autograd.Function):
+    """``op(x @ weight.T + bias)``, as :class:`Act` computes it, with its backward by hand.
+
+    ``bug`` (:data:`GRAD_BUGS`) plants one error in the backward, the forward stays exact:
+    ``"factor"``: the weight's gradient twice what it is; ``"dropped term"``: the input's
+    gradient leaves out the op's derivative; ``"swapped sign"``: the input's gradient negated.
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, op, bug):
+        pre = nn.functional.linear(x, weight, bias)  # bit for bit what nn.Linear computes
+        out = OPS[op](pre)
+        ctx.save_for_backward(x, weight, pre, out)
+        ctx.op, ctx.bug = op, bug
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight, pre, out = ctx.saved_tensors
+        through = grad * _SLOPES[ctx.op](pre, out)
+        grad_x = (grad if ctx.bug == "dropped term" else through) @ weight
+        if ctx.bug == "swapped sign":
+            grad_x = -grad_x
+        rows = through.reshape(-1, through.shape[-1])
+        grad_weight = rows.t() @ x.reshape(-1, x.shape[-1])
+        if ctx.bug == "factor":
+            grad_weight = grad_weight * 2
+        return grad_x, grad_weight, rows.sum(0), None, None
+
+
+class CustomBackwardAct(nn.Module):
+    """A replacement for an :class:`Act` computing the same forward through
+    :class:`ActFunction` (a copy of its ``lin``, so its parameters have the same names)."""
+
+    def __init__(self, act: Act, bug: str = "right"):
+        super().__init__()
+        if bug not in GRAD_BUGS:
+            raise ValueError(f"bug={bug!r}: expected one of {GRAD_BUGS}")
+        self.op, self.bug = act.op, bug
+        self.lin = copy.deepcopy(act.lin)
+
+    def forward(self, x):
+        bug = None if self.bug == "right" else self.bug
+        return ActFunction.apply(x, self.lin.weight, self.lin.bias, self.op, bug)
+
+
 class CallRouter(nn.Module):
     """Eager stand-in for one-call swaps: the k-th call of the module in a forward of the model
     (counted from 0; the reference resets the count) goes to ``by_call[k]``, every other call to
@@ -1122,6 +1199,7 @@ _PLANTED_STEPS = {
     "reads_child_state": "read:child",
     "reads_written_state": "read:buffer",
     "param_write": "scale",
+    "custom_backward": "act",
 }
 
 
@@ -1736,6 +1814,11 @@ def cases(draw, require: Iterable[str] = (), exclude: Iterable[str] = ()) -> Cas
     unknown = require - set(FEATURES)
     if unknown:
         raise ValueError(f"unknown features {sorted(unknown)}; choose from {FEATURES}")
+    if "custom_backward" in require and len(require) > 1:
+        raise ValueError(
+            "custom_backward cases swap acts for replacements with a hand-written backward and "
+            "nothing else: require it alone"
+        )
     if exclude - EXCLUDABLE or exclude & require:
         raise ValueError(
             f"cannot leave out {sorted(exclude)} while requiring {sorted(require)}: the "
@@ -1744,6 +1827,13 @@ def cases(draw, require: Iterable[str] = (), exclude: Iterable[str] = ()) -> Cas
     spec = draw(programs(require, exclude=exclude))
     second_input = "none" if spec.inputs == 1 else draw(st.sampled_from(("positional", "keyword")))
     facts = analyze(spec, second_input)
+    acts = [
+        fqn
+        for fqn, child in module_specs(spec).items()
+        if isinstance(child, LeafSpec) and child.kind == "act" and fqn in facts.calls
+    ]
+    if acts and (require == {"custom_backward"} or (not require and chance(draw, 2))):
+        return draw(custom_backward_cases(spec, second_input, acts))
     # what comes after a swap is checked only when the engine accepts the swap set
     accepted = bool(require & {"param_write", "region_name"})
     # s.replace works on what gs.export makes (its calls' structure is known)
@@ -1766,6 +1856,17 @@ def cases(draw, require: Iterable[str] = (), exclude: Iterable[str] = ()) -> Cas
     return Case(
         spec, second_input, dynamic, swaps, replacements, seed, exporter, shift, kinds, region
     )
+
+
+@st.composite
+def custom_backward_cases(draw, spec: BlockSpec, second_input: str, acts: list[str]) -> Case:
+    """A ``custom_backward`` :class:`Case` of ``spec``: one to three of its ``acts`` swapped for
+    :class:`CustomBackwardAct` replacements, each right or with a planted bug."""
+    chosen = draw(st.lists(st.sampled_from(acts), min_size=1, max_size=3, unique=True))
+    grad_swaps = tuple((fqn, draw(st.sampled_from(GRAD_BUGS))) for fqn in chosen)
+    exporter = "torch" if chance(draw, 4) else "gs"
+    dynamic, seed = draw(st.booleans()), draw(st.integers(0, 2**16))
+    return Case(spec, second_input, dynamic, (), (), seed, exporter, grad_swaps=grad_swaps)
 
 
 @st.composite
@@ -1904,6 +2005,10 @@ def features(case: Case, facts: Facts | None = None) -> set[str]:
     if written_read_owners(case.program):
         # swapped or not: module_tree must note the read on every module holding the buffer
         found.add("reads_written_state")
+    if case.grad_swaps:
+        found.add("custom_backward")
+        if any(bug != "right" for _, bug in case.grad_swaps):
+            found.add("wrong_backward")
     kinds = dict(enumerate(case.replacement_kinds))
     later = set()  # checked after the swap: only when it is accepted
     if any(kinds.get(n) == "writes" for _, n in case.swaps):
@@ -2022,7 +2127,11 @@ def describe(case: Case) -> str:
         for n, (fqn, shift) in enumerate(case.replacements)
     )
     swaps = ", ".join(f"{name!r}: R{n}" for name, n in case.swaps)
-    lines.append(f"swap {{{swaps}}} with {made}")
+    if case.grad_swaps:
+        swaps = ", ".join(f"{fqn!r}: CustomBackwardAct({bug!r})" for fqn, bug in case.grad_swaps)
+        lines.append(f"swap {{{swaps}}}, checked with gs.verify(..., backward=True)")
+    else:
+        lines.append(f"swap {{{swaps}}} with {made}")
     if case.replace_shift is not None:
         lines.append(f"then s.replace(gate, GateShift({case.replace_shift})) where no swap is")
     if case.region is not None:
@@ -2455,6 +2564,8 @@ def check_case(case: Case) -> CaseResult:
     hypothesis test :class:`Unobservable` is raised.
     """
     facts = analyze(case.program, case.second_input)
+    if case.grad_swaps:
+        return check_custom_backward(case, facts)
     torch.manual_seed(case.seed)
     model = build_model(case.program)
     export_args, export_kwargs = model_inputs(case.second_input, EXPORT_BATCH)
@@ -2523,3 +2634,110 @@ def check_case(case: Case) -> CaseResult:
         1 if split_request(name)[1] is not None else len(facts.calls[name]) for name in replacements
     )
     return CaseResult(False, replaced, facts)
+
+
+# -- custom_backward: replacements with a hand-written backward, right and wrong ---------------
+
+
+def _torch_gradients(model: nn.Module, args: tuple, kwargs: dict, upstream: tuple) -> dict:
+    """torch's own autograd on an eager ``model``, on copies of the inputs:
+    ``{"grad of input x": ..., "grad of <parameter>": ...}`` from ``upstream`` (one tensor or
+    None per output leaf); a gradient that does not flow is zeros."""
+    args, kwargs = clone_tree(args), clone_tree(kwargs)
+    named = {}
+    for name, value in zip(("x", "y"), [*args, *kwargs.values()]):
+        named[f"grad of input {name}"] = value.requires_grad_(True)
+    named.update((f"grad of {n}", p) for n, p in model.named_parameters())
+    with torch.enable_grad():
+        leaves = pytree.tree_leaves(model(*args, **kwargs))
+        pairs = [(leaf, grad) for leaf, grad in zip(leaves, upstream) if grad is not None]
+        grads = torch.autograd.grad(
+            [leaf for leaf, _ in pairs],
+            list(named.values()),
+            [grad for _, grad in pairs],
+            allow_unused=True,
+        )
+    return {
+        name: torch.zeros_like(tensor) if grad is None else grad
+        for (name, tensor), grad in zip(named.items(), grads)
+    }
+
+
+def _beyond(expected: torch.Tensor, actual: torch.Tensor, times: float) -> bool:
+    """Whether ``actual`` is off ``expected`` by more than ``times`` the tolerance anywhere."""
+    return bool(((actual - expected).abs() > times * (ATOL + RTOL * expected.abs())).any())
+
+
+def check_custom_backward(case: Case, facts: Facts) -> CaseResult:
+    """A ``custom_backward`` case: its acts swapped for replacements with a hand-written
+    backward, checked with ``gs.verify(..., backward=True)`` against the original model and
+    against the eager reference (the model with the replacements set).
+
+    What torch's own autograd says, on the eager models, decides what is expected: a right
+    replacement gives the original's gradients (else the fuzzer is wrong); a planted bug must
+    change some gradient well beyond tolerance (else the case tests nothing). Then verify must
+    find the outputs equal and, against the original, exactly the gradients torch finds wrong
+    (every one wrong by over 10x the tolerance named, none named that torch finds within half
+    of it); against the eager reference, everything equal. Any other verdict is a
+    :class:`Mismatch`.
+    """
+    torch.manual_seed(case.seed)
+    model = build_model(case.program)
+    export_args, export_kwargs = model_inputs(case.second_input, EXPORT_BATCH)
+    args, kwargs = run_inputs(case)[0]
+    modules = dict(model.named_modules())
+    replacements = {fqn: CustomBackwardAct(modules[fqn], bug) for fqn, bug in case.grad_swaps}
+    pristine = _state_of(model)
+    ep = _export(case, model, export_args, export_kwargs)
+    notes = export_notes(ep)
+    if notes is not None and any(fqn in notes.dropped for fqn in replacements):
+        _precondition(False, "a module whose signature export did not keep")
+    gm = gs.swap(ep, replacements)
+    eager = reference_model(model, replacements).model
+    # every eager run is of a copy: a program writes its buffers (a counter), and each run
+    # must start from the state the program was exported with
+    upstream = _grad_upstream(_run(copy.deepcopy(model), args, kwargs))
+    try:
+        expected = _torch_gradients(copy.deepcopy(model), args, kwargs, upstream)
+        swapped = _torch_gradients(copy.deepcopy(eager), args, kwargs, upstream)
+    except RuntimeError as error:  # eager autograd refuses the program (an in-place write)
+        _precondition(False, f"eager backward fails ({str(error)[:80]})")
+        raise
+    wrong = any(bug != "right" for _, bug in case.grad_swaps)
+    clearly = {n for n in expected if _beyond(expected[n], swapped[n], 10)}
+    loosely = {n for n in expected if _beyond(expected[n], swapped[n], 0.5)}
+    if not wrong and loosely:
+        raise AssertionError(  # the right replacement is not right: a fuzzer bug
+            f"torch's autograd: the right custom backward changes {sorted(loosely)}"
+        )
+    if wrong:
+        _precondition(bool(clearly), "the planted gradient error")
+
+    report = gs.verify(model, gm, args, kwargs, rtol=RTOL, atol=ATOL, backward=True)
+    if not report.outputs_ok:
+        raise Mismatch(f"custom backward: the forward differs from the original's:\n{report}")
+    if report.backward_problem:
+        raise Mismatch(f"custom backward: the gradients were not checked:\n{report}")
+    named = {leaf.path for leaf in report.gradient_mismatches}
+    if not wrong and named:
+        raise Mismatch(f"custom backward: a right backward reported wrong:\n{report}")
+    if wrong and (not named or not clearly <= named or not named <= loosely):
+        raise Mismatch(
+            f"custom backward: verify names {sorted(named)}, torch's autograd finds "
+            f"{sorted(clearly)} wrong (and {sorted(loosely)} beyond half the tolerance):\n"
+            f"{report}"
+        )
+    faithful = gs.verify(eager, gm, args, kwargs, rtol=RTOL, atol=ATOL, backward=True)
+    if not faithful:
+        raise Mismatch(f"custom backward: differs from the eager reference:\n{faithful}")
+    _check_untouched(pristine, model, "the user's model")
+    return CaseResult(False, sum(len(facts.calls[fqn]) for fqn in replacements), facts)
+
+
+def _grad_upstream(outputs) -> tuple:
+    """The upstream gradients ``gs.verify(..., backward=True)`` draws by default, for outputs
+    that all need a gradient (every output of these programs does)."""
+    from graphsurgeon.checks._grad import seeded_upstream
+
+    marked = pytree.tree_map_only(torch.Tensor, lambda t: t.detach().requires_grad_(True), outputs)
+    return seeded_upstream(marked)

@@ -91,6 +91,66 @@ class FusedRMSNorm(nn.Module):
         return RMSNormFunction.apply(x, self.weight, self.eps, self.offset, self.bug)
 
 
+class RenamedFusedRMSNorm(nn.Module):
+    """:class:`FusedRMSNorm` with its weight named ``scale``: a replacement whose parameter
+    the module it replaces names otherwise (``weight``), so no gradient pairs them by name."""
+
+    def __init__(self, norm: nn.Module, bug: str | None = None):
+        super().__init__()
+        fused = FusedRMSNorm(norm, bug)
+        self.scale = fused.weight
+        self.eps, self.offset, self.bug = fused.eps, fused.offset, fused.bug
+
+    def forward(self, x):
+        return RMSNormFunction.apply(x, self.scale, self.eps, self.offset, self.bug)
+
+
+class ArgmaxOf(nn.Module):
+    """``inner(x).argmax(-1)``: a program whose only output is integers, so no gradient flows."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x).argmax(-1)
+
+
+class RunningSum(nn.Module):
+    """``lin(x) + total`` after adding the batch mean of ``x`` to its buffer ``total`` in
+    place: run with autograd on, the buffer takes a history from ``x``."""
+
+    def __init__(self, dim: int = 8):
+        super().__init__()
+        self.lin = nn.Linear(dim, dim)
+        self.register_buffer("total", torch.zeros(dim))
+
+    def forward(self, x):
+        self.total.add_(x.mean(0))
+        return self.lin(x) + self.total
+
+
+class _FailingBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError("this backward is not written yet")
+
+
+class FailsBackward(nn.Module):
+    """``norm(x)`` whose gradient never comes back: its backward raises."""
+
+    def __init__(self, norm: nn.Module):
+        super().__init__()
+        self.norm = FusedRMSNorm(norm)
+
+    def forward(self, x):
+        return _FailingBackward.apply(self.norm(x))
+
+
 class NormBlock(nn.Module):
     """A pre-norm residual block: ``x + mlp(norm(x))``."""
 
