@@ -660,6 +660,7 @@ def page(session: SurgerySession, parts: set[str]) -> dict[str, Any]:
             verify_html=verify(session),
             compare_html=compare(session),
             culprits_html=culprits(session),
+            gradients=session.gradients,
         )
     if "stepper" in parts or "inside" in parts:
         running = session.stepper

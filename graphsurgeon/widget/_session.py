@@ -168,6 +168,8 @@ class SurgerySession:
         self.comparison: Comparison | None = None
         self.bisection: Any = None
         self.report: VerifyReport | None = surgery.last_verify
+        #: whether Verify, Compare and Find culprits check the gradients too (backward=True)
+        self.gradients = False
         self.partitions: dict[str, Partition] = partition(surgery.program)
         self.tree = surgery.tree
         self._seen = surgery.version
@@ -303,12 +305,22 @@ class SurgerySession:
 
     # -- checks -------------------------------------------------------------------------------
 
+    def set_gradients(self, on: bool) -> None:
+        """Whether Verify, Compare and Find culprits check the gradients too: both sides run
+        backward from the same seeded upstream gradients (``backward=True``)."""
+        self.gradients = bool(on)
+        self.touch("checks")
+
+    def _passes(self) -> str:
+        return "outputs and gradients" if self.gradients else "outputs"
+
     def verify(self) -> VerifyReport:
         """Verify the current program against its eager reference on the example inputs
-        (faithful), and against the original model (equal to the original)."""
+        (faithful), and against the original model (equal to the original); with
+        :attr:`gradients`, the gradients too."""
         args, kwargs = self.inputs()
-        self.busy("verifying against the eager reference…")
-        self.report = self.surgery.verify(args, kwargs)
+        self.busy(f"verifying the {self._passes()} against the eager reference…")
+        self.report = self.surgery.verify(args, kwargs, backward=self.gradients)
         self.touch("checks")
         return self.report
 
@@ -318,8 +330,8 @@ class SurgerySession:
         args, kwargs = self.inputs()
         if not self.surgery.replacements:
             raise WidgetError("compare: nothing is swapped; swap a module first")
-        self.busy("comparing each swapped call with the original…")
-        self.comparison = self.surgery.compare(args, kwargs)
+        self.busy(f"comparing each swapped call's {self._passes()} with the original…")
+        self.comparison = self.surgery.compare(args, kwargs, backward=self.gradients)
         if self.comparison.first_divergence:
             self.busy("finding the first op that differs…")
             self.comparison.locate()  # computed once; the panel reads it
@@ -333,8 +345,8 @@ class SurgerySession:
         args, kwargs = self.inputs()
         if not self.surgery.replacements:
             raise WidgetError("find culprits: nothing is swapped; swap a module first")
-        self.busy("bisecting the swaps…")
-        self.bisection = self.surgery.bisect(args, kwargs)
+        self.busy(f"bisecting the swaps on their {self._passes()}…")
+        self.bisection = self.surgery.bisect(args, kwargs, backward=self.gradients)
         self.touch("checks", "tree")
         self.selection.mark()
         return self.bisection

@@ -157,6 +157,9 @@ _EVENTS: dict[str, Callable[[SurgerySession, dict], Any]] = {
     "choose": lambda session, content: session.choose(content.get("value")),
     "expression": lambda session, content: session.choose_expression(content.get("value")),
     "nan": lambda session, content: session.set_break_on_nan(_boolean_sent(content, "nan")),
+    "gradients": lambda session, content: session.set_gradients(
+        _boolean_sent(content, "gradients")
+    ),
     "depth": lambda session, content: session.expand_to_depth(content.get("value")),
     "overlay": lambda session, content: session.set_overlay(content.get("value")),
     "match": lambda session, content: session.go_to_match(content.get("value")),
@@ -314,6 +317,7 @@ class SurgeryWidget(anywidget.AnyWidget):
     verify_html = t.Unicode("").tag(sync=True)
     compare_html = t.Unicode("").tag(sync=True)
     culprits_html = t.Unicode("").tag(sync=True)
+    gradients = t.Bool(False).tag(sync=True)  # Verify, Compare, Find culprits: backward too
     stepper_html = t.Unicode("").tag(sync=True)
     stepping = t.Bool(False).tag(sync=True)
     break_on_nan = t.Bool(False).tag(sync=True)
@@ -684,14 +688,25 @@ class SurgeryWidget(anywidget.AnyWidget):
         self._run(lambda: self._session.set_overlay(kind))
         return self
 
-    def find_culprits(self):
+    def find_culprits(self, *, backward: bool | None = None):
         """The smallest set of swaps that explains a mismatch, marked in the picture.
+
+        Args:
+            backward: also count a mismatch of the gradients (``Surgery.bisect(backward=True)``);
+                True or False sets the Check panel's "gradients" toggle, None uses it.
 
         Returns:
             The :class:`~graphsurgeon.checks.bisect.Bisection`, as
             :meth:`graphsurgeon.Surgery.bisect` gives it.
         """
-        return self._run(self._session.find_culprits)
+        return self._run(lambda: self._checked(backward, self._session.find_culprits))
+
+    def _checked(self, backward: bool | None, check: Callable[[], Any]) -> Any:
+        if backward is not None:
+            if not isinstance(backward, bool):
+                raise WidgetError(f"backward={backward!r}: expected True, False or None")
+            self._session.set_gradients(backward)
+        return check()
 
     def auto(self) -> SurgeryWidget:
         """Back to the default view: as much detail as fits the width."""
@@ -836,16 +851,24 @@ class SurgeryWidget(anywidget.AnyWidget):
         """
         return self._run(self._session.find_similar)
 
-    def verify(self):
+    def verify(self, *, backward: bool | None = None):
         """Verify the current program on the widget's inputs, as :meth:`Surgery.verify` does.
+
+        Args:
+            backward: check the gradients too (``Surgery.verify(backward=True)``); True or
+                False sets the Check panel's "gradients" toggle, None uses it.
 
         Returns:
             The :class:`~graphsurgeon.VerifyReport`, shown in the check panel too.
         """
-        return self._run(self._session.verify)
+        return self._run(lambda: self._checked(backward, self._session.verify))
 
-    def compare(self):
+    def compare(self, *, backward: bool | None = None):
         """Compare each swapped call with the original it replaced, on the same inputs.
+
+        Args:
+            backward: compare each call's gradients too (``Surgery.compare(backward=True)``);
+                True or False sets the Check panel's "gradients" toggle, None uses it.
 
         Returns:
             The :class:`~graphsurgeon.Comparison`, shown in the check panel too.
@@ -860,7 +883,7 @@ class SurgeryWidget(anywidget.AnyWidget):
             >>> w.verify().ok, w.compare().first_divergence  # a Sigmoid is no ReLU
             (False, '1')
         """
-        return self._run(self._session.compare)
+        return self._run(lambda: self._checked(backward, self._session.compare))
 
     def step(self):
         """Run to the next node the picture shows: the :class:`~graphsurgeon.types.StepResult`."""

@@ -145,7 +145,9 @@ function render({ model, el }) {
   const verify = h("div", { class: "gs-verify gs-out" });
   const compareOut = h("div", { class: "gs-compare gs-out" });
   const culprits = h("div", { class: "gs-culprits-panel gs-out" });
-  const checkPanel = panel("Check", [h("div", { class: "gs-actions" }, buttons(actions, "check")), verify, compareOut, culprits]);
+  const gradients = h("input", { type: "checkbox", class: "gs-gradients" });
+  const gradientsLabel = h("label", { title: "Verify, Compare and Find culprits also run backward from the same upstream gradients and compare every gradient" }, [gradients, " gradients"]);
+  const checkPanel = panel("Check", [h("div", { class: "gs-actions" }, [...buttons(actions, "check"), gradientsLabel]), verify, compareOut, culprits]);
   const regionOut = h("div", { class: "gs-region-panel gs-out" });
   const regionPanel = panel("Region (shift-click or shift-drag ops)", [h("div", { class: "gs-actions" }, buttons(actions, "region")), regionOut]);
   const results = h("div", { class: "gs-results gs-out" });
@@ -664,6 +666,7 @@ function render({ model, el }) {
     busy.textContent = model.get("busy");
     root.classList.toggle("gs-is-busy", !!model.get("busy"));
     nan.checked = !!model.get("break_on_nan");
+    gradients.checked = !!model.get("gradients");
     for (const [a, found] of actionButtons) {
       const on = enabled(a);
       for (const b of found) b.disabled = !on;
@@ -684,7 +687,7 @@ function render({ model, el }) {
     ["warning", showWarning], ["pending", showWarning], ["search_html", showSearch],
   ];
   for (const [trait, show] of bindings) { model.on(`change:${trait}`, show); show(); }
-  const stateTraits = new Set(["view", "can_diff", "caption", "legend", "overlay", "busy", "break_on_nan", "selected", "selected_node"]);
+  const stateTraits = new Set(["view", "can_diff", "caption", "legend", "overlay", "busy", "break_on_nan", "gradients", "selected", "selected_node"]);
   for (const a of actions) for (const trait of a.enabled_by) stateTraits.add(trait);
   for (const trait of stateTraits) model.on(`change:${trait}`, showState);
   // a click refused by the kernel: its marks, not the click's, are shown again
@@ -820,6 +823,7 @@ function render({ model, el }) {
   });
   filter.addEventListener("keydown", (event) => event.stopPropagation());
   nan.addEventListener("change", () => send({ event: "nan", value: nan.checked }));
+  gradients.addEventListener("change", () => send({ event: "gradients", value: gradients.checked }));
   model.on("msg:custom", (message) => {
     if (message.event !== "download") return;
     const url = URL.createObjectURL(new Blob([message.text], { type: "text/plain" }));
