@@ -672,13 +672,17 @@ class Surgery:
         *,
         rtol: float = 1e-5,
         atol: float = 1e-5,
+        backward: bool = False,
     ) -> Comparison:
         """Compare each swapped call of the current program with the original module's nodes,
         on the inputs the call receives (:func:`graphsurgeon.compare`): where :meth:`verify`
         says the swaps are faithful, this says whether each replacement computes what it
-        replaced."""
+        replaced. With ``backward=True``, each call's gradients too, from the upstream gradient
+        the swapped program's backward gives its outputs (``CallComparison.backward_ok``)."""
         args, kwargs = as_program(self, args, kwargs, verb="compare").inputs(error=SurgeryError)
-        return compare(self.program, self.module, args, kwargs, rtol=rtol, atol=atol)
+        return compare(
+            self.program, self.module, args, kwargs, rtol=rtol, atol=atol, backward=backward
+        )
 
     def bisect(
         self,

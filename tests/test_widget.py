@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
+from helpers.grad_models import NormStack, fused_norms
 from helpers.imports import MODULES, circles_but_surgery_widget, imports_of
 from helpers.models import Chain, Shared, hf_decoder
 from helpers.view_models import (
@@ -1852,3 +1853,59 @@ def test_the_verify_badges_say_why_a_verdict_is_what_it_is():
     widget = gs.Surgery.from_model(small, (x,)).swap("0", copy.deepcopy(small[0])).widget()
     page_event(widget, event="button", name="verify")
     assert "faithful, decided by atol" in widget.verify_html
+
+
+# -- the gradients toggle: Verify, Compare and Find culprits on the backward too ------------------
+
+
+@pytest.fixture
+def norms_widget():
+    """A widget on a 4-layer stack with a fused RMSNorm (a hand-written backward) in every
+    block, the one of layers.2 with a weight gradient twice what it should be."""
+    torch.manual_seed(0)
+    model = NormStack(dim=8, layers=4)
+    x = torch.randn(2, 3, 8)
+    s = gs.Surgery.from_model(model, (x,))
+    for name, replacement in fused_norms(model, {"layers.2.norm": "weight factor"}).items():
+        s.swap(name, replacement)
+    return gs.SurgeryWidget(s), model, x
+
+
+def test_the_gradients_toggle_makes_every_check_look_at_the_backward(norms_widget):
+    widget, _, _ = norms_widget
+    # the precondition: the forward alone finds nothing wrong
+    assert widget.verify() and widget.compare().first_divergence is None
+    assert widget.find_culprits().culprits == ()
+    assert widget.gradients is False and "gradients" not in widget.verify_html.lower()
+    page_event(widget, event="gradients", value=True)
+    assert widget.error == {} and widget.gradients is True and widget.session.gradients
+    page_event(widget, event="button", name="verify")
+    # faithful (the eager model carries the same wrong backward), not equal to the original
+    report = widget.session.report
+    assert report and report.backward and report.original.backward
+    original = report.original
+    assert not original and original.outputs_ok
+    assert [g.path for g in original.gradient_mismatches] == ["grad of layers.2.norm.weight"]
+    assert "grad of layers.2.norm.weight" in widget.verify_html
+    page_event(widget, event="button", name="compare")
+    cmp = widget.session.comparison
+    assert cmp.first_divergence == "layers.2.norm" and cmp.first_divergence_pass == "backward"
+    assert "backward" in widget.compare_html
+    page_event(widget, event="button", name="find_culprits")
+    assert widget.session.bisection.culprits == ("layers.2.norm",)
+    assert widget.marks["culprit_modules"] == ["layers.2.norm"]
+    # from code: backward= sets the toggle the page shows
+    assert widget.verify(backward=False).original and widget.gradients is False
+    assert not widget.compare(backward=True).ok and widget.gradients is True
+    with pytest.raises(gs.errors.WidgetError, match="backward='yes'"):
+        widget.verify(backward="yes")
+    page_event(widget, event="gradients", value="on")
+    assert widget.error["message"].startswith("gradients: expected true or false")
+
+
+def test_the_grad_overlays_paint_the_wrong_backward(norms_widget):
+    widget, _, _ = norms_widget
+    widget.show_overlay("own grad error")
+    values = widget.session.viewer.overlay_values()
+    lit = {call for call, value in values.calls.items() if value > 1 and call.endswith("norm")}
+    assert lit == {"layers.2.norm"} and "own grad error" in widget.legend
