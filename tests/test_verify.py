@@ -946,3 +946,31 @@ def test_right_custom_backward_norms_of_the_llama_family_give_no_false_alarm(fam
     assert report.backward and len(report.gradients) == 2, report
     assert report, report
     assert not gs.verify(norm, FusedRMSNorm(norm, "missing mean"), (x,), backward=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(-1e6, 1e6, allow_nan=False),
+            st.sampled_from([0.0, 1e-9, 1e-6, 1e-3, 1.0]),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+    st.sampled_from([0.0, 1e-5, 1e-2]),
+    st.sampled_from([0.0, 1e-8, 1e-5]),
+)
+def test_the_finite_fast_path_gives_the_figures_of_the_general_one(values, rtol, atol):
+    from graphsurgeon.checks._leaves import _Tally
+
+    # pairs: equal, nearly equal, zeros on one or both sides
+    x = torch.tensor([v if keep else 0.0 for v, _, keep in values], dtype=torch.float64)
+    y = torch.tensor(
+        [(v if keep else 0.0) * (1 + e) + e for v, e, keep in values], dtype=torch.float64
+    )
+    general, fast = _Tally(), _Tally()
+    general.add(x.clone(), y.clone(), rtol, atol)
+    fast.add_finite(x.clone(), (x - y), rtol, atol)
+    assert dataclasses.astuple(fast) == dataclasses.astuple(general)

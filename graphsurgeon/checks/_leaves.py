@@ -302,6 +302,28 @@ class _Tally:
             ratio = torch.nan_to_num(ratio, nan=0.0, posinf=math.inf)
         self.ratio = max(self.ratio, float(ratio.max()))
 
+    def add_finite(self, x: torch.Tensor, diff: torch.Tensor, rtol: float, atol: float) -> None:
+        """:meth:`add` for values that are all finite on both sides, given ``x - y``: the same
+        figures in about half the passes (no NaN or infinity to set apart), which is what
+        keeps a backward check's thousands of gradient values cheap."""
+        if x.numel() == 0:
+            return
+        self.compared += x.numel()
+        error = diff.abs_()
+        self.max_abs = max(self.max_abs, float(error.max()))
+        magnitude = x.abs()
+        self.scale = max(self.scale, float(magnitude.max()))
+        # 0 / 0 (both 0) is no error; d / 0 is infinitely far, as in add()
+        rel = (error / magnitude).nan_to_num_(nan=0.0, posinf=math.inf)
+        self.max_rel = max(self.max_rel, float(rel.max()))
+        del rel
+        allowed = magnitude.mul_(rtol).add_(atol)
+        self.beyond += int((error > allowed).sum())
+        ratio = error.div_(allowed)
+        if atol == 0:
+            ratio = ratio.nan_to_num_(nan=0.0, posinf=math.inf)
+        self.ratio = max(self.ratio, float(ratio.max()))
+
 
 def _compare_close(
     path: str, a: torch.Tensor, b: torch.Tensor, rtol: float, atol: float
@@ -319,6 +341,13 @@ def _compare_close(
     nan_apart = False
     for block_a, block_b in _pieces(a, b):
         x, y = block_a.to(wide), block_b.to(wide)
+        if not x.is_complex():
+            # the common case, first: x - y finite means no NaN and no infinity on either side
+            diff = x - y
+            if bool(torch.isfinite(diff).all()):
+                tally.add_finite(x, diff, rtol, atol)
+                continue
+            del diff
         if x.is_complex():
             # NaN compares per component: a complex NaN says nothing of its other component
             x_parts, y_parts = torch.view_as_real(x), torch.view_as_real(y)
