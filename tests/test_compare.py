@@ -1376,3 +1376,76 @@ def test_a_program_whose_outputs_need_no_gradient_says_its_backward_was_not_chec
     assert cmp["norm"].backward_ok is None and "no gradient reaches" in cmp["norm"].backward_note
     assert "NOT CHECKED" in cmp.table() and "the program's gradients were not checked" in str(cmp)
     assert "gradients not checked" in repr(cmp) and "NOT CHECKED" in cmp._repr_html_()
+
+
+class PlantedLayerNormFunction(torch.autograd.Function):
+    """A layer norm with its backward by hand. torch's own backward is one fused op
+    (native_layer_norm_backward): locate must look at its steps to find where this one errs."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps, bug):
+        centered = x - x.mean(-1, keepdim=True)
+        rstd = torch.rsqrt(centered.pow(2).mean(-1, keepdim=True) + eps)
+        normed = centered * rstd
+        ctx.save_for_backward(normed, weight, rstd)
+        ctx.bug = bug
+        return normed * weight + bias
+
+    @staticmethod
+    def backward(ctx, grad):
+        n, w, rstd = ctx.saved_tensors
+        grad_weight = (grad * n).reshape(-1, n.shape[-1]).sum(0)
+        grad_bias = grad.reshape(-1, n.shape[-1]).sum(0)
+        gn = grad * w
+        if ctx.bug == "missing mean":
+            grad_x = (gn - n * (gn * n).mean(-1, True)) * rstd  # planted: missing mean
+        else:
+            grad_x = (gn - gn.mean(-1, True) - n * (gn * n).mean(-1, True)) * rstd
+        return grad_x, grad_weight, grad_bias, None, None
+
+
+class PlantedLayerNorm(nn.Module):
+    """An nn.LayerNorm (its weight and bias copied) through :class:`PlantedLayerNormFunction`."""
+
+    def __init__(self, norm: nn.LayerNorm, bug: str = ""):
+        super().__init__()
+        self.weight = nn.Parameter(norm.weight.detach().clone())
+        self.bias = nn.Parameter(norm.bias.detach().clone())
+        self.eps, self.bug = norm.eps, bug
+
+    def forward(self, x):
+        return PlantedLayerNormFunction.apply(x, self.weight, self.bias, self.eps, self.bug)
+
+
+def test_locate_names_the_line_of_a_layer_norm_backward_whose_original_is_one_fused_op():
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        vocab_size=100,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    model = transformers.BertModel(config).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "LayerNorm" in name:
+                parameter.copy_(torch.rand_like(parameter) + 0.5)
+    ids = torch.randint(0, 100, (2, 8))
+    ep = gs.export(model, (ids,))
+    wrong = "encoder.layer.1.output.LayerNorm"
+    names = [n for n, m in model.named_modules() if isinstance(m, nn.LayerNorm)]
+    swaps = {
+        n: PlantedLayerNorm(model.get_submodule(n), "missing mean" if n == wrong else "")
+        for n in names
+    }
+    swapped = gs.swap(ep, swaps)
+    assert compare(ep, swapped, (ids,), rtol=1e-4).ok, "precondition: the forward matches"
+    cmp = compare(ep, swapped, (ids,), rtol=1e-4, backward=True, locate=False)
+    assert cmp.divergent == (wrong,) and cmp.first_divergence_pass == "backward"
+    found = cmp.locate()
+    assert found.source == planted_line(PlantedLayerNormFunction, "missing mean"), found
+    assert found.backward and found.node == "PlantedLayerNormFunctionBackward"

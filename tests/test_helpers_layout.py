@@ -27,6 +27,7 @@ STAY = {
             "InterleavedLlama",
             "Gpt2Attention",
             "PlantedRMSNorm",
+            "PlantedLayerNorm",
             "DetachedRMSNorm",
             "StraightThroughReLU",
         ],

@@ -1890,7 +1890,10 @@ def test_the_gradients_toggle_makes_every_check_look_at_the_backward(norms_widge
     page_event(widget, event="button", name="compare")
     cmp = widget.session.comparison
     assert cmp.first_divergence == "layers.2.norm" and cmp.first_divergence_pass == "backward"
-    assert "backward" in widget.compare_html
+    assert "DIVERGES in backward" in widget.compare_html
+    assert "the backward first differs here, inputs agree" in widget.compare_html
+    assert "grad_x = grad_normed * rstd" not in widget.compare_html  # a factor, not the mean
+    assert "grad_weight = grad_weight * 2" in widget.compare_html
     page_event(widget, event="button", name="find_culprits")
     assert widget.session.bisection.culprits == ("layers.2.norm",)
     assert widget.marks["culprit_modules"] == ["layers.2.norm"]

@@ -52,6 +52,7 @@ from .locate import (
     Location,
     _code_line,
     _comparable,
+    _Finer,
     _first_line,
     _frames,
     _is_library,
@@ -195,7 +196,10 @@ def _locate(record: CallRecord) -> Location:
     # the original: every value of its forward and backward, to match against
     module = fused_call(record.program, record.call, record.partition)
     originals = _Values(record.rtol, record.atol)
-    seen = _Ops()
+    # every value, and the steps of the fused ops it runs (a layer norm's backward is one op,
+    # native_layer_norm_backward, whose steps a hand-written backward writes out one by one)
+    seen = _Finer(originals.add)
+    seen.node = call
     record.random.restore()
     with keep_state([module]), seen:
         run_backward(
@@ -205,9 +209,6 @@ def _locate(record: CallRecord) -> Location:
             part.original_upstream,
             parameters=call_parameters(call, module),
         )
-    for op in seen.ops:
-        which = "backward" if op.backward else "forward"
-        originals.add(f"a value of the original's {which} ({op.func})", None, op.output)
     for grad in part.original_upstream:
         originals.add("the upstream gradient", None, grad)
     # the replacement: every op of its backward, where it ran from

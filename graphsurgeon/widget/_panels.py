@@ -477,7 +477,7 @@ def _located(comparison: Comparison) -> str:
         else f"<code>{d.escape(location.op)}</code>"
     )
     return (
-        f'<div class="gs-located">{d.badge("first differs here, inputs agree", "bad")} '
+        f'<div class="gs-located">{d.badge(location.verdict, "bad")} '
         f"<code>{_name(location.call)}</code>: {where} "
         f"{_muted(d.escape(location.op) if location.source else '')}</div>"
     )
