@@ -28,8 +28,8 @@ from torch.fx import GraphModule, Node
 
 from .. import _meta
 from ..errors import CompareError, GraphSurgeonError
-from ..fuse import fused_call
 from ..partition import split_call_name
+from ._compare_backward import NO_UPSTREAM, compare_call_backward
 from ._exec import (
     NodeRunner,
     RandomState,
@@ -38,8 +38,8 @@ from ._exec import (
     original_nodes,
     runnable_original,
 )
-from ._grad import differentiable, run_backward, seeded_upstream
-from .verify import compare_gradients
+from ._grad import differentiable, seeded_upstream
+from .verify import in_order_of
 
 __all__ = ["grad_errors"]
 
@@ -245,34 +245,44 @@ def _own_call(target, call, node_name, reference, swapped, holders, same, rtol, 
     kwargs = dict(
         pytree.tree_map(original_value, dict(node.kwargs), is_leaf=lambda v: isinstance(v, Node))
     )
-    signature = info.partitions[call].signature
-    upstream = []
+    part = info.partitions[call]
+    signature = part.signature
+    upstream, expected_leaves = [], []
     for argument in signature.outputs:
         original = None if _meta.is_constant(argument) else same.get(argument.name)
         grads = reference.gradient_leaves(original.name) if original is not None else []
         upstream.append(grads[0] if len(grads) == 1 else None)
-    if all(grad is None for grad in upstream):
-        return None  # nothing downstream needs a gradient of this call
-    labels = [f"input {i}" for i in range(len(pytree.tree_leaves((args, kwargs))))]
-    replacement = target.module.get_submodule(str(node.target))
-    part = fused_call(target.ep, call, info.partitions[call])
-    start = RandomState()
-    try:
-        expected = run_backward(
-            part, clone_inputs(args), clone_inputs(kwargs), labels, tuple(upstream)
+        expected_leaves.append(
+            getattr(argument, "value", None)
+            if original is None
+            else reference.values[original.name]
         )
-        start.restore()
-        actual = run_backward(
-            replacement, clone_inputs(args), clone_inputs(kwargs), labels, tuple(upstream)
-        )
-    except Exception as error:
-        raise CompareError(
-            f"overlay: the backward of call {call!r} failed: {type(error).__name__}: {error}"
-        ) from error
-    finally:
-        start.restore()
-    checks, _ = compare_gradients(expected, actual, rtol=rtol, atol=atol)
+    # the upstream gradients, in the order of the replacement's outputs (a dict's keys may
+    # come in another order), and the call's two backwards compared as compare compares them
+    output = swapped.values[node_name]
+    in_original_order = pytree.tree_unflatten(upstream, signature.out_spec)
+    reordered = in_order_of(output, in_original_order)
+    found = compare_call_backward(
+        target.ep,
+        call,
+        part,
+        target.module.get_submodule(str(node.target)),
+        (args, kwargs),
+        output,
+        pytree.tree_unflatten(expected_leaves, signature.out_spec),
+        pytree.tree_leaves(reordered, is_leaf=lambda v: v is None),
+        RandomState(),
+        rtol,
+        atol,
+    )
+    if found.ok is None and not found.leaves:
+        if found.note == NO_UPSTREAM:
+            return None  # nothing downstream needs a gradient of this call
+        raise CompareError(f"overlay: the backward of call {call!r} could not run: {found.note}")
+    if found.ok is False and not found.leaves:  # the replacement's backward failed
+        return math.inf
     ratios = [
-        c.tolerance_ratio if c.values_compared else (0.0 if c.ok else math.inf) for c in checks
+        c.tolerance_ratio if c.values_compared else (0.0 if c.ok else math.inf)
+        for c in found.leaves
     ]
     return max(ratios, default=None)
