@@ -23,27 +23,29 @@ from graphsurgeon.errors import DeployError, VerifyError
 
 
 def norm_surgery(replacement):
-    """A 2-block NormStack with ``replacement`` swapped into its final norm and one block's."""
+    """A Surgery of a 2-block NormStack (``s.model``, ``s.args``) with ``replacement`` swapped
+    into its final norm and one block's."""
     torch.manual_seed(0)
     model = NormStack(dim=8, layers=2).eval()
     x = torch.randn(2, 5, 8)
     s = gs.Surgery.from_model(model, (x,))
     for name in ("layers.1.norm", "norm"):
         s.swap(name, replacement(model.get_submodule(name)))
-    return model, x, s
+    return s
 
 
-def expected_outputs(model, s, x):
-    """The eager model with the same replacements, computed by torch directly."""
+def expected_outputs(s):
+    """The eager model with the same replacements on the example input, run by torch itself."""
     with torch.no_grad():
-        return eager_reference(model, s.replacements)(x)
+        return eager_reference(s.model, s.replacements)(*s.args)
 
 
 # -- the kind of candidate, named ---------------------------------------------------------------
 
 
 def test_the_report_names_a_compiled_candidate_and_stays_as_it_was_for_python_ones():
-    model, x, s = norm_surgery(TorchRMSNorm)
+    s = norm_surgery(TorchRMSNorm)
+    model, x = s.model, s.args[0]
     fast = compiled(s, backend="eager")  # dynamo without inductor: no C++ compile
     report = gs.verify(eager_reference(model, s.replacements), fast, (x,))
     assert report, "precondition: the compiled program matches"
@@ -61,7 +63,7 @@ def test_the_report_names_a_compiled_candidate_and_stays_as_it_was_for_python_on
 
 
 def test_a_surgery_verifies_what_ships_with_both_verdicts_and_keeps_its_own():
-    model, x, s = norm_surgery(TorchRMSNorm)
+    s = norm_surgery(TorchRMSNorm)
     mine = s.verify(rtol=1e-4, atol=1e-5)
     fast = compiled(s, backend="eager")
     report = s.verify(rtol=1e-4, atol=1e-5, candidate=fast)
@@ -75,7 +77,7 @@ def test_a_surgery_verifies_what_ships_with_both_verdicts_and_keeps_its_own():
 
 
 def test_a_kernel_torch_compile_cannot_train_through_is_one_line_naming_its_replacement():
-    model, x, s = norm_surgery(CustomOpRMSNorm)
+    s = norm_surgery(CustomOpRMSNorm)
     assert s.verify(), "precondition: the kernel runs eagerly and swaps in faithfully"
     assert s.export(), "precondition: it exports again (its fake kernel gives the shapes)"
     with pytest.raises(DeployError) as caught:
@@ -89,7 +91,7 @@ def test_a_kernel_torch_compile_cannot_train_through_is_one_line_naming_its_repl
 
 
 def test_data_dependent_python_control_flow_is_refused_by_the_export_naming_the_replacement():
-    model, x, s = norm_surgery(ItemGuardedRMSNorm)
+    s = norm_surgery(ItemGuardedRMSNorm)
     assert s.verify(), "precondition: it runs eagerly"
     with pytest.raises(gs.ExportError) as caught:
         compiled(s, backend="eager")
@@ -101,7 +103,7 @@ def test_data_dependent_python_control_flow_is_refused_by_the_export_naming_the_
 
 
 def test_what_is_no_surgery_or_program_is_refused_with_what_to_pass():
-    model, x, s = norm_surgery(TorchRMSNorm)
+    s = norm_surgery(TorchRMSNorm)
     with pytest.raises(DeployError, match=r"make the swaps in a Surgery"):
         compiled(s.module)
 
@@ -111,11 +113,11 @@ def test_what_is_no_surgery_or_program_is_refused_with_what_to_pass():
 
 @pytest.mark.slow
 def test_a_swapped_program_compiled_by_inductor_equals_the_eager_model_with_its_replacements():
-    model, x, s = norm_surgery(TorchRMSNorm)
+    s = norm_surgery(TorchRMSNorm)
     fast = compiled(s)
-    want = expected_outputs(model, s, x)
+    want = expected_outputs(s)
     with torch.no_grad():
-        got = fast(x)
+        got = fast(*s.args)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     report = s.verify(candidate=fast)
     assert report and report.candidate_kind == "a torch.compile'd module"
@@ -123,15 +125,14 @@ def test_a_swapped_program_compiled_by_inductor_equals_the_eager_model_with_its_
 
 @pytest.fixture(scope="module")
 def packaged(tmp_path_factory):
-    model, x, s = norm_surgery(TorchRMSNorm)
-    path = package(s, tmp_path_factory.mktemp("deploy") / "norms.pt2")
-    return model, x, s, path
+    s = norm_surgery(TorchRMSNorm)
+    return s, package(s, tmp_path_factory.mktemp("deploy") / "norms.pt2")
 
 
 @pytest.mark.slow
 def test_a_swapped_program_packaged_by_aoti_equals_the_eager_model_in_a_fresh_process(packaged):
-    model, x, s, path = packaged
-    want = expected_outputs(model, s, x)
+    s, path = packaged
+    x, want = s.args[0], expected_outputs(s)
     loaded = torch._inductor.aoti_load_package(path)
     torch.testing.assert_close(loaded(x), want, rtol=1e-5, atol=1e-6)
     report = s.verify(candidate=loaded)
@@ -157,7 +158,8 @@ def test_a_swapped_program_packaged_by_aoti_equals_the_eager_model_in_a_fresh_pr
 
 @pytest.mark.slow
 def test_the_gradients_of_a_package_are_refused_in_one_message(packaged):
-    model, x, s, path = packaged
+    s, path = packaged
+    x = s.args[0]
     loaded = torch._inductor.aoti_load_package(path)
     assert gs.verify(s.module, loaded, (x,)), "precondition: the forward matches"
     with pytest.raises(VerifyError, match=r"the candidate is an AOTInductor package, which runs"):
