@@ -73,6 +73,15 @@ def test_a_surgery_verifies_what_ships_with_both_verdicts_and_keeps_its_own():
     assert s.last_verify is mine, "the artifact's verdict is not the state's"
 
 
+def test_the_swapped_program_itself_traces_whole_under_torch_compile():
+    """Its generated code names its builtins as exec would: dynamo reads them from there."""
+    s = norm_surgery(TorchRMSNorm)
+    fast = torch.compile(s.module, fullgraph=True, backend="eager")
+    report = s.verify(rtol=1e-4, atol=1e-5, candidate=fast)
+    assert report and report.original
+    assert report.candidate_kind == "a torch.compile'd module"
+
+
 # -- what cannot compile: one line ----------------------------------------------------------------
 
 
