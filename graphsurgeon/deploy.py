@@ -94,7 +94,7 @@ def package(
     Args:
         program: a Surgery (its program exported again with ``args``/``kwargs``) or an
             ExportedProgram.
-        path: where to write the package; its folder must exist.
+        path: where to write the package, a ``.pt2`` whose folder exists (checked first).
         args: example positional inputs for the export (default: the Surgery's).
         kwargs: example keyword inputs.
         options: passed to ``torch._inductor.aoti_compile_and_package`` as
@@ -107,13 +107,22 @@ def package(
         DeployError: AOTInductor failed: the step, the replacement it failed in when torch
             names the node, and torch's reason in one line.
     """
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):  # said now, not after the compile
+        raise DeployError(
+            f"package: the folder of {path!r} does not exist; create it first "
+            f"(os.makedirs({folder!r}))"
+        )
+    if not path.endswith(".pt2"):
+        raise DeployError(f"package: {path!r}: an AOTInductor package is a .pt2 file")
     exported, replacements, _ = _exported(program, args, kwargs, "package")
     from torch._inductor import aoti_compile_and_package
 
     try:
         with quiet_export():
             written = aoti_compile_and_package(
-                exported, package_path=os.fspath(path), inductor_configs=options or None
+                exported, package_path=path, inductor_configs=options or None
             )
     except Exception as error:
         step = "AOTInductor (aoti_compile_and_package)"

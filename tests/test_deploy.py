@@ -111,6 +111,20 @@ def test_data_dependent_python_control_flow_is_refused_by_the_export_naming_the_
     assert "data-dependent" in message
 
 
+def test_a_package_that_cannot_be_written_is_said_before_the_compile(tmp_path):
+    s = norm_surgery(TorchRMSNorm)
+    with pytest.raises(DeployError, match=r"the folder of .* does not exist; create it first"):
+        package(s, tmp_path / "missing" / "norms.pt2")
+    with pytest.raises(DeployError, match=r"an AOTInductor package is a \.pt2 file"):
+        package(s, tmp_path / "norms.zip")
+    with pytest.raises(DeployError) as caught:  # torch refuses the option before compiling
+        package(s, tmp_path / "norms.pt2", no_such_option=1)
+    assert str(caught.value) == (
+        "AOTInductor (aoti_compile_and_package) failed: KeyError: 'no_such_option'"
+    )
+    assert not list(tmp_path.iterdir()), "nothing written"
+
+
 def test_what_is_no_surgery_or_program_is_refused_with_what_to_pass():
     s = norm_surgery(TorchRMSNorm)
     with pytest.raises(DeployError, match=r"make the swaps in a Surgery"):
