@@ -36,8 +36,8 @@ import torch
 from torch.export import ExportedProgram
 
 from ._meta import inside
-from ._program import as_program
-from .errors import DeployError, a_type
+from ._program import as_program, is_surgery, not_a_program
+from .errors import DeployError
 from .export import quiet_export
 
 __all__ = ["compiled", "package"]
@@ -62,12 +62,19 @@ def compiled(
 
     Returns:
         The compiled module (``torch._dynamo``'s ``OptimizedModule``), called as the model is.
+        The first call runs as the caller's grad mode says: with gradients on, torch.compile
+        builds the training graph too.
 
     Raises:
+        NotAProgramError: ``program`` is no Surgery or ExportedProgram (a ``gs.swap`` result:
+            make the swaps in a Surgery, whose :meth:`~graphsurgeon.Surgery.export` ships).
+        SurgeryError, ExportError: exporting the Surgery again failed (the message names the
+            replacement, as :meth:`~graphsurgeon.Surgery.export` says).
         DeployError: torch.compile failed: the step, the replacement it failed in when torch
             names the node, and torch's reason in one line.
     """
-    exported, replacements, (args, kwargs) = _exported(program, args, kwargs, "compiled")
+    exported, replacements, read = _exported(program, args, kwargs, "compiled")
+    args, kwargs = read.inputs(error=DeployError)
     options.setdefault("fullgraph", True)
     module = torch.compile(exported.module(), **options)
     try:
@@ -104,7 +111,9 @@ def package(
         The path of the package written.
 
     Raises:
-        DeployError: AOTInductor failed: the step, the replacement it failed in when torch
+        NotAProgramError, SurgeryError, ExportError: as for :func:`compiled`.
+        DeployError: the folder of ``path`` is missing, ``path`` is no ``.pt2``, or
+            AOTInductor failed: the step, the replacement it failed in when torch
             names the node, and torch's reason in one line.
     """
     path = os.fspath(path)
@@ -130,24 +139,18 @@ def package(
     return os.fspath(written)
 
 
-def _exported(
-    value: Any, args: Any, kwargs: Any, verb: str
-) -> tuple[ExportedProgram, Mapping[str, Any], tuple[tuple, dict]]:
-    """The ExportedProgram ``value`` ships, its replacements by name and the inputs to run it
-    on: a Surgery is exported again; an ExportedProgram is itself (its example inputs)."""
+def _exported(value: Any, args: Any, kwargs: Any, verb: str) -> tuple[ExportedProgram, dict, Any]:
+    """The ExportedProgram ``value`` ships, its replacements by name, and the program as the
+    one door reads it with its inputs (``.inputs()``): a Surgery is exported again with them;
+    an ExportedProgram is itself, its inputs by default the example inputs it keeps."""
     if isinstance(value, ExportedProgram):
         if args is None and value.example_inputs is not None:
             args, kwargs = value.example_inputs
-        inputs = as_program(value, args, kwargs, verb=verb).inputs(error=DeployError)
-        return value, {}, inputs
-    if not hasattr(value, "export") or not hasattr(value, "replacements"):
-        raise DeployError(
-            f"{verb}: expected a Surgery or an ExportedProgram, got {a_type(value)}; a program "
-            "made by gs.swap runs its replacements as Python: make the swaps in a Surgery "
-            "(gs.Surgery(ep).swap(...)) and pass it, or pass s.export()"
-        )
-    inputs = as_program(value, args, kwargs, verb=verb).inputs(error=DeployError)
-    return value.export(*inputs), dict(value.replacements), inputs
+        return value, {}, as_program(value, args, kwargs, verb=verb)
+    if not is_surgery(value):  # refused as every verb refuses what is no program
+        raise not_a_program(value, verb)
+    read = as_program(value, args, kwargs, verb=verb)
+    return value.export(read.args, read.kwargs), dict(value.replacements), read
 
 
 def _failure(

@@ -127,8 +127,10 @@ def test_a_package_that_cannot_be_written_is_said_before_the_compile(tmp_path):
 
 def test_what_is_no_surgery_or_program_is_refused_with_what_to_pass():
     s = norm_surgery(TorchRMSNorm)
-    with pytest.raises(DeployError, match=r"make the swaps in a Surgery"):
-        compiled(s.module)
+    with pytest.raises(gs.errors.NotAProgramError, match=r"compiled: .* made by gs\.swap"):
+        compiled(s.module)  # its replacements run as Python: s.export() is what ships
+    with pytest.raises(gs.errors.NotAProgramError, match=r"package: .* a model: export it"):
+        package(s.model, "norms.pt2")
 
 
 # -- compiled and packaged: equal to the eager model with the same replacements -------------------
