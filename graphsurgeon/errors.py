@@ -22,6 +22,7 @@ wrong and says what to do. Catch :class:`GraphSurgeonError` for all of them::
     │   └── GuardError           a size outside the exported range, another constant (ValueError)
     ├── VerifyError              verify() could not run a program, or was asked wrongly
     ├── CompareError             compare() cannot compare these programs
+    ├── DeployError              torch.compile or AOTInductor cannot compile or package a program
     ├── SurgeryError             an operation a Surgery cannot do in its state (nothing to undo)
     ├── RenderError              a drawing request that cannot be carried out
     ├── StepError                a stepper request that cannot be carried out
@@ -48,6 +49,7 @@ from collections.abc import Iterable
 __all__ = [
     "CompareError",
     "ConflictError",
+    "DeployError",
     "ExportError",
     "GraphSurgeonError",
     "GuardError",
@@ -162,6 +164,12 @@ class VerifyError(GraphSurgeonError):
 
 class CompareError(GraphSurgeonError):
     """compare() cannot compare these programs (the message says why and what to do)."""
+
+
+class DeployError(GraphSurgeonError):
+    """``torch.compile`` or AOTInductor could not compile or package a program
+    (:mod:`graphsurgeon.deploy`): the message says which step failed, the replacement (or
+    module) it failed in when it can tell, and torch's reason in one line (the cause chained)."""
 
 
 class SurgeryError(GraphSurgeonError):

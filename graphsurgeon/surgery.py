@@ -594,8 +594,9 @@ class Surgery:
         atol: float = 1e-5,
         backward: bool = False,
         grad_outputs: Any = None,
+        candidate: Any = None,
     ) -> VerifyReport:
-        """Check the current program, with two verdicts.
+        """Check the current program (or ``candidate``, what was made of it), with two verdicts.
 
         *Faithful*: with the model known (:meth:`from_model`, or ``model=``), the report is
         against a deep copy of it with the same replacements set: is the swapped program what
@@ -603,7 +604,10 @@ class Surgery:
         ``.original`` is the same program against the original model, untouched: does it still
         compute what the original did (a buggy replacement is faithful, and differs)? Without
         the model, the report is against the original program only (``.original`` is None).
-        The report is truthy when the first verdict holds.
+        The report is truthy when the first verdict holds. ``candidate``: what ships instead
+        of :attr:`module`, such as the AOTInductor package of :meth:`export`'s program
+        (:func:`graphsurgeon.deploy.package`), checked with the same two verdicts; its report
+        is not kept as this state's :attr:`last_verify`.
 
         With ``backward=True`` both verdicts also compare the gradients of every floating input
         and parameter, from the same upstream gradients (``grad_outputs``, or seeded ones), as
@@ -622,7 +626,7 @@ class Surgery:
         args, kwargs = as_program(self, args, kwargs, verb="verify").inputs(error=VerifyError)
         grads = {"backward": backward, "grad_outputs": grad_outputs}
         replacements = self.replacements  # fused calls and regions compute what the original did
-        module = self.module
+        module = self.module if candidate is None else candidate
         # a swapped region of ops is no module of the model: eager has nowhere to hold its
         # replacement (a fused region runs the program's own ops and changes nothing)
         swapped_regions = [self._regions[n] for n in replacements if n in self._regions]
@@ -662,7 +666,8 @@ class Surgery:
                 original=dataclasses.replace(original, against="the original model"),
                 call_differences=differences,
             )
-        self._verified[self._position] = report
+        if candidate is None:
+            self._verified[self._position] = report
         return report
 
     def compare(

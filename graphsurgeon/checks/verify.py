@@ -31,6 +31,7 @@ __all__ = [
     "LeafCheck",
     "VerifyReport",
     "as_callable",
+    "candidate_kind",
     "checked_tolerance",
     "compare_leaf",
     "in_order_of",
@@ -96,6 +97,11 @@ class VerifyReport:
     #: with ``backward``: why the gradients could not be checked ('' when they were): the
     #: report is then not truthy, it does not pass a check that did not run
     backward_problem: str = ""
+    #: what the candidate was, in words (:func:`candidate_kind`): "an AOTInductor package", "a
+    #: torch.compile'd module", "a GraphModule", "an ExportedProgram", "an eager model"...; the
+    #: text and the HTML name it when it is compiled code (what ships), not Python graphsurgeon
+    #: reads
+    candidate_kind: str = ""
 
     def __bool__(self) -> bool:
         return self.ok
@@ -189,6 +195,8 @@ class VerifyReport:
         lines = [
             f"verify: {head}{against} ({len(self.leaves)} output {'leaf' if len(self.leaves) == 1 else 'leaves'}{grads}, rtol={self.rtol:g}, atol={self.atol:g})"
         ]
+        if self.candidate_kind in COMPILED_KINDS:
+            lines.append(f"  candidate: {self.candidate_kind}")
         if self.atol_note:
             lines.append(f"  note: {self.atol_note}")
         lines.extend(f"  why: {difference}" for difference in self.call_differences)
@@ -268,6 +276,9 @@ class VerifyReport:
         else:
             verdict = d.badge("MISMATCH", "bad")
         against = f"against {d.escape(self.against)}, " if self.against else ""
+        if self.candidate_kind in COMPILED_KINDS:
+            kind = d.escape(self.candidate_kind)
+            against = f"{kind} {against}" if against else f"{kind}, "
         head = (
             f'<div class="gs-title">verify {verdict} <span class="gs-muted">{against}{n} output '
             f"{'leaf' if n == 1 else 'leaves'}, rtol={self.rtol:g}, atol={self.atol:g}</span></div>"
@@ -349,6 +360,40 @@ def leaf_table(leaves: tuple[LeafCheck, ...], limit: int = 12) -> str:
     return shown + d.details(f"{len(rows) - limit} more leaves", rest)
 
 
+#: the kinds of candidate that are compiled code, not Python graphsurgeon reads: a report names
+#: them, so that a verdict says it was the artifact that ships that was checked
+AOTI_PACKAGE = "an AOTInductor package"
+COMPILED_KINDS = (AOTI_PACKAGE, "a torch.compile'd module", "a torch.compile'd function")
+
+
+def candidate_kind(program: Any) -> str:
+    """What ``program`` is, in the words of a report: ``"an AOTInductor package"`` (what
+    ``torch._inductor.aoti_load_package`` returns), ``"a torch.compile'd module"`` (or
+    ``function``), ``"a GraphModule"``, ``"an ExportedProgram"``, ``"an eager model"`` (any
+    other ``nn.Module``), ``"a function"``. Read by the class's name, so that neither
+    torch._dynamo nor torch._inductor is imported to ask.
+
+    Example:
+        >>> import torch
+        >>> candidate_kind(torch.nn.ReLU()), candidate_kind(torch.relu)
+        ('an eager model', 'a function')
+    """
+    kind = type(program)
+    if kind.__name__ == "AOTICompiledModel":
+        return AOTI_PACKAGE
+    if kind.__name__ == "OptimizedModule" and kind.__module__.startswith("torch._dynamo"):
+        return COMPILED_KINDS[1]
+    if isinstance(program, ExportedProgram):
+        return "an ExportedProgram"
+    if isinstance(program, torch.fx.GraphModule):
+        return "a GraphModule"
+    if isinstance(program, torch.nn.Module):
+        return "an eager model"
+    if callable(getattr(program, "_torchdynamo_orig_callable", None)):
+        return COMPILED_KINDS[2]
+    return "a function" if callable(program) else a_type(program)
+
+
 def as_callable(program: Any) -> Any:
     """A runnable module for an eager model, a GraphModule or an ExportedProgram.
 
@@ -401,8 +446,11 @@ def verify(
     """Run ``reference`` and ``candidate`` on the same inputs and compare every output leaf.
 
     ``reference`` and ``candidate`` may each be an eager model, an ExportedProgram or a
-    GraphModule. Tensors must agree in layout, shape, dtype and device; floating-point and
-    complex values then match when ``|a - b| <= atol + rtol * |a|`` (NaN matches NaN), while
+    GraphModule; the candidate may also be what ships: a ``torch.compile``'d module or a loaded
+    AOTInductor package (``torch._inductor.aoti_load_package``), which the report names
+    (:attr:`VerifyReport.candidate_kind`). A package runs inference only: ``backward=True``
+    on one raises :class:`VerifyError`. Tensors must agree in layout, shape, dtype and
+    device; floating-point and complex values then match when ``|a - b| <= atol + rtol * |a|`` (NaN matches NaN), while
     integers and bools must be equal, whatever the tolerances. :func:`compare_leaf` has the
     rules for other leaves; dicts compare key by key, in any order. Each program runs once,
     under ``no_grad``, on its own copy of the inputs, from the same random state (which is
@@ -443,8 +491,12 @@ def verify(
     args, kwargs = as_inputs(args, kwargs, verb="verify")
     if not isinstance(backward, bool):
         raise VerifyError(f"verify: backward={backward!r}: expected True or False")
+    kind = candidate_kind(candidate)
     if backward:
-        return _verify_backward(reference, candidate, args, kwargs, rtol, atol, grad_outputs)
+        _refuse_inference_only(reference, "reference")
+        _refuse_inference_only(candidate, "candidate")
+        report = _verify_backward(reference, candidate, args, kwargs, rtol, atol, grad_outputs)
+        return dataclasses.replace(report, candidate_kind=kind)
     if grad_outputs is not None:
         raise VerifyError(
             "verify: grad_outputs is given but backward=False; pass backward=True to check "
@@ -459,7 +511,20 @@ def verify(
         actual = _run(candidate, "candidate", args, kwargs)
     finally:
         start.restore()
-    return compare_outputs(expected, actual, rtol=rtol, atol=atol)
+    report = compare_outputs(expected, actual, rtol=rtol, atol=atol)
+    return dataclasses.replace(report, candidate_kind=kind)
+
+
+def _refuse_inference_only(program: Any, which: str) -> None:
+    """An AOTInductor package runs inference only (its outputs carry no gradient): asked for
+    its gradients, verify says so, rather than report every gradient missing."""
+    if candidate_kind(program) == AOTI_PACKAGE:
+        raise VerifyError(
+            f"verify: the {which} is {AOTI_PACKAGE}, which runs inference only: its outputs "
+            "carry no gradient, so backward=True cannot check it. Verify the package with "
+            "backward=False, and the gradients on the program it was made from (s.verify("
+            "backward=True) for a Surgery)"
+        )
 
 
 def _run_backward(

@@ -17,6 +17,7 @@ argument it does not spell, a name it would shadow) is written by fx's own gener
 
 from __future__ import annotations
 
+import builtins
 import keyword
 import linecache
 import types
@@ -271,7 +272,8 @@ def write_in_parts(nodes: Any, cache: PartCache, fast: Any) -> PythonCode:
     forward_lines.append(f"return {_repr(outputs[0].args[0], cache)}")
     if names & (reserved | set(cache.globals) | set(part_names)):
         raise Unsupported("a node named as a global of the generated code")
-    scope = dict(cache.globals)
+    # the builtins named, as exec would add them: torch.compile reads a function's globals' own
+    scope = {"__builtins__": builtins, **cache.globals}
     for name, code in functions.items():
         scope[name] = types.FunctionType(code, scope, name)
     source = f"\n\ndef forward({', '.join(['self', *arguments])}):\n" + "".join(
