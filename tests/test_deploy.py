@@ -21,6 +21,12 @@ from graphsurgeon.checks.verify import candidate_kind, eager_reference
 from graphsurgeon.deploy import compiled, package
 from graphsurgeon.errors import DeployError, VerifyError
 
+# Inductor's own modules still use torch.jit.script_method, which torch deprecates: its warning,
+# not the project's
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning"
+)
+
 
 def norm_surgery(replacement):
     """A Surgery of a 2-block NormStack (``s.model``, ``s.args``) with ``replacement`` swapped
