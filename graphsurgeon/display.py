@@ -203,6 +203,8 @@ def comparison_table(comparison: Any) -> str:
         measured = _measured_cells(row)
         drift = number_text(row["input_drift"]) if row["values_compared"] else ""
         replacement, problem = escape(call.replacement), escape(call.problem)
+        if problem:  # a width of its own: squeezed beside the other columns, it runs a word a line
+            problem = f'<div style="min-width:20em">{problem}</div>'
         passes = [_backward_cell(row)] if backward else []
         cells.append(
             [verdict, name, replacement, str(row["leaves"]), *measured, drift, *passes, problem]
