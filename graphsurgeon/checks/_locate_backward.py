@@ -45,7 +45,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from .. import _meta
 from ..fuse import fused_call
 from ._compare_backward import call_parameters
-from ._exec import RandomState, clone_inputs, keep_state
+from ._exec import clone_inputs, keep_state
 from ._grad import run_backward
 from .locate import (
     CallRecord,
@@ -62,6 +62,7 @@ from .locate import (
     _tensors,
     _Values,
     _Verdict,
+    locate_call,
     not_located,
 )
 from .verify import LeafCheck
@@ -86,14 +87,9 @@ class BackwardRecord:
 
 def locate_backward(record: CallRecord) -> Location:
     """The op of ``record``'s replacement's backward where its gradients start to differ
-    (computed once per record). The caller's random stream is left as it was."""
-    if "location" not in record.cache:
-        start = RandomState()
-        try:
-            record.cache["location"] = _locate(record)
-        finally:
-            start.restore()
-    return record.cache["location"]
+    (computed once per record, as :func:`~graphsurgeon.checks.locate.locate_call` keeps it).
+    The caller's random stream is left as it was."""
+    return locate_call(record, _locate)
 
 
 @dataclass
@@ -299,37 +295,26 @@ def _locate(record: CallRecord) -> Location:
     if verdict.matches:  # it makes a gradient that differs, from values the original has
         verdict = _Verdict(False)
     node = op.node.name() if op.node is not None and hasattr(op.node, "name") else ""
-    if frame is None:
-        return Location(
-            call,
-            True,
-            op=_op_text(op),
-            node=node,
-            inputs=_inputs_text(op, inputs[culprit], ops, verdicts, part),
-            nearest=verdict.nearest,
-            max_abs=verdict.nearest_error,
-            replacement=kind,
-            backward=True,
-        )
-    stack = (f"{frame.where} in {frame.function}",)
-    if derivative:
-        stack = (f"{frame.where} in {frame.function} (the derivative autograd takes of it)",)
-    if detached is not None:
-        # the derivative is right for what it is given; what it is given was cut from the graph
-        stack = (
-            *stack,
-            f"{detached.where} in {detached.function} (detached: no gradient flows back)",
-        )
-        frame = detached
-    code = _code_line(frame)
+    where: dict[str, Any] = {}  # no frame recorded: the op alone
+    if frame is not None:
+        stack = (f"{frame.where} in {frame.function}",)
+        if derivative:
+            stack = (f"{frame.where} in {frame.function} (the derivative autograd takes of it)",)
+        if detached is not None:
+            # the derivative is right for what it is given; what it is given was cut from
+            # the graph
+            stack = (
+                *stack,
+                f"{detached.where} in {detached.function} (detached: no gradient flows back)",
+            )
+            frame = detached
+        where = {"source": frame.where, "line": _code_line(frame), "file": frame.path}
+        where["stack"] = stack
     return Location(
         call,
         True,
         op=_op_text(op),
-        source=frame.where,
-        line=code,
-        file=frame.path,
-        stack=stack,
+        **where,
         node=node,
         inputs=_inputs_text(op, inputs[culprit], ops, verdicts, part),
         nearest=verdict.nearest,

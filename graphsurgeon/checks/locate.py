@@ -245,13 +245,14 @@ def not_located(call: str, reason: str, replacement: str = "") -> Location:
     return Location(call, False, replacement=replacement, reason=reason)
 
 
-def locate_call(record: CallRecord) -> Location:
+def locate_call(record: CallRecord, find: Any = None) -> Location:
     """Locate the op of ``record``'s replacement where the call starts to differ (computed
-    once per record). The caller's random stream is left as it was."""
+    once per record): by ``find`` (the backward's locator, for a backward divergence), else
+    in its forward. The caller's random stream is left as it was."""
     if "location" not in record.cache:
         start = RandomState()
         try:
-            record.cache["location"] = _locate(record)
+            record.cache["location"] = (find or _locate)(record)
         finally:
             start.restore()
     return record.cache["location"]
