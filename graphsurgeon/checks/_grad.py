@@ -185,7 +185,8 @@ def run_backward(
     ``args``/``kwargs`` are used as given (pass copies): their floating tensor leaves are
     detached and made to require grad, so each gets a gradient of its own. ``labels`` names
     the input leaves (:func:`input_labels`). ``upstream``: a tuple from
-    :func:`seeded_upstream` or :func:`given_upstream`, or None for seeded ones.
+    :func:`seeded_upstream` or :func:`given_upstream`, a function of the outputs that
+    returns one, or None for seeded ones.
     ``parameters``: ``{name: tensor}`` to differentiate besides the inputs (default: the
     module's ``named_parameters()``); those with ``requires_grad=False`` are skipped.
     The caller puts the module's state back (``keep_state``): buffers a training-mode forward
@@ -220,6 +221,8 @@ def run_backward(
         out_leaves = pytree.tree_leaves(outputs)
         if upstream is None:
             upstream = seeded_upstream(outputs)
+        elif callable(upstream):  # made from the outputs (the caller's, checked against them)
+            upstream = upstream(outputs)
         pairs = [
             (leaf, grad)
             for leaf, grad in zip(out_leaves, upstream)

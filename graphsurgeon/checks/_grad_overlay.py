@@ -175,20 +175,20 @@ def grad_errors(
         if old in same:
             holders.setdefault(new, []).append(same[old].name)
     swapped_calls = {info.call_nodes[c]: c for c in info.calls if c not in info.fused}
+    graph_nodes = {node.name: node for node in module.graph.nodes}
     values: dict[str, float] = {}
     if own:
         for name in swapped.values:
             values[name] = 0.0
         for node_name, call in swapped_calls.items():
             found = _own_call(
-                target, call, node_name, reference, swapped, holders, same, rtol, atol
+                target, call, graph_nodes[node_name], reference, swapped, holders, same, rtol, atol
             )
             if found is not None:
                 values[node_name] = found
         return values
     start.restore()
     swapped.backward(upstream)
-    graph_nodes = {node.name: node for node in module.graph.nodes}
     for name in swapped.values:
         node = graph_nodes.get(name)
         if name in swapped_calls:
@@ -225,12 +225,11 @@ def grad_errors(
     return values
 
 
-def _own_call(target, call, node_name, reference, swapped, holders, same, rtol, atol):
+def _own_call(target, call, node, reference, swapped, holders, same, rtol, atol):
     """A swapped call's own backward error: the original nodes of the call and the
     replacement, on the original's values at the call's inputs, backward from the original's
     gradient at the call's outputs; the worst tolerance ratio of their gradients."""
     info = target.info
-    node = next(n for n in target.module.graph.nodes if n.name == node_name)
 
     def original_value(arg: Any) -> Any:
         if not isinstance(arg, Node):
@@ -259,7 +258,7 @@ def _own_call(target, call, node_name, reference, swapped, holders, same, rtol, 
         )
     # the upstream gradients, in the order of the replacement's outputs (a dict's keys may
     # come in another order), and the call's two backwards compared as compare compares them
-    output = swapped.values[node_name]
+    output = swapped.values[node.name]
     in_original_order = pytree.tree_unflatten(upstream, signature.out_spec)
     reordered = in_order_of(output, in_original_order)
     found = compare_call_backward(

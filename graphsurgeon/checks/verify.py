@@ -571,11 +571,10 @@ def _verify_backward(
     try:
         upstream = None
         if grad_outputs is not None:
-            # checked against the reference's outputs before the reference runs backward
-            with torch.no_grad():
-                shape_of = _run(reference, "reference", args, kwargs)
-            upstream = given_upstream(grad_outputs, shape_of, "verify: ")
-            start.restore()
+            # checked against the reference's outputs, once they are computed, before backward
+            def upstream(outputs: Any) -> tuple:
+                return given_upstream(grad_outputs, outputs, "verify: ")
+
         expected = _run_backward(reference, "reference", args, kwargs, labels, upstream)
         start.restore()
         actual = _run_backward(candidate, "candidate", args, kwargs, labels, expected.upstream)
