@@ -24,7 +24,7 @@ from torch.fx import GraphModule
 from ..fuse import fused_call
 from ._exec import RandomState, bind_inputs, clone_inputs, keep_state
 from ._grad import Backward, differentiable, input_labels, run_backward
-from .verify import LeafCheck, compare_gradients, in_order_of
+from .verify import LeafCheck, _first_line, compare_gradients, in_order_of
 
 # what a call's backward note says when nothing downstream needs its gradient
 NO_UPSTREAM = "no gradient reaches its outputs (nothing downstream needs one): not differentiated"
@@ -182,7 +182,3 @@ def compare_call_backward(
         original_upstream,
         tuple(labels),
     )
-
-
-def _first_line(error: BaseException) -> str:
-    return (str(error).strip().splitlines() or [""])[0][:300]

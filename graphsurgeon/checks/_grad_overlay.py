@@ -39,7 +39,7 @@ from ._exec import (
     runnable_original,
 )
 from ._grad import differentiable, seeded_upstream
-from .verify import in_order_of
+from .verify import _first_line, in_order_of
 
 __all__ = ["grad_errors"]
 
@@ -122,7 +122,7 @@ class _GradRun:
         except Exception as error:
             raise CompareError(
                 f"overlay: the backward of the {self.which} failed: {type(error).__name__}: "
-                f"{str(error).splitlines()[0] if str(error) else ''}"
+                f"{_first_line(error)}"
             ) from error
         for (name, position), grad in zip(slots, grads):
             self.gradients.setdefault(name, {})[position] = grad

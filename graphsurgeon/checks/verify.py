@@ -552,6 +552,7 @@ def _run_backward(
 
 
 def _first_line(error: BaseException) -> str:
+    """An error's first line, at most 300 characters: what a report says of a failed run."""
     return (str(error).strip().splitlines() or [""])[0][:300]
 
 
