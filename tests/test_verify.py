@@ -974,3 +974,42 @@ def test_the_finite_fast_path_gives_the_figures_of_the_general_one(values, rtol,
     general.add(x.clone(), y.clone(), rtol, atol)
     fast.add_finite(x.clone(), (x - y).abs(), rtol, atol)
     assert dataclasses.astuple(fast) == dataclasses.astuple(general)
+
+
+@pytest.mark.parametrize("rtol, atol", [(1e-5, 1e-8), (1e-2, 0.0), (0.0, 1e-5), (0.0, 0.0)])
+def test_the_finite_fast_path_counts_values_on_and_just_past_the_tolerance_as_the_general_one(
+    rtol, atol
+):
+    from graphsurgeon.checks._leaves import _Tally
+
+    x = torch.tensor([1.0, 3.0, 1e-3, 0.0, 7.5, 0.0], dtype=torch.float64)
+    allowed = x.abs() * rtol + atol
+    on = x + allowed
+    for _ in range(4):  # the last value within the tolerance, one ulp from the line
+        on = torch.where((on - x) > allowed, torch.nextafter(on, x), on)
+    past = torch.nextafter(on, on + 1)  # the first value past it
+    x_all, y_all = torch.cat([x, x]), torch.cat([on, past])
+    error = (x_all - y_all).abs()
+    general, fast = _Tally(), _Tally()
+    general.add(x_all.clone(), y_all.clone(), rtol, atol)
+    fast.add_finite(x_all.clone(), error, rtol, atol)
+    assert 0 < general.beyond < len(x_all)  # precondition: values on both sides of the line
+    assert dataclasses.astuple(fast) == dataclasses.astuple(general)
+
+
+@pytest.mark.parametrize("block", [6, 2**18])
+@pytest.mark.parametrize("shape", [(7, 13, 5), (40,), (3, 1, 9)])
+def test_the_pattern_of_a_finite_mismatch_is_the_one_a_second_pass_finds(monkeypatch, block, shape):
+    from graphsurgeon.checks._leaves import _beyond_tolerance, _pattern
+
+    monkeypatch.setattr(sys.modules["graphsurgeon.checks._leaves"], "_BLOCK", block)
+    for seed in range(4):
+        generator = torch.Generator().manual_seed(seed)
+        a = torch.randn(shape, generator=generator)
+        b = a + 1e-7 * torch.randn(shape, generator=generator)
+        wrong = torch.randint(0, a.numel(), (seed + 1,), generator=generator)
+        b.view(-1)[wrong] += 1  # a few values clearly beyond the tolerance
+        leaf = compare_leaf("", a, b)
+        assert not leaf.ok and leaf.differing  # precondition: a finite mismatch with a pattern
+        again = _pattern(a, b, _beyond_tolerance(torch.float64, 1e-5, 1e-5))
+        assert (leaf.differing, leaf.by_axis) == (again["differing"], again["by_axis"])

@@ -310,28 +310,40 @@ class _Tally:
         atol: float,
         largest: float | None = None,
     ) -> None:
-        """:meth:`add` for values that are all finite on both sides, given ``|x - y|`` (which
-        it overwrites) and, when known, its largest value: the same figures in about half the
-        passes (no NaN or infinity to set apart), which is what keeps a backward check's
-        millions of gradient values cheap."""
+        """:meth:`add` for values that are all finite on both sides, given ``|x - y|`` and,
+        when known, its largest value: the same figures in about a third of the passes, which is what keeps a backward check's millions of gradient values
+        cheap (benchmarks/verify.py)."""
         if x.numel() == 0:
             return
         self.compared += x.numel()
         if largest is None:
-            largest = float(error.max())
+            largest = float(error.amax())
         self.max_abs = max(self.max_abs, largest)
         magnitude = x.abs()
-        self.scale = max(self.scale, float(magnitude.max()))
-        # 0 / 0 (both 0) is no error; d / 0 is infinitely far, as in add()
-        rel = (error / magnitude).nan_to_num_(nan=0.0, posinf=math.inf)
-        self.max_rel = max(self.max_rel, float(rel.max()))
-        del rel
+        self.scale = max(self.scale, float(magnitude.amax()))
+        if largest == 0:
+            return None  # equal everywhere: no relative error, none beyond the tolerance
+        # 0 / 0 (both 0) is no error; d / 0 is infinitely far, as in add(). A NaN (some 0 / 0)
+        # is rare enough to be set apart only when the maximum says there is one.
+        rel = float(torch.div(error, magnitude).amax())
+        if math.isnan(rel):
+            rel = float((error / magnitude).nan_to_num_(nan=0.0, posinf=math.inf).amax())
+        self.max_rel = max(self.max_rel, rel)
         allowed = magnitude.mul_(rtol).add_(atol)
-        self.beyond += int((error > allowed).sum())
-        ratio = error.div_(allowed)
-        if atol == 0:
-            ratio = ratio.nan_to_num_(nan=0.0, posinf=math.inf)
-        self.ratio = max(self.ratio, float(ratio.max()))
+        ratio = error / allowed
+        worst = float(ratio.amax())
+        if atol == 0 and math.isnan(worst):
+            # 0 / 0 where the expected value is 0 and the candidate too: no error
+            worst = float(ratio.nan_to_num_(nan=0.0, posinf=math.inf).amax())
+        self.ratio = max(self.ratio, worst)
+        # Division is correctly rounded, so error > allowed gives a quotient of at least 1:
+        # when the largest quotient is under 1, no value is beyond the tolerance.
+        if worst < 1:
+            return None
+        beyond = error > allowed
+        count = int(beyond.sum())
+        self.beyond += count
+        return beyond if count else None
 
 
 def _compare_close(
@@ -348,16 +360,20 @@ def _compare_close(
     wide = torch.complex128 if a.is_complex() else torch.float64
     tally = _Tally()
     nan_apart = False
-    for block_a, block_b in _pieces(a, b):
-        x, y = block_a.to(wide), block_b.to(wide)
+    marks = _Marks(a.shape)  # where the finite path found values beyond the tolerance
+    for index in _blocks(a.shape, _BLOCK):
+        x, y = a[index].reshape(-1).to(wide), b[index].reshape(-1).to(wide)
         if not x.is_complex():
             # the common case, first: x - y finite means no NaN and no infinity on either side
             error = (x - y).abs_()
-            largest = float(error.max())  # NaN or infinite when any value is not finite
+            largest = float(error.amax())  # NaN or infinite when any value is not finite
             if math.isfinite(largest):
-                tally.add_finite(x, error, rtol, atol, largest)
+                beyond = tally.add_finite(x, error, rtol, atol, largest)
+                if beyond is not None and marks is not None:
+                    marks.add(index, beyond.view(a[index].shape))
                 continue
             del error
+        marks = None  # a block the general path compared: a mismatch's pattern is made anew
         if x.is_complex():
             # NaN compares per component: a complex NaN says nothing of its other component
             x_parts, y_parts = torch.view_as_real(x), torch.view_as_real(y)
@@ -402,6 +418,11 @@ def _compare_close(
             tolerance_ratio=tally.ratio,
             scale=tally.scale,
         )
+    where = (
+        marks.pattern()
+        if marks is not None
+        else _pattern(a, b, _beyond_tolerance(wide, rtol, atol))
+    )
     return LeafCheck(
         path,
         False,
@@ -410,7 +431,7 @@ def _compare_close(
         f"values differ beyond tolerance at {tally.beyond} of {a.numel()} positions",
         tolerance_ratio=tally.ratio,
         scale=tally.scale,
-        **_pattern(a, b, _beyond_tolerance(wide, rtol, atol)),
+        **where,
     )
 
 
@@ -432,6 +453,37 @@ _RANGES_SHOWN = 4
 _AXIS_TEXT_LIMIT = 240
 
 
+class _Marks:
+    """Where two tensors of one shape differ, one flag per index of each dimension, marked
+    block by block (the blocks of :func:`_blocks`): what ``differing`` and ``by_axis`` of a
+    :class:`LeafCheck` are made of."""
+
+    def __init__(self, shape: torch.Size):
+        self.shape = tuple(shape)
+        self.flags = [torch.zeros(size, dtype=torch.bool) for size in self.shape]
+
+    def add(self, index: tuple, bad: torch.Tensor) -> None:
+        """Marks the block at ``index`` (one of :func:`_blocks`), ``bad`` shaped as the
+        block, True where the values differ."""
+        # the block's dimensions are the tensor's after those its index fixed to one position
+        fixed = len(index) - 1 if index and isinstance(index[-1], slice) else len(index)
+        for dim in range(len(self.shape)):
+            if dim < fixed:
+                self.flags[dim][index[dim]] = True
+                continue
+            inner = dim - fixed
+            others = tuple(d for d in range(bad.dim()) if d != inner)
+            along = bad.any(dim=others) if others else bad
+            start = index[dim].start if dim == fixed and dim < len(index) else 0
+            self.flags[dim][start : start + along.numel()] |= along
+
+    def pattern(self) -> dict[str, Any]:
+        if not self.shape:
+            return {}
+        differing = tuple(_ranges(f) for f in self.flags)
+        return {"differing": differing, "by_axis": _axis_text(differing, self.shape)}
+
+
 def _pattern(a: torch.Tensor, b: torch.Tensor, differs) -> dict[str, Any]:
     """``by_axis`` and ``differing`` of a :class:`LeafCheck` for two tensors of one shape.
 
@@ -439,40 +491,29 @@ def _pattern(a: torch.Tensor, b: torch.Tensor, differs) -> dict[str, Any]:
     block by block (the blocks of :func:`_blocks`), so it needs a few MB beyond the tensors
     whatever their size, and keeps one flag per index of each dimension.
     """
-    shape = tuple(a.shape)
-    if not shape:
+    marks = _Marks(a.shape)
+    if not marks.shape:
         return {}
-    flags = [torch.zeros(size, dtype=torch.bool) for size in shape]
     for index in _blocks(a.shape, _BLOCK):
         bad = differs(a[index], b[index])
-        if not bool(bad.any()):
-            continue
-        # the block's dimensions are the tensor's after those its index fixed to one position
-        fixed = len(index) - 1 if index and isinstance(index[-1], slice) else len(index)
-        for dim in range(len(shape)):
-            if dim < fixed:
-                flags[dim][index[dim]] = True
-                continue
-            inner = dim - fixed
-            others = tuple(d for d in range(bad.dim()) if d != inner)
-            along = bad.any(dim=others) if others else bad
-            start = index[dim].start if dim == fixed and dim < len(index) else 0
-            flags[dim][start : start + along.numel()] |= along
-    differing = tuple(_ranges(f) for f in flags)
-    return {"differing": differing, "by_axis": _axis_text(differing, shape)}
+        if bool(bad.any()):
+            marks.add(index, bad)
+    return marks.pattern()
 
 
 def _ranges(flags: torch.Tensor) -> tuple[range, ...]:
     """The runs of True in a flag vector, as ranges: ``[T, T, F, T]`` -> ``(range(0, 2),
-    range(3, 4))``."""
-    positions = flags.nonzero().flatten().tolist()
-    runs: list[range] = []
-    for position in positions:
-        if runs and runs[-1].stop == position:
-            runs[-1] = range(runs[-1].start, position + 1)
-        else:
-            runs.append(range(position, position + 1))
-    return tuple(runs)
+    range(3, 4))``.
+
+    Example:
+        >>> _ranges(torch.tensor([True, True, False, True]))
+        (range(0, 2), range(3, 4))
+    """
+    # where a run starts or stops: the flags, padded with False, change there
+    padded = torch.zeros(flags.numel() + 2, dtype=torch.int8)
+    padded[1:-1] = flags
+    edges = (padded[1:] != padded[:-1]).nonzero().flatten().tolist()
+    return tuple(range(start, stop) for start, stop in zip(edges[0::2], edges[1::2]))
 
 
 def _complement(ranges: tuple[range, ...], size: int) -> tuple[range, ...]:
