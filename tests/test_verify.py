@@ -1013,3 +1013,20 @@ def test_the_pattern_of_a_finite_mismatch_is_the_one_a_second_pass_finds(monkeyp
         assert not leaf.ok and leaf.differing  # precondition: a finite mismatch with a pattern
         again = _pattern(a, b, _beyond_tolerance(torch.float64, 1e-5, 1e-5))
         assert (leaf.differing, leaf.by_axis) == (again["differing"], again["by_axis"])
+
+
+@pytest.mark.parametrize("size", [1, 7, 256, 257, 3000])
+def test_runs_of_flags_are_found_alike_in_short_and_long_vectors(size):
+    from graphsurgeon.checks._leaves import _ranges
+
+    flags = torch.rand(size, generator=torch.Generator().manual_seed(size)) < 0.3
+    flags[-1] = True  # a run that reaches the end
+    expected, start = [], None
+    for position, flag in enumerate([*flags.tolist(), False]):
+        if flag and start is None:
+            start = position
+        if not flag and start is not None:
+            expected.append(range(start, position))
+            start = None
+    assert expected  # precondition: runs to find
+    assert _ranges(flags) == tuple(expected)

@@ -509,6 +509,16 @@ def _ranges(flags: torch.Tensor) -> tuple[range, ...]:
         >>> _ranges(torch.tensor([True, True, False, True]))
         (range(0, 2), range(3, 4))
     """
+    if flags.numel() <= 256:  # a short vector: a loop costs less than a few tensor ops
+        runs: list[range] = []
+        for position, flag in enumerate(flags.tolist()):
+            if not flag:
+                continue
+            if runs and runs[-1].stop == position:
+                runs[-1] = range(runs[-1].start, position + 1)
+            else:
+                runs.append(range(position, position + 1))
+        return tuple(runs)
     # where a run starts or stops: the flags, padded with False, change there
     padded = torch.zeros(flags.numel() + 2, dtype=torch.int8)
     padded[1:-1] = flags
