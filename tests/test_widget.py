@@ -1912,3 +1912,15 @@ def test_the_grad_overlays_paint_the_wrong_backward(norms_widget):
     values = widget.session.viewer.overlay_values()
     lit = {call for call, value in values.calls.items() if value > 1 and call.endswith("norm")}
     assert lit == {"layers.2.norm"} and "own grad error" in widget.legend
+
+
+def test_a_region_of_a_node_the_program_lacks_is_refused_and_the_region_kept(gpt):
+    widget, _, _ = gpt
+    widget.expand("layers.0.attn")
+    widget.region(["matmul", "div"])
+    assert widget.can_use_region  # precondition: a region to keep
+    with pytest.raises(gs.errors.UnknownNodeError, match=r"'matmull'.*Did you mean 'matmul'"):
+        widget.region(["matmul", "matmull"])
+    assert widget.can_use_region and "matmull" in widget.error["message"]
+    widget.fuse_region()
+    assert widget.surgery.fused == ("region:layers.0.attn",)

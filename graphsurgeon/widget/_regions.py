@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from .. import _meta
-from ..errors import GraphSurgeonError, WidgetError
+from ..errors import GraphSurgeonError, UnknownNameError, WidgetError
 from ..partition import program_index
 from ..rewrite import swap_info
 from ._picker import REGION
@@ -83,14 +83,24 @@ class Regions:
     def set_region(self, nodes: Iterable[str]) -> None:
         """Make ``nodes`` (fx node names of the program, as the picture names them) the
         region: what it would take and return as one call is worked out at once
-        (:attr:`region_plan`), or why it cannot be one call (:attr:`region_problem`)."""
+        (:attr:`region_plan`), or why it cannot be one call (:attr:`region_problem`). A name
+        the program has no node of is refused (UnknownNodeError, with the names it may mean)
+        and the region is left as it was: it is a mistake in the call, not a region."""
         nodes = list(dict.fromkeys(nodes or ()))
-        self.region, self.region_plan, self.region_problem, self.similar = nodes, None, "", None
+        plan, problem = None, ""
         if nodes:
             try:
-                self.region_plan = self.session.surgery.region_signature(nodes)
-            except GraphSurgeonError as problem:
-                self.region_problem = str(problem)
+                plan = self.session.surgery.region_signature(nodes)
+            except UnknownNameError:
+                raise
+            except GraphSurgeonError as error:
+                problem = str(error)
+        self.region, self.region_plan, self.region_problem, self.similar = (
+            nodes,
+            plan,
+            problem,
+            None,
+        )
         session = self.session
         if session.picker.replacement_for == REGION and not nodes:
             session.picker.clear()

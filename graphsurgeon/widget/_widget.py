@@ -811,6 +811,10 @@ class SurgeryWidget(anywidget.AnyWidget):
         Args:
             nodes: fx node names of the program, as the picture names them; ``[]`` forgets it.
 
+        Raises:
+            UnknownNodeError: a name the program has no node of (the region stays as it was).
+                Nodes that cannot be one call are no error: ``w.region_html`` says why.
+
         Example:
             >>> import torch, graphsurgeon as gs
             >>> x = torch.ones(1, 2)
