@@ -918,7 +918,7 @@ def _given(
         try:
             resolved = index.resolve(name)  # the one reading of a name ("blk@0" is "blk")
         except UnknownModuleError as error:
-            if split_call_name(name)[0] in index.fqns:  # a module, but no such call of it
+            if split_call_name(name)[0] in index.fqn_set:  # a module, but no such call of it
                 raise UnknownModuleError(f"overlay: {error}") from None
             choices = [*node_names, *index.known_names()]
             raise UnknownNameError(

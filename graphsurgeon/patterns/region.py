@@ -155,7 +155,7 @@ def _check_region_name(index: ProgramIndex, name: object) -> None:
     if not isinstance(name, str) or not name:
         raise SurgeryError(f"a region's name is a non-empty string, got {a_type(name)}")
     fqn, k = _meta.split_call_name(name)
-    if fqn in index.fqns:
+    if fqn in index.fqn_set:
         what = f"call {k} of module {fqn!r}" if k is not None else f"module {fqn!r}"
         raise SurgeryError(
             f"a region cannot be named {name!r}: that is the name of {what} of the program, "

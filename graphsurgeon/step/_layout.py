@@ -91,12 +91,12 @@ class Layout:
             if call not in self.members:
                 self.members[call] = [i]
                 self.fqn_calls.setdefault(call, [call])
-        self.program_fqns: set[str] = set()
+        self.program_fqns: frozenset[str] = frozenset()
         # the program's index, where names are read as every entry point reads them
         self.index = None
         if info is not None:
             self.index = program_index(info.program)
-            self.program_fqns = set(self.index.fqns)
+            self.program_fqns = self.index.fqn_set
         # the position after which each node's value is no longer needed, and the values to
         # drop after each position in memory-light mode
         self.last_use, self.frees = value_lifetimes(nodes)
@@ -181,7 +181,7 @@ class Layout:
         fqn, index = split_call_name(name)
         if index == 0 and fqn in self.members:
             return True
-        if self.index is not None and fqn in self.index.fqns and fqn != "":
+        if self.index is not None and fqn in self.index.fqn_set and fqn != "":
             try:
                 return any(c in self.members for c in self.index.calls_covered(name))
             except UnknownModuleError:
