@@ -697,16 +697,26 @@ class Surgery:
         rtol: float = 1e-5,
         atol: float = 1e-5,
         backward: bool = False,
+        grad_outputs: Any = None,
     ) -> Any:
         """The smallest set of this Surgery's swaps that explains its mismatch against the
         original program: a :class:`~graphsurgeon.checks.bisect.Bisection` with ``.culprits`` (in
         graph order), ``.runs`` and the log of runs (:func:`graphsurgeon.checks.bisect.bisect` says
         how, and what it guarantees). With ``backward=True`` a set of swaps mismatches when its
-        outputs or its gradients differ from the original's (a wrong hand-written backward).
+        outputs or its gradients differ from the original's (a wrong hand-written backward),
+        every run backward from ``grad_outputs`` (as for :meth:`verify`) or seeded ones.
         The Surgery is not changed."""
         from .checks.bisect import bisect
 
-        return bisect(self, args, kwargs, rtol=rtol, atol=atol, backward=backward)
+        return bisect(
+            self,
+            args,
+            kwargs,
+            rtol=rtol,
+            atol=atol,
+            backward=backward,
+            grad_outputs=grad_outputs,
+        )
 
     def export(
         self,

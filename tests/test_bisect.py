@@ -437,3 +437,32 @@ def test_a_backward_that_fails_is_a_mismatch_of_its_run():
     (alone,) = [run for run in found.log if run.swaps == ("layers.2.norm",) and not run.repeated]
     assert alone.mismatch and "this backward is not written yet" in alone.error
     assert "the run failed" in str(found)
+
+
+def test_bisect_backward_runs_every_backward_from_the_given_upstream_gradients():
+    torch.manual_seed(0)
+    model, x = NormStack(layers=4).eval(), torch.randn(3, 8)
+    swaps = fused_norms(model, {"layers.2.norm": "weight factor"})
+    s = gs.Surgery.from_model(model, (x,))
+    for name, replacement in swaps.items():
+        s.swap(name, replacement)
+    zeros, ones = torch.zeros(3, 8), torch.ones(3, 8)
+    # by torch's own autograd: a zero upstream gradient hides the planted bug, ones show it
+    assert _same_gradients(
+        _torch_gradients(model, (x,), {}, (zeros,)), _torch_gradients(s.module, (x,), {}, (zeros,))
+    )
+    assert not _same_gradients(
+        _torch_gradients(model, (x,), {}, (ones,)), _torch_gradients(s.module, (x,), {}, (ones,))
+    )
+
+    hidden = s.bisect(backward=True, grad_outputs=zeros)
+    shown = s.bisect(backward=True, grad_outputs=ones)
+
+    assert hidden.matches and hidden.culprits == ()
+    assert not shown.matches and shown.culprits == ("layers.2.norm",)
+    assert "upstream gradients: grad_outputs as given" in shown.backward_notes[-1]
+    assert "seeded" in s.bisect(backward=True).backward_notes[-1]
+    with pytest.raises(SurgeryError, match=r"bisect: grad_outputs leaf 0 has shape \[8\]"):
+        s.bisect(backward=True, grad_outputs=torch.ones(8))
+    with pytest.raises(SurgeryError, match="pass backward=True"):
+        s.bisect(grad_outputs=ones)

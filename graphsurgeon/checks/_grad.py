@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from ..errors import VerifyError, a_type
+from ..errors import GraphSurgeonError, VerifyError, a_type
 
 __all__ = [
     "Backward",
@@ -138,16 +138,19 @@ def seeded_upstream(outputs: Any, seed: int = UPSTREAM_SEED) -> tuple[torch.Tens
     return tuple(upstream)
 
 
-def given_upstream(grad_outputs: Any, outputs: Any, where: str) -> tuple[torch.Tensor | None, ...]:
+def given_upstream(
+    grad_outputs: Any, outputs: Any, where: str, error: type[GraphSurgeonError] = VerifyError
+) -> tuple[torch.Tensor | None, ...]:
     """The caller's ``grad_outputs`` as one tensor (or None) per output leaf, checked against
-    the outputs: same structure (a lone tensor for a lone output), same shapes."""
+    the outputs: same structure (a lone tensor for a lone output), same shapes; ``error`` is
+    what a mismatch raises (the verb's own error class)."""
     out_leaves = pytree.tree_leaves(outputs)
     if isinstance(grad_outputs, torch.Tensor) and len(out_leaves) == 1:
         given = [grad_outputs]
     else:
         given = pytree.tree_leaves(grad_outputs, is_leaf=lambda v: v is None)
         if len(given) != len(out_leaves):
-            raise VerifyError(
+            raise error(
                 f"{where}grad_outputs has {len(given)} leaves, the reference returns "
                 f"{len(out_leaves)}; pass one gradient (or None) per output leaf, in the "
                 "structure of the outputs, or leave grad_outputs=None for seeded random ones"
@@ -158,12 +161,12 @@ def given_upstream(grad_outputs: Any, outputs: Any, where: str) -> tuple[torch.T
             upstream.append(None)
             continue
         if not isinstance(grad, torch.Tensor):
-            raise VerifyError(
+            raise error(
                 f"{where}grad_outputs leaf {index}: expected a tensor or None, got {a_type(grad)}"
             )
         if not isinstance(leaf, torch.Tensor) or grad.shape != leaf.shape:
             shape = list(leaf.shape) if isinstance(leaf, torch.Tensor) else a_type(leaf)
-            raise VerifyError(
+            raise error(
                 f"{where}grad_outputs leaf {index} has shape {list(grad.shape)}; the output "
                 f"there is {shape}: pass a gradient of the output's shape"
             )

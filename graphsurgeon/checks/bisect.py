@@ -58,7 +58,7 @@ from ..errors import SurgeryError, a_type
 from ..partition import program_index
 from ..rewrite import rewrite, safe_path
 from ._exec import RandomState, clone_inputs, keep_state, runnable_original
-from ._grad import input_labels, run_backward
+from ._grad import given_upstream, input_labels, run_backward
 from .verify import checked_tolerance, compare_gradients, compare_outputs
 
 __all__ = ["BisectRun", "Bisection", "bisect"]
@@ -298,6 +298,7 @@ def _run_text(run: BisectRun, every: tuple[str, ...], backward: bool = False) ->
 
 
 _SEEDED = "upstream gradients: standard normal, seeded (the same for every run)"
+_GIVEN = "upstream gradients: grad_outputs as given (the same for every run)"
 
 
 # -- the search ---------------------------------------------------------------------------------
@@ -318,6 +319,7 @@ class _Tests:
         atol: float,
         regions: Mapping[str, Any] | None = None,
         backward: bool = False,
+        grad_outputs: Any = None,
     ):
         self.program = program
         self.backward = backward
@@ -336,9 +338,19 @@ class _Tests:
         original = runnable_original(program)
         # the one naming of the inputs' gradients, for every run (from the model's signature)
         self.labels = input_labels(original, args, self.kwargs) if backward else []
-        self.upstream: Any = None  # with backward: seeded from the original's outputs
+        # with backward: the caller's grad_outputs (checked against the original's outputs)
+        # or seeded ones; after the original's run, the tensors it used, for every run
+        self.upstream: Any = None
+        if grad_outputs is not None:
+
+            def upstream(outputs: Any) -> tuple:
+                return given_upstream(grad_outputs, outputs, "bisect: ", SurgeryError)
+
+            self.upstream = upstream
         try:
             self.expected = self._run(original)
+        except SurgeryError:
+            raise
         except Exception as error:
             raise SurgeryError(
                 f"bisect: running the original program failed: {type(error).__name__}: "
@@ -511,6 +523,7 @@ def bisect(
     rtol: float = 1e-5,
     atol: float = 1e-5,
     backward: bool = False,
+    grad_outputs: Any = None,
 ) -> Bisection:
     """The smallest set of a Surgery's swaps that explains its mismatch against the original.
 
@@ -523,6 +536,9 @@ def bisect(
         backward: also run backward, from the same seeded upstream gradients in every run, and
             count a run as a mismatch when its gradients (of the floating inputs and the
             parameters, by name) differ too, as ``gs.verify(..., backward=True)`` compares.
+        grad_outputs: with ``backward=True``, the upstream gradients of every run, one tensor
+            (or None) per output leaf in the structure of the outputs, as for
+            :func:`graphsurgeon.verify` (default: seeded standard-normal ones).
 
     The program with all the Surgery's swaps is run against the original program (``ep``,
     not the eager model: a swap is to blame when its replacement does not compute what the
@@ -556,6 +572,11 @@ def bisect(
     atol = checked_tolerance("atol", atol, SurgeryError, "bisect: ")
     if not isinstance(backward, bool):
         raise SurgeryError(f"bisect: backward={backward!r}: expected True or False")
+    if grad_outputs is not None and not backward:
+        raise SurgeryError(
+            "bisect: grad_outputs are the upstream gradients of a backward run: pass "
+            "backward=True with them, or leave them out"
+        )
     args, kwargs = source.inputs(error=SurgeryError)
     regions = dict(getattr(surgery, "regions", {}) or {})
     order = tuple(_graph_order(program, list(replacements), regions))
@@ -564,7 +585,17 @@ def bisect(
     module = surgery.module
     full_module = module if _state_is_the_programs(program, module) else None
     tests = _Tests(
-        program, replacements, order, full_module, args, kwargs, rtol, atol, regions, backward
+        program,
+        replacements,
+        order,
+        full_module,
+        args,
+        kwargs,
+        rtol,
+        atol,
+        regions,
+        backward,
+        grad_outputs,
     )
     everything = frozenset(order)
     groups: list[tuple[str, ...]] = []
@@ -596,5 +627,7 @@ def bisect(
         atol=atol,
         disagreements=tuple(disagreements),
         backward=backward,
-        backward_notes=(*tests.notes, _SEEDED) if backward else (),
+        backward_notes=(*tests.notes, _SEEDED if grad_outputs is None else _GIVEN)
+        if backward
+        else (),
     )
