@@ -1068,3 +1068,35 @@ def test_a_second_swap_of_a_program_compiles_only_the_code_near_what_it_changed(
     second.recompile()
     assert "_gs_part_" not in second.code
     assert_close_tree(second(tokens), eager_reference(model, request)(tokens))
+
+
+def test_the_statements_reused_from_earlier_swaps_are_those_written_afresh():
+    # Each swap of one program writes its untouched nodes' statements from those of the earlier
+    # swaps: after swaps that rename what the next layer reads (layer 2, then 9, then 2 and 3
+    # fused), every part's text is the one a fresh cache writes for the same graph
+    import linecache
+
+    from graphsurgeon.examples import TinyGPT
+    from graphsurgeon.rewrite import FUSE, rewrite
+    from graphsurgeon.rewrite._codegen import fast_function
+    from graphsurgeon.rewrite._parts import PartCache, write_in_parts
+
+    torch.manual_seed(0)
+    model = TinyGPT(n_layers=6).eval()
+    tokens = model.example_input()
+    ep = gs.export(model, (tokens,), preserve=[f"layers.{i}" for i in range(6)])
+    requests = [
+        {"layers.2": copy.deepcopy(model.layers[2])},
+        {"layers.4": copy.deepcopy(model.layers[4])},
+        {"layers.2": copy.deepcopy(model.layers[2]), "layers.3": FUSE},
+        {},
+    ]
+    for request in requests:
+        gm = rewrite(ep, request)
+        parts = [v for k, v in gm.forward.__globals__.items() if k.startswith("_gs_part_")]
+        written = {"".join(linecache.getlines(p.__code__.co_filename)) for p in parts}
+        fresh = PartCache()
+        write_in_parts(gm.graph.nodes, fresh, fast_function)
+        assert written == set(fresh.code)
+        expected = eager_reference(model, {k: v for k, v in request.items() if v is not FUSE})
+        assert_close_tree(gm(tokens), expected(tokens))

@@ -80,6 +80,8 @@ class _Builder(_GraphWriter):
                 raise SwapError(
                     f"internal: node {old.name!r} is used before it is defined in the swapped graph"
                 ) from None
+            if type(old) is Node:  # most values: a node already made (no lazy value to make)
+                return old
         return self.materialize(old)
 
     def materialize(self, x: Any) -> Any:
@@ -161,7 +163,8 @@ class _Builder(_GraphWriter):
         alive = set(self.graph.nodes)
         self.copies = {new.name: old.name for new, old in self.copied_from.items() if new in alive}
         # the program's cache of compiled parts: code its earlier rewrites compiled is reused
-        gm = self.module("SwappedProgram", _derived.cached(ep, "compiled parts", PartCache))
+        parts = _derived.cached(ep, "compiled parts", PartCache)
+        gm = self.module("SwappedProgram", parts, origins=self.copied_from)
         for target in self.non_persistent:
             owner_path, _, leaf = target.rpartition(".")
             owner = gm.get_submodule(owner_path) if owner_path else gm

@@ -68,7 +68,7 @@ class _Graph(torch.fx.Graph):
             and not any(options.values())
         ):
             try:
-                return write_in_parts(self.nodes, codegen.parts, fast_function)
+                return write_in_parts(self.nodes, codegen.parts, fast_function, codegen.origins)
             except Unsupported:
                 pass  # fx writes it whole
         return super().python_code(root_module, **options)
@@ -284,15 +284,24 @@ class _GraphWriter:
         node.meta[_meta.GLUE] = "build"
         return node
 
-    def module(self, class_name: str, parts: PartCache | None = None) -> GraphModule:
-        self.graph.set_codegen(FastCodeGen(parts))
+    def module(
+        self, class_name: str, parts: PartCache | None = None, origins: dict | None = None
+    ) -> GraphModule:
+        """The GraphModule of the graph written. ``origins``: node -> the program node it is a
+        copy of (its code is then written from what earlier copies of them were written as)."""
+        codegen = FastCodeGen(parts)
+        codegen.origins = origins
+        self.graph.set_codegen(codegen)
         # fx's GraphModule(attrs, graph) installs each attribute through nn.Module's checked
         # setattr: a fifth of a swap's time at 16,000 nodes. The same tree, written directly.
         empty = torch.fx.Graph()
         empty.output(None)
         module = _ProgramModule({}, empty, class_name=class_name)
         _install(module, self.attrs, self.graph)
-        module.graph = self.graph  # compiles the forward
+        try:
+            module.graph = self.graph  # compiles the forward
+        finally:
+            codegen.origins = None
         return module
 
 
