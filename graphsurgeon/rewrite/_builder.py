@@ -55,6 +55,8 @@ class _Builder(_GraphWriter):
         self.owner: dict[Node, _Request] = {n: r for r in requests for n in r.nodes}
         self.swapped_paths = sorted({r.install_path for r in requests})
         self._swapped_set = frozenset(self.swapped_paths)
+        # what a path inside a swapped one starts with (few swaps: one C-level startswith)
+        self._swapped_prefixes = tuple(f"{p}." for p in self.swapped_paths)
         self.copied_from: dict[Node, Node] = {}
         # functional graphs: mutated value's node name -> the placeholder it writes
         self.mutation_targets: dict[str, Node] = mutation_targets(index)
@@ -114,12 +116,17 @@ class _Builder(_GraphWriter):
         # one call's install path, holds nothing of "blk": see _meta.inside).
         if "@" in target:
             inside = any(_meta.inside(target, path) for path in self.swapped_paths)
-        else:  # _meta.inside of a plain path: the path is one of its prefixes (one look-up each)
-            parts = target.split(".")
+        else:  # _meta.inside of a plain path: the path is one of its prefixes
             swapped = self._swapped_set
-            inside = "" in swapped or any(
-                ".".join(parts[:end]) in swapped for end in range(1, len(parts) + 1)
-            )
+            if len(swapped) <= 16:
+                inside = (
+                    "" in swapped or target in swapped or target.startswith(self._swapped_prefixes)
+                )
+            else:  # many: one look-up per prefix of the path
+                parts = target.split(".")
+                inside = "" in swapped or any(
+                    ".".join(parts[:end]) in swapped for end in range(1, len(parts) + 1)
+                )
         if inside:
             return "_retained_" + _flat_name(target)
         return safe_path(target)

@@ -81,7 +81,11 @@ def _node(graph: torch.fx.Graph, op: str, target: Any, args: tuple, name: str) -
     if not _FAST_NODES:
         return graph.create_node(op, target, args, name=name)
     namespace = graph._graph_namespace
-    name = namespace.create_name(name, None)
+    used = namespace._used_names
+    if name in used or name in _ILLEGAL_NAMES or not (name.isascii() and name.isidentifier()):
+        name = namespace.create_name(name, None)  # fx makes it unique and legal
+    else:  # a legal name not taken (a copied node's own): fx's create_name would keep it as is
+        used.add(name)
     node = Node(graph, name, op, target, args, immutable_dict(), None)
     namespace.associate_name_with_obj(name, node)
     graph._insert(node)
@@ -96,10 +100,16 @@ def _set_meta(node: Node, meta: dict) -> None:
     object.__setattr__(node, "meta", meta)
 
 
+# names fx never gives a node (keywords, builtins): such a name goes through fx's create_name
+_ILLEGAL_NAMES = getattr(torch.fx.graph, "_illegal_names", None)
 # what _node relies on of fx's graph (torch 2.x); elsewhere it asks fx's create_node
-_FAST_NODES = all(
-    hasattr(torch.fx.Graph(), attribute)
-    for attribute in ("_graph_namespace", "_insert", "_find_nodes_lookup_table", "_len")
+_FAST_NODES = (
+    isinstance(_ILLEGAL_NAMES, dict)
+    and hasattr(getattr(torch.fx.Graph(), "_graph_namespace", None), "_used_names")
+    and all(
+        hasattr(torch.fx.Graph(), attribute)
+        for attribute in ("_graph_namespace", "_insert", "_find_nodes_lookup_table", "_len")
+    )
 )
 
 
