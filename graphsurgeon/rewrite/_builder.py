@@ -166,8 +166,8 @@ class _Builder(_GraphWriter):
                 continue
             self._copy(node)
         self._remove_dead_code()
-        self.node_map = self._node_map()
         alive = set(self.graph.nodes)
+        self.node_map = self._node_map(alive)
         self.copies = {new.name: old.name for new, old in self.copied_from.items() if new in alive}
         # the program's cache of compiled parts: code its earlier rewrites compiled is reused
         parts = _derived.cached(ep, "compiled parts", PartCache)
@@ -511,10 +511,10 @@ class _Builder(_GraphWriter):
             name=self.fresh(f"write_back_{spec.target}"),
         )
 
-    def _node_map(self) -> dict[str, str]:
-        """Old node name -> the name of the node holding its value in the new graph."""
+    def _node_map(self, alive: set[Node]) -> dict[str, str]:
+        """Old node name -> the name of the node holding its value in the new graph (``alive``:
+        the nodes of the new graph)."""
         mapping = {}
-        alive = set(self.graph.nodes)
         for old, value in self.env.items():
             if isinstance(value, (_Leaf, _Attr)):
                 value = value.node

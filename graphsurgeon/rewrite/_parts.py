@@ -48,6 +48,7 @@ _SPACING = 64
 _SMALLEST = 16
 _LARGEST = 384
 _PART = "_gs_part_"
+_NAMES_KEPT = 1 << 20  # node names a cache remembers as checked, at most
 
 
 class Unsupported(Exception):
@@ -72,6 +73,7 @@ class PartCache:
         # depends on: (the node's args and kwargs objects, the copy's target and name, the names
         # of the values it reads, the text). A later copy that matches is the same statement.
         self.lines: dict[Node, tuple] = {}
+        self.names: set[str] = set()  # node names known to be Python names (not keywords)
 
     def __deepcopy__(self, memo: dict) -> PartCache:
         return self  # what it holds is addressed by content: copies of a program may share it
@@ -226,8 +228,12 @@ def write_in_parts(nodes: Any, cache: PartCache, fast: Any, origins: Any = None)
     earlier copies of the same program nodes (:func:`_copied_line`)."""
     order = list(nodes)
     names = {n.name for n in order}
-    if any(not n.isidentifier() or keyword.iskeyword(n) for n in names):
+    unchecked = names - cache.names  # the names of earlier programs were checked then
+    if any(not n.isidentifier() or keyword.iskeyword(n) for n in unchecked):
         raise Unsupported("a node name that is not a Python name")
+    if len(cache.names) > _NAMES_KEPT:  # the names of very many programs: start over
+        cache.names.clear()
+    cache.names |= unchecked
     placeholders = [n for n in order if n.op == "placeholder"]
     outputs = [n for n in order if n.op == "output"]
     if len(outputs) != 1 or order[-1] is not outputs[0]:
@@ -246,12 +252,9 @@ def write_in_parts(nodes: Any, cache: PartCache, fast: Any, origins: Any = None)
             current = []
     if current:
         parts.append(current)
-    where: dict[Node, int] = {}  # node -> its part (-1: a placeholder)
-    for node in placeholders:
-        where[node] = -1
+    where: dict[Node, int] = dict.fromkeys(placeholders, -1)  # node -> its part (-1: a placeholder)
     for i, part in enumerate(parts):
-        for node in part:
-            where[node] = i
+        where.update(dict.fromkeys(part, i))
     # last use of each value: the node, and the last part (len(parts) = the output) reading it
     last_user: dict[Node, Node] = {}
     last_part: dict[Node, int] = {}

@@ -8,6 +8,7 @@ import functools
 import inspect
 import keyword
 import operator
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -341,15 +342,51 @@ def _install(root: torch.nn.Module, attrs: dict[str, Any], graph: torch.fx.Graph
                 path = f"{path}.{item}" if path else item
                 child = owners.get(path)
                 if child is None:
-                    child = getattr(owner, item, None)
+                    if owner is not root and id(owner) in made:  # a plain module made here:
+                        child = owner._modules.get(item)  # its children are all in _modules
+                    else:
+                        child = getattr(owner, item, None)
                     if child is None:
-                        child = torch.nn.Module()
+                        child = _plain_module() if direct else torch.nn.Module()
                         _put(owner, item, child, direct and id(owner) in made)
                         if direct:
                             made.add(id(child))
                     owners[path] = child
                 owner = child
         _put(owner, field, attrs[target], direct and id(owner) in made)
+
+
+def _module_state() -> list[tuple[str, Any, Any]] | None:
+    """What ``torch.nn.Module()`` holds once made: (attribute, the type of its fresh empty
+    container or None, the value), or None where it holds anything else (then modules are
+    made by their __init__)."""
+    made = torch.nn.Module()
+    state = []
+    for key, value in made.__dict__.items():
+        if type(value) in (dict, set, OrderedDict) and not value:
+            state.append((key, type(value), None))
+        elif value is None or type(value) is bool:
+            state.append((key, None, value))
+        else:
+            return None
+    return state
+
+
+_MODULE_STATE = _module_state()
+
+
+def _plain_module() -> torch.nn.Module:
+    """A new ``torch.nn.Module()`` with its fresh state written at once: a fifth of the time of
+    its ``__init__``, paid by each of the ~4,000 modules on the paths of a 384-layer program."""
+    if _MODULE_STATE is None or type(torch.nn.Module).__call__ is not type.__call__:
+        return torch.nn.Module()
+    module = torch.nn.Module.__new__(torch.nn.Module)
+    object.__setattr__(
+        module,
+        "__dict__",
+        {key: (kind() if kind is not None else value) for key, kind, value in _MODULE_STATE},
+    )
+    return module
 
 
 def _put(owner: Any, field: str, value: Any, direct: bool) -> None:
