@@ -284,13 +284,14 @@ def write_in_parts(nodes: Any, cache: PartCache, fast: Any, origins: Any = None)
         for node in part:
             for value in node._input_nodes:
                 if value not in members:
-                    reads.setdefault(value, None)
+                    reads[value] = None
             old = origins.get(node) if origins else None
             if old is None:
                 line = _line(node, cache, fast)
             else:
                 line = _copied_line(node, old, cache, fast)
-            freed = [v.name for v in freed_at.get(node, ()) if v in members or v in reads]
+            last = freed_at.get(node)
+            freed = [v.name for v in last if v in members or v in reads] if last else []
             if not node.users:  # nothing reads it (kept for its effect): freed at once, as fx does
                 freed.append(node.name)
             if freed:
