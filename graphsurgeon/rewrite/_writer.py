@@ -378,7 +378,7 @@ _MODULE_STATE = _module_state()
 def _plain_module() -> torch.nn.Module:
     """A new ``torch.nn.Module()`` with its fresh state written at once: a fifth of the time of
     its ``__init__``, paid by each of the ~4,000 modules on the paths of a 384-layer program."""
-    if _MODULE_STATE is None or type(torch.nn.Module).__call__ is not type.__call__:
+    if _MODULE_STATE is None:
         return torch.nn.Module()
     module = torch.nn.Module.__new__(torch.nn.Module)
     object.__setattr__(
