@@ -1100,3 +1100,23 @@ def test_the_statements_reused_from_earlier_swaps_are_those_written_afresh():
         assert written == set(fresh.code)
         expected = eager_reference(model, {k: v for k, v in request.items() if v is not FUSE})
         assert_close_tree(gm(tokens), expected(tokens))
+
+
+def test_the_path_modules_of_a_result_are_plain_modules_as_torch_makes_them():
+    # a swap's path modules (layers, layers.0 ...) are made with their state written at once:
+    # the same attributes, values and fresh containers as torch.nn.Module()'s own
+    from graphsurgeon.rewrite._writer import _plain_module
+
+    made, plain = _plain_module(), torch.nn.Module()
+    assert type(made) is torch.nn.Module and made.__dict__ == plain.__dict__
+    assert all(
+        made.__dict__[k] is not plain.__dict__[k]
+        for k, v in plain.__dict__.items()
+        if isinstance(v, (dict, set))
+    )
+    model = torch.nn.Sequential(torch.nn.Sequential(torch.nn.Linear(2, 2)), torch.nn.ReLU())
+    x = torch.randn(1, 2)
+    gm = gs.swap(gs.export(model, (x,)), {"1": torch.nn.Tanh()})
+    assert type(gm.get_submodule("0")) is torch.nn.Module
+    assert list(gm.state_dict()) == ["0.0.weight", "0.0.bias"]
+    torch.testing.assert_close(gm(x), torch.tanh(model[0](x)))
