@@ -1068,3 +1068,55 @@ def test_a_second_swap_of_a_program_compiles_only_the_code_near_what_it_changed(
     second.recompile()
     assert "_gs_part_" not in second.code
     assert_close_tree(second(tokens), eager_reference(model, request)(tokens))
+
+
+def test_the_statements_reused_from_earlier_swaps_are_those_written_afresh():
+    # Each swap of one program writes its untouched nodes' statements from those of the earlier
+    # swaps: after swaps that rename what the next layer reads (layer 2, then 9, then 2 and 3
+    # fused), every part's text is the one a fresh cache writes for the same graph
+    import linecache
+
+    from graphsurgeon.examples import TinyGPT
+    from graphsurgeon.rewrite import FUSE, rewrite
+    from graphsurgeon.rewrite._codegen import fast_function
+    from graphsurgeon.rewrite._parts import PartCache, write_in_parts
+
+    torch.manual_seed(0)
+    model = TinyGPT(n_layers=6).eval()
+    tokens = model.example_input()
+    ep = gs.export(model, (tokens,), preserve=[f"layers.{i}" for i in range(6)])
+    requests = [
+        {"layers.2": copy.deepcopy(model.layers[2])},
+        {"layers.4": copy.deepcopy(model.layers[4])},
+        {"layers.2": copy.deepcopy(model.layers[2]), "layers.3": FUSE},
+        {},
+    ]
+    for request in requests:
+        gm = rewrite(ep, request)
+        parts = [v for k, v in gm.forward.__globals__.items() if k.startswith("_gs_part_")]
+        written = {"".join(linecache.getlines(p.__code__.co_filename)) for p in parts}
+        fresh = PartCache()
+        write_in_parts(gm.graph.nodes, fresh, fast_function)
+        assert written == set(fresh.code)
+        expected = eager_reference(model, {k: v for k, v in request.items() if v is not FUSE})
+        assert_close_tree(gm(tokens), expected(tokens))
+
+
+def test_the_path_modules_of_a_result_are_plain_modules_as_torch_makes_them():
+    # a swap's path modules (layers, layers.0 ...) are made with their state written at once:
+    # the same attributes, values and fresh containers as torch.nn.Module()'s own
+    from graphsurgeon.rewrite._writer import _plain_module
+
+    made, plain = _plain_module(), torch.nn.Module()
+    assert type(made) is torch.nn.Module and made.__dict__ == plain.__dict__
+    assert all(
+        made.__dict__[k] is not plain.__dict__[k]
+        for k, v in plain.__dict__.items()
+        if isinstance(v, (dict, set))
+    )
+    model = torch.nn.Sequential(torch.nn.Sequential(torch.nn.Linear(2, 2)), torch.nn.ReLU())
+    x = torch.randn(1, 2)
+    gm = gs.swap(gs.export(model, (x,)), {"1": torch.nn.Tanh()})
+    assert type(gm.get_submodule("0")) is torch.nn.Module
+    assert list(gm.state_dict()) == ["0.0.weight", "0.0.bias"]
+    torch.testing.assert_close(gm(x), torch.tanh(model[0](x)))

@@ -55,6 +55,8 @@ class _Builder(_GraphWriter):
         self.owner: dict[Node, _Request] = {n: r for r in requests for n in r.nodes}
         self.swapped_paths = sorted({r.install_path for r in requests})
         self._swapped_set = frozenset(self.swapped_paths)
+        # what a path inside a swapped one starts with (few swaps: one C-level startswith)
+        self._swapped_prefixes = tuple(f"{p}." for p in self.swapped_paths)
         self.copied_from: dict[Node, Node] = {}
         # functional graphs: mutated value's node name -> the placeholder it writes
         self.mutation_targets: dict[str, Node] = mutation_targets(index)
@@ -80,6 +82,8 @@ class _Builder(_GraphWriter):
                 raise SwapError(
                     f"internal: node {old.name!r} is used before it is defined in the swapped graph"
                 ) from None
+            if type(old) is Node:  # most values: a node already made (no lazy value to make)
+                return old
         return self.materialize(old)
 
     def materialize(self, x: Any) -> Any:
@@ -112,12 +116,17 @@ class _Builder(_GraphWriter):
         # one call's install path, holds nothing of "blk": see _meta.inside).
         if "@" in target:
             inside = any(_meta.inside(target, path) for path in self.swapped_paths)
-        else:  # _meta.inside of a plain path: the path is one of its prefixes (one look-up each)
-            parts = target.split(".")
+        else:  # _meta.inside of a plain path: the path is one of its prefixes
             swapped = self._swapped_set
-            inside = "" in swapped or any(
-                ".".join(parts[:end]) in swapped for end in range(1, len(parts) + 1)
-            )
+            if len(swapped) <= 16:
+                inside = (
+                    "" in swapped or target in swapped or target.startswith(self._swapped_prefixes)
+                )
+            else:  # many: one look-up per prefix of the path
+                parts = target.split(".")
+                inside = "" in swapped or any(
+                    ".".join(parts[:end]) in swapped for end in range(1, len(parts) + 1)
+                )
         if inside:
             return "_retained_" + _flat_name(target)
         return safe_path(target)
@@ -157,11 +166,12 @@ class _Builder(_GraphWriter):
                 continue
             self._copy(node)
         self._remove_dead_code()
-        self.node_map = self._node_map()
         alive = set(self.graph.nodes)
+        self.node_map = self._node_map(alive)
         self.copies = {new.name: old.name for new, old in self.copied_from.items() if new in alive}
         # the program's cache of compiled parts: code its earlier rewrites compiled is reused
-        gm = self.module("SwappedProgram", _derived.cached(ep, "compiled parts", PartCache))
+        parts = _derived.cached(ep, "compiled parts", PartCache)
+        gm = self.module("SwappedProgram", parts, origins=self.copied_from)
         for target in self.non_persistent:
             owner_path, _, leaf = target.rpartition(".")
             owner = gm.get_submodule(owner_path) if owner_path else gm
@@ -501,10 +511,10 @@ class _Builder(_GraphWriter):
             name=self.fresh(f"write_back_{spec.target}"),
         )
 
-    def _node_map(self) -> dict[str, str]:
-        """Old node name -> the name of the node holding its value in the new graph."""
+    def _node_map(self, alive: set[Node]) -> dict[str, str]:
+        """Old node name -> the name of the node holding its value in the new graph (``alive``:
+        the nodes of the new graph)."""
         mapping = {}
-        alive = set(self.graph.nodes)
         for old, value in self.env.items():
             if isinstance(value, (_Leaf, _Attr)):
                 value = value.node

@@ -101,6 +101,9 @@ class FastCodeGen(CodeGen):
     def __init__(self, parts: PartCache | None = None):
         super().__init__()
         self.parts = parts
+        # node -> the program node it copies, for the first compile only (see write_in_parts):
+        # a later edit of the graph is written from the nodes as they are then
+        self.origins: dict | None = None
 
     def _gen_python_code(self, nodes, root_module, namespace, **kwargs):
         plain = root_module == "self" and not any(
@@ -117,7 +120,7 @@ class FastCodeGen(CodeGen):
         )
         if self.parts is not None and plain:
             try:
-                return write_in_parts(nodes, self.parts, fast_function)
+                return write_in_parts(nodes, self.parts, fast_function, self.origins)
             except Unsupported:
                 pass  # fx writes it whole, below
         replaced = []

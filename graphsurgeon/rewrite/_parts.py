@@ -8,7 +8,9 @@ so a part's text depends only on its own nodes and on which of its values later 
 the same text in every program built from one ExportedProgram but near what changed. Each part
 is a function ``part(self, <values it reads>) -> <values later parts read>``; the forward calls
 them in order. The code object of a part is kept by its text (in a :class:`PartCache` that the
-programs built from one ExportedProgram share), so a swap compiles only the parts it changed.
+programs built from one ExportedProgram share), so a swap compiles only the parts it changed;
+the statement of each node copied from the program is kept too (by that node), so a swap
+writes afresh only the statements of the nodes it changed, or that read what it changed.
 
 The generated code is fx's, line for line (the same op calls, the same attribute reads, values
 freed after their last use), in parts. A graph this writer does not cover (a node kind or an
@@ -18,6 +20,7 @@ argument it does not spell, a name it would shadow) is written by fx's own gener
 from __future__ import annotations
 
 import builtins
+import functools
 import keyword
 import linecache
 import types
@@ -45,6 +48,7 @@ _SPACING = 64
 _SMALLEST = 16
 _LARGEST = 384
 _PART = "_gs_part_"
+_NAMES_KEPT = 1 << 20  # node names a cache remembers as checked, at most
 
 
 class Unsupported(Exception):
@@ -65,6 +69,11 @@ class PartCache:
         self.globals: dict[str, Any] = {name: b.obj for name, b in _custom_builtins.items()}
         self._spelled: dict[int, str] = {}  # id(callable) -> how the code names it
         self._serial = 0
+        # program node -> the statement a copy of it was written as, with what that statement
+        # depends on: (the node's args and kwargs objects, the copy's target and name, the names
+        # of the values it reads, the text). A later copy that matches is the same statement.
+        self.lines: dict[Node, tuple] = {}
+        self.names: set[str] = set()  # node names known to be Python names (not keywords)
 
     def __deepcopy__(self, memo: dict) -> PartCache:
         return self  # what it holds is addressed by content: copies of a program may share it
@@ -146,13 +155,19 @@ def _arguments(node: Node, cache: PartCache, skip: int = 0) -> str:
     return ", ".join(parts)
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _attribute(target: str) -> str:
+    """``self.<target>`` as fx writes it (a program reads the same attributes edit after edit)."""
+    return _format_target("self", target)
+
+
 def _line(node: Node, cache: PartCache, fast: Any) -> str:
     """The statement computing ``node`` (fx's text for it, without type annotations)."""
     op, target, name = node.op, node.target, node.name
     if op == "get_attr":
-        return f"{name} = {_format_target('self', target)}"
+        return f"{name} = {_attribute(target)}"
     if op == "call_module":
-        return f"{name} = {_format_target('self', target)}({_arguments(node, cache)})"
+        return f"{name} = {_attribute(target)}({_arguments(node, cache)})"
     if op == "call_method":
         if not node.args:
             raise Unsupported("a method call without a receiver")
@@ -182,14 +197,43 @@ def _ends_part(name: str) -> bool:
     return zlib.crc32(name.encode()) % _SPACING == 0
 
 
-def write_in_parts(nodes: Any, cache: PartCache, fast: Any) -> PythonCode:
+def _copied_line(node: Node, old: Node, cache: PartCache, fast: Any) -> str:
+    """The statement of ``node``, a copy of the program's node ``old``: the one written for an
+    earlier copy of ``old`` when this copy has the same target and name and reads values of
+    the same names (its arguments are ``old``'s, mapped node for node: the same text), else
+    written now and kept for the next copy. Untouched nodes are written once per program,
+    not once per edit."""
+    reads = tuple([value.name for value in node._input_nodes])
+    known = cache.lines.get(old)
+    if (
+        known is not None
+        and known[0] is old.args  # the program's node is unchanged (fx replaces args on edit)
+        and known[1] is old.kwargs
+        and known[4] == reads
+        and known[3] == node.name
+        and known[2] == node.target
+    ):
+        return known[5]
+    line = _line(node, cache, fast)
+    cache.lines[old] = (old.args, old.kwargs, node.target, node.name, reads, line)
+    return line
+
+
+def write_in_parts(nodes: Any, cache: PartCache, fast: Any, origins: Any = None) -> PythonCode:
     """The forward of a graph (its ``nodes``) as a chain of cached parts (module docstring).
 
-    ``fast``: op -> the Python binding to call it by, or None (see :mod:`._codegen`)."""
+    ``fast``: op -> the Python binding to call it by, or None (see :mod:`._codegen`).
+    ``origins``: node -> the program node it was copied from, argument for argument (a
+    rewrite's first compile of its graph): the statements of copies are reused from the
+    earlier copies of the same program nodes (:func:`_copied_line`)."""
     order = list(nodes)
     names = {n.name for n in order}
-    if any(not n.isidentifier() or keyword.iskeyword(n) for n in names):
+    unchecked = names - cache.names  # the names of earlier programs were checked then
+    if any(not n.isidentifier() or keyword.iskeyword(n) for n in unchecked):
         raise Unsupported("a node name that is not a Python name")
+    if len(cache.names) > _NAMES_KEPT:  # the names of very many programs: start over
+        cache.names.clear()
+    cache.names |= unchecked
     placeholders = [n for n in order if n.op == "placeholder"]
     outputs = [n for n in order if n.op == "output"]
     if len(outputs) != 1 or order[-1] is not outputs[0]:
@@ -208,12 +252,9 @@ def write_in_parts(nodes: Any, cache: PartCache, fast: Any) -> PythonCode:
             current = []
     if current:
         parts.append(current)
-    where: dict[Node, int] = {}  # node -> its part (-1: a placeholder)
-    for node in placeholders:
-        where[node] = -1
+    where: dict[Node, int] = dict.fromkeys(placeholders, -1)  # node -> its part (-1: a placeholder)
     for i, part in enumerate(parts):
-        for node in part:
-            where[node] = i
+        where.update(dict.fromkeys(part, i))
     # last use of each value: the node, and the last part (len(parts) = the output) reading it
     last_user: dict[Node, Node] = {}
     last_part: dict[Node, int] = {}
@@ -243,9 +284,14 @@ def write_in_parts(nodes: Any, cache: PartCache, fast: Any) -> PythonCode:
         for node in part:
             for value in node._input_nodes:
                 if value not in members:
-                    reads.setdefault(value, None)
-            line = _line(node, cache, fast)
-            freed = [v.name for v in freed_at.get(node, ()) if v in members or v in reads]
+                    reads[value] = None
+            old = origins.get(node) if origins else None
+            if old is None:
+                line = _line(node, cache, fast)
+            else:
+                line = _copied_line(node, old, cache, fast)
+            last = freed_at.get(node)
+            freed = [v.name for v in last if v in members or v in reads] if last else []
             if not node.users:  # nothing reads it (kept for its effect): freed at once, as fx does
                 freed.append(node.name)
             if freed:
