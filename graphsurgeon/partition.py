@@ -948,9 +948,15 @@ def module_tree(ep: ExportedProgram) -> ModuleTree:
     """Every module of ``ep``: type, calls, nodes, preserved, swappable and why not.
 
     Modules that were never called (containers such as ``nn.ModuleList``) have 0 calls and
-    are not swappable; their children are.
+    are not swappable; their children are. Made once per program (kept by
+    :mod:`graphsurgeon._derived`, as its index is): the Surgery, the search and the report
+    read the same tree.
     """
     index = program_index(ep, "module_tree")
+    return _derived.cached(ep, "module tree", lambda: _module_tree(ep, index))
+
+
+def _module_tree(ep: ExportedProgram, index: ProgramIndex) -> ModuleTree:
     parts = index.partitions()
     fqns = list(index.fqns)
     children: dict[str, list[str]] = {f: [] for f in fqns}

@@ -281,6 +281,32 @@ def test_search_opens_what_hides_the_match_selects_it_and_scrolls_to_it(gpt):
         widget.search("nothing-like-this")
 
 
+def test_a_search_that_opens_a_module_shows_its_matches_before_the_new_picture(gpt):
+    """The matches are listed and marked in the picture shown, in a message of their own,
+    while the picture that opens the first is laid out (at 384 layers most of the search)."""
+    widget, _, _ = gpt
+    widget.collapse("layers.1")
+    widget.comm.messages.clear()
+    page_event(widget, event="search", value="layers.1.mlp.down")
+    updates = [
+        kwargs["data"]["state"]
+        for _args, kwargs in widget.comm.messages
+        if (kwargs.get("data") or {}).get("method") == "update"
+    ]
+    early = next(i for i, state in enumerate(updates) if "search_html" in state)
+    picture = next(i for i, state in enumerate(updates) if "svg" in state)
+    assert early < picture, "the matches first, then the picture"
+    first = updates[early]
+    assert "layers.1.mlp.down" in first["search_html"] and first["busy"].startswith("opening")
+    assert first["marks"]["matches"] == ["module:layers.1"], "the box that holds it, as shown"
+    assert "cluster:layers.1.mlp" in svg_ids(widget.svg) and widget.busy == ""
+    assert widget.marks["matches"] == ["node:linear_11"], "then as the new picture draws it"
+    widget.comm.messages.clear()
+    page_event(widget, event="search", value="layers.1.mlp.down")  # again: shown already
+    assert not [b for b in sent(widget, "busy") if b.startswith("opening")], "no early message"
+    assert widget.selected == "layers.1.mlp.down" and widget.error == {}
+
+
 # -- the picture -----------------------------------------------------------------------------
 
 

@@ -53,7 +53,7 @@ class Searcher:
             )
         self.search_text, self.matches, self.match_index = text, matches, 0
         self.session.touch("search")
-        self._show_match()
+        self._show_match(early=True)
 
     def _find(self, text: str) -> list[Match]:
         return search(self.session.surgery, text)[:MATCHES]
@@ -97,8 +97,11 @@ class Searcher:
         else:
             session.selection.mark()
 
-    def _show_match(self) -> None:
-        """Select the match shown, with what hides it opened, and scroll to it."""
+    def _show_match(self, early: bool = False) -> None:
+        """Select the match shown, with what hides it opened, and scroll to it. ``early`` (a
+        new search): when that opens modules, the matches are first listed and marked in the
+        picture shown, and the page shows them while the new picture is laid out (a layout of
+        a large program takes several times what finding and marking the matches takes)."""
         session = self.session
         viewer = session.viewer
         match = self.matches[self.match_index]
@@ -106,6 +109,9 @@ class Searcher:
             wanted = {a for c in session.viewer.calls_of(match.name) for a in viewer.ancestors(c)}
         else:
             wanted = set(viewer.chain_of_node(match.name)[-1:])
+        if early and wanted != viewer.revealed_by("search"):
+            session.selection.mark()
+            session.show_early(f"opening {match.name}…")
         viewer.reveal("search", wanted)
         session.selection.select(match.name)
         element = viewer.scene.node_element(match.name) if match.kind == "node" else None

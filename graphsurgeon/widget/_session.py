@@ -135,6 +135,9 @@ class SurgerySession:
             looks for replacements and evaluates expressions; None: no namespace.
         on_busy: called with a line of progress before slow work (layout, verify, compare,
             stepping); the caller clears it when the action is over.
+        on_early: called with a line of progress where an action can show what it decided
+            before its slow rest (:meth:`show_early`): the caller shows the parts changed so
+            far (:meth:`take_changes`) and the line; default: ``on_busy``.
         args, kwargs: the example inputs verify, compare, the overlays and the stepper run on,
             read as every entry point reads inputs (a list is refused); default: the
             Surgery's own.
@@ -150,6 +153,7 @@ class SurgerySession:
         namespace: Callable[[], Mapping[str, Any]] | None = None,
         on_busy: Callable[[str], None] | None = None,
         *,
+        on_early: Callable[[str], None] | None = None,
         args: Any = None,
         kwargs: Mapping[str, Any] | None = None,
     ):
@@ -163,6 +167,7 @@ class SurgerySession:
         self._args = None if args is None else as_inputs(args, kwargs, verb=_VERB)[0]
         self._kwargs = None if kwargs is None else as_inputs((), kwargs, verb=_VERB)[1]
         self._on_busy = on_busy or (lambda text: None)
+        self._on_early = on_early or self._on_busy
         #: The parts of the page (:data:`PARTS`) changed since :meth:`take_changes`.
         self.changed: set[str] = set(PARTS)
         self.comparison: Comparison | None = None
@@ -195,6 +200,12 @@ class SurgerySession:
     def busy(self, text: str) -> None:
         """Say what slow work is about to run (the widget's busy line)."""
         self._on_busy(text)
+
+    def show_early(self, text: str) -> None:
+        """Show what the action decided so far (the parts it changed) before its slow rest,
+        which ``text`` says: a search's matches, listed and marked in the picture shown,
+        before the picture that opens the first is laid out."""
+        self._on_early(text)
 
     def inputs(self) -> tuple[tuple, dict]:
         """The example inputs the checks and the stepper run on: the widget's own, else the

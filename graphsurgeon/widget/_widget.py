@@ -358,6 +358,7 @@ class SurgeryWidget(anywidget.AnyWidget):
             surgery,
             namespace=(lambda: namespace) if namespace is not None else _user_namespace,
             on_busy=self._show_busy,
+            on_early=self._show_early,
             args=args if own else None,
             kwargs=kwargs if own else None,
         )
@@ -419,6 +420,11 @@ class SurgeryWidget(anywidget.AnyWidget):
         if not self._constructing:
             # sent at once: the page shows it while the work runs (a name in it shortened)
             self.busy = _panels.page_text(text)
+
+    def _show_early(self, text: str) -> None:
+        if not self._constructing:
+            # what the action decided so far, in one message, with the line of what follows
+            self._publish(busy=_panels.page_text(text))
 
     def _run(
         self, action: Callable[[], Any], *, catch: bool = False, from_page: bool = False

@@ -462,6 +462,15 @@ function render({ model, el }) {
     }
     return names.get(module) || null;
   }
+  // `row` scrolled into view inside `list` (a third from its top), measured in the next frame:
+  // measured now, the page would lay itself out (the whole picture) before the marks are set
+  function scrollInto(list, row) {
+    requestAnimationFrame(() => {
+      if (!row.isConnected) return;
+      const box = row.getBoundingClientRect(), view = list.getBoundingClientRect();
+      if (box.top < view.top || box.bottom > view.bottom) list.scrollTop += box.top - view.top - view.height / 3;
+    });
+  }
   // the marks: the kernel's (its `marks` trait), or a click's marked at once in the page
   // (`revealRow` false: the tree is not unfolded nor scrolled, which would measure the page in
   // the click)
@@ -505,8 +514,7 @@ function render({ model, el }) {
       if (revealRow) {
         // unfold the rows around it, so the selection is visible in the tree too
         for (let p = row.parentElement; p && p !== tree; p = p.parentElement) if (p.tagName === "DETAILS" && p.firstElementChild !== row) p.open = true;
-        const box = row.getBoundingClientRect(), view = tree.getBoundingClientRect();
-        if (box.top < view.top || box.bottom > view.bottom) tree.scrollTop += box.top - view.top - view.height / 3;
+        scrollInto(tree, row);
       }
     }
   }
@@ -648,10 +656,7 @@ function render({ model, el }) {
     found.textContent = html ? `${current ? Number(current.dataset.gsMatch) + 1 : 0} / ${count}${results.textContent.includes("more, marked") ? "+" : ""}` : "";
     // the current match's row in view, in its own list only (the page does not move)
     const list = results.querySelector(".gs-matches");
-    if (current && list) {
-      const box = current.getBoundingClientRect(), view = list.getBoundingClientRect();
-      if (box.top < view.top || box.bottom > view.bottom) list.scrollTop += box.top - view.top - view.height / 3;
-    }
+    if (current && list) scrollInto(list, current);
   }
   // every button of an action, found once (the page makes its buttons once, from `actions`)
   const actionButtons = actions.map((a) => [a, [...root.querySelectorAll(`[data-gs-button="${a.name}"]`)]]);
