@@ -1950,3 +1950,22 @@ def test_a_region_of_a_node_the_program_lacks_is_refused_and_the_region_kept(gpt
     assert widget.can_use_region and "matmull" in widget.error["message"]
     widget.fuse_region()
     assert widget.surgery.fused == ("region:layers.0.attn",)
+
+
+def test_a_search_row_shows_the_end_of_a_long_name_that_tells_the_matches_apart():
+    from collections import OrderedDict
+
+    block = nn.Sequential(
+        OrderedDict(attention_projection_q=nn.Linear(4, 4), attention_projection_k=nn.Linear(4, 4))
+    )
+    model = nn.Sequential(OrderedDict(encoder_block_with_a_long_name=block))
+    x = torch.randn(2, 4)
+    widget = gs.SurgeryWidget(gs.export(model, (x,)), args=(x,))
+    widget.search("attention_projection")
+    names = [m.name for m in widget.matches]
+    assert "encoder_block_with_a_long_name.attention_projection_q" in names  # precondition
+    html = widget.search_html
+    for name in ("attention_projection_q", "attention_projection_k"):
+        full = f"encoder_block_with_a_long_name.{name}"
+        assert f"<code>…{name}</code>" in html  # the row: the end that differs
+        assert f'title="{full} (module Linear' in html  # the tooltip: the whole name

@@ -74,6 +74,34 @@ def _name(name: str) -> str:
     return d.escape(d.shown(name, _NAME_LIMIT))
 
 
+# A match's row in the side panel shows this many characters of its name, its last ones: the
+# matches of a search share their start ("decoder.block.0.layer.1.EncDecAttention..."), and a
+# row cut at its end would show them all alike.
+_ROW_NAME_LIMIT = 32
+
+
+def _tail(name: str, limit: int = _ROW_NAME_LIMIT) -> str:
+    """A name as a list row shows it: whole when short, else its last dotted parts that fit
+    after an ellipsis (the full name is the row's tooltip).
+
+    Example:
+        >>> _tail("decoder.block.0.layer.1.EncDecAttention.q")
+        '…0.layer.1.EncDecAttention.q'
+        >>> _tail("linear_3")
+        'linear_3'
+    """
+    shown = d.shown(name, _NAME_LIMIT)
+    if len(shown) <= limit:
+        return d.escape(shown)
+    parts = shown.split(".")
+    kept = parts[-1][-(limit - 1) :]
+    for part in reversed(parts[:-1]):
+        if len(kept) + len(part) + 2 > limit:
+            break
+        kept = f"{part}.{kept}"
+    return d.escape("…" + kept)
+
+
 def page_text(text: str) -> str:
     """A message for the page (an error's message or details, the busy line) with every name
     and id in it cut as the panels cut a name, its full length noted: a 5 MB id the page sent
@@ -312,9 +340,11 @@ def search(session: SurgerySession) -> str:
     rows = []
     for i, match in enumerate(matches[:_MATCHES_LISTED]):
         mark = ' class="gs-match-current"' if i == session.match_index else ""
+        what = f"{match.kind} {match.what}"
+        title = d.escape(f"{d.shown(match.name, _NAME_LIMIT)} ({what})")
         rows.append(
-            f'<div data-gs-match="{i}"{mark}><code>{_name(match.name)}</code> '
-            f"{_muted(d.escape(match.kind + ' ' + match.what))}</div>"
+            f'<div data-gs-match="{i}"{mark} title="{title}"><code>{_tail(match.name)}</code> '
+            f"{_muted(d.escape(what))}</div>"
         )
     more = len(matches) - _MATCHES_LISTED
     tail = _muted(f"… {more:,} more, marked in the picture") if more > 0 else ""
