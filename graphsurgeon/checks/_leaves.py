@@ -309,12 +309,14 @@ class _Tally:
         rtol: float,
         atol: float,
         largest: float | None = None,
-    ) -> None:
+    ) -> torch.Tensor | None:
         """:meth:`add` for values that are all finite on both sides, given ``|x - y|`` and,
-        when known, its largest value: the same figures in about a third of the passes, which is what keeps a backward check's millions of gradient values
-        cheap (benchmarks/verify.py)."""
+        when known, its largest value: the same figures in about a third of the passes, which
+        is what keeps a backward check's millions of gradient values cheap
+        (benchmarks/verify.py). Returns where values are beyond the tolerance, or None where
+        none is: what the per-axis pattern of a mismatch is made of, without a second pass."""
         if x.numel() == 0:
-            return
+            return None
         self.compared += x.numel()
         if largest is None:
             largest = float(error.amax())
