@@ -362,7 +362,10 @@ def _compare_close(
     wide = torch.complex128 if a.is_complex() else torch.float64
     tally = _Tally()
     nan_apart = False
-    marks = _Marks(a.shape)  # where the finite path found values beyond the tolerance
+    # where the finite path found values beyond the tolerance (made at the first such block);
+    # once a block goes through the general path, a mismatch's pattern is made anew instead
+    marks: _Marks | None = None
+    general = False
     for index in _blocks(a.shape, _BLOCK):
         x, y = a[index].reshape(-1).to(wide), b[index].reshape(-1).to(wide)
         if not x.is_complex():
@@ -371,11 +374,13 @@ def _compare_close(
             largest = float(error.amax())  # NaN or infinite when any value is not finite
             if math.isfinite(largest):
                 beyond = tally.add_finite(x, error, rtol, atol, largest)
-                if beyond is not None and marks is not None:
+                if beyond is not None and not general:
+                    if marks is None:
+                        marks = _Marks(a.shape)
                     marks.add(index, beyond.view(a[index].shape))
                 continue
             del error
-        marks = None  # a block the general path compared: a mismatch's pattern is made anew
+        general, marks = True, None
         if x.is_complex():
             # NaN compares per component: a complex NaN says nothing of its other component
             x_parts, y_parts = torch.view_as_real(x), torch.view_as_real(y)
