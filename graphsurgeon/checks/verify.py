@@ -450,8 +450,9 @@ def verify(
     AOTInductor package (``torch._inductor.aoti_load_package``), which the report names
     (:attr:`VerifyReport.candidate_kind`). A package runs inference only: ``backward=True``
     on one raises :class:`VerifyError`. Tensors must agree in layout, shape, dtype and
-    device; floating-point and complex values then match when ``|a - b| <= atol + rtol * |a|`` (NaN matches NaN), while
-    integers and bools must be equal, whatever the tolerances. :func:`compare_leaf` has the
+    device; floating-point and complex values then match when
+    ``|a - b| <= atol + rtol * |a|`` (NaN matches NaN), while integers and bools must be
+    equal, whatever the tolerances. :func:`compare_leaf` has the
     rules for other leaves; dicts compare key by key, in any order. Each program runs once,
     under ``no_grad``, on its own copy of the inputs, from the same random state (which is
     left as it was); buffers a run writes or reassigns are put back after it, and an output
