@@ -220,7 +220,8 @@ def test_a_module_deep_in_the_tree_reads_and_a_click_on_its_name_selects_it(page
     assert cell.get_attribute("title") == name, "the full name as its tooltip"
     code.click()
     page.wait_for_function(
-        f"() => {nth(DEEP)}.querySelector('.gs-tree-panel .gs-row-selected [data-gs-module]')"
+        f"() => {nth(DEEP)}.querySelector('.gs-tree-panel .gs-row-selected"
+        f' [data-gs-module="{name}"]\')'
     )
     assert in_kernel(page, "deep.selected") == name
 
@@ -304,8 +305,11 @@ def test_the_picker_swaps_it_and_the_after_picture_shows_the_replacement(page):
     widget = page.locator(".gs-widget").first
     widget.locator(".gs-search").fill("layers.1.attn")  # selected by the search box this time
     widget.locator(".gs-search").press("Enter")
+    # wait for this selection's row, not any selected row: the row an earlier test selected
+    # stays marked until the search's answer arrives
     page.wait_for_function(
-        "() => document.querySelector('.gs-widget .gs-tree-panel .gs-row-selected')"
+        "() => document.querySelector('.gs-widget .gs-tree-panel .gs-row-selected"
+        ' [data-gs-module="layers.1.attn"]\')'
     )
     assert in_kernel(page, "w.selected") == "layers.1.attn"
     widget.locator("select.gs-picker").select_option("ns:fast")
