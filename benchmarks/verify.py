@@ -20,7 +20,10 @@ Then the gradient check beside the forward check, ``gs.verify(..., backward=True
 large output and on a Llama built from a small config (Hugging Face's, 4 layers, hidden 256,
 2 x 128 tokens) against its program with a fused RMSNorm (a hand-written backward) swapped in
 at every norm (its times the best of five calls). The ratio is the backward check's cost over
-the forward check's: the bound is about 3x.
+the forward check's: the bound is about 3x. Those two runs are separate processes, whose
+speed drifts apart by up to 30% on a shared host; so the Llama is also timed in one process,
+in rotation (medians of 21): the forward check, the backward check, and torch's own eager
+forward (no_grad) and forward+backward, the floor of a check that runs both sides.
 
 Usage: python benchmarks/verify.py [--mb 100] [--quick]
 """
@@ -139,7 +142,43 @@ def llama(backward):
         report = gs.verify(model, program, (ids,), kwargs, rtol=1e-4, atol=1e-4, backward=backward)
         return bool(report)
 
+    run.model, run.ids, run.kwargs = model, ids, kwargs
     return run
+
+
+def llama_times(rounds):
+    # The Llama's checks and torch's own passes timed in one process, in rotation, so the
+    # host's drift between processes does not enter the ratios: medians of `rounds`.
+    import statistics
+
+    forward_check, backward_check = llama(False), llama(True)
+    model, ids, kwargs = forward_check.model, forward_check.ids, forward_check.kwargs
+    parameters = list(model.parameters())
+
+    def eager_forward(_):
+        with torch.no_grad():
+            model(ids, **kwargs)
+
+    def eager_forward_backward(_):
+        logits = model(ids, **kwargs).logits
+        torch.autograd.grad(logits, parameters, torch.randn_like(logits))
+
+    timed = {
+        "forward check": forward_check,
+        "backward check": backward_check,
+        "eager forward": eager_forward,
+        "eager forward+backward": eager_forward_backward,
+    }
+    times = {name: [] for name in timed}
+    for run in timed.values():
+        run(None)  # warm-up
+    for round_ in range(rounds):
+        names = list(timed)
+        for name in names[round_ % 4 :] + names[: round_ % 4]:
+            start = time.perf_counter()
+            timed[name](None)
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 runs = {
@@ -149,6 +188,9 @@ runs = {
     "large output, forward": with_backward(False),
     "large output, backward": with_backward(True),
 }
+if how == "llama, times":
+    print(json.dumps(llama_times(9 if quick else 21)))
+    sys.exit(0)
 if how.startswith("llama"):
     runs[how] = llama(how.endswith("backward"))
 ok, extra, seconds = measured(runs[how], 2, rows)
@@ -214,6 +256,19 @@ def main() -> None:
             f"| {forward['extra'] / 2**20:,.0f} MiB | {backward['extra'] / 2**20:,.0f} MiB "
             f"| {_ratio(backward['extra'], forward['extra'])} |"
         )
+
+    times = measure("llama, times", megabytes, options.quick)
+    check = times["backward check"] / times["forward check"]
+    own = times["eager forward+backward"] / times["eager forward"]
+    print(
+        "\nthe Llama's checks timed in one process, in rotation (medians): the backward check "
+        f"{times['backward check'] * 1e3:.1f} ms is {check:.2f}x the forward check "
+        f"{times['forward check'] * 1e3:.1f} ms; torch's own forward+backward "
+        f"{times['eager forward+backward'] * 1e3:.1f} ms is {own:.2f}x its forward "
+        f"{times['eager forward'] * 1e3:.1f} ms (a check runs both sides: its floor); the "
+        f"backward check is {times['backward check'] / (2 * times['eager forward+backward']):.2f}x "
+        "two eager forward+backward passes"
+    )
 
 
 def _ratio(backward: float, forward: float) -> str:

@@ -972,7 +972,7 @@ def test_the_finite_fast_path_gives_the_figures_of_the_general_one(values, rtol,
     )
     general, fast = _Tally(), _Tally()
     general.add(x.clone(), y.clone(), rtol, atol)
-    fast.add_finite(x.clone(), (x - y).abs(), rtol, atol)
+    fast.add_finite(x.numpy().copy(), (x - y).abs().numpy(), rtol, atol)
     assert dataclasses.astuple(fast) == dataclasses.astuple(general)
 
 
@@ -992,7 +992,7 @@ def test_the_finite_fast_path_counts_values_on_and_just_past_the_tolerance_as_th
     error = (x_all - y_all).abs()
     general, fast = _Tally(), _Tally()
     general.add(x_all.clone(), y_all.clone(), rtol, atol)
-    fast.add_finite(x_all.clone(), error, rtol, atol)
+    fast.add_finite(x_all.numpy().copy(), error.numpy(), rtol, atol)
     assert 0 < general.beyond < len(x_all)  # precondition: values on both sides of the line
     assert dataclasses.astuple(fast) == dataclasses.astuple(general)
 
@@ -1013,6 +1013,88 @@ def test_the_pattern_of_a_finite_mismatch_is_the_one_a_second_pass_finds(monkeyp
         assert not leaf.ok and leaf.differing  # precondition: a finite mismatch with a pattern
         again = _pattern(a, b, _beyond_tolerance(torch.float64, 1e-5, 1e-5))
         assert (leaf.differing, leaf.by_axis) == (again["differing"], again["by_axis"])
+
+
+def _float32_pairs(values):
+    x = torch.tensor([v if keep else 0.0 for v, _, keep in values], dtype=torch.float32)
+    y = torch.tensor(
+        [(v if keep else 0.0) * (1 + e) + e * 1e-3 for v, e, keep in values], dtype=torch.float32
+    )
+    return x, y
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(
+                st.floats(-(2.0**100), 2.0**100, width=32),
+                st.floats(-(2.0**-120), 2.0**-120, width=32),  # subnormals among them
+            ),
+            st.sampled_from([0.0, 1e-9, 1e-7, 1e-6, 1e-3]),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+    st.sampled_from([0.0, 1e-5, 1e-4, 1e-2, 1.0]),
+    st.sampled_from([0.0, 1e-30, 1e-8, 1e-5]),
+)
+def test_the_float32_screen_gives_the_general_paths_figures_whenever_it_decides(values, rtol, atol):
+    from graphsurgeon.checks._leaves import _screened, _Tally, _Work
+
+    x, y = _float32_pairs(values)
+    figures = _screened(x.numpy(), y.numpy(), rtol, atol, _Work(len(x)))
+    if figures is None:
+        return
+    general = _Tally()
+    general.add(x.double(), y.double(), rtol, atol)  # the path that never screens
+    assert general.beyond == 0, "the screen decides only values within the tolerance"
+    assert figures == (general.max_abs, general.max_rel, general.ratio, general.scale)
+
+
+@pytest.mark.parametrize("noise", [0.0, 1e-7, 1e-5])
+def test_the_float32_screen_decides_gradients_within_the_tolerance(noise):
+    # the property test above passes vacuously where the screen refuses: here it must decide
+    from graphsurgeon.checks._leaves import _screened, _Tally, _Work
+
+    generator = torch.Generator().manual_seed(3)
+    x = torch.randn(4096, generator=generator) * 1e-3
+    y = x * (1 + noise * torch.randn(4096, generator=generator))
+    figures = _screened(x.numpy(), y.numpy(), 1e-4, 1e-6, _Work(len(x)))
+    general = _Tally()
+    general.add(x.double(), y.double(), 1e-4, 1e-6)
+    assert figures == (general.max_abs, general.max_rel, general.ratio, general.scale)
+
+
+def test_the_float32_screen_leaves_values_near_or_past_the_tolerance_to_the_float64_path():
+    from graphsurgeon.checks._leaves import _screened, _Work
+
+    x = torch.ones(8)
+    near, past = x.clone(), x.clone()
+    near[3] += 0.8e-4  # 0.8 of rtol=1e-4: within it, but too near to screen
+    past[5] += 2e-4
+    for y in (near, past):
+        assert _screened(x.numpy(), y.numpy(), 1e-4, 1e-30, _Work(8)) is None
+    assert compare_leaf("", x, near, rtol=1e-4, atol=1e-30).ok
+    assert not compare_leaf("", x, past, rtol=1e-4, atol=1e-30).ok
+
+
+@pytest.mark.parametrize("block", [5, 2**16])
+@pytest.mark.parametrize("noise", [0.0, 1e-7, 3e-5, 1.0])
+def test_float32_leaves_compare_as_the_same_values_in_float64(monkeypatch, block, noise):
+    # float64 leaves never take the float32 screen: the figures, verdict and pattern of a
+    # float32 leaf must be exactly those of its values widened
+    monkeypatch.setattr(sys.modules["graphsurgeon.checks._leaves"], "_BLOCK", block)
+    generator = torch.Generator().manual_seed(7)
+    a = torch.randn(6, 11, generator=generator) * torch.logspace(-30, 20, 11)
+    b = a * (1 + noise * torch.randn(6, 11, generator=generator))
+    b[2, 3] = a[2, 3]  # some values equal
+    a[4, 0] = b[4, 0] = 0.0  # 0 against 0: no error
+    narrow = compare_leaf("x", a, b, rtol=1e-4, atol=1e-6)
+    wide = compare_leaf("x", a.double(), b.double(), rtol=1e-4, atol=1e-6)
+    assert narrow == wide
+    assert narrow.max_abs > 0 or noise == 0  # precondition: values differ where meant to
 
 
 @pytest.mark.parametrize("size", [1, 7, 256, 257, 3000])

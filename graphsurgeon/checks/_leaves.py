@@ -14,10 +14,12 @@ import dataclasses
 import math
 import numbers
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 import torch.utils._pytree as pytree
 
@@ -183,9 +185,11 @@ def _as_int64(t: torch.Tensor) -> torch.Tensor:
 
 
 # Values are compared block by block, each block at most this many elements: each float64
-# temporary of a comparison is 2 MB, whatever the size of the outputs (benchmarks/verify.py),
-# and blocks this small are also faster than whole tensors (they stay in the CPU's caches).
-_BLOCK = 2**18
+# array of a comparison is 512 KB, whatever the size of the outputs (benchmarks/verify.py),
+# and blocks this small are also faster than whole tensors: the arrays of one block stay in
+# the CPU's cache (blocks of 2**18 compared gradients at half the speed, with 2 MB of cache
+# per core).
+_BLOCK = 2**16
 
 
 def _blocks(shape: torch.Size, limit: int = _BLOCK) -> Iterator[tuple]:
@@ -302,50 +306,180 @@ class _Tally:
             ratio = torch.nan_to_num(ratio, nan=0.0, posinf=math.inf)
         self.ratio = max(self.ratio, float(ratio.max()))
 
+    def add_figures(
+        self, compared: int, max_abs: float, max_rel: float, ratio: float, scale: float
+    ) -> None:
+        """Adds the figures of values all finite and within the tolerance (:func:`_screened`)."""
+        self.compared += compared
+        self.max_abs = max(self.max_abs, max_abs)
+        self.max_rel = max(self.max_rel, max_rel)
+        self.ratio = max(self.ratio, ratio)
+        self.scale = max(self.scale, scale)
+
     def add_finite(
         self,
-        x: torch.Tensor,
-        error: torch.Tensor,
+        x: np.ndarray,
+        error: np.ndarray,
         rtol: float,
         atol: float,
         largest: float | None = None,
-    ) -> torch.Tensor | None:
-        """:meth:`add` for values that are all finite on both sides, given ``|x - y|`` and,
-        when known, its largest value: the same figures in about a third of the passes, which
-        is what keeps a backward check's millions of gradient values cheap
-        (benchmarks/verify.py). Returns where values are beyond the tolerance, or None where
-        none is: what the per-axis pattern of a mismatch is made of, without a second pass."""
-        if x.numel() == 0:
+        work: _Work | None = None,
+    ) -> np.ndarray | None:
+        """:meth:`add` for float64 values that are all finite on both sides, given
+        ``|x - y|`` and, when known, its largest value: the same figures in about a third of
+        the passes, in numpy arrays written in place (``work``'s, when given), which is what
+        keeps a backward check's millions of gradient values cheap (benchmarks/verify.py).
+        Returns where values are beyond the tolerance, or None where none is: what the
+        per-axis pattern of a mismatch is made of, without a second pass. ``error`` is
+        overwritten."""
+        size = x.size
+        if size == 0:
             return None
-        self.compared += x.numel()
+        work = work or _Work(size)
+        self.compared += size
         if largest is None:
-            largest = float(error.amax())
+            largest = float(error.max())
         self.max_abs = max(self.max_abs, largest)
-        magnitude = x.abs()
-        self.scale = max(self.scale, float(magnitude.amax()))
+        magnitude = np.abs(x, out=work.magnitude[:size])
+        self.scale = max(self.scale, float(magnitude.max()))
         if largest == 0:
             return None  # equal everywhere: no relative error, none beyond the tolerance
-        # 0 / 0 (both 0) is no error; d / 0 is infinitely far, as in add(). A NaN (some 0 / 0)
-        # is rare enough to be set apart only when the maximum says there is one.
-        rel = float(torch.div(error, magnitude).amax())
-        if math.isnan(rel):
-            rel = float((error / magnitude).nan_to_num_(nan=0.0, posinf=math.inf).amax())
-        self.max_rel = max(self.max_rel, rel)
-        allowed = magnitude.mul_(rtol).add_(atol)
-        ratio = error / allowed
-        worst = float(ratio.amax())
-        if atol == 0 and math.isnan(worst):
-            # 0 / 0 where the expected value is 0 and the candidate too: no error
-            worst = float(ratio.nan_to_num_(nan=0.0, posinf=math.inf).amax())
+        with np.errstate(all="ignore"):  # 0 / 0, d / 0 and overflow are read below
+            # 0 / 0 (both 0) is no error; d / 0 is infinitely far, as in add(). A NaN (some
+            # 0 / 0) is rare enough to be set apart only when the maximum says there is one.
+            quotient = np.divide(error, magnitude, out=work.quotient[:size])
+            rel = float(quotient.max())
+            if math.isnan(rel):
+                rel = float(np.nan_to_num(quotient, copy=False, nan=0.0, posinf=math.inf).max())
+            self.max_rel = max(self.max_rel, rel)
+            allowed = np.add(np.multiply(magnitude, rtol, out=magnitude), atol, out=magnitude)
+            ratio = np.divide(error, allowed, out=quotient)
+            worst = float(ratio.max())
+            if atol == 0 and math.isnan(worst):
+                # 0 / 0 where the expected value is 0 and the candidate too: no error
+                worst = float(np.nan_to_num(ratio, copy=False, nan=0.0, posinf=math.inf).max())
         self.ratio = max(self.ratio, worst)
         # Division is correctly rounded, so error > allowed gives a quotient of at least 1:
         # when the largest quotient is under 1, no value is beyond the tolerance.
         if worst < 1:
             return None
-        beyond = error > allowed
-        count = int(beyond.sum())
+        beyond = np.greater(error, allowed)
+        count = int(np.count_nonzero(beyond))
         self.beyond += count
         return beyond if count else None
+
+
+class _Work:
+    """The float64 arrays a finite comparison writes into, each of a block's size: fresh
+    allocations of that size, per block and per step, cost page faults, and numpy's
+    operations written in place cost about half of torch's allocating ones
+    (benchmarks/verify.py). One set per thread is kept (:func:`_work`), 3.3 MB."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.x, self.y, self.error, self.magnitude, self.quotient = (
+            np.empty(size, dtype=np.float64) for _ in range(5)
+        )
+        # the float32 screen's (_screened): |x - y|, then |x| and the tolerance, a quotient
+        self.error32, self.magnitude32, self.quotient32 = (
+            np.empty(size, dtype=np.float32) for _ in range(3)
+        )
+        self.flags = np.empty(size, dtype=np.bool_)
+
+    def load(self, a: torch.Tensor, b: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        """Two blocks as float64 arrays (each a view of this workspace, valid until the next
+        load), their values exactly (every real floating dtype widens to float64 exactly)."""
+        return self._widened(a, self.x), self._widened(b, self.y)
+
+    @staticmethod
+    def _widened(block: torch.Tensor, into: np.ndarray) -> np.ndarray:
+        block = block.reshape(-1).resolve_neg()
+        if block.dtype not in _NUMPY_FLOATS:  # bfloat16, float8: numpy has no such dtype
+            block = block.to(torch.float64)
+        out = into[: block.numel()]
+        np.copyto(out, block.numpy())
+        return out
+
+
+# The float32 screen (_screened) of a block of float32 values all within the tolerance: its
+# quotients are within 8 units in the last place of the float64 path's, unless one underflows
+# or overflows, which these bounds on the figures and tolerances rule out.
+_SCREEN_TINY, _SCREEN_HUGE = 2.0**-100, 2.0**100
+# Around the largest rounded figure, the positions the largest exact one is among (2**-18 is
+# 16 times the 8 units of the bound): few, recomputed in float64.
+_SCREEN_MARGIN = 1 - 2.0**-18
+# the values a leaf needs for the screen to pay: measured, about where the two paths cross
+_SCREEN_LEAST = 2**14
+
+
+def _screened(
+    x: np.ndarray, y: np.ndarray, rtol: float, atol: float, work: _Work
+) -> tuple[float, float, float, float] | None:
+    """The figures of two float32 blocks, ``(max_abs, max_rel, ratio, scale)``, bit for bit
+    what the float64 path (:meth:`_Tally.add_finite`) makes of them, from float32 passes
+    (half the memory, no widening) and float64 on the few positions that can hold each
+    maximum. None when the screen cannot tell: a value not finite, a quotient that
+    underflows or overflows, or a value within a factor 2 of its tolerance or beyond it (the
+    float64 path decides those, and counts and marks a mismatch).
+
+    Why it is exact: rounding is monotonic, so the largest exact ``|x - y|`` is among the
+    positions whose rounded one is the largest; each float32 quotient is within 8 units in
+    the last place (2**-21) of the exact one, so the largest exact quotient is among those
+    within 2**-18 of the largest float32 one. ``tests/test_verify.py`` checks it against the
+    general path, which never uses it."""
+    if not (_SCREEN_TINY <= atol <= _SCREEN_HUGE and 0 <= rtol <= 1):
+        return None
+    size = x.size
+    error, magnitude = work.error32[:size], work.magnitude32[:size]
+    quotient, flags = work.quotient32[:size], work.flags[:size]
+
+    def exact(where: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        x_wide = x[where].astype(np.float64)
+        return np.abs(x_wide - y[where]), np.abs(x_wide)
+
+    with np.errstate(all="ignore"):  # overflow, 0 / 0 and d / 0 are read below
+        np.abs(np.subtract(x, y, out=error), out=error)
+        largest = float(error.max())
+        if not math.isfinite(largest):
+            return None
+        scale = float(np.abs(x, out=magnitude).max())
+        if largest == 0:
+            return 0.0, 0.0, 0.0, scale
+        if largest > 0.5 * (rtol * scale + atol):
+            return None  # beyond half the largest tolerance anywhere: no need to look closer
+        max_abs = float(exact(np.flatnonzero(np.equal(error, largest, out=flags)))[0].max())
+        rel = float(np.divide(error, magnitude, out=quotient).max())
+        if math.isnan(rel):  # 0 / 0: no error
+            rel = float(np.nan_to_num(quotient, copy=False, nan=0.0, posinf=math.inf).max())
+        if not _SCREEN_TINY <= rel < math.inf:
+            return None
+        wide_error, wide_magnitude = exact(
+            np.flatnonzero(np.greater_equal(quotient, rel * _SCREEN_MARGIN, out=flags))
+        )
+        max_rel = float(np.nan_to_num(wide_error / wide_magnitude, nan=0.0, posinf=math.inf).max())
+        allowed = np.multiply(magnitude, np.float32(rtol), out=magnitude)
+        allowed = np.add(allowed, np.float32(atol), out=magnitude)
+        worst = float(np.divide(error, allowed, out=quotient).max())
+        if not _SCREEN_TINY <= worst < 0.5:
+            return None
+        wide_error, wide_magnitude = exact(
+            np.flatnonzero(np.greater_equal(quotient, worst * _SCREEN_MARGIN, out=flags))
+        )
+        ratio = float((wide_error / (wide_magnitude * rtol + atol)).max())
+    return max_abs, max_rel, ratio, scale
+
+
+# the floating dtypes numpy reads as they are; the others are widened by torch first
+_NUMPY_FLOATS = (torch.float16, torch.float32, torch.float64)
+_kept = threading.local()
+
+
+def _work(size: int) -> _Work:
+    """This thread's workspace, of at least ``size`` values (made again only to grow)."""
+    work = getattr(_kept, "work", None)
+    if work is None or work.size < size:
+        work = _kept.work = _Work(size)
+    return work
 
 
 def _compare_close(
@@ -357,7 +491,9 @@ def _compare_close(
     component by component (``nan+1j`` is not ``5+nanj``), and where both sides have the
     same NaN component the other components compare as real numbers (``nan+1j`` is not
     ``nan+2j``). The comparison runs block by block in double precision (complex128 for
-    complex), so it needs a few MB beyond the two tensors, whatever their size.
+    complex), so it needs a few MB beyond the two tensors, whatever their size. A block of
+    float32 values all well within the tolerance (most gradients) is screened in float32
+    first, with the same figures (:func:`_screened`).
     """
     wide = torch.complex128 if a.is_complex() else torch.float64
     tally = _Tally()
@@ -366,20 +502,40 @@ def _compare_close(
     # once a block goes through the general path, a mismatch's pattern is made anew instead
     marks: _Marks | None = None
     general = False
+    # real values on the CPU, the common case, go through numpy in place (see _Work)
+    work = _work(min(a.numel(), _BLOCK)) if not a.is_complex() and a.device.type == "cpu" else None
+    # float32 values all well within the tolerance, first; a leaf with a block the screen
+    # cannot tell (most often one that differs) is not screened further: it would be wasted.
+    # Nor is a small leaf: the screen's few dozen calls cost more than they save there.
+    screen = a.dtype == torch.float32 and a.numel() >= _SCREEN_LEAST
     for index in _blocks(a.shape, _BLOCK):
-        x, y = a[index].reshape(-1).to(wide), b[index].reshape(-1).to(wide)
-        if not x.is_complex():
-            # the common case, first: x - y finite means no NaN and no infinity on either side
-            error = (x - y).abs_()
-            largest = float(error.amax())  # NaN or infinite when any value is not finite
+        if work is None:
+            x, y = a[index].reshape(-1).to(wide), b[index].reshape(-1).to(wide)
+        else:
+            if screen:
+                x_values = a[index].reshape(-1).resolve_neg().numpy()
+                figures = _screened(
+                    x_values, b[index].reshape(-1).resolve_neg().numpy(), rtol, atol, work
+                )
+                if figures is not None:
+                    tally.add_figures(x_values.size, *figures)
+                    continue
+                screen = False
+            # then: x - y finite means no NaN and no infinity on either side
+            x_values, y_values = work.load(a[index], b[index])
+            error = work.error[: x_values.size]
+            with np.errstate(all="ignore"):  # inf - inf is NaN, overflow inf: both read below
+                np.abs(np.subtract(x_values, y_values, out=error), out=error)
+            largest = float(error.max())  # NaN or infinite when any value is not finite
             if math.isfinite(largest):
-                beyond = tally.add_finite(x, error, rtol, atol, largest)
+                beyond = tally.add_finite(x_values, error, rtol, atol, largest, work)
                 if beyond is not None and not general:
                     if marks is None:
                         marks = _Marks(a.shape)
-                    marks.add(index, beyond.view(a[index].shape))
+                    marks.add(index, torch.from_numpy(beyond).view(a[index].shape))
                 continue
-            del error
+            # the general path, in torch, on copies (the workspace is loaded again next block)
+            x, y = torch.from_numpy(x_values.copy()), torch.from_numpy(y_values.copy())
         general, marks = True, None
         if x.is_complex():
             # NaN compares per component: a complex NaN says nothing of its other component
