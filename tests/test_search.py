@@ -7,6 +7,8 @@ import dataclasses
 import pytest
 import torch
 from helpers.models import Chain
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 import graphsurgeon as gs
@@ -99,3 +101,32 @@ def test_a_match_is_a_frozen_record():
     with pytest.raises(dataclasses.FrozenInstanceError):
         match.name = "other"  # type: ignore[misc]
     assert match == Match("layers.0", "module", "Block") and hash(match)
+
+
+_WORDS = ["layers", "attn", "İnner", "ẞlock", "LayerNorm", "aten.gelu", "sdpa", "0", "1", "Σ"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.sampled_from(_WORDS), min_size=1, max_size=3),
+            st.sampled_from(["", "ln", "sdpa", "bn"]),
+        ),
+        max_size=12,
+    ),
+    st.sampled_from(["att", "ATTN", "i̇nner", "ln", "layers.1", "^lay", "Σ", "ss", "norm$", "sdpa"]),
+)
+def test_the_joined_texts_find_what_a_row_by_row_reading_finds(rows, text):
+    # the one text all rows are joined into (a str.find over it) against each row read alone;
+    # among the words, some whose lower case is longer than they are ("İ") or differs ("ẞ")
+    from graphsurgeon.patterns.search import _Matcher, _Texts
+
+    table = [(f"row{i}", "what", tuple(words), initial) for i, (words, initial) in enumerate(rows)]
+    matches = _Matcher(text)
+    expected = [
+        (name, what)
+        for name, what, fields, initial in table
+        if matches(fields, initial == matches.lowered)
+    ]
+    assert _Texts(table).matching(matches) == expected

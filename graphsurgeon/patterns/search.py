@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,15 +77,13 @@ def search(program: Any, text: str) -> list[Match]:
     matches = _Matcher(text)
     exact: list[Match] = []
     modules: list[Match] = []
-    for fqn, type_name, _, _ in _modules(read.ep).matching(matches):
+    for fqn, type_name in _modules(read.ep).matching(matches):
         (exact if fqn == text else modules).append(Match(fqn, "module", type_name))
     found = {m.name for m in exact + modules}
     info = read.info
     call_of_node = {node: call for call, node in info.call_nodes.items()} if info else {}
     nodes: list[Match] = []
-    for name, short, _, _ in _ops(read.module if read.module is not None else read.ep).matching(
-        matches
-    ):
+    for name, short in _ops(read.module if read.module is not None else read.ep).matching(matches):
         call = call_of_node.get(name)
         if call is not None and _meta.split_call_name(call)[0] in found:
             continue  # a swapped or fused module's call: found once, as the module
@@ -105,13 +103,13 @@ class _Matcher:
             except re.error:  # not a valid expression: a plain text only
                 self.regex = None
 
-    def __call__(self, fields: tuple[tuple[str, str], ...], words: tuple[str, ...] = ()) -> bool:
-        """Whether ``fields`` (each ``(text, lowered text)``) or the initials ``words``
-        match."""
-        for field, lowered in fields:
-            if self.lowered in lowered or (self.regex and self.regex.search(field)):
+    def __call__(self, fields: Iterable[str], initial: bool = False) -> bool:
+        """Whether one of ``fields`` matches, or (``initial``) the text is the initials of a
+        word of them."""
+        for field in fields:
+            if self.lowered in field.lower() or (self.regex and self.regex.search(field)):
                 return True
-        return self.lowered in words
+        return initial
 
 
 def initials(word: str) -> str:
@@ -131,49 +129,57 @@ def initials(word: str) -> str:
 # What separates the fields, and the rows, of _Texts.text: no search text holds them.
 _FIELD, _ROW = "\x00", "\x01"
 
-_Row = tuple[str, str, tuple[tuple[str, str], ...], tuple[str, ...]]
-
 
 class _Texts:
-    """The rows a search reads (``(name, what, fields, initials)``, each field ``(text,
-    lowered)``), with their lowered fields joined into one text: a plain search text is found
-    by ``str.find`` over all of them at once (a search as one types costs its matches, not
-    the program), a regular expression row by row."""
+    """The rows a search reads, each a name, what it is (a type, an op), the fields searched
+    and the initials of a word, with the rows' lowered fields joined into one text: a plain
+    search text is found by ``str.find`` over all of them at once (a search as one types costs
+    its matches, not the program), a regular expression row by row.
 
-    def __init__(self, rows: Iterable[_Row]):
-        self.rows = tuple(rows)
-        self.starts: list[int] = []  # where each row's text begins
-        parts, at = [], 0
+    Everything is kept in strings and flat lists of them, not in a tuple per row: strings are
+    no work for Python's cyclic garbage collector, and a tuple per row and per field made the
+    first search of a 384-layer program (20,000 rows) set off a collection of the whole heap
+    (0.7 s of its 1.5 s)."""
+
+    def __init__(self, rows: Iterable[tuple[str, str, tuple[str, ...], str]]):
+        self.names: list[str] = []
+        self.whats: list[str] = []
+        self.fields: list[str] = []  # each row's fields, joined by _FIELD
+        self.starts: list[int] = []  # where each row's lowered fields begin in self.text
         self.by_initials: dict[str, list[int]] = {}
-        for i, (_, _, fields, words) in enumerate(self.rows):
-            part = _FIELD.join(lowered for _, lowered in fields) + _ROW
+        at = 0
+        for i, (name, what, fields, initial) in enumerate(rows):
+            joined = _FIELD.join(field for field in fields if field)
+            self.names.append(name)
+            self.whats.append(what)
+            self.fields.append(joined)
             self.starts.append(at)
-            parts.append(part)
-            at += len(part)
-            for word in words:
-                self.by_initials.setdefault(word, []).append(i)
-        self.text = "".join(parts)
+            at += len(joined) + 1
+            if initial:
+                self.by_initials.setdefault(initial, []).append(i)
+        self.text = _ROW.join(self.fields).lower() + _ROW
+        if len(self.text) != at:  # lower() changed a length (a rare character): find by row
+            self.text = None
 
-    def __iter__(self):
-        return iter(self.rows)
-
-    def matching(self, matches: _Matcher) -> list[_Row]:
-        """The rows ``matches`` matches, in order."""
+    def matching(self, matches: _Matcher) -> list[tuple[str, str]]:
+        """``(name, what)`` of the rows ``matches`` matches, in order."""
         lowered = matches.lowered
-        if matches.regex is not None or _FIELD in lowered or _ROW in lowered:
-            return [row for row in self.rows if matches(row[2], row[3])]
-        found = set(self.by_initials.get(lowered, ()))
-        text, starts = self.text, self.starts
-        at = text.find(lowered)
-        while at != -1:
-            row = bisect.bisect_right(starts, at) - 1
-            found.add(row)
-            at = text.find(lowered, starts[row + 1] if row + 1 < len(starts) else len(text))
-        return [self.rows[i] for i in sorted(found)]
-
-
-def _fields(*texts: str) -> tuple[tuple[str, str], ...]:
-    return tuple((text, text.lower()) for text in texts if text)
+        initial = set(self.by_initials.get(lowered, ()))
+        if self.text is None or matches.regex is not None or _FIELD in lowered or _ROW in lowered:
+            found = [
+                i
+                for i, fields in enumerate(self.fields)
+                if matches(fields.split(_FIELD), i in initial)
+            ]
+        else:
+            rows, text, starts = initial, self.text, self.starts
+            at = text.find(lowered)
+            while at != -1:
+                row = bisect.bisect_right(starts, at) - 1
+                rows.add(row)
+                at = text.find(lowered, starts[row + 1] if row + 1 < len(starts) else len(text))
+            found = sorted(rows)
+        return [(self.names[i], self.whats[i]) for i in found]
 
 
 def _modules(ep: Any) -> _Texts:
@@ -185,8 +191,8 @@ def _modules(ep: Any) -> _Texts:
             (
                 fqn,
                 info.type_name,
-                _fields(fqn, info.type_name, info.qualified_type or ""),
-                tuple(filter(None, [initials(info.type_name)] if info.type_name else [])),
+                (fqn, info.type_name, info.qualified_type or ""),
+                initials(info.type_name) if info.type_name else "",
             )
             for fqn, info in module_tree(ep).items()
             if fqn
@@ -200,21 +206,13 @@ def _ops(owner: Any) -> _Texts:
     graph that computes, in graph order: read once per graph (a search as one types reads
     the program's texts, not its nodes)."""
 
-    def read() -> _Texts:
-        rows = []
+    def rows() -> Iterator[tuple[str, str, tuple[str, ...], str]]:
         for node in owner.graph.nodes:
-            if not _meta.computes(node):
-                continue
-            short, full = _meta.op_text(node, "short"), _meta.op_text(node, "full")
-            word = short.rpartition(".")[2]
-            rows.append(
-                (
-                    node.name,
-                    short,
-                    _fields(node.name, short, full),
-                    tuple(filter(None, [initials(word)])),
-                )
-            )
-        return _Texts(rows)
+            if _meta.computes(node):
+                short, full = _meta.op_text(node, "short"), _meta.op_text(node, "full")
+                yield node.name, short, (node.name, short, full), initials(short.rpartition(".")[2])
+
+    def read() -> _Texts:
+        return _Texts(rows())  # one row at a time: no list of them all to outlive the build
 
     return _derived.cached(owner, "search: ops", read)
