@@ -502,7 +502,8 @@ def _compare_close(
     # once a block goes through the general path, a mismatch's pattern is made anew instead
     marks: _Marks | None = None
     general = False
-    # real values on the CPU, the common case, go through numpy in place (see _Work)
+    # real values on the CPU, the common case, go through numpy in place (see _Work); complex
+    # values, and values on another device (numpy cannot read them), the general path below
     work = _work(min(a.numel(), _BLOCK)) if not a.is_complex() and a.device.type == "cpu" else None
     # float32 values all well within the tolerance, first; a leaf with a block the screen
     # cannot tell (most often one that differs) is not screened further: it would be wasted.
