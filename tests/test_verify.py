@@ -1067,6 +1067,25 @@ def test_the_float32_screen_decides_gradients_within_the_tolerance(noise):
     assert figures == (general.max_abs, general.max_rel, general.ratio, general.scale)
 
 
+def test_the_float32_screen_finds_the_largest_ratio_where_float32_ranks_it_second():
+    # two values whose error/tolerance quotients float32 orders the other way round (the
+    # first is the larger in float64, 0.33763393403 against 0.33763393142): the screen must
+    # look at every position near the rounded maximum, not only at the rounded maximum
+    from graphsurgeon.checks._leaves import _screened, _Tally, _Work
+
+    x = torch.tensor([1.1268937587738037, 2.327340602874756])
+    y = torch.tensor([1.126932144165039, 2.3274195194244385])
+    wide_x, wide_y = x.double(), y.double()
+    float32_ratios = (x - y).abs() / (x.abs() * 1e-4 + 1e-6)
+    float64_ratios = (wide_x - wide_y).abs() / (wide_x.abs() * 1e-4 + 1e-6)
+    # precondition: the two precisions rank the positions differently
+    assert float32_ratios.argmax() != float64_ratios.argmax()
+    general = _Tally()
+    general.add(wide_x, wide_y, 1e-4, 1e-6)
+    figures = _screened(x.numpy(), y.numpy(), 1e-4, 1e-6, _Work(2))
+    assert figures == (general.max_abs, general.max_rel, general.ratio, general.scale)
+
+
 def test_the_float32_screen_leaves_values_near_or_past_the_tolerance_to_the_float64_path():
     from graphsurgeon.checks._leaves import _screened, _Work
 
@@ -1085,7 +1104,18 @@ def test_the_float32_screen_leaves_values_near_or_past_the_tolerance_to_the_floa
 def test_float32_leaves_compare_as_the_same_values_in_float64(monkeypatch, block, noise):
     # float64 leaves never take the float32 screen: the figures, verdict and pattern of a
     # float32 leaf must be exactly those of its values widened
-    monkeypatch.setattr(sys.modules["graphsurgeon.checks._leaves"], "_BLOCK", block)
+    leaves = sys.modules["graphsurgeon.checks._leaves"]
+    monkeypatch.setattr(leaves, "_BLOCK", block)
+    monkeypatch.setattr(leaves, "_SCREEN_LEAST", 1)  # this small leaf is screened too
+    decided = []
+    screened = leaves._screened
+
+    def counted(*args):
+        figures = screened(*args)
+        decided.append(figures is not None)
+        return figures
+
+    monkeypatch.setattr(leaves, "_screened", counted)
     generator = torch.Generator().manual_seed(7)
     a = torch.randn(6, 11, generator=generator) * torch.logspace(-30, 20, 11)
     b = a * (1 + noise * torch.randn(6, 11, generator=generator))
@@ -1095,6 +1125,8 @@ def test_float32_leaves_compare_as_the_same_values_in_float64(monkeypatch, block
     wide = compare_leaf("x", a.double(), b.double(), rtol=1e-4, atol=1e-6)
     assert narrow == wide
     assert narrow.max_abs > 0 or noise == 0  # precondition: values differ where meant to
+    if noise <= 1e-7:  # precondition: the screen decided the leaf (all its blocks)
+        assert decided and all(decided), decided
 
 
 @pytest.mark.parametrize("size", [1, 7, 256, 257, 3000])
