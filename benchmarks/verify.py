@@ -116,7 +116,8 @@ def with_backward(backward):
     return run
 
 
-def llama(backward):
+def llama():
+    # the Llama and its program with a fused RMSNorm at every norm: (model, program, ids, kwargs)
     import transformers
 
     sys.path.insert(0, sys.argv[4])
@@ -137,12 +138,16 @@ def llama(backward):
     ids = torch.randint(0, 1000, (2, 32 if quick else 128))
     kwargs = {"use_cache": False}
     program = gs.swap(gs.export(model, (ids,), kwargs), fused_norms(model))
+    return model, program, ids, kwargs
+
+
+def llama_check(made, backward):
+    model, program, ids, kwargs = made
 
     def run(_):
         report = gs.verify(model, program, (ids,), kwargs, rtol=1e-4, atol=1e-4, backward=backward)
         return bool(report)
 
-    run.model, run.ids, run.kwargs = model, ids, kwargs
     return run
 
 
@@ -151,8 +156,9 @@ def llama_times(rounds):
     # host's drift between processes does not enter the ratios: medians of `rounds`.
     import statistics
 
-    forward_check, backward_check = llama(False), llama(True)
-    model, ids, kwargs = forward_check.model, forward_check.ids, forward_check.kwargs
+    made = llama()
+    model, _, ids, kwargs = made
+    forward_check, backward_check = llama_check(made, False), llama_check(made, True)
     parameters = list(model.parameters())
 
     def eager_forward(_):
@@ -192,7 +198,7 @@ if how == "llama, times":
     print(json.dumps(llama_times(9 if quick else 21)))
     sys.exit(0)
 if how.startswith("llama"):
-    runs[how] = llama(how.endswith("backward"))
+    runs[how] = llama_check(llama(), how.endswith("backward"))
 ok, extra, seconds = measured(runs[how], 2, rows)
 if how.startswith("llama"):  # a check of a few tens of ms: its time is the best of five
     for _ in range(4):
