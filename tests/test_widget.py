@@ -54,6 +54,7 @@ from graphsurgeon.partition import call_index
 from graphsurgeon.render import graph_view, layer_calls
 from graphsurgeon.widget import ACTIONS, SurgerySession
 from graphsurgeon.widget._panels import page as panel_values
+from graphsurgeon.widget._panels import tree as tree_panel
 from graphsurgeon.widget._session import PARTS
 from graphsurgeon.widget._widget import OLD_NAMES
 
@@ -1451,6 +1452,25 @@ def test_an_overlay_is_painted_recomputed_after_every_edit_and_kept_across_views
     assert widget.legend == "" and "data-gs-value" not in widget.tree
     page_event(widget, event="overlay", value="heat")
     assert "overlay: expected" in widget.error["message"] and widget.overlay == ""
+
+
+def test_the_module_tree_is_made_again_only_when_what_it_shows_changed(gpt):
+    widget, model, _ = gpt
+    session = widget.session
+    plain = tree_panel(session)
+    assert "data-gs-value" not in plain and tree_panel(session) is plain, "kept as it is"
+    widget.swap(FusedAttention(model.layers[1].attn), name="layers.1.attn")
+    assert session.surgery.replacements, "precondition: the program changed"
+    assert tree_panel(session) is plain, "the original program's tree: an edit leaves it"
+    widget.show_overlay("error")
+    painted = tree_panel(session)
+    assert "data-gs-value" in painted and widget.tree == painted
+    widget.swap(DoubledMLP(model.layers[0].mlp), name="layers.0.mlp")
+    repainted = tree_panel(session)
+    assert repainted != painted, "an overlay's values are the new program's"
+    assert widget.tree == repainted
+    widget.show_overlay("")
+    assert tree_panel(session) == plain and widget.tree == plain
 
 
 def test_find_culprits_marks_the_wrong_swap_in_the_tree_and_the_picture(gpt):

@@ -170,6 +170,9 @@ class SurgerySession:
         self._on_early = on_early or self._on_busy
         #: The parts of the page (:data:`PARTS`) changed since :meth:`take_changes`.
         self.changed: set[str] = set(PARTS)
+        #: texts of the page kept by the panels that make them, by part: (what a text was
+        #: made from, the text); a part made from the same objects again reads it here
+        self.kept_pages: dict[str, tuple[tuple, str]] = {}
         self.comparison: Comparison | None = None
         self.bisection: Any = None
         self.report: VerifyReport | None = surgery.last_verify
