@@ -114,7 +114,7 @@ class _Vertex:
         kind: str,
         chain: tuple[str, ...],
         meta: Mapping[str, Any],
-        inputs: list[tuple[str, str]],
+        inputs: Iterable[tuple[str, str]],
         params: tuple[str, ...] = (),
         buffers: tuple[str, ...] = (),
         folded: bool = False,
@@ -124,7 +124,9 @@ class _Vertex:
         self.swap_call: str | None = meta.get(_meta.SWAPPED)  # swapped call name
         self.fused_call: str | None = meta.get(_meta.FUSED)  # fused call name
         self.chain = chain  # module calls it is drawn in, outermost first
-        self.inputs = inputs  # (producer vertex name, index path "[0]")
+        # (producer vertex name, index path "[0]"): a tuple of strings, which the collector
+        # stops tracking, where a list is one more object per node its every full pass visits
+        self.inputs = tuple(inputs)
         self.params = params  # names of the parameter vertices folded into it
         self.buffers = buffers  # names of the buffer vertices folded into it
         self.folded = folded  # a buffer read by this one node only: drawn inside its reader
@@ -471,7 +473,7 @@ def _with_fused_calls(
             if source not in names and source in before.by_name:
                 names.add(source)
                 missing.append(before.by_name[source])
-        return vertex.but(inputs=inputs)
+        return vertex.but(inputs=tuple(inputs))
 
     # build glue that only feeds fused calls is not drawn: their nodes read the values
     feeds = {name: set() for name in after.by_name}
@@ -490,7 +492,7 @@ def _with_fused_calls(
         elif vertex.name not in unused:
             if any(source in fused_nodes for source, _ in vertex.inputs):
                 inputs = [from_result(source, path) for source, path in vertex.inputs]
-                vertex = vertex.but(inputs=[i for i in inputs if i is not None])
+                vertex = vertex.but(inputs=tuple(i for i in inputs if i is not None))
             original = before.by_name.get(vertex.name)
             if vertex.kind in _STATE and original is not None and original.chain != vertex.chain:
                 # a parameter or buffer sits with all its readers, the fused calls' ones too
