@@ -555,6 +555,20 @@ def test_a_module_swapped_from_code_is_not_reused_for_another_module(gpt):
         widget.choose("identity")
 
 
+def test_a_swap_or_fuse_made_from_code_selects_that_module_and_brings_it_into_view(gpt):
+    widget, model, _tokens = gpt
+    widget.select("layers.0.attn")
+    scroll = widget.scroll
+    widget.swap(FusedAttention(model.layers[1].attn), name="layers.1.attn")
+    assert widget.selected == "layers.1.attn" and widget.scroll == scroll + 1
+    assert widget.marks["selected"], "its call in the new picture is marked"
+    assert (widget.choice_key, widget.choice) == ("module", "FusedAttention"), "the picker"
+    assert "FusedAttention" in widget.details
+    widget.fuse("layers.0.mlp")
+    assert widget.selected == "layers.0.mlp" and widget.scroll == scroll + 2
+    assert widget.marks["selected"]
+
+
 def test_a_refused_selection_snaps_back_and_the_next_swap_uses_the_real_one(gpt):
     widget, _model, _tokens = gpt
     page_sets(widget, selected="layers.0.mlp")

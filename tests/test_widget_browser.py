@@ -530,6 +530,41 @@ def test_run_to_selection_and_continue_bring_the_current_op_into_view(page):
     kernel_run(page, "hf.select('model.layers.2.mlp'); hf.toggle_breakpoint(); hf.reset_stepper()")
 
 
+def test_a_swap_made_from_code_selects_the_module_and_brings_it_into_view(page):
+    hf = page.locator(".gs-widget").nth(HF)
+    to_top(page, HF)
+    kernel_run(page, "hf.reset_stepper(); hf.select(None)")
+    page.wait_for_function(f"() => !{nth(HF)}.querySelector('.gs-viewport .gs-selected')")
+    page.evaluate(
+        f"() => {{ const v = {nth(HF)}.querySelector('.gs-viewport'); "
+        "v.scrollTop = 0; v.scrollLeft = 0; }"
+    )
+    last = '[id$="model.layers.3"], [id$="model.layers.3.mlp"]'
+    assert hf.locator(f".gs-viewport :is({last})").count() >= 1, "precondition: it is drawn"
+    assert not in_picture(page, HF, last), "precondition: out of view at the top left"
+    svg = page.evaluate_handle(f"() => {nth(HF)}.querySelector('.gs-viewport svg')")
+    kernel_run(
+        page, "hf.swap(Louder(hf.surgery.original('model.layers.3.mlp')), 'model.layers.3.mlp')"
+    )
+    page.wait_for_function(
+        f"(old) => {nth(HF)}.querySelector('.gs-viewport svg') !== old && "
+        f"{nth(HF)}.querySelector('.gs-viewport .gs-selected')",
+        arg=svg,
+    )
+    assert in_kernel(page, "hf.selected") == "model.layers.3.mlp"
+    page.wait_for_function(
+        f"""() => {{
+            const view = {nth(HF)}.querySelector('.gs-viewport');
+            const box = view.querySelector('.gs-selected').getBoundingClientRect();
+            const frame = view.getBoundingClientRect();
+            return box.top >= frame.top - 1 && box.bottom <= frame.bottom + 1 &&
+                box.left >= frame.left - 1 && box.right <= frame.right + 1;
+        }}"""
+    )
+    assert "Louder" in hf.locator(".gs-details").inner_text()
+    kernel_run(page, "hf.undo(); hf.select(None)")
+
+
 def test_stepping_into_a_swapped_call_draws_the_replacement_beside_the_program(page):
     hf = page.locator(".gs-widget").nth(HF)
     kernel_run(

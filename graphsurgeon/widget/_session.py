@@ -255,9 +255,10 @@ class SurgerySession:
             replacement = self.picker.for_swap(name)
         self.busy(f"swapping {name}…")
         self.surgery.swap(name, replacement)
-        if module is not None and name == self.selection.selected:  # the picker shows it
-            self.picker.set(replacement, type(replacement).__name__, "module")
         self._after_change(show="merged")
+        self._show_changed(name)
+        if module is not None and not self.regions.region:  # the picker shows it
+            self.picker.set(replacement, type(replacement).__name__, "module")
 
     def fuse(self, name: str | None = None) -> None:
         """Fuse the selected module (or ``name``): its nodes become one call."""
@@ -265,6 +266,16 @@ class SurgerySession:
         self.busy(f"fusing {name}…")
         self.surgery.fuse(name)
         self._after_change()
+        self._show_changed(name)
+
+    def _show_changed(self, name: str) -> None:
+        """The module just swapped or fused is the one selected, and the picture brings it
+        into view: an edit made from code (``w.swap(m, name)``) may be far from what the
+        picture showed, which left the user looking at an empty corner of a wider picture."""
+        selection = self.selection
+        if selection.selected != name or selection.selected_node is not None:
+            selection.select(name)
+        selection.scroll_into_view()
 
     def undo(self) -> None:
         """Go back one step of the Surgery."""

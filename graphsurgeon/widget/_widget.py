@@ -756,7 +756,8 @@ class SurgeryWidget(anywidget.AnyWidget):
         return self
 
     def swap(self, module: torch.nn.Module | None = None, name: str | None = None):
-        """Swap a module for a replacement, as the Swap button does.
+        """Swap a module for a replacement, as the Swap button does. The module swapped is
+        then the one selected, and the picture brings it into view.
 
         Args:
             module: the replacement (default: the picker's choice, :meth:`choose`).
@@ -779,7 +780,8 @@ class SurgeryWidget(anywidget.AnyWidget):
         return self
 
     def fuse(self, name: str | None = None) -> SurgeryWidget:
-        """Fuse a module: its nodes become one call (:meth:`graphsurgeon.Surgery.fuse`).
+        """Fuse a module: its nodes become one call (:meth:`graphsurgeon.Surgery.fuse`). The
+        module fused is then the one selected, and the picture brings it into view.
 
         Args:
             name: the module or call fused (default: the selection).
