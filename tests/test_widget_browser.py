@@ -329,8 +329,18 @@ def test_the_picker_swaps_it_and_the_after_picture_shows_the_replacement(page):
     page.wait_for_function(
         "() => document.querySelector('.gs-widget .gs-verify').textContent.includes('faithful')"
     )
+    # the panels' column at its top: the compare table lands below its fold unless the page
+    # brings it into the column
+    page.evaluate(f"() => {{ {nth(TINY)}.querySelector('.gs-panels').scrollTop = 0; }}")
+    compare_in_column = (
+        f"() => {{ const v = {nth(TINY)}.querySelector('.gs-panels').getBoundingClientRect(); "
+        f"const b = {nth(TINY)}.querySelector('.gs-compare').getBoundingClientRect(); "
+        "return b.top >= v.top && b.top <= v.bottom - 40; }"
+    )
+    assert not page.evaluate(compare_in_column), "precondition: below the column's fold"
     widget.locator('[data-gs-button="compare"]').click()
     page.wait_for_function("() => document.querySelector('.gs-widget .gs-compare table')")
+    page.wait_for_function(compare_in_column)
     screenshot(page, f"widget-{page.app}-swapped.png")
     to_top(page, TINY)
     screenshot(page, f"widget-{page.app}.png")

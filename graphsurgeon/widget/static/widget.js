@@ -670,6 +670,8 @@ function render({ model, el }) {
     legend.innerHTML = model.get("legend") || "";
     busy.textContent = model.get("busy");
     root.classList.toggle("gs-is-busy", !!model.get("busy"));
+    if (model.get("busy")) seenBusy = true;
+    else if (awaited && seenBusy) showResult();
     nan.checked = !!model.get("break_on_nan");
     gradients.checked = !!model.get("gradients");
     for (const [a, found] of actionButtons) {
@@ -680,12 +682,34 @@ function render({ model, el }) {
     copyName.disabled = !model.get("selected") && !model.get("selected_node");
   }
   const html = (node, trait) => () => { node.innerHTML = model.get(trait); };
+  // A check the user asked for (Verify, Compare, Find culprits): its result is brought into
+  // the panels' column once it is in, the Check drawer opened; it was often below the fold
+  // and a click looked like it did nothing. Once its answer is in (the text changed, or the
+  // widget is no longer busy: the same text again); a check run from code moves nothing.
+  const checkOutputs = { verify, compare: compareOut, find_culprits: culprits };
+  let awaited = null, seenBusy = false;
+  function awaitResult(name) {
+    if (checkOutputs[name]) { awaited = checkOutputs[name]; seenBusy = false; }
+  }
+  function showResult() {
+    const node = awaited;
+    awaited = null;
+    showDrawer("check");
+    requestAnimationFrame(() => {
+      const box = node.getBoundingClientRect(), view = panels.getBoundingClientRect();
+      if (box.top < view.top || box.top > view.bottom - 80) panels.scrollTop += box.top - view.top - 40;
+    });
+  }
+  const checkResult = (node, trait) => () => {
+    node.innerHTML = model.get(trait);
+    if (awaited === node) showResult();
+  };
   const bindings = [
     ["svg", showSvg], ["tree", showTree], ["module_types", showTypes], ["marks", markSoon],
     ["current", markSoon], ["selected", markSoon], ["inside_svg", showInside], ["inside_current", showInside],
     ["details", html(details, "details")], ["preview", html(preview, "preview")],
-    ["history", html(history, "history")], ["verify_html", html(verify, "verify_html")],
-    ["compare_html", html(compareOut, "compare_html")], ["culprits_html", html(culprits, "culprits_html")],
+    ["history", html(history, "history")], ["verify_html", checkResult(verify, "verify_html")],
+    ["compare_html", checkResult(compareOut, "compare_html")], ["culprits_html", checkResult(culprits, "culprits_html")],
     ["region_html", () => { regionOut.innerHTML = model.get("region_html") || ""; if (model.get("has_region")) showDrawer("region"); }],
     ["stepper_html", showStepper], ["candidates", showCandidates],
     ["choice_key", showChoice], ["choice", showChoice], ["error", showError],
@@ -704,7 +728,10 @@ function render({ model, el }) {
   // -- page -> kernel --
   root.addEventListener("click", (event) => {
     const button = event.target.closest("button");
-    if (button && button.dataset.gsButton) send({ event: "button", name: button.dataset.gsButton });
+    if (button && button.dataset.gsButton) {
+      awaitResult(button.dataset.gsButton);
+      send({ event: "button", name: button.dataset.gsButton });
+    }
     else if (button && button.dataset.gsSave) send({ event: "save", format: button.dataset.gsSave });
     else if (button && button.dataset.gsZoom) {
       const how = button.dataset.gsZoom;
@@ -745,7 +772,10 @@ function render({ model, el }) {
   const shortcuts = new Map(actions.filter((a) => a.key).map((a) => [a.key, a]));
   const press = (key) => {
     const action = shortcuts.get(key);
-    if (action && enabled(action)) send({ event: "button", name: action.name });
+    if (action && enabled(action)) {
+      awaitResult(action.name);
+      send({ event: "button", name: action.name });
+    }
   };
   root.addEventListener("keydown", (event) => {
     if (event.ctrlKey || event.altKey || event.metaKey) return;
