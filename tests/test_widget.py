@@ -1487,6 +1487,28 @@ def test_the_module_tree_is_made_again_only_when_what_it_shows_changed(gpt):
     assert tree_panel(session) == plain and widget.tree == plain
 
 
+def test_compare_and_find_culprits_select_what_they_found_and_bring_it_into_view(gpt):
+    widget, model, _ = gpt
+    widget.swap(DoubledMLP(model.layers[0].mlp), name="layers.0.mlp")
+    widget.swap(FusedAttention(model.layers[1].attn), name="layers.1.attn")
+    assert widget.selected == "layers.1.attn", "precondition: the last swap is selected"
+    scroll = widget.scroll
+    page_event(widget, event="button", name="compare")
+    assert widget.session.comparison.first_divergence == "layers.0.mlp"
+    assert widget.selected == "layers.0.mlp" and widget.scroll == scroll + 1
+    assert widget.marks["selected"], "its call is marked in the picture"
+    widget.select("layers.1.attn")
+    page_event(widget, event="button", name="bisect")
+    assert widget.session.bisection.culprits == ("layers.0.mlp",)
+    assert widget.selected == "layers.0.mlp" and widget.scroll == scroll + 2
+    widget.undo().undo()
+    widget.swap(FusedAttention(model.layers[1].attn), name="layers.1.attn")
+    widget.select("layers.0")
+    page_event(widget, event="button", name="compare")
+    assert not widget.session.comparison.first_divergence, "precondition: all match"
+    assert widget.selected == "layers.0", "nothing found: the selection stays"
+
+
 def test_find_culprits_marks_the_wrong_swap_in_the_tree_and_the_picture(gpt):
     widget, model, _ = gpt
     widget.swap(FusedAttention(model.layers[1].attn), name="layers.1.attn")

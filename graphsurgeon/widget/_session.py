@@ -53,7 +53,7 @@ import torch
 from .._program import as_inputs, no_inputs
 from ..checks.compare import Comparison
 from ..checks.verify import VerifyReport
-from ..errors import InputStructureError, WidgetError
+from ..errors import GraphSurgeonError, InputStructureError, WidgetError
 from ..partition import Partition, partition
 from ..patterns.search import Match
 from ..surgery import Surgery
@@ -357,9 +357,11 @@ class SurgerySession:
             raise WidgetError("compare: nothing is swapped; swap a module first")
         self.busy(f"comparing each swapped call's {self._passes()} with the original…")
         self.comparison = self.surgery.compare(args, kwargs, backward=self.gradients)
-        if self.comparison.first_divergence:
+        first = self.comparison.first_divergence
+        if first:
             self.busy("finding the first op that differs…")
             self.comparison.locate()  # computed once; the panel reads it
+            self._show_found(first)
         self.touch("checks")
         return self.comparison
 
@@ -373,8 +375,21 @@ class SurgerySession:
         self.busy(f"bisecting the swaps on their {self._passes()}…")
         self.bisection = self.surgery.bisect(args, kwargs, backward=self.gradients)
         self.touch("checks", "tree")
+        culprits = self.bisection.culprits
+        if culprits:
+            self._show_found(culprits[0])
         self.selection.mark()
         return self.bisection
+
+    def _show_found(self, call: str) -> None:
+        """What a check found (the first divergence, the first culprit) is selected and
+        brought into view: the picture showed wherever it was, often far from it. A name the
+        selection cannot take leaves the selection as it was: the check's result stands."""
+        try:
+            self.selection.select(call)
+        except GraphSurgeonError:
+            return
+        self.selection.scroll_into_view()
 
     # -- each concern's state and actions, through the session -------------------------------
 
