@@ -445,10 +445,11 @@ def _screened(
             return None  # beyond half the largest tolerance anywhere: no need to look closer
         max_abs = float(exact(np.flatnonzero(np.equal(error, largest, out=flags)))[0].max())
         # fmax passes over NaN (0 / 0: no error there) in the one pass max makes, where
-        # replacing the NaN first cost a pass more (a 2% of a Llama's backward check)
+        # replacing the NaN first cost a pass of its own
         rel = float(np.fmax.reduce(np.divide(error, magnitude, out=quotient)))
-        if not _SCREEN_TINY <= rel < math.inf:  # NaN too: no position told (never, as
-            return None  # largest > 0 leaves a position of positive quotient)
+        # (a NaN would fail this too; none comes: largest > 0 leaves a positive quotient)
+        if not _SCREEN_TINY <= rel < math.inf:
+            return None
         wide_error, wide_magnitude = exact(
             np.flatnonzero(np.greater_equal(quotient, rel * _SCREEN_MARGIN, out=flags))
         )
