@@ -1543,9 +1543,13 @@ def test_a_region_of_shift_clicked_ops_is_swapped_for_the_replacement_picked(tin
     assert not widget.can_swap_region
     page_event(widget, event="choose", value="ns:Tempered")
     assert widget.can_swap_region and not widget.can_swap
+    scroll = widget.scroll
     page_event(widget, event="button", name="swap_region")
     assert widget.error == {} and not widget.has_region
     assert list(widget.surgery.replacements) == ["region:layers.0.attn"]
+    # the call that replaced the region is selected, marked and brought into view
+    assert widget.selected == "region:layers.0.attn" and widget.scroll == scroll + 1
+    assert widget.marks["selected"]
     # the eager model with the first attention's softmax tempered the same way
     softmax, calls = torch.softmax, []
 

@@ -256,8 +256,8 @@ class SurgerySession:
         self.busy(f"swapping {name}…")
         self.surgery.swap(name, replacement)
         self._after_change(show="merged")
-        self._show_changed(name)
-        if module is not None and not self.regions.region:  # the picker shows it
+        self._bring_into_view(name)
+        if module is not None:  # the picker shows it, for the module now selected
             self.picker.set(replacement, type(replacement).__name__, "module")
 
     def fuse(self, name: str | None = None) -> None:
@@ -266,15 +266,21 @@ class SurgerySession:
         self.busy(f"fusing {name}…")
         self.surgery.fuse(name)
         self._after_change()
-        self._show_changed(name)
+        self._bring_into_view(name)
 
-    def _show_changed(self, name: str) -> None:
-        """The module just swapped or fused is the one selected, and the picture brings it
-        into view: an edit made from code (``w.swap(m, name)``) may be far from what the
-        picture showed, which left the user looking at an empty corner of a wider picture."""
+    def _bring_into_view(self, name: str) -> None:
+        """``name`` is selected and the picture brings it into view: the module just swapped
+        or fused, the region just swapped, or what a check found (the first divergence, the
+        first culprit). An edit made from code (``w.swap(m, name)``) or a check may be far
+        from what the picture showed, which left the user looking at an empty corner of a
+        wider picture. A name the selection cannot take leaves the selection as it was: the
+        edit or the check stands."""
         selection = self.selection
         if selection.selected != name or selection.selected_node is not None:
-            selection.select(name)
+            try:
+                selection.select(name)
+            except GraphSurgeonError:
+                return
         selection.scroll_into_view()
 
     def undo(self) -> None:
@@ -298,6 +304,8 @@ class SurgerySession:
         plan = self.regions.plan("fuse region")
         self.busy(f"fusing {plan.region.name}…")
         self.surgery.fuse_region(list(self.regions.region))
+        # (its ops are drawn as they were, where the user just shift-clicked them: nothing
+        # to bring into view, and no one element to select)
         self._after_change()
 
     def swap_region(self, module: torch.nn.Module | None = None) -> None:
@@ -312,6 +320,7 @@ class SurgerySession:
         self.busy(f"swapping {plan.region.name}…")
         self.surgery.swap_region(list(self.regions.region), replacement)
         self._after_change(show="merged")
+        self._bring_into_view(plan.region.name)
 
     def _after_change(self, show: str | None = None) -> None:
         """The Surgery changed (here, or from code): every concern catches up, the
@@ -361,7 +370,7 @@ class SurgerySession:
         if first:
             self.busy("finding the first op that differs…")
             self.comparison.locate()  # computed once; the panel reads it
-            self._show_found(first)
+            self._bring_into_view(first)
         self.touch("checks")
         return self.comparison
 
@@ -377,19 +386,9 @@ class SurgerySession:
         self.touch("checks", "tree")
         culprits = self.bisection.culprits
         if culprits:
-            self._show_found(culprits[0])
+            self._bring_into_view(culprits[0])
         self.selection.mark()
         return self.bisection
-
-    def _show_found(self, call: str) -> None:
-        """What a check found (the first divergence, the first culprit) is selected and
-        brought into view: the picture showed wherever it was, often far from it. A name the
-        selection cannot take leaves the selection as it was: the check's result stands."""
-        try:
-            self.selection.select(call)
-        except GraphSurgeonError:
-            return
-        self.selection.scroll_into_view()
 
     # -- each concern's state and actions, through the session -------------------------------
 
