@@ -688,8 +688,9 @@ function render({ model, el }) {
   // widget is no longer busy: the same text again); a check run from code moves nothing.
   const checkOutputs = { verify, compare: compareOut, find_culprits: culprits };
   let awaited = null, seenBusy = false;
-  function awaitResult(name) {
-    if (checkOutputs[name]) { awaited = checkOutputs[name]; seenBusy = false; }
+  function awaitResult(name) {  // any other button clicked: no check's result awaited
+    awaited = checkOutputs[name] || null;
+    seenBusy = false;
   }
   function showResult() {
     const node = awaited;
