@@ -569,6 +569,25 @@ def test_a_swap_or_fuse_made_from_code_selects_that_module_and_brings_it_into_vi
     assert widget.marks["selected"]
 
 
+def test_undo_and_redo_select_the_step_they_move_over_and_bring_it_into_view(gpt):
+    widget, model, _tokens = gpt
+    widget.swap(FusedAttention(model.layers[1].attn), name="layers.1.attn")
+    widget.swap(copy.deepcopy(model.layers[0].mlp), name="layers.0.mlp")
+    widget.select("layers.1.mlp")
+    scroll = widget.scroll
+    widget.undo()
+    assert list(widget.surgery.replacements) == ["layers.1.attn"], "precondition"
+    assert widget.selected == "layers.0.mlp" and widget.scroll == scroll + 1
+    assert widget.marks["selected"]
+    widget.undo()
+    assert widget.selected == "layers.1.attn" and widget.scroll == scroll + 2
+    widget.redo()
+    assert widget.selected == "layers.1.attn" and widget.scroll == scroll + 3
+    widget.redo()
+    assert widget.selected == "layers.0.mlp" and widget.scroll == scroll + 4
+    assert list(widget.surgery.replacements) == ["layers.1.attn", "layers.0.mlp"]
+
+
 def test_a_refused_selection_snaps_back_and_the_next_swap_uses_the_real_one(gpt):
     widget, _model, _tokens = gpt
     page_sets(widget, selected="layers.0.mlp")

@@ -270,8 +270,8 @@ class SurgerySession:
 
     def _bring_into_view(self, name: str) -> None:
         """``name`` is selected and the picture brings it into view: the module just swapped
-        or fused, the region just swapped, or what a check found (the first divergence, the
-        first culprit). An edit made from code (``w.swap(m, name)``) or a check may be far
+        or fused, the region just swapped, the step just undone or redone, or what a check
+        found (the first divergence, the first culprit). An edit made from code (``w.swap(m, name)``) or a check may be far
         from what the picture showed, which left the user looking at an empty corner of a
         wider picture. A name the selection cannot take leaves the selection as it was: the
         edit or the check stands."""
@@ -284,14 +284,18 @@ class SurgerySession:
         selection.scroll_into_view()
 
     def undo(self) -> None:
-        """Go back one step of the Surgery."""
+        """Go back one step of the Surgery; the module of the step undone is selected and
+        brought into view, as an editor shows the change it undid."""
         self.surgery.undo()
         self._after_change()
+        self._bring_into_view(self.surgery.steps[self.surgery.position].name)
 
     def redo(self) -> None:
-        """Go forward again over an undone step."""
+        """Go forward again over an undone step; its module is selected and brought into
+        view."""
         self.surgery.redo()
         self._after_change()
+        self._bring_into_view(self.surgery.steps[self.surgery.position - 1].name)
 
     def reset(self) -> None:
         """The Surgery back to the original program (the history is kept: redo still
