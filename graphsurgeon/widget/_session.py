@@ -271,10 +271,10 @@ class SurgerySession:
     def _bring_into_view(self, name: str) -> None:
         """``name`` is selected and the picture brings it into view: the module just swapped
         or fused, the region just swapped, the step just undone or redone, or what a check
-        found (the first divergence, the first culprit). An edit made from code (``w.swap(m, name)``) or a check may be far
-        from what the picture showed, which left the user looking at an empty corner of a
-        wider picture. A name the selection cannot take leaves the selection as it was: the
-        edit or the check stands."""
+        found (the first divergence, the first culprit). An edit made from code
+        (``w.swap(m, name)``) or a check may be far from what the picture showed, which left
+        the user looking at an empty corner of a wider picture. A name the selection cannot
+        take leaves the selection as it was: the edit or the check stands."""
         selection = self.selection
         if selection.selected != name or selection.selected_node is not None:
             try:
