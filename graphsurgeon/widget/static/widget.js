@@ -696,10 +696,7 @@ function render({ model, el }) {
     const node = awaited;
     awaited = null;
     showDrawer("check");
-    requestAnimationFrame(() => {
-      const box = node.getBoundingClientRect(), view = panels.getBoundingClientRect();
-      if (box.top < view.top || box.top > view.bottom - 80) panels.scrollTop += box.top - view.top - 40;
-    });
+    scrollInto(panels, node);
   }
   const checkResult = (node, trait) => () => {
     node.innerHTML = model.get(trait);
