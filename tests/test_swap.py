@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import copy
 import operator
+import pickle
+from collections import OrderedDict
 
 import pytest
 import torch
@@ -1104,19 +1106,43 @@ def test_the_statements_reused_from_earlier_swaps_are_those_written_afresh():
 
 def test_the_path_modules_of_a_result_are_plain_modules_as_torch_makes_them():
     # a swap's path modules (layers, layers.0 ...) are made with their state written at once:
-    # the same attributes, values and fresh containers as torch.nn.Module()'s own
+    # the same attributes, values and fresh containers as torch.nn.Module()'s own, the hook
+    # registries made on first use (each its own, of the same type)
+    import gc
+
     from graphsurgeon.rewrite._writer import _plain_module
 
     made, plain = _plain_module(), torch.nn.Module()
-    assert type(made) is torch.nn.Module and made.__dict__ == plain.__dict__
-    assert all(
-        made.__dict__[k] is not plain.__dict__[k]
-        for k, v in plain.__dict__.items()
-        if isinstance(v, (dict, set))
+    assert isinstance(made, torch.nn.Module) and repr(made) == repr(plain) == "Module()"
+    lazy = {k for k, v in plain.__dict__.items() if type(v) in (OrderedDict, set)}
+    assert len(lazy) == 12 and not lazy & set(made.__dict__)  # not made yet: nothing to track
+    for key, value in plain.__dict__.items():  # asked for, each is there as torch makes it
+        got = getattr(made, key)
+        assert type(got) is type(value) and got == value
+        assert got is getattr(made, key) and key in made.__dict__  # made once, then kept
+        if isinstance(value, (dict, set)):
+            assert got is not value
+    assert made.__dict__ == plain.__dict__
+    other = _plain_module()
+    other.register_forward_hook(lambda *args: None)  # registries are never shared
+    assert len(other._forward_hooks) == 1 and not _plain_module()._forward_hooks
+    with pytest.raises(AttributeError, match="'Module' object has no attribute 'nothing'"):
+        getattr(_plain_module(), "nothing")  # noqa: B009 (the lookup is what is tested)
+    untouched = _plain_module()
+    assert sum(gc.is_tracked(v) for v in untouched.__dict__.values()) < sum(
+        gc.is_tracked(v) for v in torch.nn.Module().__dict__.values()
     )
+
     model = torch.nn.Sequential(torch.nn.Sequential(torch.nn.Linear(2, 2)), torch.nn.ReLU())
     x = torch.randn(1, 2)
     gm = gs.swap(gs.export(model, (x,)), {"1": torch.nn.Tanh()})
-    assert type(gm.get_submodule("0")) is torch.nn.Module
+    path = gm.get_submodule("0")
+    assert isinstance(path, torch.nn.Module) and "(0): Module(" in str(gm)
     assert list(gm.state_dict()) == ["0.0.weight", "0.0.bias"]
     torch.testing.assert_close(gm(x), torch.tanh(model[0](x)))
+    copied = copy.deepcopy(gm)  # copies, pickles and re-exports as a plain module would
+    torch.testing.assert_close(copied(x), gm(x))
+    unpickled = pickle.loads(pickle.dumps(path))
+    assert unpickled.__dict__.keys() <= plain.__dict__.keys()
+    assert list(unpickled.state_dict()) == ["0.weight", "0.bias"]
+    torch.testing.assert_close(torch.export.export(gm, (x,)).module()(x), gm(x))
