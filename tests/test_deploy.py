@@ -197,3 +197,35 @@ def test_the_gradients_of_a_package_are_refused_in_one_message(packaged):
         gs.verify(s.module, loaded, (x,), backward=True)
     with pytest.raises(VerifyError, match=r"runs inference only"):
         s.verify(candidate=loaded, backward=True)
+
+
+def test_a_program_refuses_pickling_and_says_how_to_save_it(tmp_path):
+    # fx would pickle the code and trace it again on load, which cannot give a swapped program
+    # back: the refusal names the program and the way that works, which is then tried
+    import copy
+    import io
+    import pickle
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    x = torch.randn(3, 4)
+    ep = gs.export(model, (x,))
+    s = gs.Surgery(ep).swap("1", torch.nn.Tanh())
+    programs = {"swap": gs.swap(ep, {"1": torch.nn.Tanh()}), "fuse": gs.fuse(ep, "1")}
+    programs["surgery"] = s.module
+    for made, program in programs.items():
+        expected = program(x)  # precondition: a program that runs
+        for save in (pickle.dumps, lambda p: torch.save(p, io.BytesIO())):
+            with pytest.raises(DeployError) as refused:
+                save(program)
+            message = str(refused.value)
+            assert f"a {type(program).__name__} cannot be pickled" in message, made
+            assert "torch.export.save(gs.export(program, args), 'program.pt2')" in message
+        torch.testing.assert_close(copy.deepcopy(program)(x), expected)
+    path = tmp_path / "program.pt2"  # what the message says to do, done
+    torch.export.save(gs.export(programs["swap"], (x,)), path)
+    torch.testing.assert_close(torch.export.load(path).module()(x), programs["swap"](x))
+    torch.export.save(s.export((x,)), tmp_path / "surgery.pt2")
+    loaded = torch.export.load(tmp_path / "surgery.pt2").module()
+    torch.testing.assert_close(
+        loaded(x), torch.tanh(model[0](x)) @ model[2].weight.T + model[2].bias
+    )

@@ -78,9 +78,6 @@ class PartCache:
     def __deepcopy__(self, memo: dict) -> PartCache:
         return self  # what it holds is addressed by content: copies of a program may share it
 
-    def __reduce__(self) -> tuple:
-        return (PartCache, (self.limit,))  # a pickled program starts with an empty cache
-
     def global_name(self, obj: Any) -> str:
         """The name the generated code calls ``obj`` by: ``torch.…`` for torch's own (as fx
         writes it), else a name of its own, the same for the same object every time."""

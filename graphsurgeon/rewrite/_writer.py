@@ -19,6 +19,7 @@ from torch.fx.immutable_collections import immutable_dict
 
 from .. import _meta
 from ..errors import (
+    DeployError,
     InputStructureError,
     ModeError,
     SwapError,
@@ -481,19 +482,17 @@ class _ProgramModule(GraphModule):
         raise ModeError(exported.refusal(mode))
 
     def __reduce__(self) -> tuple:
-        # pickled as fx pickles a GraphModule: the code of the whole graph, whose globals can be
-        # imported (a part of the cached code is a function of this process only)
-        codegen = getattr(self.graph, "_codegen", None)
-        parts = getattr(codegen, "parts", None)
-        if parts is None:
-            return super().__reduce__()
-        codegen.parts = None
-        try:
-            self.recompile()
-            return super().__reduce__()
-        finally:
-            codegen.parts = parts
-            self.recompile()
+        # fx pickles a GraphModule as its code and traces that code again when loaded; this
+        # code calls what was made in this process (its input checks, its parts), which fx
+        # cannot name, and the trace would not give this program back: say so, and what works
+        name = type(self).__name__
+        raise DeployError(
+            f"a {name} cannot be pickled (pickle, torch.save): it runs code made in this "
+            "process for its graph and its input checks. To save the program, export it again "
+            "and save that: torch.export.save(gs.export(program, args), 'program.pt2') "
+            "(s.export() for a Surgery s); graphsurgeon.deploy.package(program, path) writes an "
+            "AOTInductor package. copy.deepcopy(program) copies it within this process"
+        )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
