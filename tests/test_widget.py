@@ -569,6 +569,28 @@ def test_a_swap_or_fuse_made_from_code_selects_that_module_and_brings_it_into_vi
     assert widget.marks["selected"]
 
 
+def test_what_is_brought_into_view_is_a_swapped_modules_new_call_else_the_selection(gpt):
+    # the before/after cluster of a swapped module also holds the nodes it replaced, often
+    # wider than the view: the page brings the marks' focus into view, the new call's node
+    widget, model, _tokens = gpt
+    widget.select("layers.1.attn")
+    assert widget.marks["focus"] == widget.marks["selected"][0], "nothing swapped: the cluster"
+    widget.swap(FusedAttention(model.layers[1].attn), name="layers.1.attn")
+    assert widget.view == "merged" and widget.selected == "layers.1.attn", "precondition"
+    node = widget.session.viewer.call_node("layers.1.attn")
+    focus = widget.marks["focus"]
+    assert focus not in widget.marks["selected"] and focus in svg_ids(widget.svg)
+    assert focus == widget.session.viewer.scene.node_element(node).id, "the new call's node"
+    widget.show("program")
+    assert widget.marks["focus"] in svg_ids(widget.svg), "drawn in the program's picture too"
+    widget.show("merged")
+    for other in ("layers.1", "layers.0.attn"):  # around it, or beside it: the selection's own
+        widget.select(other)
+        assert widget.marks["focus"] == widget.marks["selected"][0], other
+    widget.select(node)  # a node: its own element
+    assert widget.marks["focus"] == widget.marks["selected"][0]
+
+
 def test_undo_and_redo_select_the_step_they_move_over_and_bring_it_into_view(gpt):
     widget, model, _tokens = gpt
     widget.swap(FusedAttention(model.layers[1].attn), name="layers.1.attn")

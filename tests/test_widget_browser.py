@@ -575,6 +575,52 @@ def test_a_swap_made_from_code_selects_the_module_and_brings_it_into_view(page):
     kernel_run(page, "hf.undo(); hf.select(None)")
 
 
+def test_a_swapped_module_wider_than_the_view_shows_its_new_call_whole(page):
+    # its before/after cluster holds the nodes it replaced too: wider than the view, it would
+    # show from its top left corner, the new call cut at the edge; the new call is shown whole
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    to_top(page, HF)
+    name = "model.layers.2.self_attn"
+    svg = page.evaluate_handle(f"() => {nth(HF)}.querySelector('.gs-viewport svg')")
+    kernel_run(page, f"hf.swap(hf.surgery.original({name!r}), {name!r})")
+    page.wait_for_function(
+        f"(old) => {nth(HF)}.querySelector('.gs-viewport svg') !== old && "
+        f"{nth(HF)}.querySelector('.gs-viewport .gs-selected')",
+        arg=svg,
+    )
+    call = in_kernel(
+        page,
+        f"hf.session.viewer.scene.node_element(hf.session.viewer.call_node({name!r})).id",
+    )
+    wider = page.evaluate(
+        f"""() => {{
+            const view = {nth(HF)}.querySelector('.gs-viewport');
+            return view.querySelector('.gs-selected').getBoundingClientRect().width >
+                view.getBoundingClientRect().width;
+        }}"""
+    )
+    assert in_kernel(page, "hf.selected") == name and wider, "precondition: a cluster too wide"
+    selector = f'[id="{call}"]'
+    page.wait_for_function(
+        f"() => {nth(HF)}.querySelector({json.dumps('.gs-viewport ' + selector)})"
+    )
+    try:  # the page scrolls once the picture is in
+        page.wait_for_function(
+            f"""() => {{
+                const view = {nth(HF)}.querySelector('.gs-viewport');
+                const box = view.querySelector({json.dumps(selector)}).getBoundingClientRect();
+                const frame = view.getBoundingClientRect();
+                return box.left >= frame.left - 1 && box.right <= frame.right + 1 &&
+                    box.top >= frame.top - 1 && box.bottom <= frame.bottom + 1;
+            }}""",
+            timeout=10_000,
+        )
+    except PlaywrightTimeout:
+        raise AssertionError("the new call is not whole inside the visible picture") from None
+    kernel_run(page, "hf.undo(); hf.select(None)")
+
+
 def test_stepping_into_a_swapped_call_draws_the_replacement_beside_the_program(page):
     hf = page.locator(".gs-widget").nth(HF)
     kernel_run(

@@ -233,6 +233,7 @@ class Selection:
         similar = regions.similar
         self.marks = {
             "selected": ids,
+            "focus": self._focus(ids),
             **scene.flow(ids),
             "module": self._row_of(self.selected),
             "matches": list(dict.fromkeys(e for m in matches for e in self.ids_of(m.name, index))),
@@ -248,6 +249,22 @@ class Selection:
             ),
         }
         session.touch("marks")
+
+    def _focus(self, ids: list[str]) -> str | None:
+        """The element that shows the selection best, which the page brings into view when
+        asked to (``scroll``): the node a swapped or fused module is now called by, else the
+        first element marked. In the before/after picture a swapped module's cluster holds the
+        nodes it replaced too, often wider than the view, where its top left corner (its
+        label) would show and the new call be cut at the edge."""
+        name = self.selected
+        if name is not None and self.selected_node is None and self.session.viewer.call_nodes():
+            module = _meta.split_call_name(name)[0]
+            for call in self._covered(name):
+                if _meta.split_call_name(call)[0] == module:
+                    found = self.call_elements(call)
+                    if found:
+                        return found[0]
+        return ids[0] if ids else None
 
     @staticmethod
     def _row_of(name: str | None) -> str:

@@ -290,7 +290,7 @@ class SurgeryWidget(anywidget.AnyWidget):
     view = t.Unicode("program").tag(sync=True)
     caption = t.Unicode("").tag(sync=True)
     can_diff = t.Bool(False).tag(sync=True)
-    marks = t.Dict().tag(sync=True)  # {"selected": ids, "producers", "consumers", "edges"}
+    marks = t.Dict().tag(sync=True)  # {"selected": ids, "focus": id, "producers", ...}
     # what a click on each element marks (Selection.click_marks): the page marks it at once
     clicks = t.Dict().tag(sync=True)
     selected = t.Unicode(None, allow_none=True).tag(sync=True)

@@ -289,7 +289,10 @@ function render({ model, el }) {
       revealQueued = false;
       const asked = new Set(revealing);
       revealing.clear();
-      if (asked.has("selection")) reveal(find((model.get("marks").selected || [])[0]), false);
+      if (asked.has("selection")) {
+        const marks = model.get("marks") || {};
+        reveal(find(marks.focus || (marks.selected || [])[0]), false); // the kernel's choice
+      }
       if (asked.has("inside")) reveal(find(model.get("inside_current"), insideView), false, insideView);
       if (asked.has("current")) reveal(find(model.get("current")), false);
     });
