@@ -1550,6 +1550,44 @@ def test_compare_and_find_culprits_select_what_they_found_and_bring_it_into_view
     assert widget.selected == "layers.0", "nothing found: the selection stays"
 
 
+def test_what_a_check_finds_is_opened_when_its_layer_is_one_box_until_the_next_edit():
+    # a program swapped before the widget was made is drawn as a program, its layers as boxes:
+    # the module a check names would be marked as its layer's box, and not shown
+    from graphsurgeon.examples import TinyGPT
+
+    model = TinyGPT(12).eval()
+    tokens = model.example_input()
+    surgery = gs.Surgery.from_model(model, (tokens,))
+    surgery.swap("layers.7.mlp", DoubledMLP(copy.deepcopy(model.layers[7].mlp)))
+    widget = gs.SurgeryWidget(surgery)
+    viewer = widget.session.viewer
+    widget.select("layers.7.mlp")
+    assert widget.marks["selected"] == ["module:layers.7"], "precondition: inside a box"
+    widget.select("layers.0")
+    page_event(widget, event="button", name="compare")
+    assert widget.session.comparison.first_divergence == "layers.7.mlp"
+    own = viewer.scene.node_element(viewer.call_node("layers.7.mlp")).id
+    assert own != "module:layers.7", "its own node is drawn (a hidden node's element is its box)"
+    assert widget.selected == "layers.7.mlp" and widget.marks["selected"] == [own]
+    assert viewer.revealed_by("check") == {"layers.7"}
+    widget.swap(copy.deepcopy(model.layers[2].mlp), name="layers.2.mlp")
+    assert viewer.revealed_by("check") == frozenset(), "it belonged to the program checked"
+    widget.show("program")
+    widget.select("layers.7.mlp")
+    assert widget.marks["selected"] == ["module:layers.7"], "a box again"
+    page_event(widget, event="button", name="bisect")  # the first culprit: the same
+    assert widget.session.bisection.culprits == ("layers.7.mlp",)
+    assert widget.marks["selected"] == [own], "its own node, again"
+    widget.undo()
+    page_event(widget, event="button", name="bisect")
+    assert viewer.revealed_by("check") == {"layers.7"}
+    widget.swap(copy.deepcopy(model.layers[7].mlp), name="layers.7.mlp")
+    viewer.reveal("check", {"layers.7"})  # as an earlier check left it, in this program
+    page_event(widget, event="button", name="compare")
+    assert not widget.session.comparison.first_divergence, "precondition: all match"
+    assert viewer.revealed_by("check") == frozenset(), "nothing found: what was opened closes"
+
+
 def test_find_culprits_marks_the_wrong_swap_in_the_tree_and_the_picture(gpt):
     widget, model, _ = gpt
     widget.swap(FusedAttention(model.layers[1].attn), name="layers.1.attn")

@@ -268,13 +268,20 @@ class SurgerySession:
         self._after_change()
         self._bring_into_view(name)
 
-    def _bring_into_view(self, name: str) -> None:
+    def _bring_into_view(self, name: str, *, found: bool = False) -> None:
         """``name`` is selected and the picture brings it into view: the module just swapped
         or fused, the region just swapped, the step just undone or redone, or what a check
-        found (the first divergence, the first culprit). An edit made from code
+        ``found`` (the first divergence, the first culprit). An edit made from code
         (``w.swap(m, name)``) or a check may be far from what the picture showed, which left
-        the user looking at an empty corner of a wider picture. A name the selection cannot
-        take leaves the selection as it was: the edit or the check stands."""
+        the user looking at an empty corner of a wider picture. What a check found is also
+        opened, as a search opens its match: a module inside a layer drawn as one box would
+        be marked as that box, and the module the check names not shown (it stays open until
+        the next edit or check). A name the selection cannot take leaves the selection as it
+        was: the edit or the check stands."""
+        if found:
+            viewer = self.viewer
+            calls = viewer.calls_of(name)
+            viewer.reveal("check", {a for c in calls for a in viewer.ancestors(c)})
         selection = self.selection
         if selection.selected != name or selection.selected_node is not None:
             try:
@@ -374,7 +381,9 @@ class SurgerySession:
         if first:
             self.busy("finding the first op that differs…")
             self.comparison.locate()  # computed once; the panel reads it
-            self._bring_into_view(first)
+            self._bring_into_view(first, found=True)
+        else:
+            self.viewer.reveal("check", ())  # what an earlier check found closes
         self.touch("checks")
         return self.comparison
 
@@ -390,7 +399,9 @@ class SurgerySession:
         self.touch("checks", "tree")
         culprits = self.bisection.culprits
         if culprits:
-            self._bring_into_view(culprits[0])
+            self._bring_into_view(culprits[0], found=True)
+        else:
+            self.viewer.reveal("check", ())  # what an earlier check found closes
         self.selection.mark()
         return self.bisection
 

@@ -255,11 +255,13 @@ class View:
     @property
     def revealed(self) -> frozenset[str]:
         """What is opened on top of the user's view: the call the stepper is in (at most its
-        layer) and the modules around the current search match."""
+        layer), the modules around the current search match, and those around what the last
+        check found (Compare's first divergence, the first culprit)."""
         return frozenset().union(*self._reveal.values()) if self._reveal else frozenset()
 
     def revealed_by(self, source: str) -> frozenset[str]:
-        """What ``source`` (``"stepper"``, ``"search"``) opens on top of the user's view."""
+        """What ``source`` (``"stepper"``, ``"search"``, ``"check"``) opens on top of the
+        user's view."""
         return self._reveal.get(source, frozenset())
 
     def reveal(self, source: str, names: Iterable[str], render: bool = True) -> None:
@@ -461,6 +463,7 @@ class View:
         if not self.can_diff:
             self.view = "program"
         self.pending = None
+        self._reveal.pop("check", None)  # what a check found belongs to the program it ran on
 
     def picture_text(self, format_: str) -> tuple[str, str]:
         """The current picture as ``(file name, text)``: ``"svg"`` or ``"dot"``."""
