@@ -61,12 +61,10 @@ TARGETS = {
     "swap": 1.0,
 }
 
-SETUP = {
-    "decoder": """\
-import copy, json, time, torch
-import graphsurgeon as gs
-from graphsurgeon.examples import FusedAttention, TinyGPT
-import gc
+# Run first in each program's kernel: a log of the collector's full passes, which
+# ``timed_once`` reads (every program's kernel keeps its own).
+COLLECTOR_LOG = """\
+import gc, time
 FULL_PASSES = []  # the collector's full passes: (wall clock at their end, seconds)
 def _full_pass(phase, info, started=[0.0]):
     if info["generation"] == 2:
@@ -75,6 +73,13 @@ def _full_pass(phase, info, started=[0.0]):
         else:
             FULL_PASSES.append((time.time(), time.perf_counter() - started[0]))
 gc.callbacks.append(_full_pass)
+"""
+
+SETUP = {
+    "decoder": """\
+import copy, json, time, torch
+import graphsurgeon as gs
+from graphsurgeon.examples import FusedAttention, TinyGPT
 torch.manual_seed(0)
 LAYERS = {layers}
 model = TinyGPT(LAYERS).eval()
@@ -89,15 +94,6 @@ w""",
 import copy, json, time, torch
 import graphsurgeon as gs
 from graphsurgeon.examples import LlamaLike
-import gc
-FULL_PASSES = []  # the collector's full passes: (wall clock at their end, seconds)
-def _full_pass(phase, info, started=[0.0]):
-    if info["generation"] == 2:
-        if phase == "start":
-            started[0] = time.perf_counter()
-        else:
-            FULL_PASSES.append((time.time(), time.perf_counter() - started[0]))
-gc.callbacks.append(_full_pass)
 LAYERS = {layers}
 with torch.device("meta"):
     model = LlamaLike(n_layers=LAYERS).eval()
@@ -336,7 +332,9 @@ def main() -> None:
         root.mkdir()
         scratch.mkdir()
         for kind, layers in programs:
-            write_notebook(root / f"{kind}{layers}.ipynb", [SETUP[kind].format(layers=layers)])
+            write_notebook(
+                root / f"{kind}{layers}.ipynb", [COLLECTOR_LOG + SETUP[kind].format(layers=layers)]
+            )
         with jupyterlab(root, scratch) as lab, browser(scratch) as page:
             for kind, layers in programs:
                 started = time.perf_counter()
