@@ -1128,6 +1128,8 @@ def test_the_path_modules_of_a_result_are_plain_modules_as_torch_makes_them():
     assert len(other._forward_hooks) == 1 and not _plain_module()._forward_hooks
     with pytest.raises(AttributeError, match="'Module' object has no attribute 'nothing'"):
         getattr(_plain_module(), "nothing")  # noqa: B009 (the lookup is what is tested)
+    bare = type(made).__new__(type(made))  # as a copy starts, before its state is written
+    assert getattr(bare, "weight", None) is None, "missing, as for nn.Module: no KeyError"
     untouched = _plain_module()
     assert sum(gc.is_tracked(v) for v in untouched.__dict__.values()) < sum(
         gc.is_tracked(v) for v in torch.nn.Module().__dict__.values()

@@ -381,6 +381,7 @@ def _module_state() -> tuple[list[tuple[str, Any, Any]], dict[str, type]] | None
 
 _MODULE_STATE = _module_state()
 _REGISTRIES: dict[str, type] = _MODULE_STATE[1] if _MODULE_STATE is not None else {}
+_NOTHING: dict[str, Any] = {}  # a state not written yet (a copy being made) holds nothing
 
 
 class _PathModule(torch.nn.Module):
@@ -395,14 +396,16 @@ class _PathModule(torch.nn.Module):
     them, and behave the same. Attribute lookup is ``nn.Module``'s, in the same order."""
 
     def __getattr__(self, name: str) -> Any:
+        # read on every forward (the program's code reads its parameters through path
+        # modules): nn.Module's lookup written out, without a call of it
         state = self.__dict__
-        parameters = state["_parameters"]
+        parameters = state.get("_parameters", _NOTHING)
         if name in parameters:
             return parameters[name]
-        buffers = state["_buffers"]
+        buffers = state.get("_buffers", _NOTHING)
         if name in buffers:
             return buffers[name]
-        modules = state["_modules"]
+        modules = state.get("_modules", _NOTHING)
         if name in modules:
             return modules[name]
         kind = _REGISTRIES.get(name)
