@@ -96,21 +96,30 @@ def table(
     *,
     numeric: Iterable[int] = (),
     raw: Iterable[int] = (),
+    cards: bool = False,
 ) -> str:
     """An HTML table. Cells are escaped, except in the columns listed in ``raw`` (already
-    HTML, made by these helpers); columns in ``numeric`` are right-aligned."""
+    HTML, made by these helpers); columns in ``numeric`` are right-aligned.
+
+    ``cards``: the table may be shown as one card per row where it is narrow (the widget's
+    panel column: its stylesheet does it); each cell then carries its column's name
+    (``data-label``), which a card shows before the value, since no header row is shown.
+    """
     numeric, raw = set(numeric), set(raw)
     head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    labels = [f' data-label="{escape(h)}"' if cards and h else "" for h in headers]
     body = []
     for row in rows:
         cells = []
         for i, cell in enumerate(row):
             text = cell if i in raw else escape(cell)
             css = ' class="gs-num"' if i in numeric else ""
-            cells.append(f"<td{css}>{text}</td>")
+            label = labels[i] if i < len(labels) else ""
+            cells.append(f"<td{css}{label}>{text}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
+    kind = "gs-table gs-cards" if cards else "gs-table"
     return (
-        f'<table class="gs-table"><thead><tr>{head}</tr></thead>'
+        f'<table class="{kind}"><thead><tr>{head}</tr></thead>'
         f"<tbody>{''.join(body)}</tbody></table>"
     )
 
@@ -218,7 +227,7 @@ def comparison_table(comparison: Any) -> str:
     cells.append([verdict, "(outputs)", "", str(outputs["leaves"]), *measured, "", *passes, ""])
     headers = ["", "call", "replacement", "leaves", "max abs", "max rel", "of tolerance"]
     headers += ["input drift", *(["backward"] if backward else []), "what differs"]
-    return table(headers, cells, numeric=(3, 4, 5, 6, 7), raw=range(len(headers)))
+    return table(headers, cells, numeric=(3, 4, 5, 6, 7), raw=range(len(headers)), cards=True)
 
 
 def _backward_cell(row: Mapping[str, Any]) -> str:

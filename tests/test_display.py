@@ -119,6 +119,22 @@ def test_a_comparison_lists_the_diverging_call_first(gpt):
     assert page.count("details") == 1, "the program's outputs, folded"
 
 
+def test_a_checks_table_names_each_cell_by_its_column_for_a_narrow_panel(gpt):
+    # the widget's panel column shows such a table as a card per row, each value after its
+    # column's name (no header row there): every named column's cell carries its name
+    _, tokens, ep, swapped = gpt
+    comparison = gs.compare(ep, swapped, (tokens,), backward=True)
+    page, _ = bundle_of(comparison)
+    tables = [a for t, a in page.tags if t == "table" and "gs-cards" in a.get("class", "")]
+    assert len(tables) >= 2, "the calls' table and, folded, the outputs' leaves and gradients"
+    labels = [a["data-label"] for t, a in page.tags if t == "td" and "data-label" in a]
+    for column in ("call", "replacement", "max abs", "backward", "what differs", "leaf"):
+        assert column in labels, column
+    headers = Elements(gs.display.table(["", "name"], [["x", "y"]]))
+    assert not any("data-label" in a for _, a in headers.tags), "a plain table is unchanged"
+    assert all("gs-cards" not in a.get("class", "") for _, a in headers.tags)
+
+
 def test_a_diff_shows_counts_and_folds_the_node_lists(gpt):
     _, _, _, swapped = gpt
     diff = swap_info(swapped).diff

@@ -671,6 +671,36 @@ def test_the_error_overlay_paints_heat_colours_and_a_legend(page):
     screenshot(page, f"widget-{page.app}-hf-overlay.png")
 
 
+def test_a_checks_table_in_the_panel_column_reads_without_a_sideways_scroll(page):
+    # a comparison with gradients has ten columns and the panel column is ~300 px: each row is
+    # a card there, so the call's name, its backward's verdict and what differs are in view
+    kernel_run(page, "hf.compare(backward=True)")
+    page.wait_for_function(f"() => {nth(HF)}.querySelector('.gs-compare tbody tr [data-gs-first]')")
+    page.evaluate(
+        f"() => {nth(HF)}.querySelector('.gs-compare tbody tr').scrollIntoView({{block: 'center'}})"
+    )
+    panel, cells = page.evaluate(
+        f"""() => {{
+            const panel = {nth(HF)}.querySelector('.gs-compare');
+            const frame = panel.getBoundingClientRect();
+            const row = panel.querySelector('tbody tr');
+            return [[frame.left, frame.right, panel.scrollWidth, panel.clientWidth],
+                [...row.children].map((td) => {{
+                    const box = td.getBoundingClientRect();
+                    return [td.dataset.label || '', td.textContent, box.left, box.right];
+                }})];
+        }}"""
+    )
+    left, right, scrolled, width = panel
+    # ten cells: the verdict, the call, six figures, the backward's verdict, what differs
+    assert width < 560 and len(cells) == 10, "precondition: a wide table in a narrow column"
+    assert scrolled <= width + 1, f"the panel scrolls sideways: {scrolled} px in {width}"
+    for label, text, start, end in cells:
+        if text:  # an empty cell is not shown
+            assert left - 1 <= start and end <= right + 1, f"{label or 'verdict'} is cut: {text}"
+    to_top(page, HF)
+
+
 def test_a_region_chosen_by_shift_clicks_finds_its_similar_places(page):
     hf = page.locator(".gs-widget").nth(HF)
     hf.locator("select.gs-overlay").select_option("")

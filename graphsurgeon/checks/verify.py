@@ -353,10 +353,10 @@ def leaf_table(leaves: tuple[LeafCheck, ...], limit: int = 12) -> str:
         for leaf in sorted(leaves, key=badness)
     ]
     headers = ["", "leaf", "max abs", "max rel", "of tolerance", ""]
-    shown = d.table(headers, rows[:limit], numeric=(2, 3, 4), raw=(0,))
+    shown = d.table(headers, rows[:limit], numeric=(2, 3, 4), raw=(0,), cards=True)
     if len(rows) <= limit:
         return shown
-    rest = d.table(headers, rows[limit:], numeric=(2, 3, 4), raw=(0,))
+    rest = d.table(headers, rows[limit:], numeric=(2, 3, 4), raw=(0,), cards=True)
     return shown + d.details(f"{len(rows) - limit} more leaves", rest)
 
 
