@@ -181,7 +181,7 @@ def history_table(steps: Sequence[Any], position: int) -> str:
         )
     if not rows:
         return ""
-    return table(["", "action", "module", "replacement"], rows, raw=range(4))
+    return table(["", "action", "module", "replacement"], rows, raw=range(4), cards=True)
 
 
 def comparison_table(comparison: Any) -> str:
