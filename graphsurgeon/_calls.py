@@ -6,9 +6,12 @@ per graph. Imported from :mod:`graphsurgeon.partition` too.
 
 from __future__ import annotations
 
+import functools
 import re
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch.export import ExportedProgram
@@ -65,27 +68,78 @@ class CallIndex:
     * any other node without a stack (a parameter or buffer, pytree glue made by a swap) belongs
       to the innermost call that all its users share, and to the top level when unused.
 
-    Only names are kept (never nodes), so a cached index does not keep its graph alive.
+    Only names are kept (never nodes), so a cached index does not keep its graph alive; once
+    the index of a swap of it was read, also the stack objects of its nodes (which the swap's
+    copies share), by their ids.
     Internal; :func:`call_index` builds it once per graph.
     """
 
-    def __init__(self, graph: torch.fx.Graph, state: frozenset[str] = frozenset()):
+    def __init__(
+        self,
+        graph: torch.fx.Graph,
+        state: frozenset[str] = frozenset(),
+        copied_from: tuple[CallIndex, torch.fx.Graph] | None = None,
+    ):
+        """``copied_from``: ``(index, graph)`` of the program ``graph`` was copied from (a swap
+        or fuse result's): a node that carries the very stack object of a node there (copies
+        share their meta's values) sits in the calls that index found for it, read instead of
+        worked out again, with the same rules for every other node; when that cannot be
+        (calls numbered by the order the graph reaches them, an entry it never saw) the
+        index is built from ``graph`` alone. The same index either way (tests/test_derived.py and
+        the fuzzer check it): a swap's index then costs a lookup per node, not a read of each
+        node's stack."""
         nodes = list(graph.nodes)
+        if copied_from is not None:
+            try:
+                self._build(nodes, state, copied_from)
+                return
+            except _NotCopied:
+                pass
+        self._build(nodes, state, None)
+
+    def _build(
+        self,
+        nodes: list[Node],
+        state: frozenset[str],
+        copied_from: tuple[CallIndex, torch.fx.Graph] | None,
+    ) -> None:
         self.size = len(nodes)
         self.root_type = ""
         self.calls: dict[str, Call] = {}
         # modules whose own name ends in "@k", as graphsurgeon names repeated calls
         self.ambiguous: list[str] = []
-        # (stack key, recorded path) of every stack entry -> (fqn, call index)
-        self._entries = _number_calls(nodes)
         interned: dict[tuple[str, ...], tuple[str, ...]] = {}
+        # the chain of each stack object of the graph copied from, by id (those objects are
+        # alive: that graph holds them), and its calls
+        known: dict[int, tuple[str, ...]] = {}
+        if copied_from is None:
+            # (stack key, recorded path) of every stack entry -> (fqn, call index)
+            self._entries, self._numbered_alone = _number_calls(nodes)
+        else:
+            base, base_graph = copied_from
+            if not base._numbered_alone:
+                raise _NotCopied  # numbered by the order the graph reaches them: anew
+            self._entries, self._numbered_alone = base._entries, True
+            known = base._chains_by_stack(base_graph)
+            base_calls = base.calls
         chains: dict[str, tuple[str, ...]] = {}
         pending: list[Node] = []  # placed by their users, once those are settled
         # thousands of nodes record a few hundred distinct stacks: each is read once
         read: dict[tuple, tuple[str, ...]] = {}
+        adopted: tuple[str, ...] | None = None  # the last known chain whose calls were taken
         for node in nodes:
             stack = node.meta.get("nn_module_stack")
             if stack:
+                chain = known.get(id(stack)) if known else None
+                if chain is not None:
+                    if chain is not adopted:
+                        # its calls, in the order a read of this graph would meet them
+                        for name in chain:
+                            if name not in self.calls:
+                                self._adopt(base_calls[name], base.root_type)
+                        adopted = chain
+                    chains[node.name] = chain
+                    continue
                 try:
                     recorded: tuple | None = tuple(stack.items())
                     chain = read.get(recorded)  # type: ignore[arg-type]
@@ -111,11 +165,42 @@ class CallIndex:
             chains[node.name] = _common_prefix(users) if users else ()
         self.chains = chains
         self.order = [node.name for node in nodes]
+
+    @functools.cached_property
+    def members(self) -> dict[str, list[str]]:
+        """Each call's nodes, nested calls' included, in graph order (made when first asked:
+        a swap's index is read for its chains)."""
+        chains = self.chains
         members: dict[str, list[str]] = {name: [] for name in self.calls}
         for name in self.order:
             for call in chains[name]:
                 members[call].append(name)
-        self.members = members
+        return members
+
+    def _chains_by_stack(self, graph: torch.fx.Graph) -> dict[int, tuple[str, ...]]:
+        """The chain of each stack object of ``graph``, the graph this index was built from
+        (and is kept with), by the object's id; made once. The stack objects are kept too (not
+        the graph: that would keep it alive), so no id names another object while this lives."""
+        kept = self.__dict__.get("_by_stack")
+        if kept is None:
+            stacks: list[Any] = []
+            by_id: dict[int, tuple[str, ...]] = {}
+            chains = self.chains
+            for node in graph.nodes:
+                stack = node.meta.get("nn_module_stack")
+                if stack and node.name in chains:
+                    stacks.append(stack)
+                    by_id[id(stack)] = chains[node.name]
+            kept = self._by_stack = (by_id, stacks)
+        return kept[0]
+
+    def _adopt(self, call: Call, root_type: str) -> None:
+        """Take ``call`` as the index copied from found it (see ``_chain``)."""
+        if not self.root_type:
+            self.root_type = root_type  # every stack records the root first
+        if CALL_SUFFIX.search(call.fqn) and call.fqn not in self.ambiguous:
+            self.ambiguous.append(call.fqn)
+        self.calls[call.name] = call
 
     def _chain(self, stack: Mapping) -> tuple[str, ...]:
         names: list[str] = []
@@ -130,7 +215,10 @@ class CallIndex:
                 if not self.root_type:
                     self.root_type = _type_text(value[1]) if len(value) > 1 else ""
                 continue
-            fqn, index, name = entries[(str(key), path)]
+            found = entries.get((str(key), path))
+            if found is None:  # an entry the graph copied from never had
+                raise _NotCopied
+            fqn, index, name = found
             if name in names:
                 continue
             if name not in self.calls:
@@ -155,13 +243,21 @@ class CallIndex:
         return chain[-1] if chain else ""
 
 
+class _NotCopied(Exception):
+    """A graph's index cannot be read from the index of the graph it was copied from."""
+
+
 # A key torch's strict tracer (dynamo) writes: the module's id, "@k" from its second call on.
 _ID_KEY = re.compile(r"\d+(?:@\d+)?")
 
 
-def _number_calls(nodes: list[Node]) -> dict[tuple[str, str], tuple[str, int, str]]:
+def _number_calls(
+    nodes: list[Node],
+) -> tuple[dict[tuple[str, str], tuple[str, int, str]], bool]:
     """The module call each ``nn_module_stack`` entry of ``nodes`` records: ``(key, path)`` ->
-    ``(fqn, call index, call name)``, numbered as torch's non-strict export numbers them.
+    ``(fqn, call index, call name)``, numbered as torch's non-strict export numbers them; and
+    whether every entry was numbered by itself alone (no module reached by two spellings), so
+    that the numbering holds for any graph whose entries are among these.
 
     Both exports write ``@k`` on the key of the k-th repeated call, but the strict one counts the
     calls of each *spelling* of the path (``layers.1`` and ``getattr(L['self'].layers, '1')`` are
@@ -197,7 +293,7 @@ def _number_calls(nodes: list[Node]) -> dict[tuple[str, str], tuple[str, int, st
             rank = ranks.setdefault(fqn, {})
             k = rank.setdefault((spelling, k), len(rank))
         numbered[entry] = (fqn, k, call_name(fqn, k))
-    return numbered
+    return numbered, not ranks
 
 
 def _read_entry(key: str, path: str) -> tuple[str, str, int]:
@@ -248,9 +344,23 @@ def call_index(program: ExportedProgram | torch.fx.GraphModule | torch.fx.Graph)
                 for spec in program.graph_signature.input_specs
                 if spec.kind.name != "USER_INPUT" and getattr(spec.arg, "name", None)
             )
-        return CallIndex(graph, state)
+        return CallIndex(graph, state, _copied_from(program))
 
     # kept with the graph, not the program object: what it says depends on the graph (and, for
     # an ExportedProgram, on which placeholders are state), so copies of a program share it
     kind = "call index of a program" if isinstance(program, ExportedProgram) else "call index"
     return _derived.cached(graph, kind, build)
+
+
+def _copied_from(program: Any) -> tuple[CallIndex, torch.fx.Graph] | None:
+    """The index and graph of the program a swap or fuse result was copied from (its
+    ``SwapInfo``), when that program is still alive; None for anything else."""
+    if not isinstance(program, torch.fx.GraphModule):
+        return None
+    info = program.meta.get(_meta.INFO)
+    source = getattr(info, "_program", None)
+    if isinstance(source, weakref.ref):
+        source = source()
+    if not isinstance(source, ExportedProgram):
+        return None
+    return call_index(source), source.graph

@@ -7,12 +7,17 @@ from __future__ import annotations
 import gc
 import weakref
 
+import pytest
 import torch
+from helpers.swap_models import Loop, Spelled, Twice
 from torch import nn
 
 import graphsurgeon as gs
+from graphsurgeon._calls import CallIndex
 from graphsurgeon.checks._exec import runnable_original
+from graphsurgeon.examples import FusedAttention
 from graphsurgeon.partition import call_index, program_index
+from graphsurgeon.rewrite import FUSE
 
 
 def _program():
@@ -90,3 +95,55 @@ def test_forget_takes_a_surgery_and_drops_its_built_states():
     gs.forget(s)
     assert s.module is not module
     assert torch.allclose(s.module(x), module(x))
+
+
+def _same_index(read, alone) -> None:
+    for field in ("chains", "order", "root_type", "ambiguous", "members"):
+        assert getattr(read, field) == getattr(alone, field), field
+    assert list(read.calls.items()) == list(alone.calls.items()), "the calls, in graph order"
+
+
+@pytest.mark.parametrize(
+    ("make", "strict", "requests", "read_from_program"),
+    [
+        ("gpt", False, {"layers.1.attn": "fast", "layers.0.mlp": FUSE}, True),
+        ("gpt", False, {"layers.1": FUSE}, True),
+        ("twice", False, {"blk@1": "linear"}, True),
+        ("loop", False, {"blk@2": "linear"}, True),
+        ("twice", True, {"blk": "linear"}, True),
+        # strict export numbers a module reached by two spellings by the order the graph
+        # reaches its calls: such an index is read from the swap's own graph
+        ("spelled", True, {"layers.0@1": "linear", "d.q": "linear"}, False),
+    ],
+)
+def test_a_swaps_call_index_read_from_its_programs_is_the_one_its_graph_gives(
+    tiny_gpt, make, strict, requests, read_from_program
+):
+    # a swap copies every node of its program with the very same stack objects: its index is
+    # read from the program's (a lookup per node), and must say exactly what a read of the
+    # swap's own graph says
+    if make == "gpt":
+        model, tokens, ep = tiny_gpt
+        args = (tokens,)
+    else:
+        model = {"twice": Twice, "loop": Loop, "spelled": Spelled}[make]().eval()
+        args = (torch.randn(2, 4),)
+        ep = gs.export(model, args, strict=strict)
+    replacements = {
+        name: FUSE
+        if how is FUSE
+        else FusedAttention(model.get_submodule(name))
+        if how == "fast"
+        else nn.Linear(4, 4)
+        for name, how in requests.items()
+    }
+    gm = gs.swap(ep, replacements) if FUSE not in replacements.values() else None
+    if gm is None:
+        s = gs.Surgery(ep)
+        for name, module in replacements.items():
+            s.fuse(name) if module is FUSE else s.swap(name, module)
+        gm = s.module
+    read = call_index(gm)
+    assert ("_by_stack" in call_index(ep).__dict__) == read_from_program, "the path taken"
+    _same_index(read, CallIndex(gm.graph))
+    assert read.calls, "precondition: calls to compare"

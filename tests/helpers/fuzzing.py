@@ -122,6 +122,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 import graphsurgeon as gs
+from graphsurgeon._calls import CallIndex, call_index
 from graphsurgeon.export import export_notes
 from graphsurgeon.swap import swap_info
 
@@ -2625,6 +2626,7 @@ def check_case(case: Case) -> CaseResult:
             message = f"run {number}: outputs differ from the eager reference: {problem}"
             raise Mismatch(message) from None
     _compare_state(gm, original_model, replacements, reference)
+    _check_call_index(gm)
     # a replacement writing a parameter it is handed writes the swapped program's own copy
     _check_untouched(_state_of(original_model), model, "the user's model")
     _check_untouched(held_by_program, ep, "the ExportedProgram")
@@ -2634,6 +2636,18 @@ def check_case(case: Case) -> CaseResult:
         1 if split_request(name)[1] is not None else len(facts.calls[name]) for name in replacements
     )
     return CaseResult(False, replaced, facts)
+
+
+def _check_call_index(gm: torch.fx.GraphModule) -> None:
+    """The swapped program's call index, read from its program's (what every view reads), is
+    the one a read of its own graph alone makes."""
+    read = call_index(gm)
+    alone = CallIndex(gm.graph)
+    for field in ("chains", "order", "root_type", "ambiguous", "members"):
+        if getattr(read, field) != getattr(alone, field):
+            raise Mismatch(f"the call index read from the program's differs in {field}")
+    if list(read.calls.items()) != list(alone.calls.items()):
+        raise Mismatch("the call index read from the program's differs in its calls")
 
 
 # -- custom_backward: replacements with a hand-written backward, right and wrong ---------------
