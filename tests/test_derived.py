@@ -123,12 +123,10 @@ def test_a_swaps_call_index_read_from_its_programs_is_the_one_its_graph_gives(
     # read from the program's (a lookup per node), and must say exactly what a read of the
     # swap's own graph says
     if make == "gpt":
-        model, tokens, ep = tiny_gpt
-        args = (tokens,)
+        model, _, ep = tiny_gpt
     else:
         model = {"twice": Twice, "loop": Loop, "spelled": Spelled}[make]().eval()
-        args = (torch.randn(2, 4),)
-        ep = gs.export(model, args, strict=strict)
+        ep = gs.export(model, (torch.randn(2, 4),), strict=strict)
     replacements = {
         name: FUSE
         if how is FUSE

@@ -9,7 +9,8 @@ stepper's values in view beside it, and module names that are markup run nothing
 Face Llama built from a small config: the default view, stepping with the keyboard, the current
 op in view after run to selection and continue, stepping into a swapped call (its replacement
 drawn beside, readable), the error overlay's heat colours and
-legend, and a region chosen by shift-clicks with its similar places marked. Last, the notebook
+legend, a comparison's table read as a card per row in the narrow panel column, and a region
+chosen by shift-clicks with its similar places marked. Last, the notebook
 is saved, its kernel shut down and the notebook opened again: the static picture shows where
 the widget was. Screenshots go to out/screenshots/ (two are the README's: docs/images/).
 """
