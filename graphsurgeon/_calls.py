@@ -120,7 +120,10 @@ class CallIndex:
             if not base._numbered_alone:
                 raise _NotCopied  # numbered by the order the graph reaches them: anew
             self._entries, self._numbered_alone = base._entries, True
-            known = base._chains_by_stack(base_graph)
+            known, shared = base._chains_by_stack(base_graph)
+            # a chain worked out here is the one object of its value, as a read of this graph
+            # alone makes it (a picture cuts its vertices into runs by that identity)
+            interned = dict(shared)
             base_calls = base.calls
         chains: dict[str, tuple[str, ...]] = {}
         pending: list[Node] = []  # placed by their users, once those are settled
@@ -177,22 +180,27 @@ class CallIndex:
                 members[call].append(name)
         return members
 
-    def _chains_by_stack(self, graph: torch.fx.Graph) -> dict[int, tuple[str, ...]]:
+    def _chains_by_stack(
+        self, graph: torch.fx.Graph
+    ) -> tuple[dict[int, tuple[str, ...]], dict[tuple[str, ...], tuple[str, ...]]]:
         """The chain of each stack object of ``graph``, the graph this index was built from
-        (and is kept with), by the object's id; made once. The stack objects are kept too (not
-        the graph: that would keep it alive), so no id names another object while this lives."""
+        (and is kept with), by the object's id, and those chains by value (each one object);
+        made once. The stack objects are kept too (not the graph: that would keep it alive),
+        so no id names another object while this lives."""
         kept = self.__dict__.get("_by_stack")
         if kept is None:
             stacks: list[Any] = []
             by_id: dict[int, tuple[str, ...]] = {}
+            shared: dict[tuple[str, ...], tuple[str, ...]] = {}
             chains = self.chains
             for node in graph.nodes:
                 stack = node.meta.get("nn_module_stack")
                 if stack and node.name in chains:
                     stacks.append(stack)
-                    by_id[id(stack)] = chains[node.name]
-            kept = self._by_stack = (by_id, stacks)
-        return kept[0]
+                    chain = chains[node.name]
+                    by_id[id(stack)] = shared.setdefault(chain, chain)
+            kept = self._by_stack = (by_id, shared, stacks)
+        return kept[0], kept[1]
 
     def _adopt(self, call: Call, root_type: str) -> None:
         """Take ``call`` as the index copied from found it (see ``_chain``)."""

@@ -5,6 +5,7 @@ all as it is."""
 from __future__ import annotations
 
 import gc
+import itertools
 import weakref
 
 import pytest
@@ -101,6 +102,12 @@ def _same_index(read, alone) -> None:
     for field in ("chains", "order", "root_type", "ambiguous", "members"):
         assert getattr(read, field) == getattr(alone, field), field
     assert list(read.calls.items()) == list(alone.calls.items()), "the calls, in graph order"
+    # neighbours share one chain object where a read of the graph alone shares it (a picture
+    # cuts its vertices into runs by that identity)
+    order = alone.order
+    for a, b in itertools.pairwise(order):
+        same = read.chains[a] is read.chains[b]
+        assert same == (alone.chains[a] is alone.chains[b]), (a, b)
 
 
 @pytest.mark.parametrize(
@@ -145,3 +152,21 @@ def test_a_swaps_call_index_read_from_its_programs_is_the_one_its_graph_gives(
     assert ("_by_stack" in call_index(ep).__dict__) == read_from_program, "the path taken"
     _same_index(read, CallIndex(gm.graph))
     assert read.calls, "precondition: calls to compare"
+
+
+def test_a_region_call_shares_its_neighbours_chain_as_a_read_of_its_graph_does(tiny_gpt):
+    # a fused region's call sits in the call that holds its nodes: its chain is worked out
+    # here, and must be the very object its neighbours (read from the program's) carry
+    _, _, ep = tiny_gpt
+    chains = call_index(ep).chains
+    inside = [
+        n.name
+        for n in ep.graph.nodes
+        if n.op == "call_function" and chains[n.name] == ("layers.0", "layers.0.attn")
+    ]
+    s = gs.Surgery(ep).fuse_region(inside[5:7])
+    read = call_index(s.module)
+    assert "_by_stack" in call_index(ep).__dict__, "precondition: read from the program's"
+    regions = [n for n in read.order if n.startswith("fused_region")]
+    assert regions, "precondition: the region's call is in the program"
+    _same_index(read, CallIndex(s.module.graph))

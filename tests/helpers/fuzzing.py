@@ -2648,6 +2648,10 @@ def _check_call_index(gm: torch.fx.GraphModule) -> None:
             raise Mismatch(f"the call index read from the program's differs in {field}")
     if list(read.calls.items()) != list(alone.calls.items()):
         raise Mismatch("the call index read from the program's differs in its calls")
+    order = alone.order
+    for a, b in itertools.pairwise(order):  # a picture cuts its vertices into runs by identity
+        if (read.chains[a] is read.chains[b]) != (alone.chains[a] is alone.chains[b]):
+            raise Mismatch(f"the call index read from the program's shares chains otherwise at {a}")
 
 
 # -- custom_backward: replacements with a hand-written backward, right and wrong ---------------
