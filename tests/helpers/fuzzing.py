@@ -69,6 +69,8 @@ means in eager: the replacement's attribute once the child is swapped whole, the
 while a swap of one call leaves it in place. A replacement writing a parameter it is handed
 writes the swapped program's own copy, as eager writes the reference's: after both runs the
 user's model and the ExportedProgram hold what they held, bit for bit (checked in every case).
+The swapped program's call index, read from its program's, is the one a read of its own graph
+makes, down to which neighbours share a chain object (:func:`_check_call_index`).
 ``gs.module_tree`` must note, on a swappable module, what a block outside it reads of its
 state, exactly for the modules whose state is so read. With a region step, each colliding
 name is refused with a ``SurgeryError`` ("cannot be named", or "exists already" for a name in
