@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import re
-import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +21,7 @@ from ._meta import (
     CALL_SUFFIX,
     traced_path_fqn,
 )
+from ._program import _info
 
 __all__ = ["Call", "CallIndex", "call_index", "call_name"]
 
@@ -365,10 +365,8 @@ def _copied_from(program: Any) -> tuple[CallIndex, torch.fx.Graph] | None:
     ``SwapInfo``), when that program is still alive; None for anything else."""
     if not isinstance(program, torch.fx.GraphModule):
         return None
-    info = program.meta.get(_meta.INFO)
-    source = getattr(info, "_program", None)
-    if isinstance(source, weakref.ref):
-        source = source()
+    # (the SwapInfo is read by what it has: this module sits below the rewrite that makes it)
+    source = getattr(_info(program), "program_if_alive", None)
     if not isinstance(source, ExportedProgram):
         return None
     return call_index(source), source.graph

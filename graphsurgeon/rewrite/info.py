@@ -68,12 +68,17 @@ class SwapInfo:
     @property
     def program(self) -> ExportedProgram:
         """The ExportedProgram it was made from."""
-        program = self._program
-        if isinstance(program, weakref.ref):
-            program = program()
-            if program is None:
-                raise SwapError("the program this GraphModule was made from no longer exists")
+        program = self.program_if_alive
+        if program is None:
+            raise SwapError("the program this GraphModule was made from no longer exists")
         return program
+
+    @property
+    def program_if_alive(self) -> ExportedProgram | None:
+        """:attr:`program`, or None when it no longer exists (a result made for a cache of
+        the program's own holds it weakly)."""
+        program = self._program
+        return program() if isinstance(program, weakref.ref) else program
 
     @functools.cached_property
     def diff(self) -> Diff:
