@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ from .errors import ConflictError, ExportError, SurgeryError, VerifyError, a_typ
 from .export import export, quiet_export
 from .partition import ModuleTree, call_name, module_tree, program_index
 from .patterns.region import RegionPlan, example_inputs, region_of
-from .rewrite import FUSE, Diff, Region, as_module, rewrite, safe_path, swap_info
+from .rewrite import FUSE, Diff, Region, as_module, rewrite, safe_path, swap_info, warm_up
 
 __all__ = ["Diff", "HistoryEntry", "Surgery"]
 
@@ -224,6 +225,15 @@ class Surgery:
         else:
             self._built.move_to_end(position)
         return module
+
+    def _warm_up(self, delay: float = 0.0) -> threading.Thread | None:
+        """Compile the current program's code on a background thread, ``delay`` seconds from
+        now (:func:`graphsurgeon.rewrite.warm_up`), so the next edit compiles only what it
+        changes; None when the current program is built already (its code is compiled)."""
+        if self._position in self._built:
+            return None
+        state = dict(self._states[self._position])
+        return warm_up(self.program, state, regions=dict(self._regions), delay=delay)
 
     def _forget_built(self) -> None:
         """Drop every built state (``gs.forget(s)``: its program's graph was edited in place)."""

@@ -1072,6 +1072,68 @@ def test_a_second_swap_of_a_program_compiles_only_the_code_near_what_it_changed(
     assert_close_tree(second(tokens), eager_reference(model, request)(tokens))
 
 
+def test_a_program_warmed_up_in_the_background_swaps_compiling_only_what_changed(monkeypatch):
+    # rewrite.warm_up compiles the program's parts on a thread of its own; a swap after it
+    # compiles only the parts around what it changed
+    import threading
+
+    import graphsurgeon.rewrite as rewrite_module
+    from graphsurgeon.examples import TinyGPT
+    from graphsurgeon.rewrite import warm_up
+    from graphsurgeon.rewrite._builder import compiled_parts
+
+    torch.manual_seed(0)
+    model = TinyGPT(n_layers=12).eval()
+    tokens = model.example_input()
+    ep = gs.export(model, (tokens,), preserve=[f"layers.{i}" for i in range(12)])
+    cache = compiled_parts(ep)
+    assert not cache.code, "precondition: nothing of the program is compiled yet"
+    thread = warm_up(ep, {})
+    assert thread.daemon and thread is not threading.current_thread()
+    request = {"layers.7": copy.deepcopy(model.layers[7])}
+    thread.join(30)
+    warmed = len(cache.code)
+    assert warmed > 4
+    swapped = gs.swap(ep, request)
+    assert len(cache.code) - warmed <= 2  # the parts around layer 7
+    assert_close_tree(swapped(tokens), eager_reference(model, request)(tokens))
+    # a second warm-up finds the parts compiled and builds nothing
+    built = []
+    original = rewrite_module._rewrite
+    monkeypatch.setattr(rewrite_module, "_rewrite", lambda *a: built.append(a) or original(*a))
+    warm_up(ep, {}).join(30)
+    assert built == []
+    gs.swap(ep, request)
+    assert len(built) == 1, "precondition: the patched rewrite counts the builds"
+
+
+def test_a_warm_up_and_the_swaps_asked_for_meanwhile_take_turns():
+    import graphsurgeon.rewrite as rewrite_module
+    from graphsurgeon.examples import TinyGPT
+    from graphsurgeon.rewrite import warm_up
+    from graphsurgeon.rewrite._builder import compiled_parts
+
+    torch.manual_seed(0)
+    model = TinyGPT(n_layers=12).eval()
+    tokens = model.example_input()
+    ep = gs.export(model, (tokens,), preserve=[f"layers.{i}" for i in range(12)])
+    # while a rewrite runs (its lock held here), the warm-up waits
+    with rewrite_module._REWRITING:
+        thread = warm_up(ep, {})
+        thread.join(0.3)
+        assert thread.is_alive() and not compiled_parts(ep).code
+    thread.join(30)
+    assert compiled_parts(ep).code, "then it compiles the parts"
+    # swaps racing warm-ups: each computes what eager does
+    requests = [{f"layers.{i}": copy.deepcopy(model.layers[i])} for i in (1, 6, 11)]
+    threads = [warm_up(ep, request) for request in requests]  # racing the swaps below
+    for request in requests:
+        assert_close_tree(gs.swap(ep, request)(tokens), eager_reference(model, request)(tokens))
+    for thread in threads:
+        thread.join(30)
+        assert not thread.is_alive()
+
+
 def test_the_statements_reused_from_earlier_swaps_are_those_written_afresh():
     # Each swap of one program writes its untouched nodes' statements from those of the earlier
     # swaps: after swaps that rename what the next layer reads (layer 2, then 9, then 2 and 3

@@ -246,6 +246,34 @@ def test_what_the_page_marks_for_clicks_is_small():
     assert len(json.dumps(widget.clicks)) < len(widget.svg) / 10
 
 
+def test_the_widget_compiles_its_program_in_the_background_so_a_first_swap_compiles_little(
+    monkeypatch,
+):
+    from graphsurgeon.examples import TinyGPT
+    from graphsurgeon.rewrite._builder import compiled_parts
+    from graphsurgeon.widget import _widget
+
+    monkeypatch.setattr(_widget, "WARM_UP_DELAY", 0.0)
+    torch.manual_seed(0)
+    model = TinyGPT(8).eval()
+    tokens = model.example_input()
+    preserve = [f"layers.{i}" for i in range(8)] + [f"layers.{i}.attn" for i in range(8)]
+    ep = gs.export(model, (tokens,), preserve=preserve)
+    cache = compiled_parts(ep)
+    assert not cache.code, "precondition: nothing of the program is compiled yet"
+    widget = gs.SurgeryWidget(ep, args=(tokens,))
+    widget._warming.join(30)
+    warmed = len(cache.code)
+    assert warmed > 4, "the program's parts were compiled while the widget waited"
+    replacement = FusedAttention(model.layers[5].attn)
+    widget.swap(replacement, "layers.5.attn")
+    assert len(cache.code) - warmed <= 3  # the parts around layer 5, no more
+    expected = eager_reference(model, {"layers.5.attn": replacement})
+    assert gs.verify(expected, widget.surgery.module, (tokens,))
+    # a Surgery whose program is built has its code compiled: nothing is started for it
+    assert widget.surgery._warm_up() is None
+
+
 def test_selecting_from_the_tree_or_the_trait_is_the_same_as_a_click(gpt):
     widget, _, _ = gpt
     page_event(widget, event="select", value="layers.0.mlp")

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 import torch.utils._pytree as pytree
+from torch.export import ExportedProgram
 from torch.fx import GraphModule, Node
 from torch.fx.node import map_arg
 
@@ -42,6 +43,11 @@ from ._writer import (
     safe_path,
 )
 from .info import scheduled
+
+
+def compiled_parts(ep: ExportedProgram) -> PartCache:
+    """The program's cache of compiled parts: the code its earlier rewrites compiled, reused."""
+    return _derived.cached(ep, "compiled parts", PartCache)
 
 
 class _Builder(_GraphWriter):
@@ -169,9 +175,7 @@ class _Builder(_GraphWriter):
         alive = set(self.graph.nodes)
         self.node_map = self._node_map(alive)
         self.copies = {new.name: old.name for new, old in self.copied_from.items() if new in alive}
-        # the program's cache of compiled parts: code its earlier rewrites compiled is reused
-        parts = _derived.cached(ep, "compiled parts", PartCache)
-        gm = self.module("SwappedProgram", parts, origins=self.copied_from)
+        gm = self.module("SwappedProgram", compiled_parts(ep), origins=self.copied_from)
         for target in self.non_persistent:
             owner_path, _, leaf = target.rpartition(".")
             owner = gm.get_submodule(owner_path) if owner_path else gm
