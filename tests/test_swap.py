@@ -1134,6 +1134,42 @@ def test_a_warm_up_and_the_swaps_asked_for_meanwhile_take_turns():
         assert not thread.is_alive()
 
 
+def test_a_warm_up_pauses_while_an_interactive_action_runs_unless_it_waits_for_a_rewrite():
+    # a warm-up never takes a click's time: it stops at its pause points while one runs; a
+    # rewrite asked for meanwhile needs it finished, so it goes on at once (no deadlock)
+    import threading
+
+    from graphsurgeon.examples import TinyGPT
+    from graphsurgeon.rewrite import interactive, warm_up
+    from graphsurgeon.rewrite._builder import compiled_parts
+
+    torch.manual_seed(0)
+    model = TinyGPT(n_layers=12).eval()
+    tokens = model.example_input()
+    ep = gs.export(model, (tokens,), preserve=[f"layers.{i}" for i in range(12)])
+    with interactive():
+        thread = warm_up(ep, {})
+        thread.join(0.5)
+        assert thread.is_alive() and not compiled_parts(ep).code, "paused while a click runs"
+    thread.join(30)
+    assert not thread.is_alive() and compiled_parts(ep).code, "and went on after it"
+
+    other = gs.export(model, (tokens,), preserve=[f"layers.{i}" for i in range(12)])
+    request = {"layers.4": copy.deepcopy(model.layers[4])}
+    swapped = []
+    with interactive():
+        thread = warm_up(other, {})
+        thread.join(0.5)
+        assert thread.is_alive(), "precondition: the warm-up is paused, holding the lock"
+        asking = threading.Thread(
+            target=lambda: swapped.append(gs.swap(other, request)), daemon=True
+        )
+        asking.start()
+        asking.join(60)
+        assert not asking.is_alive() and not thread.is_alive()
+    assert_close_tree(swapped[0](tokens), eager_reference(model, request)(tokens))
+
+
 def test_the_statements_reused_from_earlier_swaps_are_those_written_afresh():
     # Each swap of one program writes its untouched nodes' statements from those of the earlier
     # swaps: after swaps that rename what the next layer reads (layer 2, then 9, then 2 and 3

@@ -272,6 +272,13 @@ def test_the_widget_compiles_its_program_in_the_background_so_a_first_swap_compi
     assert gs.verify(expected, widget.surgery.module, (tokens,))
     # a Surgery whose program is built has its code compiled: nothing is started for it
     assert widget.surgery._warm_up() is None
+    # every action of the widget is one a warm-up pauses for
+    from graphsurgeon.rewrite import _turns
+
+    busy = []
+    monkeypatch.setattr(widget._session, "sync", lambda: busy.append(_turns._busy))
+    widget.select("layers.1")
+    assert busy == [1] and _turns._busy == 0
 
 
 def test_selecting_from_the_tree_or_the_trait_is_the_same_as_a_click(gpt):

@@ -39,9 +39,11 @@ from torch.fx import GraphModule
 
 from .. import _meta
 from ..partition import call_name, program_index, split_call_name
+from . import _turns
 from ._builder import _Builder, compiled_parts
 from ._cut import cut_call
 from ._plan import FUSE, FunctionModule, _plan, as_module, call_misfit, check_module
+from ._turns import interactive
 from ._writer import _exported_mode, safe_path
 from .info import _COMPUTATION, Diff, Region, SwapInfo, swap_info
 
@@ -49,6 +51,7 @@ __all__ = [
     "FUSE",
     "FunctionModule",
     "Region",
+    "interactive",
     "Diff",
     "SwapInfo",
     "as_module",
@@ -120,8 +123,12 @@ def rewrite(
     :class:`Region` of ops that are no module's (``Surgery.replace``), replaced as one call
     like a module's. ``weak``: the result refers to ``ep`` without keeping it alive (for a
     cache of ``ep``'s own)."""
-    with _REWRITING:
+    with _turns.waiting_for_rewrite():
+        _REWRITING.acquire()
+    try:
         return _rewrite(ep, modules, interpret, verb, weak, regions)
+    finally:
+        _REWRITING.release()
 
 
 def _rewrite(
@@ -135,10 +142,12 @@ def _rewrite(
     index = program_index(ep, verb)
     regions = dict(regions or {})
     requests = _plan(index, modules, verb, regions)
-    was_enabled = gc.isenabled()
     # The pass allocates many small objects and no cycles that matter; the cyclic collector
-    # would otherwise run dozens of times over the whole heap while it does.
-    gc.disable()
+    # would otherwise run dozens of times over the whole heap while it does. (Not in a
+    # warm-up: it pauses for clicks, which would then run without the collector.)
+    was_enabled = gc.isenabled() and not _turns.in_warm_up()
+    if was_enabled:
+        gc.disable()
     try:
         builder = _Builder(index, requests)
         gm = builder.build()
@@ -193,10 +202,11 @@ def warm_up(
 
     The first swap of a 384-layer program otherwise compiles all of its ~200 parts, about
     0.26 s of the ~0.65 s it takes; a widget starts this when it opens, while its user reads
-    the picture. A rewrite asked for meanwhile waits for this one (:data:`_REWRITING`), never
-    longer than it would have taken to compile the parts itself; one that came first leaves
-    nothing to do. Nothing is reported: a failure here is the next rewrite's to raise, with
-    its own message.
+    the picture. It pauses while an action someone waits for runs (a click:
+    :func:`._turns.interactive`), so it never slows one down. A rewrite asked for meanwhile
+    waits for this one to finish (:data:`_REWRITING`), never longer than it would have taken
+    to compile the parts itself; one that came first leaves nothing to do. Nothing is
+    reported: a failure here is the next rewrite's to raise, with its own message.
 
     Example:
         >>> import torch, graphsurgeon as gs
@@ -210,7 +220,7 @@ def warm_up(
         live = program()
         if live is None:
             return
-        with _REWRITING:
+        with _turns.warming(), _REWRITING:
             if compiled_parts(live).code:
                 return  # a rewrite came first: it compiled the parts
             # a failure is the next rewrite's to raise, where it is asked for

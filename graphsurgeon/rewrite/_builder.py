@@ -23,7 +23,7 @@ from ..partition import (
     returned_object,
     split_call_name,
 )
-from . import _runtime
+from . import _runtime, _turns
 from ._cut import cut_call
 from ._guards import InputGuard
 from ._parts import PartCache
@@ -158,7 +158,9 @@ class _Builder(_GraphWriter):
                     "export without effect tokens"
                 )
         self._inputs(user_leaves)
-        for node in self._schedule():
+        for count, node in enumerate(self._schedule()):
+            if not count & 255:
+                _turns.pause_point()  # a warm-up's turn to wait (see _turns)
             if node.op == "placeholder":
                 continue
             if node.op == "output":

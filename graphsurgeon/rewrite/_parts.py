@@ -39,6 +39,8 @@ from torch.fx.graph import (
     magic_methods,
 )
 
+from . import _turns
+
 __all__ = ["PartCache", "Unsupported", "write_in_parts"]
 
 # A node whose name hashes to 0 modulo this ends its part (parts of at least _SMALLEST nodes,
@@ -275,6 +277,7 @@ def write_in_parts(nodes: Any, cache: PartCache, fast: Any, origins: Any = None)
             forward_lines.append(f"{node.name} = {node.target}")
     functions: dict[str, Any] = {}
     for i, part in enumerate(parts):
+        _turns.pause_point()  # a warm-up's turn to wait (see _turns)
         members = set(part)
         reads: dict[Node, None] = {}
         lines: list[str] = []

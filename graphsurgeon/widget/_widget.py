@@ -32,6 +32,7 @@ from torch.export import ExportedProgram
 from .. import display
 from .._program import as_program, not_a_program
 from ..errors import WidgetError, a_type
+from ..rewrite import interactive
 from ..surgery import Surgery
 from . import _panels
 from ._session import DEPTHS, OVERLAYS, SurgerySession
@@ -440,7 +441,12 @@ class SurgeryWidget(anywidget.AnyWidget):
         """Run ``action`` as one step of the widget: first catch up with a Surgery changed
         from code, afterwards publish what changed; an error is published as a message (type,
         first line, details) and, unless ``catch``, raised again (a call from code sees the
-        error; a click in the page only the message)."""
+        error; a click in the page only the message). A warm-up of the program's code pauses
+        meanwhile (:func:`interactive`)."""
+        with interactive():
+            return self._run_now(action, catch=catch, from_page=from_page)
+
+    def _run_now(self, action: Callable[[], Any], *, catch: bool, from_page: bool) -> Any:
         try:
             self._session.sync()
             result = action()
