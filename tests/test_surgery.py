@@ -879,3 +879,27 @@ def test_bisect_finds_a_wrong_region_among_swaps():
     s.replace(silu, Gelu(), (x,), matches=1)  # wrong: another function
     found = s.bisect()
     assert found.culprits == ("silu:b",)
+
+
+def test_a_warm_up_s_program_is_taken_only_for_the_state_it_was_built_for(tiny_gpt):
+    # Surgery.build_in_background (the widget starts it) builds the current state in the background; its
+    # module is that state's only while that state is the current one
+    model, tokens, ep = tiny_gpt
+    s = gs.Surgery(ep, args=(tokens,))
+    request = {"layers.1": copy.deepcopy(model.layers[1])}
+    s.swap("layers.1", request["layers.1"])
+    s.undo()
+    s._forget_built()  # no state built
+    s.build_in_background().join(30)  # built for state 0
+    assert s._warmed is not None, "precondition: the warm-up built state 0"
+    warmed = s._warmed[2]
+    s.redo()  # state 1: built now, the warm-up's program not taken
+    assert 1 not in s._built and s.module is not warmed
+    assert gs.verify(eager_reference(model, request), s.module, (tokens,))
+    s.undo()
+    assert s.module is not warmed and s._warmed is None  # dropped when it was not taken
+    # for the current state, it is taken
+    fresh = gs.Surgery(ep, args=(tokens,))
+    fresh.build_in_background().join(30)
+    assert fresh.module is fresh._built[0] and fresh.module is not None
+    assert gs.verify(model, fresh.module, (tokens,))

@@ -265,13 +265,27 @@ def test_the_widget_compiles_its_program_in_the_background_so_a_first_swap_compi
     widget._warming.join(30)
     warmed = len(cache.code)
     assert warmed > 4, "the program's parts were compiled while the widget waited"
+    # and the program built is the Surgery's: the first step or check does not build it
+    import graphsurgeon.surgery as surgery_module
+
+    built = []
+    rewrite = surgery_module.rewrite
+    monkeypatch.setattr(
+        surgery_module, "rewrite", lambda *a, **k: built.append(a) or rewrite(*a, **k)
+    )
+    program = widget.surgery.module
+    assert built == [] and program is widget.surgery.module
+    assert gs.verify(model, program, (tokens,))
+    widget.step()
+    assert built == [] and widget.surgery._warmed is None
     replacement = FusedAttention(model.layers[5].attn)
     widget.swap(replacement, "layers.5.attn")
     assert len(cache.code) - warmed <= 3  # the parts around layer 5, no more
+    assert len(built) == 1, "precondition: the patched rewrite counts the builds"
     expected = eager_reference(model, {"layers.5.attn": replacement})
     assert gs.verify(expected, widget.surgery.module, (tokens,))
     # a Surgery whose program is built has its code compiled: nothing is started for it
-    assert widget.surgery._warm_up() is None
+    assert widget.surgery.build_in_background() is None
     # every action of the widget is one a warm-up pauses for
     from graphsurgeon.rewrite import _turns
 

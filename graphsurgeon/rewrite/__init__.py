@@ -30,7 +30,7 @@ import linecache
 import threading
 import types
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -43,7 +43,7 @@ from . import _turns
 from ._builder import _Builder, compiled_parts
 from ._cut import cut_call
 from ._plan import FUSE, FunctionModule, _plan, as_module, call_misfit, check_module
-from ._turns import interactive
+from ._turns import interactive, waiting_for_rewrite
 from ._writer import _exported_mode, safe_path
 from .info import _COMPUTATION, Diff, Region, SwapInfo, swap_info
 
@@ -52,6 +52,7 @@ __all__ = [
     "FunctionModule",
     "Region",
     "interactive",
+    "waiting_for_rewrite",
     "Diff",
     "SwapInfo",
     "as_module",
@@ -195,18 +196,20 @@ def warm_up(
     *,
     regions: Mapping[str, Region] | None = None,
     delay: float = 0.0,
-) -> threading.Thread:
-    """Builds ``rewrite(ep, modules)`` on a background thread, ``delay`` seconds from now, and
-    drops the result: the code it compiled and the statements it wrote stay in ``ep``'s cache
-    (:mod:`._parts`), so the next rewrite of ``ep`` compiles only what it changes.
+    keep: Callable[[GraphModule], None] | None = None,
+) -> threading.Timer:
+    """Builds ``rewrite(ep, modules)`` on a background thread, ``delay`` seconds from now: the
+    code it compiled and the statements it wrote stay in ``ep``'s cache (:mod:`._parts`), so
+    the next rewrite of ``ep`` compiles only what it changes. The program built is given to
+    ``keep`` (called on that thread), or dropped.
 
     The first swap of a 384-layer program otherwise compiles all of its ~200 parts, about
     0.26 s of the ~0.65 s it takes; a widget starts this when it opens, while its user reads
     the picture. It pauses while an action someone waits for runs (a click:
     :func:`._turns.interactive`), so it never slows one down. A rewrite asked for meanwhile
-    waits for this one to finish (:data:`_REWRITING`), never longer than it would have taken
-    to compile the parts itself; one that came first leaves nothing to do. Nothing is
-    reported: a failure here is the next rewrite's to raise, with its own message.
+    waits for this one to finish (:data:`_REWRITING`); one that came first leaves nothing to
+    do, unless the program built is kept. Nothing is reported: a failure here is the next
+    rewrite's to raise, with its own message.
 
     Example:
         >>> import torch, graphsurgeon as gs
@@ -221,11 +224,13 @@ def warm_up(
         if live is None:
             return
         with _turns.warming(), _REWRITING:
-            if compiled_parts(live).code:
-                return  # a rewrite came first: it compiled the parts
+            if keep is None and compiled_parts(live).code:
+                return  # a rewrite came first: it compiled the parts (nothing to keep)
             # a failure is the next rewrite's to raise, where it is asked for
             with contextlib.suppress(Exception):
-                rewrite(live, dict(modules), regions=regions, weak=True)
+                built = rewrite(live, dict(modules), regions=regions, weak=keep is None)
+                if keep is not None:
+                    keep(built)
 
     thread = threading.Timer(delay, build)
     thread.name = "graphsurgeon warm-up"

@@ -50,7 +50,7 @@ _STATIC = Path(__file__).parent / "static"
 STATIC_COPY_DELAY = 2.0
 
 # Seconds from the widget's first picture to the background compile of its program's code
-# (Surgery._warm_up): after the page has the picture, before a first edit is likely; a click
+# (Surgery.build_in_background): after the page has the picture, before a first edit is likely; a click
 # meanwhile shares the interpreter with it (~0.5 s of work at 384 layers, 0.1 s at 96).
 WARM_UP_DELAY = 0.5
 
@@ -372,7 +372,7 @@ class SurgeryWidget(anywidget.AnyWidget):
         self._publish(busy="")
         # the program's code compiled while its user reads the first picture: the first swap
         # then compiles only what it changes (0.26 s of 0.65 s at 384 layers)
-        self._warming = surgery._warm_up(delay=WARM_UP_DELAY)
+        self._warming = surgery.build_in_background(delay=WARM_UP_DELAY)
         self.observe(self._selected_from_page, names=["selected"])
         self.on_msg(self._on_page_message)
 
