@@ -17,7 +17,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
-import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -48,6 +47,7 @@ from .rewrite import (
     FUSE,
     Diff,
     Region,
+    WarmUp,
     as_module,
     rewrite,
     safe_path,
@@ -130,7 +130,7 @@ class Surgery:
         self._regions: dict[str, Region] = {}
         self._rebuilt: torch.nn.Module | None = None  # the program's own modules, for original()
         # a background build of the current state (build_in_background), and what it built
-        self._warming: threading.Timer | None = None
+        self._warming: WarmUp | None = None
         self._warmed: tuple[dict[str, Any], dict[str, Region], GraphModule] | None = None
 
     @classmethod
@@ -242,19 +242,20 @@ class Surgery:
             self._built.move_to_end(position)
         return module
 
-    def build_in_background(self, delay: float = 0.0) -> threading.Timer | None:
+    def build_in_background(self, delay: float = 0.0) -> WarmUp | None:
         """Build the current program on a background thread, ``delay`` seconds from now, while
         you do something else: :attr:`module` then takes the program built (if the state is
         still the current one), and the next edit compiles only the code it changes. A
         384-layer program's first build takes about 0.5 s, half of it compiling its code.
 
         The build pauses while a widget action runs (a click is never slowed by it); anything
-        that needs the program meanwhile waits for it to finish. :class:`SurgeryWidget` starts
-        one when it opens.
+        that needs the program meanwhile waits for it to finish. Asked again before the
+        delay is over, it begins ``delay`` from then instead. :class:`SurgeryWidget` asks for
+        one when it opens and after each action, so that it begins once the clicks pause.
 
         Returns:
             The thread (``.join()`` waits for it), or None when the current program is built
-            already.
+            already (or built in the background, waiting to be taken).
 
         Example:
             >>> import torch, graphsurgeon as gs
@@ -265,7 +266,15 @@ class Surgery:
         """
         if self._position in self._built:
             return None
-        state, regions = self._states[self._position], dict(self._regions)
+        state = self._states[self._position]
+        warming, warmed = self._warming, self._warmed
+        if warming is not None and not warming.begun:
+            warming.cancel()  # begins `delay` from now instead
+        elif warming is not None and warming.is_alive():
+            return warming  # under way
+        elif warmed is not None and warmed[0] is state and warmed[1] == self._regions:
+            return None  # built, waiting to be taken
+        regions = dict(self._regions)
 
         def keep(module: GraphModule) -> None:
             # on the warm-up's thread: handed over whole, taken by _warmed_up on this one

@@ -1170,6 +1170,30 @@ def test_a_warm_up_pauses_while_an_interactive_action_runs_unless_it_waits_for_a
     assert_close_tree(swapped[0](tokens), eager_reference(model, request)(tokens))
 
 
+def test_a_warm_up_parses_nothing_with_ast_on_its_own_thread(monkeypatch):
+    # Python 3.11's ast cannot run on two threads at once ("AST constructor recursion depth
+    # mismatch"), and a notebook parses every cell with it: the program's input guard, which
+    # parses torch's guards, is made on the caller's thread before the warm-up's starts
+    import ast
+    import threading
+
+    from graphsurgeon.examples import TinyGPT
+    from graphsurgeon.rewrite import warm_up
+
+    model = TinyGPT(n_layers=2).eval()
+    tokens = model.example_input()
+    ep = gs.export(model, (tokens,), dynamic_shapes=({1: torch.export.Dim("seq", max=64)},))
+    threads = []
+    parse = ast.parse
+    monkeypatch.setattr(
+        ast, "parse", lambda *a, **k: threads.append(threading.current_thread()) or parse(*a, **k)
+    )
+    thread = warm_up(ep, {"layers.1": copy.deepcopy(model.layers[1])}, keep=lambda m: None)
+    thread.join(30)
+    assert threads, "precondition: the program's guard parses torch's guards"
+    assert thread not in threads and set(threads) == {threading.current_thread()}
+
+
 def test_the_statements_reused_from_earlier_swaps_are_those_written_afresh():
     # Each swap of one program writes its untouched nodes' statements from those of the earlier
     # swaps: after swaps that rename what the next layer reads (layer 2, then 9, then 2 and 3

@@ -295,6 +295,24 @@ def test_the_widget_compiles_its_program_in_the_background_so_a_first_swap_compi
     assert busy == [1] and _turns._busy == 0
 
 
+def test_the_background_build_begins_once_the_clicks_pause(monkeypatch):
+    from graphsurgeon.examples import TinyGPT
+    from graphsurgeon.widget import _widget
+
+    monkeypatch.setattr(_widget, "WARM_UP_DELAY", 0.4)
+    model = TinyGPT(2).eval()
+    tokens = model.example_input()
+    widget = gs.SurgeryWidget(gs.export(model, (tokens,)), args=(tokens,))
+    first = widget._warming
+    for name in ["layers.0", "layers.1", "layers.0.mlp", "layers.1.mlp", None, "layers.0"]:
+        widget.select(name)  # a click every 0.15 s: each one puts the build off
+        time.sleep(0.15)
+    assert not widget._warming.begun and first.finished.is_set() and not first.begun
+    widget._warming.join(30)
+    assert widget._warming.begun, "it began once the clicks paused"
+    assert widget.surgery.build_in_background() is None  # built, waiting to be taken
+
+
 def test_selecting_from_the_tree_or_the_trait_is_the_same_as_a_click(gpt):
     widget, _, _ = gpt
     page_event(widget, event="select", value="layers.0.mlp")

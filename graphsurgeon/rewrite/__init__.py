@@ -40,7 +40,7 @@ from torch.fx import GraphModule
 from .. import _meta
 from ..partition import call_name, program_index, split_call_name
 from . import _turns
-from ._builder import _Builder, compiled_parts
+from ._builder import _Builder, compiled_parts, input_guard
 from ._cut import cut_call
 from ._plan import FUSE, FunctionModule, _plan, as_module, call_misfit, check_module
 from ._turns import interactive, waiting_for_rewrite
@@ -63,6 +63,7 @@ __all__ = [
     "safe_path",
     "swap_info",
     "warm_up",
+    "WarmUp",
 ]
 
 # One rewrite at a time, whichever thread asks (:func:`warm_up` runs on its own): a rewrite
@@ -197,7 +198,7 @@ def warm_up(
     regions: Mapping[str, Region] | None = None,
     delay: float = 0.0,
     keep: Callable[[GraphModule], None] | None = None,
-) -> threading.Timer:
+) -> WarmUp:
     """Builds ``rewrite(ep, modules)`` on a background thread, ``delay`` seconds from now: the
     code it compiled and the statements it wrote stay in ``ep``'s cache (:mod:`._parts`), so
     the next rewrite of ``ep`` compiles only what it changes. The program built is given to
@@ -220,6 +221,7 @@ def warm_up(
     program = weakref.ref(ep)  # a program the user drops meanwhile is not kept for this
 
     def build() -> None:
+        thread.begun = True
         live = program()
         if live is None:
             return
@@ -232,8 +234,21 @@ def warm_up(
                 if keep is not None:
                     keep(built)
 
-    thread = threading.Timer(delay, build)
-    thread.name = "graphsurgeon warm-up"
-    thread.daemon = True  # never keeps a kernel from exiting
+    # made here, on the caller's thread: it parses with ast, which Python 3.11 cannot do on
+    # two threads at once (a notebook parses each cell with it)
+    with contextlib.suppress(Exception):  # a failure is the next rewrite's to raise
+        input_guard(ep)
+    thread = WarmUp(delay, build)
     thread.start()
     return thread
+
+
+class WarmUp(threading.Timer):
+    """The thread of a :func:`warm_up`: ``begun`` once its delay is over (``cancel()`` before
+    then calls it off), done when it is no longer ``is_alive()``."""
+
+    def __init__(self, delay: float, build: Callable[[], None]):
+        super().__init__(delay, build)
+        self.name = "graphsurgeon warm-up"
+        self.daemon = True  # never keeps a kernel from exiting
+        self.begun = False

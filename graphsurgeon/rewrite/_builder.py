@@ -45,6 +45,58 @@ from ._writer import (
 from .info import scheduled
 
 
+def _user_arguments(ep: ExportedProgram) -> list[tuple[str, pytree.TreeSpec]] | None:
+    """The model's arguments as the program takes them, ``(name, structure)`` in order
+    (keyword arguments last); None for a program without a call spec."""
+    in_spec = ep.call_spec.in_spec
+    if in_spec is None:
+        return None
+    root = next((e.signature for e in ep.module_call_graph if e.fqn == ""), None)
+    args_spec, kwargs_spec = in_spec.children()
+    names = list(root.forward_arg_names) if root and root.forward_arg_names else []
+    arguments: list[tuple[str, pytree.TreeSpec]] = []
+    for i, spec in enumerate(args_spec.children()):
+        arguments.append((names[i] if i < len(names) else f"arg_{i}", spec))
+    for key, spec in zip(kwargs_spec.context, kwargs_spec.children()):
+        arguments.append((str(key), spec))
+    return arguments
+
+
+def input_guard(ep: ExportedProgram) -> InputGuard:
+    """The check of the program's inputs its rewrites run first (:class:`InputGuard`), made
+    once per program: a fact about the program, shared by every program built from it.
+
+    Making it parses torch's own guards with ``ast``, which Python 3.11 cannot do on two
+    threads at once (``SystemError: AST constructor recursion depth mismatch``): a warm-up
+    has it made on the caller's thread before its own starts."""
+
+    def make() -> InputGuard:
+        user_leaves = [
+            node
+            for node, spec in zip(
+                (n for n in ep.graph.nodes if n.op == "placeholder"),
+                ep.graph_signature.input_specs,
+            )
+            if spec.kind.name == "USER_INPUT"
+        ]
+        # what the guard checks; it finds each leaf in torch's own guards (ep._guards_code)
+        # by every name torch's tracers give it (L['x'], L['d']['a'], L['flat_args'][3]),
+        # from the argument names and structures described here (_guards.tracer_sources)
+        described: list[tuple[str, Any, list[tuple[str, Any]]]] = []
+        offset = 0
+        for argument, spec in _user_arguments(ep) or ():
+            leaves = user_leaves[offset : offset + spec.num_leaves]
+            offset += spec.num_leaves
+            checked = [
+                (f"{argument}{keys}", leaf.meta.get("val"))
+                for leaf, keys in zip(leaves, _meta.leaf_keystrs(spec))
+            ]
+            described.append((argument, spec, checked))
+        return InputGuard(described, dict(ep.range_constraints), getattr(ep, "_guards_code", ()))
+
+    return _derived.cached(ep, "input guard", make)
+
+
 def compiled_parts(ep: ExportedProgram) -> PartCache:
     """The program's cache of compiled parts: the code its earlier rewrites compiled, reused."""
     return _derived.cached(ep, "compiled parts", PartCache)
@@ -221,26 +273,14 @@ class _Builder(_GraphWriter):
 
     def _inputs(self, user_leaves: list[Node]) -> None:
         ep = self.ep
-        in_spec = ep.call_spec.in_spec
-        root = next((e.signature for e in ep.module_call_graph if e.fqn == ""), None)
-        if in_spec is None:
+        arguments = _user_arguments(ep)
+        if arguments is None:
             for node in user_leaves:
                 self.env[node] = self.graph.placeholder(node.name)
             return
-        args_spec, kwargs_spec = in_spec.children()
-        names = list(root.forward_arg_names) if root and root.forward_arg_names else []
-        arguments: list[tuple[str, pytree.TreeSpec]] = []
-        for i, spec in enumerate(args_spec.children()):
-            arguments.append((names[i] if i < len(names) else f"arg_{i}", spec))
-        for key, spec in zip(kwargs_spec.context, kwargs_spec.children()):
-            arguments.append((str(key), spec))
         if sum(s.num_leaves for _, s in arguments) != len(user_leaves):
             raise SwapError("internal: the program's input structure does not match its inputs")
         offset = 0
-        # what the guard checks; it finds each leaf in torch's own guards (ep._guards_code) by
-        # every name torch's tracers give it (L['x'], L['d']['a'], L['flat_args'][3]), from the
-        # argument names and structures described here (_guards.tracer_sources)
-        described: list[tuple[str, Any, list[tuple[str, Any]]]] = []
         placeholders: list[Node] = []
         for argument, spec in arguments:
             leaves = user_leaves[offset : offset + spec.num_leaves]
@@ -248,10 +288,6 @@ class _Builder(_GraphWriter):
             node = self.graph.placeholder(argument)
             self.used_names.add(node.name)
             placeholders.append(node)
-            checked = []
-            for leaf, keys in zip(leaves, _meta.leaf_keystrs(spec)):
-                checked.append((f"{argument}{keys}", leaf.meta.get("val")))
-            described.append((argument, spec, checked))
             if spec.is_leaf():
                 node.meta = dict(leaves[0].meta)
                 self.env[leaves[0]] = node
@@ -262,10 +298,7 @@ class _Builder(_GraphWriter):
             for i, leaf in enumerate(leaves):
                 self.env[leaf] = _Leaf(source, i, name=leaf.name, meta=dict(leaf.meta))
         if placeholders:
-            guard = InputGuard(
-                described, dict(ep.range_constraints), getattr(ep, "_guards_code", ())
-            )
-            args = (self.constant_node(guard, "input_guard"), *placeholders)
+            args = (self.constant_node(input_guard(ep), "input_guard"), *placeholders)
             node = self.graph.create_node(
                 "call_function", _runtime.check_inputs, args, name=self.fresh("check_inputs")
             )

@@ -49,10 +49,12 @@ _STATIC = Path(__file__).parent / "static"
 # it at once, so a notebook run by nbval or nbclient stores the copy of each cell's picture.
 STATIC_COPY_DELAY = 2.0
 
-# Seconds from the widget's first picture to the background compile of its program's code
-# (Surgery.build_in_background): after the page has the picture, before a first edit is likely; a click
-# meanwhile shares the interpreter with it (~0.5 s of work at 384 layers, 0.1 s at 96).
-WARM_UP_DELAY = 0.5
+# Seconds without an action before the program is built in the background
+# (Surgery.build_in_background: ~0.5 s of work at 384 layers, 0.1 s at 96), so that the first
+# step or check does not build it and the first swap compiles only what it changes. It pauses
+# for clicks, but some of its work (and the collector's passes it causes) cannot pause: it
+# begins when the clicks pause, not while they go on.
+WARM_UP_DELAY = 1.5
 
 # The traits that say something is selected (a module, a call or a node).
 _SELECTION = ("selected", "selected_node")
@@ -360,6 +362,7 @@ class SurgeryWidget(anywidget.AnyWidget):
         self._static_timer: threading.Timer | None = None
         self._static_pending: dict[str, str] | None = None
         self._page_state = False  # inside set_state: a trait set by the page
+        self._warming = None  # the background build of the program (build_in_background)
         self._session = SurgerySession(
             surgery,
             namespace=(lambda: namespace) if namespace is not None else _user_namespace,
@@ -443,8 +446,13 @@ class SurgeryWidget(anywidget.AnyWidget):
         first line, details) and, unless ``catch``, raised again (a call from code sees the
         error; a click in the page only the message). A warm-up of the program's code pauses
         meanwhile (:func:`interactive`)."""
-        with interactive():
-            return self._run_now(action, catch=catch, from_page=from_page)
+        try:
+            with interactive():
+                return self._run_now(action, catch=catch, from_page=from_page)
+        finally:
+            warming = self._warming
+            if warming is not None and not warming.begun:  # not while the clicks go on
+                self._warming = self._session.surgery.build_in_background(WARM_UP_DELAY)
 
     def _run_now(self, action: Callable[[], Any], *, catch: bool, from_page: bool) -> Any:
         try:
