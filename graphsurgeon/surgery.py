@@ -228,12 +228,11 @@ class Surgery:
         the buffers as the state left them).
         """
         position = self._position
+        if position not in self._built:
+            self._take_warmed()  # the program a warm-up built for this state (the widget's)
         module = self._built.get(position)
         if module is None:
-            # the program a warm-up built for this state (the widget's), else built now
-            module = self._warmed_up(position)
-            if module is None:
-                module = rewrite(self.program, self._states[position], regions=self._regions)
+            module = rewrite(self.program, self._states[position], regions=self._regions)
             changed = self._changed_buffers.pop(position, {})
             for name, value in changed.items():
                 _put_buffer(module, name, value)
@@ -282,6 +281,16 @@ class Surgery:
 
         self._warming = warm_up(self.program, dict(state), regions=regions, delay=delay, keep=keep)
         return self._warming
+
+    def _take_warmed(self) -> None:
+        """Keep the program a warm-up built for the current state as its built module (and
+        drop one built for another state)."""
+        position = self._position
+        module = self._warmed_up(None if position in self._built else position)
+        if module is not None:
+            for name, value in self._changed_buffers.pop(position, {}).items():
+                _put_buffer(module, name, value)
+            self._keep(position, module)
 
     def _warmed_up(self, position: int | None) -> GraphModule | None:
         """The program a warm-up built for state ``position``, if that is what it built (a
@@ -368,7 +377,9 @@ class Surgery:
             del state[earlier]  # covered by the new request: it replaces them
         state[name] = value
         verb = "fuse" if value is FUSE else "swap"
-        self._warmed_up(None)  # a warm-up of the state left is not kept (its code is)
+        # a warm-up's program of the state left is kept as that state's (an undo to it is
+        # then immediate); dropped here, its many cycles would cost the collector a pass
+        self._take_warmed()
         # raises before anything changes
         module = rewrite(self.program, state, verb=verb, regions=self._regions)
         return self._commit(state, entry, module)

@@ -1194,6 +1194,33 @@ def test_a_warm_up_parses_nothing_with_ast_on_its_own_thread(monkeypatch):
     assert thread not in threads and set(threads) == {threading.current_thread()}
 
 
+def test_a_warm_up_runs_the_collector_s_full_pass_its_build_brings_due_while_nothing_waits():
+    # its build's many objects bring a full pass of the collector due (0.5 s at 384 layers):
+    # run on the warm-up's thread while nothing waits, it does not land in the next click
+    import gc
+    import threading
+
+    from graphsurgeon.examples import TinyGPT
+    from graphsurgeon.rewrite import warm_up
+
+    model = TinyGPT(n_layers=4).eval()
+    tokens = model.example_input()
+    ep = gs.export(model, (tokens,))
+    passes = []
+
+    def record(phase, info):
+        if phase == "start" and info["generation"] == 2:
+            passes.append(threading.current_thread())
+
+    gc.callbacks.append(record)
+    try:
+        thread = warm_up(ep, {})
+        thread.join(30)
+    finally:
+        gc.callbacks.remove(record)
+    assert thread in passes
+
+
 def test_the_statements_reused_from_earlier_swaps_are_those_written_afresh():
     # Each swap of one program writes its untouched nodes' statements from those of the earlier
     # swaps: after swaps that rename what the next layer reads (layer 2, then 9, then 2 and 3

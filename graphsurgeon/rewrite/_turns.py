@@ -68,6 +68,12 @@ def waiting_for_rewrite() -> Iterator[None]:
             _waiting -= 1
 
 
+def idle() -> bool:
+    """Whether no interactive action runs and no rewrite waits."""
+    with _condition:
+        return not _busy and not _waiting
+
+
 def pause_point() -> None:
     """In a warm-up's thread: wait while an interactive action runs that does not wait for a
     rewrite. Anywhere else: nothing."""
