@@ -205,8 +205,8 @@ def warm_up(
     ``keep`` (called on that thread), or dropped.
 
     The first swap of a 384-layer program otherwise compiles all of its ~200 parts, about
-    0.26 s of the ~0.65 s it takes; a widget starts this when it opens, while its user reads
-    the picture. It pauses while an action someone waits for runs (a click:
+    0.26 s of the ~0.65 s it takes; a widget has this done once its user's clicks pause
+    (``Surgery.build_in_background``). It pauses while an action someone waits for runs (a click:
     :func:`._turns.interactive`), so it never slows one down. A rewrite asked for meanwhile
     waits for this one to finish (:data:`_REWRITING`); one that came first leaves nothing to
     do, unless the program built is kept. Then, if nothing waits, it runs the collector's full
