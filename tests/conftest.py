@@ -13,6 +13,17 @@ def _seed():
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _no_background_builds(monkeypatch):
+    """A widget builds its program in the background once its clicks pause; the widgets of
+    tests outlive them, so that work (and the collector's full pass it runs) would land in
+    later tests, at times no test chooses. Off here; on where a test asks for it, and in the
+    browser tests' kernels."""
+    from graphsurgeon.widget import _widget
+
+    monkeypatch.setattr(_widget, "WARM_UP_DELAY", None)
+
+
 @pytest.fixture(scope="session")
 def tiny_gpt():
     """A 2-layer TinyGPT in eval mode, its example tokens and its program, exported once.

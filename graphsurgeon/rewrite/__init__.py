@@ -240,9 +240,11 @@ def warm_up(
         if _turns.idle():
             gc.collect()
 
-    # made here, on the caller's thread: it parses with ast, which Python 3.11 cannot do on
-    # two threads at once (a notebook parses each cell with it)
+    # made here, on the caller's thread: they parse with ast (torch's guards; the module paths
+    # of a strict export), which Python 3.11 cannot do on two threads at once (a notebook
+    # parses each cell with it). Both are kept with the program: a widget has made the index.
     with contextlib.suppress(Exception):  # a failure is the next rewrite's to raise
+        program_index(ep)
         input_guard(ep)
     thread = WarmUp(delay, build)
     thread.start()

@@ -53,8 +53,8 @@ STATIC_COPY_DELAY = 2.0
 # (Surgery.build_in_background: ~0.5 s of work at 384 layers, 0.1 s at 96), so that the first
 # step or check does not build it and the first swap compiles only what it changes. It pauses
 # for clicks, but some of its work (and the collector's passes it causes) cannot pause: it
-# begins when the clicks pause, not while they go on.
-WARM_UP_DELAY = 1.5
+# begins when the clicks pause, not while they go on. None: no background build.
+WARM_UP_DELAY: float | None = 1.5
 
 # The traits that say something is selected (a module, a call or a node).
 _SELECTION = ("selected", "selected_node")
@@ -375,7 +375,8 @@ class SurgeryWidget(anywidget.AnyWidget):
         self._publish(busy="")
         # the program built in the background once the clicks pause: the first step takes it
         # (1.1 s -> 0.12 s at 384 layers) and the first swap compiles only what it changes
-        self._warming = surgery.build_in_background(delay=WARM_UP_DELAY)
+        if WARM_UP_DELAY is not None:
+            self._warming = surgery.build_in_background(delay=WARM_UP_DELAY)
         self.observe(self._selected_from_page, names=["selected"])
         self.on_msg(self._on_page_message)
 
@@ -451,7 +452,8 @@ class SurgeryWidget(anywidget.AnyWidget):
                 return self._run_now(action, catch=catch, from_page=from_page)
         finally:
             warming = self._warming
-            if warming is not None and not warming.begun:  # not while the clicks go on
+            if warming is not None and not warming.begun and WARM_UP_DELAY is not None:
+                # put off while the clicks go on
                 self._warming = self._session.surgery.build_in_background(WARM_UP_DELAY)
 
     def _run_now(self, action: Callable[[], Any], *, catch: bool, from_page: bool) -> Any:
