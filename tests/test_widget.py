@@ -299,7 +299,7 @@ def test_the_background_build_begins_once_the_clicks_pause(monkeypatch):
     from graphsurgeon.examples import TinyGPT
     from graphsurgeon.widget import _widget
 
-    monkeypatch.setattr(_widget, "WARM_UP_DELAY", 0.4)
+    monkeypatch.setattr(_widget, "WARM_UP_DELAY", 1.0)  # well above a click and a pause
     model = TinyGPT(2).eval()
     tokens = model.example_input()
     widget = gs.SurgeryWidget(gs.export(model, (tokens,)), args=(tokens,))
