@@ -313,6 +313,107 @@ def test_the_background_build_begins_once_the_clicks_pause(monkeypatch):
     assert widget.surgery.build_in_background() is None  # built, waiting to be taken
 
 
+def collector_back(timeout: float = 10.0) -> None:
+    """Wait until the widget has let the cyclic collector go again."""
+    from graphsurgeon.widget import _collector
+
+    deadline = time.monotonic() + timeout
+    while _collector.releasing() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not _collector.releasing()
+
+
+def test_the_collector_waits_until_a_click_is_answered_then_runs_on_a_thread_of_its_own(
+    gpt, monkeypatch
+):
+    # The young passes over what a swap made are owed; they run after the answer is sent,
+    # not inside the click's time, and not in the next click either.
+    import gc
+    import threading
+
+    widget, model, _tokens = gpt
+    session = widget._session
+    collector_back()
+    assert gc.isenabled(), "precondition: the collector is on"
+    seen = []
+    publish = widget._publish
+
+    def publishing(**also):
+        seen.append(("publish", gc.isenabled()))
+        return publish(**also)
+
+    monkeypatch.setattr(widget, "_publish", publishing)
+    swap = session.swap
+    monkeypatch.setattr(
+        session, "swap", lambda *a: seen.append(("swap", gc.isenabled())) or swap(*a)
+    )
+    passes = []
+
+    def record(phase, info):
+        if phase == "start":
+            passes.append(threading.current_thread())
+
+    gc.callbacks.append(record)
+    try:
+        widget.select("layers.1.attn")
+        widget.choose("ns:fast")
+        assert not gc.isenabled(), "held between two clicks that follow at once"
+        page_event(widget, event="button", name="swap")
+        assert ("swap", False) in seen and seen[-1] == ("publish", False)
+        assert widget.swapped == ["layers.1.attn"], "precondition: the click swapped"
+        assert not gc.isenabled() and not any(t is threading.main_thread() for t in passes)
+        collector_back()
+    finally:
+        gc.callbacks.remove(record)
+    assert gc.isenabled(), "on again once the answer is out"
+    assert passes and all(t is not threading.main_thread() for t in passes), (
+        "the owed passes ran on the collector's own thread"
+    )
+    expected = eager_reference(
+        model, {"layers.1.attn": widget._session.surgery.replacements["layers.1.attn"]}
+    )
+    assert gs.verify(expected, widget.surgery.module, widget._session.inputs()[0])
+
+
+def test_checks_and_overlays_run_with_the_collector_and_a_user_s_choice_is_kept(gpt, monkeypatch):
+    import gc
+
+    widget, model, _tokens = gpt
+    session = widget._session
+    widget.swap(FusedAttention(model.layers[1].attn), "layers.1.attn")  # compare needs a swap
+    collector_back()
+    seen = {}
+    for name in ("verify", "compare", "find_culprits", "set_overlay"):
+        method = getattr(session, name)
+
+        def spy(*a, _name=name, _method=method):
+            seen.setdefault(_name, []).append(gc.isenabled())
+            return _method(*a)
+
+        monkeypatch.setattr(session, name, spy)
+    widget.verify()
+    widget.compare()
+    page_event(widget, event="button", name="verify")
+    page_event(widget, event="button", name="bisect")  # an old name of find_culprits
+    page_event(widget, event="overlay", value="error")
+    widget.show_overlay(None)
+    assert seen == {
+        "verify": [True, True],
+        "compare": [True],
+        "find_culprits": [True],
+        "set_overlay": [True, True],
+    }
+    assert widget.error == {}, "precondition: every check ran"
+    # the collector turned off by the user stays off: a click does not turn it on
+    gc.disable()
+    try:
+        widget.select("layers.0")
+        collector_back()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
 def test_selecting_from_the_tree_or_the_trait_is_the_same_as_a_click(gpt):
     widget, _, _ = gpt
     page_event(widget, event="select", value="layers.0.mlp")
@@ -2061,7 +2162,8 @@ def test_the_widget_imports_no_private_name_and_reads_no_private_attribute():
     # every reach is seen, but _meta (shared by design) and self._seen (its own)
     assert len(found) == 5, found
     widget = sorted(m for m in MODULES if m.startswith("graphsurgeon.widget"))
-    assert len(widget) == 10, widget  # the face, the widget, the session, its six concerns, panels
+    # the face, the widget, the session, its six concerns, panels, the collector's hold
+    assert len(widget) == 11, widget
     for module in widget:
         source = MODULES[module].read_text()
         assert _private_reaches(module, source) == [], module

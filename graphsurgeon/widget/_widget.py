@@ -34,7 +34,7 @@ from .._program import as_program, not_a_program
 from ..errors import WidgetError, a_type
 from ..rewrite import interactive
 from ..surgery import Surgery
-from . import _panels
+from . import _collector, _panels
 from ._session import DEPTHS, OVERLAYS, SurgerySession
 
 __all__ = ["ACTIONS", "Action", "SurgeryWidget"]
@@ -176,6 +176,21 @@ _EVENTS: dict[str, Callable[[SurgerySession, dict], Any]] = {
     "region": lambda session, content: session.toggle_region(content["id"]),
     "region_add": lambda session, content: session.add_to_region(content.get("ids") or []),
 }
+
+
+# The page's messages whose action runs programs (see SurgeryWidget._run): the checks' buttons
+# and the overlay's menu.
+_RUNNING_BUTTONS = frozenset({"verify", "compare", "find_culprits", "find_similar"})
+
+
+def _runs_programs(content: dict) -> bool:
+    if content.get("event") == "overlay":
+        return True
+    return content.get("event") == "button" and _button_runs_programs(content.get("name"))
+
+
+def _button_runs_programs(button: Any) -> bool:
+    return isinstance(button, str) and OLD_NAMES.get(button, button) in _RUNNING_BUTTONS
 
 
 def _name_sent(value: Any) -> Any:
@@ -440,15 +455,23 @@ class SurgeryWidget(anywidget.AnyWidget):
             self._publish(busy=_panels.page_text(text))
 
     def _run(
-        self, action: Callable[[], Any], *, catch: bool = False, from_page: bool = False
+        self,
+        action: Callable[[], Any],
+        *,
+        catch: bool = False,
+        from_page: bool = False,
+        runs_programs: bool = False,
     ) -> Any:
         """Run ``action`` as one step of the widget: first catch up with a Surgery changed
         from code, afterwards publish what changed; an error is published as a message (type,
         first line, details) and, unless ``catch``, raised again (a call from code sees the
         error; a click in the page only the message). A background build of the program
-        pauses meanwhile (:func:`interactive`), and one that has not begun is put off."""
+        pauses meanwhile (:func:`interactive`), and one that has not begun is put off. The
+        cyclic collector waits until the answer is out (:func:`._collector.held`), unless the
+        action ``runs_programs`` (a check, an overlay: as many runs as it needs)."""
+        hold = contextlib.nullcontext() if runs_programs else _collector.held()
         try:
-            with interactive():
+            with interactive(), hold:
                 return self._run_now(action, catch=catch, from_page=from_page)
         finally:
             warming = self._warming
@@ -512,7 +535,12 @@ class SurgeryWidget(anywidget.AnyWidget):
         """One event from the page. Errors go to ``error`` (ipywidgets would swallow them)."""
         if not isinstance(content, dict) or "event" not in content:
             return
-        self._run(lambda: self._dispatch(content), catch=True, from_page=True)
+        self._run(
+            lambda: self._dispatch(content),
+            catch=True,
+            from_page=True,
+            runs_programs=_runs_programs(content),
+        )
 
     def _dispatch(self, content: dict) -> Any:
         event = content["event"]
@@ -556,7 +584,7 @@ class SurgeryWidget(anywidget.AnyWidget):
             >>> w.click("step").ran[-1], w.stepper.current.name
             ('p_0_bias', 'linear')
         """
-        return self._run(lambda: self._press(button))
+        return self._run(lambda: self._press(button), runs_programs=_button_runs_programs(button))
 
     @property
     def session(self) -> SurgerySession:
@@ -715,7 +743,7 @@ class SurgeryWidget(anywidget.AnyWidget):
             kind: ``"error"``, ``"own error"``, ``"grad error"``, ``"own grad error"`` or
                 ``"latency"``; None or ``""``: none.
         """
-        self._run(lambda: self._session.set_overlay(kind))
+        self._run(lambda: self._session.set_overlay(kind), runs_programs=True)
         return self
 
     def find_culprits(self, *, backward: bool | None = None):
@@ -729,7 +757,9 @@ class SurgeryWidget(anywidget.AnyWidget):
             The :class:`~graphsurgeon.checks.bisect.Bisection`, as
             :meth:`graphsurgeon.Surgery.bisect` gives it.
         """
-        return self._run(lambda: self._checked(backward, self._session.find_culprits))
+        return self._run(
+            lambda: self._checked(backward, self._session.find_culprits), runs_programs=True
+        )
 
     def _checked(self, backward: bool | None, check: Callable[[], Any]) -> Any:
         if backward is not None:
@@ -885,7 +915,7 @@ class SurgeryWidget(anywidget.AnyWidget):
         Returns:
             The :class:`graphsurgeon.patterns.find.Matches` (see :meth:`region`).
         """
-        return self._run(self._session.find_similar)
+        return self._run(self._session.find_similar, runs_programs=True)
 
     def verify(self, *, backward: bool | None = None):
         """Verify the current program on the widget's inputs, as :meth:`Surgery.verify` does.
@@ -897,7 +927,7 @@ class SurgeryWidget(anywidget.AnyWidget):
         Returns:
             The :class:`~graphsurgeon.VerifyReport`, shown in the check panel too.
         """
-        return self._run(lambda: self._checked(backward, self._session.verify))
+        return self._run(lambda: self._checked(backward, self._session.verify), runs_programs=True)
 
     def compare(self, *, backward: bool | None = None):
         """Compare each swapped call with the original it replaced, on the same inputs.
@@ -919,7 +949,7 @@ class SurgeryWidget(anywidget.AnyWidget):
             >>> w.verify().ok, w.compare().first_divergence  # a Sigmoid is no ReLU
             (False, '1')
         """
-        return self._run(lambda: self._checked(backward, self._session.compare))
+        return self._run(lambda: self._checked(backward, self._session.compare), runs_programs=True)
 
     def step(self):
         """Run to the next node the picture shows: the :class:`~graphsurgeon.types.StepResult`."""

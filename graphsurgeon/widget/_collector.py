@@ -1,0 +1,78 @@
+"""Python's cyclic collector held while the widget answers a click, let go once it has answered.
+
+A swap at 384 layers makes ~130k objects (the new program's nodes, their dicts and tuples).
+The collector's young passes walk every object made since the last one, so once the rewrite
+turns it on again they walk all of them: a pass of 20 ms, then one of 50 ms over what the first
+left, both before the page got its picture (70 of the swap's 460 ms, measured in the kernel
+behind a browser). The objects live on, so the walks are owed; :func:`held` only moves them
+after the answer: the collector stays off for the click's action and its publishing, and is
+turned on again :data:`RELEASE_DELAY` later, on a thread of its own, where an allocation lets
+it run its own policy at once (its young passes, a full pass when one is due) while the page
+draws what it got.
+
+An action that runs programs (verify, compare, find culprits, an overlay, find similar) is not
+held: it runs them as often as it needs, and what they leave in cycles is the collector's to
+free as they go.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import threading
+from collections.abc import Iterator
+
+# Seconds from the end of the last held action to the collector's return. The answer is
+# published when the action ends, but the kernel's IOPub thread sends it: a collection started
+# at once would hold the interpreter, and the answer with it, until its end.
+RELEASE_DELAY = 0.05
+
+_lock = threading.Lock()
+_holds = 0  # held actions running (they nest: a page message runs an action)
+_turn_on = False  # whether the collector was on when the hold began: the user's choice is kept
+_release: threading.Timer | None = None  # the collector's return, while it waits
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """The collector off inside, and on again :data:`RELEASE_DELAY` after the last hold ends
+    (if it was on when the first began). A hold that begins before then takes the collector
+    over as it is: it stays off."""
+    global _holds, _turn_on, _release
+    with _lock:
+        if _release is not None:  # a return waiting: this hold takes it over
+            _release.cancel()
+            _release = None
+        elif _holds == 0:
+            _turn_on = gc.isenabled()
+            gc.disable()
+        _holds += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _holds -= 1
+            if _holds == 0 and _turn_on:
+                _release = threading.Timer(RELEASE_DELAY, _let_go)
+                _release.daemon = True
+                _release.start()
+
+
+def _let_go() -> None:
+    """The collector on again, unless a hold began meanwhile (it cancelled this return, which
+    may already have been running: then it is no longer the one waiting)."""
+    global _release
+    with _lock:
+        if _release is not threading.current_thread() or _holds:
+            return
+        _release = None
+        gc.enable()
+    # An allocation of a tracked object is where the collector decides to run: made here, its
+    # passes run now, on this thread, by its own policy, not in the next click.
+    _ = [None]
+
+
+def releasing() -> bool:
+    """Whether the collector's return waits (tests wait for it)."""
+    with _lock:
+        return _release is not None
