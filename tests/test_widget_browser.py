@@ -227,6 +227,40 @@ def test_a_module_deep_in_the_tree_reads_and_a_click_on_its_name_selects_it(page
     assert in_kernel(page, "deep.selected") == name
 
 
+def test_the_closed_tree_is_not_laid_out_and_opened_shows_the_row_selected_meanwhile(page):
+    hf = page.locator(".gs-widget").nth(HF)
+    to_top(page, HF)
+    panel = f"{nth(HF)}.querySelector('.gs-tree-panel')"
+    # every row unfolded (more rows than the panel shows), the tree scrolled to its top
+    page.evaluate(
+        f"() => {{ {panel}.querySelectorAll('details').forEach(d => d.open = true);"
+        f" {panel}.scrollTop = 0; }}"
+    )
+    assert (
+        page.evaluate(
+            f"() => getComputedStyle({nth(HF)}.querySelector('.gs-side')).contentVisibility"
+        )
+        == "hidden"
+    ), "the closed tree is skipped by the page's style and layout passes"
+    name = "model.layers.3.mlp.down_proj"
+    row = f"{panel}.querySelector('[data-gs-module=\"{name}\"]').parentElement"
+    kernel_run(page, f"hf.select({name!r})")
+    page.wait_for_function(f"() => {row}.classList.contains('gs-row-selected')")
+    hf.locator(".gs-tree-toggle").click()
+    try:
+        where = (
+            f"() => {{ const r = {row}.getBoundingClientRect(), p = {panel};"
+            " const box = p.getBoundingClientRect();"
+            " return [r.top - box.top + p.scrollTop, p.clientHeight,"
+            " r.top >= box.top && r.bottom <= box.bottom]; }"
+        )
+        page.wait_for_function(f"() => ({where})()[2]", timeout=5000)
+        offset, height, _shown = page.evaluate(where)
+        assert offset > height, "precondition: the row is below what the unscrolled tree shows"
+    finally:
+        hf.locator(".gs-tree-toggle").click()  # closed again, as the other tests expect it
+
+
 def test_a_click_in_the_graph_selects_the_module_in_the_kernel(page):
     widget = page.locator(".gs-widget").first
     box = widget.locator('[id="module:layers.1.attn"], [id="cluster:layers.1.attn"]').first

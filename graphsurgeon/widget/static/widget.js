@@ -201,6 +201,7 @@ function render({ model, el }) {
       if (on) layout.open.add(key); else layout.open.delete(key);
       applyLayout();
     }
+    if (on && key === "tree") revealTreeRow();
     if (!on || key === "tree") return;
     drawers[key].open = true;
     const box = drawers[key].getBoundingClientRect(), view = panels.getBoundingClientRect();
@@ -517,9 +518,15 @@ function render({ model, el }) {
       if (revealRow) {
         // unfold the rows around it, so the selection is visible in the tree too
         for (let p = row.parentElement; p && p !== tree; p = p.parentElement) if (p.tagName === "DETAILS" && p.firstElementChild !== row) p.open = true;
-        scrollInto(tree, row);
+        // scrolled to once the tree is open: measured while closed, it would be laid out
+        if (layout.open.has("tree")) scrollInto(tree, row);
       }
     }
+  }
+  // the tree opened: its selected row scrolled into view
+  function revealTreeRow() {
+    const row = tree.querySelector(".gs-row-selected");
+    if (row) scrollInto(tree, row);
   }
 
   // -- traits -> page --
