@@ -375,6 +375,43 @@ def test_the_collector_waits_until_a_click_is_answered_then_runs_on_a_thread_of_
     assert gs.verify(expected, widget.surgery.module, widget._session.inputs()[0])
 
 
+def test_actions_in_a_loop_keep_the_collector_off_no_longer_than_the_longest_hold(gpt, monkeypatch):
+    # a cell that clicks in a loop never leaves the collector the pause it waits for: the owed
+    # passes run at the start of an action once it has been off LONGEST_HOLD
+    import gc
+    import threading
+
+    from graphsurgeon.widget import _collector
+
+    monkeypatch.setattr(_collector, "LONGEST_HOLD", 0.3)
+    widget, _model, _tokens = gpt
+    collector_back()
+    passes = []
+
+    def record(phase, info):
+        if phase == "start":
+            passes.append((time.monotonic(), threading.current_thread()))
+
+    gc.callbacks.append(record)
+    try:
+        start = time.monotonic()
+        names = ["layers.0", "layers.1", "layers.0.mlp", "layers.1.mlp"]
+        while time.monotonic() - start < 1.0:
+            for name in names:
+                widget.select(name)
+                assert _collector.releasing() and not gc.isenabled(), "held between the clicks"
+                for _ in range(1000):  # garbage only the collector frees: cycles
+                    cycle = []
+                    cycle.append(cycle)
+    finally:
+        gc.callbacks.remove(record)
+        collector_back()
+    during = [at for at, thread in passes if thread is threading.main_thread()]
+    assert during, "the owed passes ran during the loop"
+    gaps = [b - a for a, b in zip([start, *during], [*during, time.monotonic()])]
+    assert max(gaps) < 0.3 + 0.5, gaps  # the longest hold, and a margin for a slow machine
+
+
 def test_checks_and_overlays_run_with_the_collector_and_a_user_s_choice_is_kept(gpt, monkeypatch):
     import gc
 

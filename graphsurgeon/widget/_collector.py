@@ -10,6 +10,10 @@ turned on again :data:`RELEASE_DELAY` later, on a thread of its own, where an al
 it run its own policy at once (its young passes, a full pass when one is due) while the page
 draws what it got.
 
+Actions that follow each other closer than that (a loop of swaps in a cell) keep it off, but
+not for longer than :data:`LONGEST_HOLD`: the next one runs the owed passes first, so memory
+held by cyclic garbage stays bounded.
+
 An action that runs programs (verify, compare, find culprits, an overlay, find similar) is not
 held: it runs them as often as it needs, and what they leave in cycles is the collector's to
 free as they go.
@@ -20,17 +24,21 @@ from __future__ import annotations
 import contextlib
 import gc
 import threading
+import time
 from collections.abc import Iterator
 
 # Seconds from the end of the last held action to the collector's return. The answer is
 # published when the action ends, but the kernel's IOPub thread sends it: a collection started
 # at once would hold the interpreter, and the answer with it, until its end.
 RELEASE_DELAY = 0.05
+# Seconds the collector stays off, at most, through actions that take it over one from another.
+LONGEST_HOLD = 1.0
 
 _lock = threading.Lock()
 _holds = 0  # held actions running (they nest: a page message runs an action)
 _turn_on = False  # whether the collector was on when the hold began: the user's choice is kept
 _release: threading.Timer | None = None  # the collector's return, while it waits
+_off_since = 0.0  # when the hold turned the collector off (time.monotonic)
 
 
 @contextlib.contextmanager
@@ -38,15 +46,23 @@ def held() -> Iterator[None]:
     """The collector off inside, and on again :data:`RELEASE_DELAY` after the last hold ends
     (if it was on when the first began). A hold that begins before then takes the collector
     over as it is: it stays off."""
-    global _holds, _turn_on, _release
+    global _holds, _turn_on, _release, _off_since
+    overdue = False
     with _lock:
         if _release is not None:  # a return waiting: this hold takes it over
             _release.cancel()
             _release = None
+            overdue = time.monotonic() - _off_since > LONGEST_HOLD
         elif _holds == 0:
             _turn_on = gc.isenabled()
             gc.disable()
+            _off_since = time.monotonic()
         _holds += 1
+    if overdue:  # off long enough: the owed passes first (outside the lock: finalizers run)
+        gc.enable()
+        _run_policy()
+        gc.disable()
+        _off_since = time.monotonic()
     try:
         yield
     finally:
@@ -67,8 +83,12 @@ def _let_go() -> None:
             return
         _release = None
         gc.enable()
-    # An allocation of a tracked object is where the collector decides to run: made here, its
-    # passes run now, on this thread, by its own policy, not in the next click.
+    _run_policy()  # its passes now, on this thread, not in the next click
+
+
+def _run_policy() -> None:
+    """The collector's passes that are due (young ones, a full one when due), chosen by its own
+    policy: an allocation of a tracked object is where it decides to run."""
     _ = [None]
 
 
