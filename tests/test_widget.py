@@ -473,6 +473,27 @@ def test_an_unknown_name_is_an_error_message_in_the_widget_and_raised_from_code(
     assert widget.error == {}, "the next action that works clears the message"
 
 
+def test_the_first_search_finds_the_program_s_texts_read_when_the_widget_opened(monkeypatch):
+    from graphsurgeon import _derived
+    from graphsurgeon.examples import TinyGPT
+    from graphsurgeon.patterns import search as search_module
+
+    model = TinyGPT(2).eval()
+    tokens = model.example_input()
+    ep = gs.export(model, (tokens,))
+    assert "search: ops" not in _derived.derived(ep), "precondition: nothing read yet"
+    widget = gs.SurgeryWidget(ep, args=(tokens,))
+    assert {"search: ops", "search: modules"} <= set(_derived.derived(ep))
+    read = []
+    texts = search_module._Texts
+    monkeypatch.setattr(search_module, "_Texts", lambda rows: read.append(1) or texts(rows))
+    widget.search("layers.1.attn")
+    assert read == [] and widget.selected == "layers.1.attn"
+    widget.swap(FusedAttention(model.layers[1].attn))
+    widget.search("linear")  # the program an edit made: its ops are read at its first search
+    assert read == [1] and widget.matches
+
+
 def test_search_opens_what_hides_the_match_selects_it_and_scrolls_to_it(gpt):
     widget, _, _ = gpt
     widget.collapse("layers.1")

@@ -36,7 +36,7 @@ from .. import _derived, _meta
 from .._program import as_program
 from ..partition import module_tree
 
-__all__ = ["Match", "search"]
+__all__ = ["Match", "prepare", "search"]
 
 # Characters that make a text a regular expression too.
 _REGEX = frozenset("\\^$[]()*+?|{}")
@@ -89,6 +89,27 @@ def search(program: Any, text: str) -> list[Match]:
             continue  # a swapped or fused module's call: found once, as the module
         (exact if name == text else nodes).append(Match(name, "node", short))
     return exact + modules + nodes
+
+
+def prepare(program: Any) -> None:
+    """Read what a search of ``program`` looks in, ahead of its first search: :func:`search`
+    reads a program's module and op texts once, on its first call (~45 ms at 384 layers,
+    16,500 nodes), and every later search of that program finds them read.
+
+    Args:
+        program: what :func:`search` takes.
+
+    Example:
+        >>> import torch, graphsurgeon as gs
+        >>> from graphsurgeon.patterns.search import prepare, search
+        >>> ep = gs.export(torch.nn.Sequential(torch.nn.Linear(4, 4)), (torch.randn(2, 4),))
+        >>> prepare(ep)
+        >>> [m.name for m in search(ep, "lin")]  # the Linear, then its op: nothing read now
+        ['0', 'linear']
+    """
+    read = as_program(program, verb="search")
+    _modules(read.ep)
+    _ops(read.module if read.module is not None else read.ep)
 
 
 class _Matcher:

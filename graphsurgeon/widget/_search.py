@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import WidgetError, did_you_mean
-from ..patterns.search import Match, search
+from ..patterns.search import Match, prepare, search
 
 __all__ = ["MATCHES", "Searcher"]
 
@@ -31,6 +31,11 @@ class Searcher:
         self.search_text = ""
         self.matches: list[Match] = []
         self.match_index = -1
+
+    def prepare(self) -> None:
+        """Read what a search of the current program looks in (its module and op texts), so
+        that the first search costs what later ones do (at 384 layers 45 ms of its 75)."""
+        prepare(self.session.surgery)
 
     def search(self, text: str) -> None:
         r"""Find modules and nodes by name, module type (``LayerNorm``), op (``aten.gelu``),

@@ -188,6 +188,8 @@ class SurgerySession:
         self.regions = Regions(self)
         self.stepping = Stepping(self)
         self.viewer.render()
+        # read here, where the user waits for the widget anyway, not in the first search
+        self.searcher.prepare()
 
     # -- what changed, and what the concerns share ------------------------------------------
 
