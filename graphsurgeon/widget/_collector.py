@@ -62,7 +62,8 @@ def held() -> Iterator[None]:
         gc.enable()
         _run_policy()
         gc.disable()
-        _off_since = time.monotonic()
+        with _lock:
+            _off_since = time.monotonic()
     try:
         yield
     finally:
