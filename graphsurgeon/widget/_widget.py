@@ -76,6 +76,9 @@ class Action:
         enabled_by: the traits of which one must hold for the button to be enabled
             (``("can_undo",)``); empty: always enabled.
         key: its keyboard shortcut in the page (``"F10"``, ``"Shift+F11"``), or ``""``.
+        runs_programs: it runs the program (a check), as often as it needs: Python's cyclic
+            collector stays on while it does (other actions hold it until they have
+            answered, see :mod:`._collector`).
     """
 
     name: str
@@ -84,6 +87,7 @@ class Action:
     panel: str
     enabled_by: tuple[str, ...] = ()
     key: str = ""
+    runs_programs: bool = False
 
     @property
     def method(self) -> str:
@@ -119,14 +123,14 @@ ACTIONS: tuple[Action, ...] = (
     Action("swap_region", "Swap region", "replace the region by one call of the chosen "
            "replacement", "region", ("can_swap_region",)),
     Action("find_similar", "Find similar", "where else the program computes what the region "
-           "does", "region", ("can_use_region",)),
+           "does", "region", ("can_use_region",), runs_programs=True),
     Action("clear_region", "Clear region", "forget the region", "region", ("has_region",)),
     Action("verify", "Verify", "run the program and its eager reference on the example inputs",
-           "check"),
+           "check", runs_programs=True),
     Action("compare", "Compare", "each swapped call against the original, on the same inputs",
-           "check"),
+           "check", runs_programs=True),
     Action("find_culprits", "Find culprits", "the smallest set of swaps that explains a "
-           "mismatch with the original", "check", ("can_diff",)),
+           "mismatch with the original", "check", ("can_diff",), runs_programs=True),
     Action("step", "Step", "run the next node", "stepper"),
     Action("step_over", "Step over", "run the next node, or the whole module call it starts",
            "stepper", key="F10"),
@@ -178,19 +182,17 @@ _EVENTS: dict[str, Callable[[SurgerySession, dict], Any]] = {
 }
 
 
-# The page's messages whose action runs programs (see SurgeryWidget._run): the checks' buttons
-# and the overlay's menu.
-_RUNNING_BUTTONS = frozenset({"verify", "compare", "find_culprits", "find_similar"})
-
-
 def _runs_programs(content: dict) -> bool:
+    """Whether a page message's action runs programs (see SurgeryWidget._run): a button whose
+    action does (:attr:`Action.runs_programs`), or the overlay's menu."""
     if content.get("event") == "overlay":
         return True
     return content.get("event") == "button" and _button_runs_programs(content.get("name"))
 
 
 def _button_runs_programs(button: Any) -> bool:
-    return isinstance(button, str) and OLD_NAMES.get(button, button) in _RUNNING_BUTTONS
+    action = _ACTIONS.get(OLD_NAMES.get(button, button)) if isinstance(button, str) else None
+    return action is not None and action.runs_programs
 
 
 def _name_sent(value: Any) -> Any:
@@ -758,7 +760,8 @@ class SurgeryWidget(anywidget.AnyWidget):
             :meth:`graphsurgeon.Surgery.bisect` gives it.
         """
         return self._run(
-            lambda: self._checked(backward, self._session.find_culprits), runs_programs=True
+            lambda: self._checked(backward, self._session.find_culprits),
+            runs_programs=_button_runs_programs("find_culprits"),
         )
 
     def _checked(self, backward: bool | None, check: Callable[[], Any]) -> Any:
@@ -915,7 +918,9 @@ class SurgeryWidget(anywidget.AnyWidget):
         Returns:
             The :class:`graphsurgeon.patterns.find.Matches` (see :meth:`region`).
         """
-        return self._run(self._session.find_similar, runs_programs=True)
+        return self._run(
+            self._session.find_similar, runs_programs=_button_runs_programs("find_similar")
+        )
 
     def verify(self, *, backward: bool | None = None):
         """Verify the current program on the widget's inputs, as :meth:`Surgery.verify` does.
@@ -927,7 +932,10 @@ class SurgeryWidget(anywidget.AnyWidget):
         Returns:
             The :class:`~graphsurgeon.VerifyReport`, shown in the check panel too.
         """
-        return self._run(lambda: self._checked(backward, self._session.verify), runs_programs=True)
+        return self._run(
+            lambda: self._checked(backward, self._session.verify),
+            runs_programs=_button_runs_programs("verify"),
+        )
 
     def compare(self, *, backward: bool | None = None):
         """Compare each swapped call with the original it replaced, on the same inputs.
@@ -949,7 +957,10 @@ class SurgeryWidget(anywidget.AnyWidget):
             >>> w.verify().ok, w.compare().first_divergence  # a Sigmoid is no ReLU
             (False, '1')
         """
-        return self._run(lambda: self._checked(backward, self._session.compare), runs_programs=True)
+        return self._run(
+            lambda: self._checked(backward, self._session.compare),
+            runs_programs=_button_runs_programs("compare"),
+        )
 
     def step(self):
         """Run to the next node the picture shows: the :class:`~graphsurgeon.types.StepResult`."""
