@@ -24,6 +24,17 @@ def _no_background_builds(monkeypatch):
     monkeypatch.setattr(_widget, "WARM_UP_DELAY", None)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _check_kept_parts():
+    """Every part of a swapped program's code taken from the cache is also written afresh and
+    compared (a wrong reuse would run another program's code): in every test."""
+    from graphsurgeon.rewrite import _parts
+
+    _parts.CHECK_KEPT_PARTS = True
+    yield
+    _parts.CHECK_KEPT_PARTS = False
+
+
 @pytest.fixture(scope="session")
 def tiny_gpt():
     """A 2-layer TinyGPT in eval mode, its example tokens and its program, exported once.

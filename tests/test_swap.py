@@ -1253,6 +1253,76 @@ def test_the_statements_reused_from_earlier_swaps_are_those_written_afresh():
         assert_close_tree(gm(tokens), expected(tokens))
 
 
+def _swap_counting_parts(monkeypatch, ep, request):
+    """gs.swap, the parts of its code, and how many of them its code writer wrote (a part
+    taken whole from the cache is not written)."""
+    from graphsurgeon.rewrite import _parts
+
+    written = []
+    original = _parts.PartCache.compiled
+    with monkeypatch.context() as patch:
+        patch.setattr(_parts, "CHECK_KEPT_PARTS", False)  # what a user runs
+        patch.setattr(
+            _parts.PartCache,
+            "compiled",
+            lambda self, text: written.append(text) or original(self, text),
+        )
+        gm = gs.swap(ep, request)
+    parts = [name for name in gm.forward.__globals__ if name.startswith("_gs_part_")]
+    return gm, len(parts), len(written)
+
+
+def test_a_part_no_edit_disturbed_is_taken_whole_from_the_cache(monkeypatch):
+    # a swap writes the parts around what it changed; the parts of the program nodes it left
+    # alone (not read by what it changed, not reading it) come whole from those an earlier
+    # swap of the same program wrote, and compute the same
+    from graphsurgeon.examples import TinyGPT
+
+    torch.manual_seed(0)
+    model = TinyGPT(n_layers=32).eval()
+    tokens = model.example_input()
+    ep = gs.export(model, (tokens,), preserve=[f"layers.{i}" for i in range(32)])
+    at_two = {"layers.2": copy.deepcopy(model.layers[2])}
+    at_nine = {"layers.9": copy.deepcopy(model.layers[9])}
+    first, parts, written = _swap_counting_parts(monkeypatch, ep, at_two)
+    assert parts > 12 and written == parts, "precondition: the first swap writes every part"
+    # the parts around layer 9, and those around layer 2 (disturbed before: not kept then)
+    second, parts, written = _swap_counting_parts(monkeypatch, ep, at_nine)
+    assert 0 < written <= 6 < parts
+    third, parts, again = _swap_counting_parts(monkeypatch, ep, at_nine)
+    assert 0 < again < written  # around layer 9 only
+    for gm, request in ((first, at_two), (second, at_nine), (third, at_nine)):
+        assert_close_tree(gm(tokens), eager_reference(model, request)(tokens))
+    assert third.code == second.code
+
+
+def test_a_kept_part_is_checked_against_the_program_nodes_it_copies():
+    # a kept part is the text written for copies of some program nodes as they were: a
+    # program edited in place since (fx gives an edited node new args) has its parts
+    # written again; and the tests' check catches a kept part that differs from its text
+    from graphsurgeon.examples import TinyGPT
+    from graphsurgeon.rewrite import _parts
+    from graphsurgeon.rewrite._builder import compiled_parts
+
+    assert _parts.CHECK_KEPT_PARTS, "precondition: the tests compare every kept part"
+    torch.manual_seed(0)
+    model = TinyGPT(n_layers=12).eval()
+    tokens = model.example_input()
+    ep = gs.export(model, (tokens,), preserve=[f"layers.{i}" for i in range(12)])
+    gs.swap(ep, {"layers.0": copy.deepcopy(model.layers[0])})
+    cache = compiled_parts(ep)
+    assert cache.parts, "precondition: the swap kept the parts it left alone"
+    key, kept = next(reversed(cache.parts.items()))
+    node = key[-1]
+    node.args = (*node.args,)  # the same arguments, as an edit in place writes them
+    assert cache.kept_part(key) is None and key not in cache.parts
+    gs.swap(ep, {"layers.0": copy.deepcopy(model.layers[0])})
+    key, kept = next(reversed(cache.parts.items()))
+    kept.text += "# changed\n"
+    with pytest.raises(AssertionError, match="a kept part differs"):
+        gs.swap(ep, {"layers.0": copy.deepcopy(model.layers[0])})
+
+
 def test_the_path_modules_of_a_result_are_plain_modules_as_torch_makes_them():
     # a swap's path modules (layers, layers.0 ...) are made with their state written at once:
     # the same attributes, values and fresh containers as torch.nn.Module()'s own, the hook

@@ -45,6 +45,12 @@ from helpers import fuzzing  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 from hypothesis.errors import UnsatisfiedAssumption  # noqa: E402
 
+from graphsurgeon.rewrite import _parts  # noqa: E402
+
+# every part of a swapped program's code taken from the cache is also written afresh and
+# compared, as in the tests (in each worker: they import this module)
+_parts.CHECK_KEPT_PARTS = True
+
 PROGRESS_SECONDS = 30
 KEPT_PER_KIND = 3  # failing cases kept for each kind of failure
 

@@ -116,6 +116,9 @@ class _Builder(_GraphWriter):
         # what a path inside a swapped one starts with (few swaps: one C-level startswith)
         self._swapped_prefixes = tuple(f"{p}." for p in self.swapped_paths)
         self.copied_from: dict[Node, Node] = {}
+        # program nodes whose copy took another name, and whose copy the pass removed as dead
+        self.renamed: list[Node] = []
+        self.dead: list[Node] = []
         # functional graphs: mutated value's node name -> the placeholder it writes
         self.mutation_targets: dict[str, Node] = mutation_targets(index)
         # parameters and constants a replacement is given (as an argument, or a view of one):
@@ -229,12 +232,50 @@ class _Builder(_GraphWriter):
         alive = set(self.graph.nodes)
         self.node_map = self._node_map(alive)
         self.copies = {new.name: old.name for new, old in self.copied_from.items() if new in alive}
-        gm = self.module("SwappedProgram", compiled_parts(ep), origins=self.copied_from)
+        origins, disturbed = self._code_origins(placeholders)
+        gm = self.module("SwappedProgram", compiled_parts(ep), origins=origins, disturbed=disturbed)
         for target in self.non_persistent:
             owner_path, _, leaf = target.rpartition(".")
             owner = gm.get_submodule(owner_path) if owner_path else gm
             owner._non_persistent_buffers_set.add(leaf)
         return gm
+
+    def _code_origins(self, placeholders: list[Node]) -> tuple[dict[Node, Node], frozenset]:
+        """What the code writer reuses earlier code by (:func:`._parts.write_in_parts`): each
+        new node -> the program node it copies (a parameter's ``get_attr`` copies its
+        placeholder), and the program nodes this edit disturbed: those it removed (the calls'
+        nodes, dead code) or renamed, what they read, what its new nodes read, and everything
+        that reads one of those. A copy outside them reads and is read as in the program."""
+        origins = dict(self.copied_from)
+        changed: set[Node] = set(self.dead)
+        for request in self.requests:
+            changed.update(request.nodes)
+        for old in list(changed):
+            changed.update(old._input_nodes)
+        changed.update(self.renamed)
+        for placeholder in placeholders:
+            value = self.env.get(placeholder)
+            if not isinstance(value, _Attr) or value.node is None:
+                continue
+            node = value.node
+            if (
+                node.op == "get_attr"
+                and node.name == placeholder.name
+                and node.target == safe_path(value.target)
+            ):
+                origins[node] = placeholder
+            else:  # read another way (from a replacement, or under a name of its own)
+                changed.add(placeholder)
+        for node in self.graph.nodes:
+            if node not in origins:  # a node of this edit's own: what it reads is disturbed
+                for value in node._input_nodes:
+                    old = origins.get(value)
+                    if old is not None:
+                        changed.add(old)
+        disturbed = set(changed)
+        for old in changed:
+            disturbed.update(old.users)
+        return origins, frozenset(disturbed)
 
     def _schedule(self) -> list[Node]:
         """The program's nodes in the order they are copied (see :func:`info.scheduled`)."""
@@ -322,6 +363,8 @@ class _Builder(_GraphWriter):
         _set_meta(new, dict(node.meta))
         self.env[node] = new
         self.copied_from[new] = node
+        if new.name != node.name:
+            self.renamed.append(node)
 
     def _call_arguments(self, request: _Request) -> tuple[tuple, dict]:
         signature = request.partition.signature
@@ -574,6 +617,8 @@ class _Builder(_GraphWriter):
                 removed_attrs.add(node.target)
             elif node.op != "call_function" or old is None or not old.users or not _droppable(node):
                 continue
+            if old is not None:
+                self.dead.append(old)
             self.graph.erase_node(node)
         still = {n.target for n in self.graph.nodes if n.op == "get_attr"}
         for target in removed_attrs - still:

@@ -104,6 +104,8 @@ class FastCodeGen(CodeGen):
         # node -> the program node it copies, for the first compile only (see write_in_parts):
         # a later edit of the graph is written from the nodes as they are then
         self.origins: dict | None = None
+        # the program nodes that first compile's edit disturbed (see write_in_parts)
+        self.disturbed: frozenset | None = None
 
     def _gen_python_code(self, nodes, root_module, namespace, **kwargs):
         plain = root_module == "self" and not any(
@@ -120,7 +122,9 @@ class FastCodeGen(CodeGen):
         )
         if self.parts is not None and plain:
             try:
-                return write_in_parts(nodes, self.parts, fast_function, self.origins)
+                return write_in_parts(
+                    nodes, self.parts, fast_function, self.origins, self.disturbed
+                )
             except Unsupported:
                 pass  # fx writes it whole, below
         replaced = []

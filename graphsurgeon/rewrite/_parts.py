@@ -11,6 +11,9 @@ them in order. The code object of a part is kept by its text (in a :class:`PartC
 programs built from one ExportedProgram share), so a swap compiles only the parts it changed;
 the statement of each node copied from the program is kept too (by that node), so a swap
 writes afresh only the statements of the nodes it changed, or that read what it changed.
+A part whose nodes are all copies the edit left alone (the rewrite says which program nodes
+it disturbed: :func:`write_in_parts`'s ``disturbed``) is not written at all: its text, code
+and the values it reads and returns are kept by the program nodes it copies, in order.
 
 The generated code is fx's, line for line (the same op calls, the same attribute reads, values
 freed after their last use), in parts. A graph this writer does not cover (a node kind or an
@@ -23,6 +26,7 @@ import builtins
 import functools
 import keyword
 import linecache
+import operator
 import types
 import zlib
 from collections import OrderedDict
@@ -42,6 +46,9 @@ from torch.fx.graph import (
 from . import _turns
 
 __all__ = ["PartCache", "Unsupported", "write_in_parts"]
+
+#: Tests set this: every part taken from the cache is also written afresh and the two compared.
+CHECK_KEPT_PARTS = False
 
 # A node whose name hashes to 0 modulo this ends its part (parts of at least _SMALLEST nodes,
 # at most _LARGEST): ~80 nodes a part. Larger parts compile more per edit; smaller ones cost
@@ -76,6 +83,9 @@ class PartCache:
         # of the values it reads, the text). A later copy that matches is the same statement.
         self.lines: dict[Node, tuple] = {}
         self.names: set[str] = set()  # node names known to be Python names (not keywords)
+        # the program nodes a part copies, in order -> _KeptPart: a part no edit disturbed is
+        # the same part in every program made from these nodes (see write_in_parts)
+        self.parts: OrderedDict[tuple[Node, ...], _KeptPart] = OrderedDict()
 
     def __deepcopy__(self, memo: dict) -> PartCache:
         return self  # what it holds is addressed by content: copies of a program may share it
@@ -122,6 +132,47 @@ class PartCache:
             _, dropped = self.code.popitem(last=False)
             linecache.cache.pop(dropped.co_filename, None)
         return code
+
+    def kept_part(self, origins: tuple[Node, ...]) -> _KeptPart | None:
+        """The part written before for copies of ``origins``, if the program nodes are as
+        they were then (fx replaces a node's args on every edit of it)."""
+        kept = self.parts.get(origins)
+        if kept is None:
+            return None
+        if not (
+            all(map(operator.is_, kept.args, map(_ARGS, origins)))
+            and all(map(operator.is_, kept.kwargs, map(_KWARGS, origins)))
+            and kept.names == tuple(map(_NAME, origins))
+        ):
+            del self.parts[origins]
+            return None
+        self.parts.move_to_end(origins)
+        return kept
+
+    def keep_part(self, origins: tuple[Node, ...], kept: _KeptPart) -> None:
+        self.parts[origins] = kept
+        while len(self.parts) > self.limit:
+            self.parts.popitem(last=False)
+
+
+_ARGS = operator.attrgetter("args")
+_KWARGS = operator.attrgetter("kwargs")
+_NAME = operator.attrgetter("name")
+
+
+class _KeptPart:
+    """A part as written for copies of some program nodes: its text and code, the names of
+    the values it reads (its parameters after ``self``) and returns, and what the program
+    nodes were then (their args and kwargs, compared by identity, and names)."""
+
+    __slots__ = ("args", "code", "kwargs", "names", "params", "returned", "text")
+
+    def __init__(self, text, code, params, returned, origins):
+        self.text, self.code = text, code
+        self.params, self.returned = params, returned
+        self.args = tuple(map(_ARGS, origins))
+        self.kwargs = tuple(map(_KWARGS, origins))
+        self.names = tuple(map(_NAME, origins))
 
 
 def _repr(arg: Any, cache: PartCache) -> str:
@@ -218,13 +269,25 @@ def _copied_line(node: Node, old: Node, cache: PartCache, fast: Any) -> str:
     return line
 
 
-def write_in_parts(nodes: Any, cache: PartCache, fast: Any, origins: Any = None) -> PythonCode:
+def write_in_parts(
+    nodes: Any,
+    cache: PartCache,
+    fast: Any,
+    origins: Any = None,
+    disturbed: frozenset | set | None = None,
+) -> PythonCode:
     """The forward of a graph (its ``nodes``) as a chain of cached parts (module docstring).
 
     ``fast``: op -> the Python binding to call it by, or None (see :mod:`._codegen`).
     ``origins``: node -> the program node it was copied from, argument for argument (a
     rewrite's first compile of its graph): the statements of copies are reused from the
-    earlier copies of the same program nodes (:func:`_copied_line`)."""
+    earlier copies of the same program nodes (:func:`_copied_line`).
+    ``disturbed``: with ``origins``, the program nodes whose copies may read, or be read by,
+    anything else than in the program: the nodes the rewrite removed or renamed, what they
+    read, what reads them, and what its new nodes read. A part whose every node is a copy
+    of a program node outside it is taken whole from the cache when one was written for
+    the same program nodes before (its statements, the values it reads and returns are then
+    the same: they follow from the copied nodes and their readers, which are unchanged)."""
     order = list(nodes)
     names = {n.name for n in order}
     unchecked = names - cache.names  # the names of earlier programs were checked then
@@ -276,8 +339,28 @@ def write_in_parts(nodes: Any, cache: PartCache, fast: Any, origins: Any = None)
         if node.target != node.name:
             forward_lines.append(f"{node.name} = {node.target}")
     functions: dict[str, Any] = {}
+    by_name: dict[str, Node] | None = None  # made when a kept part's reads are looked up
     for i, part in enumerate(parts):
         _turns.pause_point()  # a warm-up's turn to wait (see _turns)
+        key = None
+        if disturbed is not None and origins:
+            key = tuple(map(origins.get, part))
+            if None in key or not disturbed.isdisjoint(key):
+                key = None  # a new node, or a copy the edit reaches: written afresh
+        kept = cache.kept_part(key) if key is not None else None
+        if kept is not None and not CHECK_KEPT_PARTS:
+            if by_name is None:
+                by_name = {n.name: n for n in order}
+            functions[part_names[i]] = kept.code
+            forward_lines.append(
+                _call_line(
+                    part_names[i],
+                    kept.params,
+                    kept.returned,
+                    [name for name in kept.params if last_part[by_name[name]] == i],
+                )
+            )
+            continue
         members = set(part)
         reads: dict[Node, None] = {}
         lines: list[str] = []
@@ -304,17 +387,19 @@ def write_in_parts(nodes: Any, cache: PartCache, fast: Any, origins: Any = None)
             lines.append(f"    return {returned[0]}")
         elif returned:
             lines.append(f"    return ({', '.join(returned)},)")
-        code = cache.compiled("\n".join([header, *lines]) + "\n")
+        text = "\n".join([header, *lines]) + "\n"
+        code = cache.compiled(text)
         functions[part_names[i]] = code
-        call = f"{part_names[i]}({', '.join(['self', *params])})"
-        if len(returned) == 1:
-            call = f"{returned[0]} = {call}"
-        elif returned:
-            call = f"{', '.join(returned)}, = {call}"
-        freed = [v.name for v in reads if last_part[v] == i]
-        if freed:
-            call += ";  " + " = ".join(freed) + " = None"
-        forward_lines.append(call)
+        forward_lines.append(
+            _call_line(
+                part_names[i], params, returned, [v.name for v in reads if last_part[v] == i]
+            )
+        )
+        if kept is not None:  # CHECK_KEPT_PARTS: the kept part must be this one
+            if (kept.text, kept.params, kept.returned) != (text, tuple(params), tuple(returned)):
+                raise AssertionError(f"a kept part differs from the part written now:\n{text}")
+        elif key is not None:
+            cache.keep_part(key, _KeptPart(text, code, tuple(params), tuple(returned), key))
     forward_lines.append(f"return {_repr(outputs[0].args[0], cache)}")
     if names & (reserved | set(cache.globals) | set(part_names)):
         raise Unsupported("a node named as a global of the generated code")
@@ -326,3 +411,16 @@ def write_in_parts(nodes: Any, cache: PartCache, fast: Any, origins: Any = None)
         f"    {line}\n" for line in forward_lines
     )
     return PythonCode(source, scope, None)
+
+
+def _call_line(name: str, params: Any, returned: Any, freed: list[str]) -> str:
+    """The forward's statement calling part ``name``: it passes ``params``, binds ``returned``,
+    and frees ``freed`` (the values no later part reads)."""
+    call = f"{name}({', '.join(['self', *params])})"
+    if len(returned) == 1:
+        call = f"{returned[0]} = {call}"
+    elif returned:
+        call = f"{', '.join(returned)}, = {call}"
+    if freed:
+        call += ";  " + " = ".join(freed) + " = None"
+    return call

@@ -70,7 +70,9 @@ class _Graph(torch.fx.Graph):
             and not any(options.values())
         ):
             try:
-                return write_in_parts(self.nodes, codegen.parts, fast_function, codegen.origins)
+                return write_in_parts(
+                    self.nodes, codegen.parts, fast_function, codegen.origins, codegen.disturbed
+                )
             except Unsupported:
                 pass  # fx writes it whole
         return super().python_code(root_module, **options)
@@ -297,12 +299,18 @@ class _GraphWriter:
         return node
 
     def module(
-        self, class_name: str, parts: PartCache | None = None, origins: dict | None = None
+        self,
+        class_name: str,
+        parts: PartCache | None = None,
+        origins: dict | None = None,
+        disturbed: frozenset | None = None,
     ) -> GraphModule:
         """The GraphModule of the graph written. ``origins``: node -> the program node it is a
-        copy of (its code is then written from what earlier copies of them were written as)."""
+        copy of (its code is then written from what earlier copies of them were written as);
+        ``disturbed``: the program nodes the edit reached (see :func:`._parts.write_in_parts`)."""
         codegen = FastCodeGen(parts)
         codegen.origins = origins
+        codegen.disturbed = disturbed
         self.graph.set_codegen(codegen)
         # fx's GraphModule(attrs, graph) installs each attribute through nn.Module's checked
         # setattr: a fifth of a swap's time at 16,000 nodes. The same tree, written directly.
@@ -313,7 +321,7 @@ class _GraphWriter:
         try:
             module.graph = self.graph  # compiles the forward
         finally:
-            codegen.origins = None
+            codegen.origins = codegen.disturbed = None
         return module
 
 
