@@ -348,19 +348,19 @@ def write_in_parts(
             if None in key or not disturbed.isdisjoint(key):
                 key = None  # a new node, or a copy the edit reaches: written afresh
         kept = cache.kept_part(key) if key is not None else None
-        if kept is not None and not CHECK_KEPT_PARTS:
+        if kept is not None:
             if by_name is None:
                 by_name = {n.name: n for n in order}
-            functions[part_names[i]] = kept.code
-            forward_lines.append(
-                _call_line(
-                    part_names[i],
-                    kept.params,
-                    kept.returned,
-                    [name for name in kept.params if last_part[by_name[name]] == i],
-                )
+            kept_call = _call_line(
+                part_names[i],
+                kept.params,
+                kept.returned,
+                [name for name in kept.params if last_part[by_name[name]] == i],
             )
-            continue
+            if not CHECK_KEPT_PARTS:
+                functions[part_names[i]] = kept.code
+                forward_lines.append(kept_call)
+                continue
         members = set(part)
         reads: dict[Node, None] = {}
         lines: list[str] = []
@@ -395,8 +395,14 @@ def write_in_parts(
                 part_names[i], params, returned, [v.name for v in reads if last_part[v] == i]
             )
         )
-        if kept is not None:  # CHECK_KEPT_PARTS: the kept part must be this one
-            if (kept.text, kept.params, kept.returned) != (text, tuple(params), tuple(returned)):
+        if kept is not None:  # CHECK_KEPT_PARTS: the kept part, and its call, must be these
+            if (kept.text, kept.params, kept.returned, kept.code, kept_call) != (
+                text,
+                tuple(params),
+                tuple(returned),
+                code,
+                forward_lines[-1],
+            ):
                 raise AssertionError(f"a kept part differs from the part written now:\n{text}")
         elif key is not None:
             cache.keep_part(key, _KeptPart(text, code, tuple(params), tuple(returned), key))
