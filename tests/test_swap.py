@@ -1296,6 +1296,43 @@ def test_a_part_no_edit_disturbed_is_taken_whole_from_the_cache(monkeypatch):
     assert third.code == second.code
 
 
+def test_a_value_every_layer_reads_leaves_the_untouched_layers_parts_kept(monkeypatch):
+    # a mask made once and read by every layer (as a decoder's attention mask and rotary
+    # tables are): swapping one layer changes who reads it last, not how the other layers
+    # read it, so their parts are still taken whole
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+        def forward(self, x, mask):
+            h = torch.relu(self.a(x)) * mask
+            return x + torch.tanh(self.b(h) + mask)
+
+    class Stack(torch.nn.Module):
+        def __init__(self, n):
+            super().__init__()
+            self.layers = torch.nn.ModuleList(Layer() for _ in range(n))
+
+        def forward(self, x):
+            mask = torch.sigmoid(x.sum(-1, keepdim=True))
+            for layer in self.layers:
+                x = layer(x, mask)
+            return x
+
+    torch.manual_seed(0)
+    model = Stack(80).eval()
+    x = torch.randn(2, 8)
+    ep = gs.export(model, (x,))
+    first = {"layers.60": copy.deepcopy(model.layers[60])}
+    other = {"layers.5": copy.deepcopy(model.layers[5])}
+    _swap_counting_parts(monkeypatch, ep, first)
+    gm, parts, written = _swap_counting_parts(monkeypatch, ep, other)
+    assert parts > 10, "precondition: the program is cut into many parts"
+    assert 0 < written <= 6 < parts  # the parts around layers 5 and 60, and the first one
+    assert_close_tree(gm(x), eager_reference(model, other)(x))
+
+
 def test_a_kept_part_is_checked_against_the_program_nodes_it_copies():
     # a kept part is the text written for copies of some program nodes as they were: a
     # program edited in place since (fx gives an edited node new args) has its parts

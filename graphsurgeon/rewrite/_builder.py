@@ -243,21 +243,31 @@ class _Builder(_GraphWriter):
     def _code_origins(self, placeholders: list[Node]) -> tuple[dict[Node, Node], frozenset]:
         """What the code writer reuses earlier code by (:func:`._parts.write_in_parts`): each
         new node -> the program node it copies (a parameter's ``get_attr`` copies its
-        placeholder), and the program nodes this edit disturbed: those it removed (the calls'
-        nodes, dead code) or renamed, what they read, what its new nodes read, and everything
-        that reads one of those. A copy outside them reads and is read as in the program."""
+        placeholder), and the program nodes whose part this edit may change:
+
+        - the nodes it removed (the calls' nodes, dead code) and the nodes whose copy took
+          another name, with their readers (which read another value, or another name);
+        - what the removed nodes read, and what its new nodes read: their readers changed,
+          so where each is last read, and whether its part returns it, may have changed.
+
+        A value's other readers are not disturbed by that: their statements read it by the
+        same name, from the same part. A part of copies of none of these reads and returns
+        what it did in the program."""
         origins = dict(self.copied_from)
-        changed: set[Node] = set(self.dead)
+        removed: set[Node] = set(self.dead)
         for request in self.requests:
-            changed.update(request.nodes)
-        for old in list(changed):
+            removed.update(request.nodes)
+        renamed: set[Node] = set(self.renamed)
+        changed: set[Node] = removed | renamed
+        for old in removed:
             changed.update(old._input_nodes)
-        changed.update(self.renamed)
         for placeholder in placeholders:
             value = self.env.get(placeholder)
             if not isinstance(value, _Attr) or value.node is None:
                 continue
             node = value.node
+            if node.name != placeholder.name:
+                renamed.add(placeholder)  # its readers read another name
             if (
                 node.op == "get_attr"
                 and node.name == placeholder.name
@@ -273,7 +283,7 @@ class _Builder(_GraphWriter):
                     if old is not None:
                         changed.add(old)
         disturbed = set(changed)
-        for old in changed:
+        for old in removed | renamed:
             disturbed.update(old.users)
         return origins, frozenset(disturbed)
 

@@ -282,12 +282,13 @@ def write_in_parts(
     ``origins``: node -> the program node it was copied from, argument for argument (a
     rewrite's first compile of its graph): the statements of copies are reused from the
     earlier copies of the same program nodes (:func:`_copied_line`).
-    ``disturbed``: with ``origins``, the program nodes whose copies may read, or be read by,
-    anything else than in the program: the nodes the rewrite removed or renamed, what they
-    read, what reads them, and what its new nodes read. A part whose every node is a copy
-    of a program node outside it is taken whole from the cache when one was written for
+    ``disturbed``: with ``origins``, the program nodes whose part the rewrite may change:
+    the nodes it removed or renamed and what reads them, and what the removed and the new
+    nodes read (where such a value is last read may have moved). A part whose every node is a
+    copy of a program node outside it is taken whole from the cache when one was written for
     the same program nodes before (its statements, the values it reads and returns are then
-    the same: they follow from the copied nodes and their readers, which are unchanged)."""
+    the same: they follow from the copied nodes, their names and where their values are last
+    read, which are unchanged)."""
     order = list(nodes)
     names = {n.name for n in order}
     unchecked = names - cache.names  # the names of earlier programs were checked then
