@@ -15,7 +15,10 @@ Reported:
   replacements (runs interleaved, median);
 - the input check a swapped program runs first (shapes, constants, structure, as
   ``ep.module()`` checks them): its own time per call and its share of the gs forward. It is
-  included in the forward ratio above.
+  included in the forward ratio above;
+- the one-layer swap with the parts of its code that the edit did not reach taken whole from
+  the program's cache (as gs.swap does), against the same swap writing every part (as before
+  that reuse): alternated in one process, medians, as a ratio.
 
 Usage: python benchmarks/swap.py [--quick] [--layers 8 32 96 384] [--repeat 5]
 """
@@ -73,6 +76,30 @@ def guard_time(gm: torch.fx.GraphModule, tokens: torch.Tensor, calls: int = 2000
     return statistics.median(batches)
 
 
+def kept_parts_ratio(ep, request: dict, rounds: int) -> tuple[float, float]:
+    """Median one-layer swap time with kept parts (gs.swap as it is) and with every part of
+    the code written (the rewrite reports no disturbed nodes, so nothing is taken whole),
+    alternated in one process so drift hits both alike."""
+    from graphsurgeon.rewrite import _builder
+
+    with_kept = _builder._Builder._code_origins
+
+    def without_kept(builder, placeholders):
+        return builder.copied_from, None
+
+    times: dict[str, list[float]] = {"kept": [], "written": []}
+    try:
+        for round_ in range(rounds):
+            order = (("kept", with_kept), ("written", without_kept))
+            for name, origins in order if round_ % 2 else order[::-1]:
+                _builder._Builder._code_origins = origins
+                gc.collect()
+                times[name].append(timed(gs.swap, ep, request)[0])
+    finally:
+        _builder._Builder._code_origins = with_kept
+    return statistics.median(times["kept"]), statistics.median(times["written"])
+
+
 def run(layers: int, repeat: int, rounds: int) -> list[dict]:
     torch.manual_seed(0)
     model = TinyGPT(n_layers=layers).eval()
@@ -96,6 +123,9 @@ def run(layers: int, repeat: int, rounds: int) -> list[dict]:
             raise SystemExit(f"{layers} layers, {label}: the swapped program does not match")
         forward = forward_ratio({"eager": reference, "gs": gm, "torch": torch_gm}, tokens, rounds)
         guard = guard_time(gm, tokens)
+        kept = written = None
+        if count == 1:
+            kept, written = kept_parts_ratio(fresh, request, max(6, 3 * repeat))
         rows.append(
             {
                 "layers": layers,
@@ -113,6 +143,8 @@ def run(layers: int, repeat: int, rounds: int) -> list[dict]:
                 "torch_fwd_ratio": forward["torch"] / forward["eager"],
                 "guard_us": guard * 1e6,
                 "guard_share": guard / forward["gs"],
+                "kept_ms": kept * 1e3 if kept else None,
+                "written_ms": written * 1e3 if written else None,
             }
         )
         print(
@@ -167,6 +199,14 @@ def main() -> None:
         base = one[0]["gs_ms"]
         growth = " | ".join(f"{r['gs_ms'] / base:.2f}x" for r in one)
         print(f"| gs.swap vs {one[0]['layers']} layers | {growth} |")
+    print()
+    print("| one-layer swap, one process | kept parts taken whole | every part written | ratio |")
+    print("|---|---:|---:|---:|")
+    for r in one:
+        print(
+            f"| {r['layers']} layers | {r['kept_ms']:.1f} ms | {r['written_ms']:.1f} ms | "
+            f"{r['kept_ms'] / r['written_ms']:.2f}x |"
+        )
 
 
 if __name__ == "__main__":
