@@ -1333,6 +1333,34 @@ def test_a_value_every_layer_reads_leaves_the_untouched_layers_parts_kept(monkey
     assert_close_tree(gm(x), eager_reference(model, other)(x))
 
 
+def test_a_kept_part_keeps_its_source_for_tracebacks(monkeypatch):
+    # a part's source is in linecache while its code is cached by text; a kept part whose
+    # code left that cache since puts its source back when taken, so a traceback through it
+    # still shows its lines
+    import linecache
+
+    from graphsurgeon.examples import TinyGPT
+    from graphsurgeon.rewrite._builder import compiled_parts
+
+    torch.manual_seed(0)
+    model = TinyGPT(n_layers=32).eval()
+    tokens = model.example_input()
+    ep = gs.export(model, (tokens,), preserve=[f"layers.{i}" for i in range(32)])
+    request = {"layers.9": copy.deepcopy(model.layers[9])}
+    gs.swap(ep, request)
+    cache = compiled_parts(ep)
+    assert cache.parts, "precondition: parts were kept"
+    for code in cache.code.values():  # the code cache drops everything, as its limit would
+        linecache.cache.pop(code.co_filename, None)
+    cache.code.clear()
+    gm, parts, written = _swap_counting_parts(monkeypatch, ep, request)
+    assert written < parts, "precondition: parts were taken whole"
+    functions = [v for k, v in gm.forward.__globals__.items() if k.startswith("_gs_part_")]
+    for function in functions:
+        assert linecache.getlines(function.__code__.co_filename), function.__code__.co_filename
+    assert_close_tree(gm(tokens), eager_reference(model, request)(tokens))
+
+
 def test_a_kept_part_is_checked_against_the_program_nodes_it_copies():
     # a kept part is the text written for copies of some program nodes as they were: a
     # program edited in place since (fx gives an edited node new args) has its parts

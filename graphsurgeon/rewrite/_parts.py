@@ -147,12 +147,17 @@ class PartCache:
             del self.parts[origins]
             return None
         self.parts.move_to_end(origins)
+        filename = kept.code.co_filename
+        if filename not in linecache.cache:  # its code left `code` since: its source, again
+            linecache.cache[filename] = (len(kept.text), None, kept.text.splitlines(True), filename)
         return kept
 
     def keep_part(self, origins: tuple[Node, ...], kept: _KeptPart) -> None:
         self.parts[origins] = kept
         while len(self.parts) > self.limit:
-            self.parts.popitem(last=False)
+            _, dropped = self.parts.popitem(last=False)
+            if self.code.get(dropped.text) is not dropped.code:  # nothing else shows its source
+                linecache.cache.pop(dropped.code.co_filename, None)
 
 
 _ARGS = operator.attrgetter("args")
