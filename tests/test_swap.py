@@ -1046,21 +1046,37 @@ def test_a_tied_weight_read_outside_a_swapped_module_keeps_the_original():
         check_swap(model, (ids,), {name: replacement})
 
 
-def test_a_second_swap_of_a_program_compiles_only_the_code_near_what_it_changed():
-    # TinyGPT(12): swap layer 2, then layer 9 of the same program: the second forward is the
-    # first's parts but those around layers 2 and 9, and computes what eager does
+def _decoder_program(layers: int):
+    """The GPT-like decoder of graphsurgeon.examples with ``layers`` layers, its tokens, and a
+    fresh program of it with every layer's call preserved (its own caches: nothing compiled)."""
     from graphsurgeon.examples import TinyGPT
 
     torch.manual_seed(0)
-    model = TinyGPT(n_layers=12).eval()
+    model = TinyGPT(n_layers=layers).eval()
     tokens = model.example_input()
-    ep = gs.export(model, (tokens,), preserve=[f"layers.{i}" for i in range(12)])
+    return (
+        model,
+        tokens,
+        gs.export(model, (tokens,), preserve=[f"layers.{i}" for i in range(layers)]),
+    )
+
+
+def _part_functions(gm) -> list:
+    """The functions a program's forward calls in parts (see graphsurgeon.rewrite._parts)."""
+    return [v for k, v in gm.forward.__globals__.items() if k.startswith("_gs_part_")]
+
+
+def test_a_second_swap_of_a_program_compiles_only_the_code_near_what_it_changed():
+    # TinyGPT(12): swap layer 2, then layer 9 of the same program: the second forward is the
+    # first's parts but those around layers 2 and 9, and computes what eager does
+
+    model, tokens, ep = _decoder_program(12)
     first = gs.swap(ep, {"layers.2": copy.deepcopy(model.layers[2])})
     cache = first.graph._codegen.parts
     compiled = len(cache.code)
     request = {"layers.9": copy.deepcopy(model.layers[9])}
     second = gs.swap(ep, request)
-    parts = [name for name in second.forward.__globals__ if name.startswith("_gs_part_")]
+    parts = _part_functions(second)
     assert second.graph._codegen.parts is cache  # one cache for the programs of one program
     # new: the parts around layer 2 (its nodes again) and layer 9 (swapped), not the others
     assert len(cache.code) - compiled <= 4 < len(parts)
@@ -1078,14 +1094,10 @@ def test_a_program_warmed_up_in_the_background_swaps_compiling_only_what_changed
     import threading
 
     import graphsurgeon.rewrite as rewrite_module
-    from graphsurgeon.examples import TinyGPT
     from graphsurgeon.rewrite import warm_up
     from graphsurgeon.rewrite._builder import compiled_parts
 
-    torch.manual_seed(0)
-    model = TinyGPT(n_layers=12).eval()
-    tokens = model.example_input()
-    ep = gs.export(model, (tokens,), preserve=[f"layers.{i}" for i in range(12)])
+    model, tokens, ep = _decoder_program(12)
     cache = compiled_parts(ep)
     assert not cache.code, "precondition: nothing of the program is compiled yet"
     thread = warm_up(ep, {})
@@ -1109,14 +1121,10 @@ def test_a_program_warmed_up_in_the_background_swaps_compiling_only_what_changed
 
 def test_a_warm_up_and_the_swaps_asked_for_meanwhile_take_turns():
     import graphsurgeon.rewrite as rewrite_module
-    from graphsurgeon.examples import TinyGPT
     from graphsurgeon.rewrite import warm_up
     from graphsurgeon.rewrite._builder import compiled_parts
 
-    torch.manual_seed(0)
-    model = TinyGPT(n_layers=12).eval()
-    tokens = model.example_input()
-    ep = gs.export(model, (tokens,), preserve=[f"layers.{i}" for i in range(12)])
+    model, tokens, ep = _decoder_program(12)
     # while a rewrite runs (its lock held here), the warm-up waits
     with rewrite_module._REWRITING:
         thread = warm_up(ep, {})
@@ -1139,14 +1147,10 @@ def test_a_warm_up_pauses_while_an_interactive_action_runs_unless_it_waits_for_a
     # rewrite asked for meanwhile needs it finished, so it goes on at once (no deadlock)
     import threading
 
-    from graphsurgeon.examples import TinyGPT
     from graphsurgeon.rewrite import interactive, warm_up
     from graphsurgeon.rewrite._builder import compiled_parts
 
-    torch.manual_seed(0)
-    model = TinyGPT(n_layers=12).eval()
-    tokens = model.example_input()
-    ep = gs.export(model, (tokens,), preserve=[f"layers.{i}" for i in range(12)])
+    model, tokens, ep = _decoder_program(12)
     with interactive():
         thread = warm_up(ep, {})
         thread.join(0.5)
@@ -1227,15 +1231,11 @@ def test_the_statements_reused_from_earlier_swaps_are_those_written_afresh():
     # fused), every part's text is the one a fresh cache writes for the same graph
     import linecache
 
-    from graphsurgeon.examples import TinyGPT
     from graphsurgeon.rewrite import FUSE, rewrite
     from graphsurgeon.rewrite._codegen import fast_function
     from graphsurgeon.rewrite._parts import PartCache, write_in_parts
 
-    torch.manual_seed(0)
-    model = TinyGPT(n_layers=6).eval()
-    tokens = model.example_input()
-    ep = gs.export(model, (tokens,), preserve=[f"layers.{i}" for i in range(6)])
+    model, tokens, ep = _decoder_program(6)
     requests = [
         {"layers.2": copy.deepcopy(model.layers[2])},
         {"layers.4": copy.deepcopy(model.layers[4])},
@@ -1244,7 +1244,7 @@ def test_the_statements_reused_from_earlier_swaps_are_those_written_afresh():
     ]
     for request in requests:
         gm = rewrite(ep, request)
-        parts = [v for k, v in gm.forward.__globals__.items() if k.startswith("_gs_part_")]
+        parts = _part_functions(gm)
         written = {"".join(linecache.getlines(p.__code__.co_filename)) for p in parts}
         fresh = PartCache()
         write_in_parts(gm.graph.nodes, fresh, fast_function)
@@ -1268,20 +1268,15 @@ def _swap_counting_parts(monkeypatch, ep, request):
             lambda self, text: written.append(text) or original(self, text),
         )
         gm = gs.swap(ep, request)
-    parts = [name for name in gm.forward.__globals__ if name.startswith("_gs_part_")]
-    return gm, len(parts), len(written)
+    return gm, len(_part_functions(gm)), len(written)
 
 
 def test_a_part_no_edit_disturbed_is_taken_whole_from_the_cache(monkeypatch):
     # a swap writes the parts around what it changed; the parts of the program nodes it left
     # alone (not read by what it changed, not reading it) come whole from those an earlier
     # swap of the same program wrote, and compute the same
-    from graphsurgeon.examples import TinyGPT
 
-    torch.manual_seed(0)
-    model = TinyGPT(n_layers=32).eval()
-    tokens = model.example_input()
-    ep = gs.export(model, (tokens,), preserve=[f"layers.{i}" for i in range(32)])
+    model, tokens, ep = _decoder_program(32)
     at_two = {"layers.2": copy.deepcopy(model.layers[2])}
     at_nine = {"layers.9": copy.deepcopy(model.layers[9])}
     first, parts, written = _swap_counting_parts(monkeypatch, ep, at_two)
@@ -1339,13 +1334,9 @@ def test_a_kept_part_keeps_its_source_for_tracebacks(monkeypatch):
     # still shows its lines
     import linecache
 
-    from graphsurgeon.examples import TinyGPT
     from graphsurgeon.rewrite._builder import compiled_parts
 
-    torch.manual_seed(0)
-    model = TinyGPT(n_layers=32).eval()
-    tokens = model.example_input()
-    ep = gs.export(model, (tokens,), preserve=[f"layers.{i}" for i in range(32)])
+    model, tokens, ep = _decoder_program(32)
     request = {"layers.9": copy.deepcopy(model.layers[9])}
     gs.swap(ep, request)
     cache = compiled_parts(ep)
@@ -1355,8 +1346,7 @@ def test_a_kept_part_keeps_its_source_for_tracebacks(monkeypatch):
     cache.code.clear()
     gm, parts, written = _swap_counting_parts(monkeypatch, ep, request)
     assert written < parts, "precondition: parts were taken whole"
-    functions = [v for k, v in gm.forward.__globals__.items() if k.startswith("_gs_part_")]
-    for function in functions:
+    for function in _part_functions(gm):
         assert linecache.getlines(function.__code__.co_filename), function.__code__.co_filename
     assert_close_tree(gm(tokens), eager_reference(model, request)(tokens))
 
@@ -1365,15 +1355,11 @@ def test_a_kept_part_is_checked_against_the_program_nodes_it_copies():
     # a kept part is the text written for copies of some program nodes as they were: a
     # program edited in place since (fx gives an edited node new args) has its parts
     # written again; and the tests' check catches a kept part that differs from its text
-    from graphsurgeon.examples import TinyGPT
     from graphsurgeon.rewrite import _parts
     from graphsurgeon.rewrite._builder import compiled_parts
 
     assert _parts.CHECK_KEPT_PARTS, "precondition: the tests compare every kept part"
-    torch.manual_seed(0)
-    model = TinyGPT(n_layers=12).eval()
-    tokens = model.example_input()
-    ep = gs.export(model, (tokens,), preserve=[f"layers.{i}" for i in range(12)])
+    model, _, ep = _decoder_program(12)
     gs.swap(ep, {"layers.0": copy.deepcopy(model.layers[0])})
     cache = compiled_parts(ep)
     assert cache.parts, "precondition: the swap kept the parts it left alone"
