@@ -761,7 +761,7 @@ class SurgeryWidget(anywidget.AnyWidget):
         """
         return self._run(
             lambda: self._checked(backward, self._session.find_culprits),
-            runs_programs=_button_runs_programs("find_culprits"),
+            runs_programs=_ACTIONS["find_culprits"].runs_programs,
         )
 
     def _checked(self, backward: bool | None, check: Callable[[], Any]) -> Any:
@@ -919,7 +919,7 @@ class SurgeryWidget(anywidget.AnyWidget):
             The :class:`graphsurgeon.patterns.find.Matches` (see :meth:`region`).
         """
         return self._run(
-            self._session.find_similar, runs_programs=_button_runs_programs("find_similar")
+            self._session.find_similar, runs_programs=_ACTIONS["find_similar"].runs_programs
         )
 
     def verify(self, *, backward: bool | None = None):
@@ -934,7 +934,7 @@ class SurgeryWidget(anywidget.AnyWidget):
         """
         return self._run(
             lambda: self._checked(backward, self._session.verify),
-            runs_programs=_button_runs_programs("verify"),
+            runs_programs=_ACTIONS["verify"].runs_programs,
         )
 
     def compare(self, *, backward: bool | None = None):
@@ -959,7 +959,7 @@ class SurgeryWidget(anywidget.AnyWidget):
         """
         return self._run(
             lambda: self._checked(backward, self._session.compare),
-            runs_programs=_button_runs_programs("compare"),
+            runs_programs=_ACTIONS["compare"].runs_programs,
         )
 
     def step(self):
