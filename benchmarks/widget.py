@@ -8,8 +8,10 @@ the widget's DOM and every animation frame):
 
 * select: a click on a box or node until it carries ``gs-selected`` (median of ten; the page
   marks it from what the kernel shipped with the picture, before the kernel's answer);
-* step: the Step button until ``gs-current`` moves (median and max over 12 steps; a step into a
-  collapsed module opens it, which is a new layout);
+* step: the Step button until ``gs-current`` moves (median and max over 12 steps, each clicked
+  as soon as the last one shows; a step into a collapsed module opens it, which is a new
+  layout); and, under the table, 8 more with 0.4 s before each click, as a person clicks
+  (a small answer that follows another within ~0.1 s waits ~40 ms for TCP: see the README);
 * open, folded: a search for the target module until its layer is open in the picture (the
   stack stays folded around it: the boxes drawn, in brackets);
 * expand / collapse: a double-click on a box until the new picture is in the page: the run of
@@ -49,6 +51,13 @@ sys.path.insert(0, str(ROOT / "tests"))
 from helpers.jupyter import browser, jupyterlab, kernel_run, run_notebook, write_notebook  # noqa: E402
 
 REPEATS = 5  # expand and collapse of one layer, each a median of this many
+PACE = 0.4  # seconds between an answer and the next click, for the paced steps
+# the Step button, until the current node moves: (action, done) for `timed`
+STEP = (
+    "window.__gsCurrent = (root.querySelector('.gs-current') || {}).id;"
+    "root.querySelector('[data-gs-button=\"step\"]').click();",
+    "const c = root.querySelector('.gs-current'); return c && c.id !== window.__gsCurrent;",
+)
 LARGE_LAYERS = 384  # the decoder of --large: 16,526 fx nodes
 
 TARGETS = {
@@ -246,19 +255,17 @@ def measure(page, name: str) -> dict:
     result["select"] = statistics.median(selects)
 
     # steps: the Step button until the current node moves
-    steps = []
-    for _ in range(12):
-        steps.append(
-            timed(
-                page,
-                "window.__gsCurrent = (root.querySelector('.gs-current') || {}).id;"
-                "root.querySelector('[data-gs-button=\"step\"]').click();",
-                "const c = root.querySelector('.gs-current'); return c && c.id !== window.__gsCurrent;",
-            )
-        )
+    steps = [timed(page, *STEP) for _ in range(12)]
     result["step"] = statistics.median(steps[1:])  # the first builds the stepper
     result["step_max"] = max(steps[1:])
     result["first_step"] = steps[0]
+    # the same, each click PACE seconds after the last answer, as a person clicks: a small
+    # answer that follows another within ~0.1 s waits ~40 ms for a TCP acknowledgement
+    paced = []
+    for _ in range(8):
+        time.sleep(PACE)
+        paced.append(timed(page, *STEP))
+    result["step_paced"] = statistics.median(paced)
 
     # run to selection: the attention of a layer the picture shows as a box
     kernel_run(page, f"w.select({target!r})")
@@ -364,6 +371,13 @@ def main() -> None:
             f"| {r['search'] * 1e3:.0f} ms | {r['swap'] * 1e3:.0f} ms "
             f"| {r['kernel_swap'] * 1e3:.0f} + {r['kernel_dot'] * 1e3:.0f} ms |"
         )
+    print()
+    print(
+        f"Step with {PACE} s between the answer and the next click (median of 8), as a person "
+        "clicks; the table's steps follow each other at once:"
+    )
+    for r in rows:
+        print(f"  {r['program']}: {r['step_paced'] * 1e3:.0f} ms")
     print()
     print("The collector's full passes inside an action measured once (seconds of it):")
     for r in rows:
