@@ -521,7 +521,7 @@ def test_a_search_that_opens_a_module_shows_its_matches_before_the_new_picture(g
         if (kwargs.get("data") or {}).get("method") == "update"
     ]
     early = next(i for i, state in enumerate(updates) if "search_html" in state)
-    picture = next(i for i, state in enumerate(updates) if "svg" in state)
+    picture = next(i for i, state in enumerate(updates) if "svg_key" in state)
     assert early < picture, "the matches first, then the picture"
     first = updates[early]
     assert "layers.1.mlp.down" in first["search_html"] and first["busy"].startswith("opening")
@@ -880,7 +880,7 @@ def test_any_module_name_draws_clicks_selects_and_swaps(name):
     page_event(widget, event="button", name="swap")
     assert widget.error == {} and list(widget.surgery.replacements) == [name]
     assert widget.verify().ok
-    json.dumps(widget.get_state())  # everything travels to the page
+    json.dumps(state_as_sent(widget)[0])  # everything travels to the page
 
 
 def test_swap_without_a_choice_or_a_selection_says_what_to_do(gpt):
@@ -1077,10 +1077,35 @@ def test_the_state_of_the_default_view_of_a_large_program_stays_small():
     tokens = model.example_input()
     preserve = [f"layers.{i}" for i in range(32)] + [f"layers.{i}.attn" for i in range(32)]
     widget = gs.SurgeryWidget(gs.export(model, (tokens,), preserve=preserve), args=(tokens,))
-    state = widget.get_state()
-    size = sum(len(str(v)) for v in state.values())
+    state, buffers = state_as_sent(widget)
+    size = len(json.dumps(state)) + sum(len(b) for b in buffers)
     assert size < 1_000_000, f"{size:,} bytes of widget state"
     assert len(widget.svg) < 200_000
+
+
+def state_as_sent(widget) -> tuple[dict, list]:
+    """The widget's state as the comm sends it: JSON, and the binary buffers beside it."""
+    from ipywidgets.widgets.widget import _remove_buffers
+
+    state, _paths, buffers = _remove_buffers(widget.get_state())
+    return state, [bytes(b) for b in buffers]
+
+
+def test_the_page_gets_the_picture_deflated_under_a_key_of_its_text(gpt):
+    """The SVG text stays in the kernel (``w.svg``); the page gets it deflated, a tenth of
+    its size, beside a digest that names it: the same picture, the same key."""
+    import zlib
+
+    widget, _, _ = gpt
+    state, buffers = state_as_sent(widget)
+    assert "svg" not in state and "svg_packed" not in state, "the text travels as a buffer"
+    assert [zlib.decompress(b).decode() for b in buffers] == [widget.svg]
+    assert len(buffers[0]) < len(widget.svg) / 4
+    first = widget.svg_key
+    widget.collapse("layers.1")
+    assert widget.svg_key != first and zlib.decompress(widget.svg_packed).decode() == widget.svg
+    widget.expand("layers.1")
+    assert widget.svg_key == first, "a picture shown again has the key it had"
 
 
 def test_names_that_are_markup_reach_the_page_escaped():
@@ -1201,12 +1226,12 @@ def test_run_to_a_layers_attention_draws_at_most_that_layer_more(llama32):
     assert layer in opened and all(c.startswith(layer) for c in opened), opened
     assert widget.current == f"node:{widget.stepper.current.name}"
     assert widget.current in svg_ids(widget.svg), "the stop is a drawn node, marked"
-    layouts = len(sent(widget, "svg"))
+    layouts = len(sent(widget, "svg_key"))
     for _ in range(12):  # through the attention: nothing is laid out again
         widget.step()
         assert widget.current == f"node:{widget.stepper.current.name}"
         assert widget.current in svg_ids(widget.svg)
-    assert len(sent(widget, "svg")) == layouts
+    assert len(sent(widget, "svg_key")) == layouts
 
 
 def test_what_a_layer_is_is_the_renderers_not_a_name_ending_in_a_digit(llama32, tiny_gpt):
@@ -1224,9 +1249,9 @@ def test_stepping_through_a_layer_lays_it_out_once_as_the_run_enters_it(llama32)
     widget.select(layer + ".input_layernorm").run_to_selection()
     assert widget.stepper.current.name in inside, "precondition: the run is at the layer's start"
     assert widget.current in svg_ids(widget.svg)
-    layouts, calls = len(sent(widget, "svg")), set()
+    layouts, calls = len(sent(widget, "svg_key")), set()
     while widget.stepper.current.name in inside:
-        assert len(sent(widget, "svg")) == layouts, (
+        assert len(sent(widget, "svg_key")) == layouts, (
             "the layer was laid out whole as the run entered"
         )
         calls.add(session.chain_of_node(widget.stepper.current.name)[-1])
@@ -1234,7 +1259,7 @@ def test_stepping_through_a_layer_lays_it_out_once_as_the_run_enters_it(llama32)
         assert widget.current in svg_ids(widget.svg), "each stop is a drawn node"
         widget.step()
     assert {layer + ".self_attn", layer + ".mlp"} <= calls, "through norm, attention and MLP"
-    assert len(sent(widget, "svg")) == layouts + 1, "the next layer: one layout"
+    assert len(sent(widget, "svg_key")) == layouts + 1, "the next layer: one layout"
 
 
 def test_stepping_keeps_the_users_view_and_closes_what_it_opened(llama32):
@@ -2029,6 +2054,8 @@ def _another_value(value):
         return [*value, "x"]
     if isinstance(value, dict):
         return {**value, "x": 1}
+    if isinstance(value, bytes):
+        return value + b"x"
     return "x"
 
 
@@ -2041,6 +2068,8 @@ def test_the_page_cannot_set_what_the_kernel_writes():
     # every trait the panels write is the kernel's, and so are the buttons and the messages
     inputs, outputs = gs.SurgeryWidget.PAGE_INPUTS, gs.SurgeryWidget.OUTPUT_TRAITS
     written = set(panel_values(widget.session, set(PARTS))) | {"actions", "menus", "error", "busy"}
+    assert written - set(widget.keys) == {"svg"}, "the text stays in the kernel: it is sent packed"
+    written &= set(widget.keys)
     assert written - inputs <= outputs and inputs == {"selected"} and not inputs & outputs
     for trait in sorted(outputs - {"error"}):
         kept = copy.deepcopy(getattr(widget, trait))

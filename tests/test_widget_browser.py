@@ -479,6 +479,20 @@ def test_going_back_to_a_picture_puts_its_elements_back_with_todays_marks(page):
     assert shown["selected"] == ["module:layers.1.mlp"]
 
 
+def test_a_picture_that_comes_while_another_inflates_ends_on_the_kernels_last(page):
+    """Pictures come deflated and are inflated on their way in: a new picture, then at once
+    the one shown (an overlay painted, then none: its colours are new each time), leaves the
+    page on the last."""
+    key = f"{nth(TINY)}.querySelector('.gs-viewport').dataset.gsKey"
+    kernel_run(page, "w.show('program'); w.collapse('layers.0')")
+    shown = in_kernel(page, "w.svg_key")
+    page.wait_for_function(f"(k) => {key} === k", arg=shown)
+    kernel_run(page, "w.show_overlay('latency'); w.show_overlay(None)")
+    assert in_kernel(page, "w.svg_key") == shown, "precondition: the kernel is back on it"
+    page.wait_for_timeout(1000)  # the new picture inflated meanwhile, if it was going to show
+    assert page.evaluate(f"() => {key}") == shown
+
+
 def test_names_that_are_markup_are_shown_as_text_and_run_nothing(page):
     named = page.locator(".gs-widget").nth(NAMED)
     named.locator(".gs-tree-toggle").click()  # the tree is a drawer, closed at first

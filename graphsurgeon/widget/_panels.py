@@ -652,8 +652,11 @@ def page(session: SurgerySession, parts: set[str]) -> dict[str, Any]:
     widget's trait name -> its value."""
     values: dict[str, Any] = {}
     if "picture" in parts:
+        key, packed = session.scene.packed
         values.update(
             svg=session.scene.svg,
+            svg_key=key,
+            svg_packed=packed,
             view=session.view,
             caption=caption(session),
             legend=legend(session),

@@ -11,6 +11,8 @@ Picture's lookups (:class:`Scene`). It lays pictures out with
 
 from __future__ import annotations
 
+import hashlib
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -57,6 +59,11 @@ class PendingLayout:
     unfolded: frozenset[str] = field(default=frozenset(), repr=False)
 
 
+#: zlib's level for the page's copy of a picture (Scene.packed): level 6 makes it 15% smaller
+#: than level 1 in twice the time (5.1 against 2.3 ms at 384 layers)
+PACKING_LEVEL = 1
+
+
 class _TooLarge(Exception):
     """Raised by a render that would lay out more than its limit of nodes."""
 
@@ -76,6 +83,20 @@ class Scene:
         self.prefix = prefix
         self.module = module  # keeps id(module), part of the cache key, from being reused
         self._edges: tuple[dict, dict] | None = None  # see _adjacency
+        self._packed: tuple[str, bytes] | None = None  # see packed
+
+    @property
+    def packed(self) -> tuple[str, bytes]:
+        """The SVG as the page receives it: ``(key, deflated UTF-8)``. Deflated, a picture is
+        about a tenth of its text (505 KB to 52 KB at 384 layers), and every hop to the page
+        (JSON, Jupyter Server, the websocket) costs by the byte; the key, a digest of the
+        text, names the picture among those the page keeps parsed, so one it holds is shown
+        without inflating it. Made once per scene (2-3 ms at 384 layers)."""
+        if self._packed is None:
+            text = self.svg.encode()
+            key = hashlib.blake2b(text, digest_size=12).hexdigest()
+            self._packed = (key, zlib.compress(text, PACKING_LEVEL))
+        return self._packed
 
     @classmethod
     def laid_out(cls, view: GraphView, prefix: str, module: Any) -> Scene:

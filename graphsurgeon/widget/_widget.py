@@ -311,7 +311,9 @@ class SurgeryWidget(anywidget.AnyWidget):
     # -- what the page shows (written by _panels from the session) --
     actions = t.List(_page_actions()).tag(sync=True)  # the buttons the page builds
     menus = t.Dict({"depths": list(DEPTHS), "overlays": list(OVERLAYS)}).tag(sync=True)
-    svg = t.Unicode("").tag(sync=True)
+    svg = t.Unicode("")  # the picture's SVG text; the page gets it packed (Scene.packed):
+    svg_key = t.Unicode("").tag(sync=True)  # a digest of the text: the page's name for it
+    svg_packed = t.Bytes(b"").tag(sync=True)  # the text, deflated (zlib)
     view = t.Unicode("program").tag(sync=True)
     caption = t.Unicode("").tag(sync=True)
     can_diff = t.Bool(False).tag(sync=True)

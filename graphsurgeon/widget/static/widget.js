@@ -283,11 +283,12 @@ function render({ model, el }) {
   const revealing = new Set();
   let revealQueued = false;
   function revealSoon(what) {
-    revealing.add(what);
+    if (what) revealing.add(what);
     if (revealQueued) return;
     revealQueued = true;
     queueMicrotask(() => {
       revealQueued = false;
+      if (wanted !== null) return; // a picture is on its way: showSvg asks again once it is in
       const asked = new Set(revealing);
       revealing.clear();
       if (asked.has("selection")) {
@@ -530,36 +531,58 @@ function render({ model, el }) {
   }
 
   // -- traits -> page --
-  // The last pictures shown, parsed, by their text: going back to one (a collapse after an
-  // expand, undo, the view menu) puts its elements back instead of parsing the text again.
-  // The marks live in `marked`, so a picture put away is cleared by the next mark().
-  const parsed = new Map();
+  // The picture comes deflated (`svg_packed`, about a tenth of its text) under a key (a digest
+  // of the text). The last pictures shown are kept parsed, by key: going back to one (a
+  // collapse after an expand, undo, the view menu) puts its elements back at once, instead of
+  // inflating and parsing it again. The marks live in `marked`, so a picture put away is
+  // cleared by the next mark().
+  const parsed = new Map(); // key -> [its nodes, characters of its text]
   const KEPT_PICTURES = 4, KEPT_TEXT = 8e6; // pictures, and characters of SVG text in all
-  let shownText = null;
+  let shownKey = null, shownSize = 0, wanted = null;
   function putAway() {
-    if (shownText === null) return;
-    parsed.delete(shownText);
-    parsed.set(shownText, [...viewport.childNodes].filter((n) => !(n.classList && n.classList.contains("gs-band"))));
+    if (shownKey === null) return;
+    parsed.delete(shownKey);
+    const nodes = [...viewport.childNodes].filter((n) => !(n.classList && n.classList.contains("gs-band")));
+    parsed.set(shownKey, [nodes, shownSize]);
     let size = 0;
-    for (const text of parsed.keys()) size += text.length;
-    for (const text of parsed.keys()) {
+    for (const [, kept] of parsed) size += kept[1];
+    for (const [key, kept] of parsed) {
       if (parsed.size <= KEPT_PICTURES && size <= KEPT_TEXT) break;
-      parsed.delete(text); size -= text.length;
+      parsed.delete(key); size -= kept[1];
     }
   }
-  function showSvg() {
-    const text = model.get("svg") || "";
-    if (text === shownText) return;
+  async function inflate(packed) {
+    if (!packed || !packed.byteLength) return "";
+    const stream = new Blob([packed]).stream().pipeThrough(new DecompressionStream("deflate"));
+    return await new Response(stream).text();
+  }
+  async function showSvg() {
+    const key = model.get("svg_key") || "";
+    if (key === wanted) return; // on its way
+    if (key === shownKey) { // back to the picture shown: the one on its way is not wanted now
+      if (wanted !== null) { wanted = null; if (revealing.size) revealSoon(); }
+      return;
+    }
+    wanted = key;
+    let text = null;
+    if (!parsed.has(key)) {
+      text = await inflate(model.get("svg_packed"));
+      if (wanted !== key) return; // a newer picture came while this one inflated
+    }
+    wanted = null;
     putAway();
-    const kept = parsed.get(text);
-    if (kept) { parsed.delete(text); viewport.replaceChildren(...kept); }
-    else viewport.innerHTML = text;
-    shownText = text;
+    const kept = parsed.get(key);
+    if (kept) { parsed.delete(key); viewport.replaceChildren(...kept[0]); shownSize = kept[1]; }
+    else { viewport.innerHTML = text; shownSize = text.length; }
+    shownKey = key;
+    viewport.dataset.gsKey = key; // which picture is shown (the kernel's w.svg_key)
     const svg = svgOf();
     natural = svg ? naturalWidth(svg) : 0;
     applyScale();
     markSoon();
+    markTyped();
     if (!inside.hidden) revealSoon("current"); // the call, beside its inside
+    else if (revealing.size) revealSoon(); // what was asked while the picture was on its way
   }
   // the stepper's values beside the picture while stepping: its drawer opens, in view
   function showStepper() {
@@ -713,7 +736,7 @@ function render({ model, el }) {
     if (awaited === node) showResult();
   };
   const bindings = [
-    ["svg", showSvg], ["tree", showTree], ["module_types", showTypes], ["marks", markSoon],
+    ["svg_key", showSvg], ["tree", showTree], ["module_types", showTypes], ["marks", markSoon],
     ["current", markSoon], ["selected", markSoon], ["inside_svg", showInside], ["inside_current", showInside],
     ["details", html(details, "details")], ["preview", html(preview, "preview")],
     ["history", html(history, "history")], ["verify_html", checkResult(verify, "verify_html")],
@@ -825,7 +848,6 @@ function render({ model, el }) {
     for (const [node, words] of items) if (words.includes(text)) { node.classList.add("gs-match-typed"); typed.push(node); }
   }
   search.addEventListener("input", markTyped);
-  model.on("change:svg", markTyped);
   model.on("change:search_text", markTyped);
   typeFilter.addEventListener("change", applyFilter);
   // Enter searches (the same text again: what F3 does, the next match; Shift: the previous),
