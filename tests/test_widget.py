@@ -82,12 +82,17 @@ def page_sets(widget, **state):
 
 
 def sent(widget, trait):
-    """The values of ``trait`` the kernel sent the page, in order."""
+    """The values of ``trait`` the kernel sent the page, in order (bytes: the binary buffer
+    sent beside the message's JSON)."""
     values = []
     for _args, kwargs in widget.comm.messages:
         data = kwargs.get("data") or {}
-        if data.get("method") == "update" and trait in data.get("state", {}):
+        if data.get("method") != "update":
+            continue
+        if trait in data.get("state", {}):
             values.append(data["state"][trait])
+        elif [trait] in data.get("buffer_paths", []):
+            values.append(bytes(kwargs["buffers"][data["buffer_paths"].index([trait])]))
     return values
 
 
@@ -176,9 +181,13 @@ def test_a_click_on_a_node_selects_the_node_and_its_module(gpt):
 
 
 def shipped_click(widget, element_id):
-    """What the page marks at once for a click on ``element_id``, read from the ``clicks``
-    trait as static/widget.js reads it; None when the element is not in it."""
-    shipped = widget.clicks
+    """What the page marks at once for a click on ``element_id``, read from what the page
+    gets (``clicks_packed``, deflated JSON) as static/widget.js reads it; None when the element
+    is not in it."""
+    import zlib
+
+    shipped = json.loads(zlib.decompress(widget.clicks_packed))
+    assert shipped == widget.clicks, "the page gets the kernel's click marks"
     for row in shipped["clicks"]:
         if shipped["ids"][row[0]] == element_id:
             names = [[shipped["ids"][i] for i in part] for part in row[1:5]]
@@ -218,7 +227,7 @@ def test_the_page_marks_a_click_at_once_as_the_kernel_marks_it(gpt):
     widget.expand_all(force=True)
     assert any(i.startswith("node:") for i in svg_ids(widget.svg)), "precondition: ops drawn"
     assert_the_page_marks_every_click_as_the_kernel_does(widget)
-    assert sent(widget, "clicks"), "shipped with the picture"
+    assert sent(widget, "clicks_packed"), "shipped with the picture"
 
 
 def test_the_page_marks_a_click_as_the_kernel_does_around_a_swap_and_a_fused_region(gpt):
@@ -1092,15 +1101,18 @@ def state_as_sent(widget) -> tuple[dict, list]:
 
 
 def test_the_page_gets_the_picture_deflated_under_a_key_of_its_text(gpt):
-    """The SVG text stays in the kernel (``w.svg``); the page gets it deflated, a tenth of
-    its size, beside a digest that names it: the same picture, the same key."""
+    """The SVG text and the click marks stay in the kernel (``w.svg``, ``w.clicks``); the
+    page gets them deflated, a tenth of their size, beside one key that names both: the same
+    picture, the same key."""
     import zlib
 
     widget, _, _ = gpt
     state, buffers = state_as_sent(widget)
-    assert "svg" not in state and "svg_packed" not in state, "the text travels as a buffer"
-    assert [zlib.decompress(b).decode() for b in buffers] == [widget.svg]
-    assert len(buffers[0]) < len(widget.svg) / 4
+    assert not {"svg", "svg_packed", "clicks", "clicks_packed"} & set(state), "buffers only"
+    texts = sorted(zlib.decompress(b).decode() for b in buffers)
+    clicks = json.dumps(widget.clicks, separators=(",", ":"))
+    assert texts == sorted([widget.svg, clicks])
+    assert sum(map(len, buffers)) < (len(widget.svg) + len(clicks)) / 4
     first = widget.svg_key
     widget.collapse("layers.1")
     assert widget.svg_key != first and zlib.decompress(widget.svg_packed).decode() == widget.svg
@@ -2068,7 +2080,7 @@ def test_the_page_cannot_set_what_the_kernel_writes():
     # every trait the panels write is the kernel's, and so are the buttons and the messages
     inputs, outputs = gs.SurgeryWidget.PAGE_INPUTS, gs.SurgeryWidget.OUTPUT_TRAITS
     written = set(panel_values(widget.session, set(PARTS))) | {"actions", "menus", "error", "busy"}
-    assert written - set(widget.keys) == {"svg"}, "the text stays in the kernel: it is sent packed"
+    assert written - set(widget.keys) == {"svg", "clicks"}, "kept in the kernel: sent packed"
     written &= set(widget.keys)
     assert written - inputs <= outputs and inputs == {"selected"} and not inputs & outputs
     for trait in sorted(outputs - {"error"}):

@@ -652,11 +652,14 @@ def page(session: SurgerySession, parts: set[str]) -> dict[str, Any]:
     widget's trait name -> its value."""
     values: dict[str, Any] = {}
     if "picture" in parts:
-        key, packed = session.scene.packed
+        svg_key, svg_packed = session.scene.packed
+        clicks_key, clicks_packed = session.selection.packed_click_marks()
         values.update(
             svg=session.scene.svg,
-            svg_key=key,
-            svg_packed=packed,
+            # one key for the picture and what a click on it marks: the page keeps them together
+            svg_key=svg_key + clicks_key,
+            svg_packed=svg_packed,
+            clicks_packed=clicks_packed,
             view=session.view,
             caption=caption(session),
             legend=legend(session),

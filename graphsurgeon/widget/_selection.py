@@ -12,6 +12,7 @@ page marks a click at once, and the kernel's marks confirm it.
 
 from __future__ import annotations
 
+import json
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -23,6 +24,7 @@ from .._derived import cached
 from ..errors import UnknownModuleError, UnknownNameError, WidgetError, unknown_name
 from ..partition import ModuleInfo, ProgramIndex, program_index
 from ..rewrite import swap_info
+from ._view import packed
 
 __all__ = ["Selection"]
 
@@ -45,6 +47,9 @@ class Selection:
         self._elements: list[str] = []  # the elements a click selected
         # each picture's click_marks, kept with its Scene (the view keeps the scenes)
         self._click_marks: weakref.WeakKeyDictionary[Any, dict[str, Any]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._packed_click_marks: weakref.WeakKeyDictionary[Any, tuple[str, bytes]] = (
             weakref.WeakKeyDictionary()
         )
 
@@ -331,6 +336,17 @@ class Selection:
             )
         made = {"ids": list(ids), "modules": list(modules), "clicks": clicks}
         self._click_marks[scene] = made
+        return made
+
+    def packed_click_marks(self) -> tuple[str, bytes]:
+        """:meth:`click_marks` as the page receives them with the picture: ``(key, deflated
+        JSON)`` (:func:`._view.packed`; 48 KB of JSON at 384 layers, 7 KB deflated). Made once
+        per picture."""
+        scene = self.session.viewer.scene
+        made = self._packed_click_marks.get(scene)
+        if made is None:
+            text = json.dumps(self.click_marks(), separators=(",", ":"))
+            made = self._packed_click_marks[scene] = packed(text)
         return made
 
     def _covered(self, name: str, index: ProgramIndex | None = None) -> list[str]:

@@ -311,15 +311,18 @@ class SurgeryWidget(anywidget.AnyWidget):
     # -- what the page shows (written by _panels from the session) --
     actions = t.List(_page_actions()).tag(sync=True)  # the buttons the page builds
     menus = t.Dict({"depths": list(DEPTHS), "overlays": list(OVERLAYS)}).tag(sync=True)
-    svg = t.Unicode("")  # the picture's SVG text; the page gets it packed (Scene.packed):
-    svg_key = t.Unicode("").tag(sync=True)  # a digest of the text: the page's name for it
+    # The picture's SVG text and what a click on each element marks: the page gets them packed
+    # (_view.packed), with one key, a digest of both, that names them among those it keeps.
+    svg = t.Unicode("")
+    svg_key = t.Unicode("").tag(sync=True)
     svg_packed = t.Bytes(b"").tag(sync=True)  # the text, deflated (zlib)
     view = t.Unicode("program").tag(sync=True)
     caption = t.Unicode("").tag(sync=True)
     can_diff = t.Bool(False).tag(sync=True)
     marks = t.Dict().tag(sync=True)  # {"selected": ids, "focus": id, "producers", ...}
     # what a click on each element marks (Selection.click_marks): the page marks it at once
-    clicks = t.Dict().tag(sync=True)
+    clicks = t.Dict()
+    clicks_packed = t.Bytes(b"").tag(sync=True)  # its JSON, deflated
     selected = t.Unicode(None, allow_none=True).tag(sync=True)
     selected_node = t.Unicode(None, allow_none=True).tag(sync=True)
     legend = t.Unicode("").tag(sync=True)  # the overlay's colours and what they mean

@@ -2,7 +2,7 @@
 // HTML already escaped by graphsurgeon), and sends the user's clicks back. It decides nothing:
 // every click is an event for the Python session, whose answer comes back as traits (a click
 // is marked at once, before that answer, from what the kernel decided and shipped with the
-// picture: its `clicks` trait). Its buttons are the kernel's `actions` trait (SurgeryWidget's
+// picture: its `clicks_packed` trait). Its buttons are the kernel's `actions` trait (SurgeryWidget's
 // one ACTIONS table): name, label, tooltip, panel, the traits that enable it, and its keyboard
 // shortcut.
 // One self-contained module (anywidget loads it from a Blob URL): no imports, no network.
@@ -437,10 +437,11 @@ function render({ model, el }) {
     queueMicrotask(() => { markQueued = false; mark(); });
   }
   // What a click on element `id` marks (the kernel's Selection.click_marks, shipped with the
-  // picture as `clicks`): {selected, producers, consumers, edges, module}, or null.
+  // picture and kept with it: `shownClicks`): {selected, producers, consumers, edges, module},
+  // or null.
   let clickRows = null, clickRowsOf = null;
   function clickMarks(id) {
-    const shipped = model.get("clicks");
+    const shipped = shownClicks;
     if (!shipped || !shipped.clicks) return null;
     if (clickRowsOf !== shipped) {
       clickRows = new Map(shipped.clicks.map((row) => [shipped.ids[row[0]], row]));
@@ -531,19 +532,20 @@ function render({ model, el }) {
   }
 
   // -- traits -> page --
-  // The picture comes deflated (`svg_packed`, about a tenth of its text) under a key (a digest
-  // of the text). The last pictures shown are kept parsed, by key: going back to one (a
-  // collapse after an expand, undo, the view menu) puts its elements back at once, instead of
+  // The picture and what a click on each of its elements marks come deflated (`svg_packed`,
+  // `clicks_packed`: about a tenth of their text) under one key (a digest of both). The last
+  // pictures shown are kept parsed, with their clicks, by key: going back to one (a collapse
+  // after an expand, undo, the view menu) puts its elements back at once, instead of
   // inflating and parsing it again. The marks live in `marked`, so a picture put away is
   // cleared by the next mark().
-  const parsed = new Map(); // key -> [its nodes, characters of its text]
+  const parsed = new Map(); // key -> [its nodes, characters of its text, its clicks]
   const KEPT_PICTURES = 4, KEPT_TEXT = 8e6; // pictures, and characters of SVG text in all
-  let shownKey = null, shownSize = 0, wanted = null;
+  let shownKey = null, shownSize = 0, shownClicks = null, wanted = null;
   function putAway() {
     if (shownKey === null) return;
     parsed.delete(shownKey);
     const nodes = [...viewport.childNodes].filter((n) => !(n.classList && n.classList.contains("gs-band")));
-    parsed.set(shownKey, [nodes, shownSize]);
+    parsed.set(shownKey, [nodes, shownSize, shownClicks]);
     let size = 0;
     for (const [, kept] of parsed) size += kept[1];
     for (const [key, kept] of parsed) {
@@ -564,16 +566,17 @@ function render({ model, el }) {
       return;
     }
     wanted = key;
-    let text = null;
+    let text = null, clicks = null;
     if (!parsed.has(key)) {
-      text = await inflate(model.get("svg_packed"));
+      [text, clicks] = await Promise.all([inflate(model.get("svg_packed")), inflate(model.get("clicks_packed"))]);
       if (wanted !== key) return; // a newer picture came while this one inflated
+      clicks = clicks ? JSON.parse(clicks) : null;
     }
     wanted = null;
     putAway();
     const kept = parsed.get(key);
-    if (kept) { parsed.delete(key); viewport.replaceChildren(...kept[0]); shownSize = kept[1]; }
-    else { viewport.innerHTML = text; shownSize = text.length; }
+    if (kept) { parsed.delete(key); viewport.replaceChildren(...kept[0]); [, shownSize, shownClicks] = kept; }
+    else { viewport.innerHTML = text; shownSize = text.length; shownClicks = clicks; }
     shownKey = key;
     viewport.dataset.gsKey = key; // which picture is shown (the kernel's w.svg_key)
     const svg = svgOf();
@@ -833,7 +836,7 @@ function render({ model, el }) {
     typed = [];
     const text = search.value.trim().toLowerCase();
     const svg = viewport.querySelector("svg");
-    const shipped = model.get("clicks");
+    const shipped = shownClicks;
     if (!text || !svg || !shipped || !shipped.clicks) return;
     if (text === (model.get("search_text") || "").toLowerCase()) return; // the kernel's own
     let items = typedTexts.get(svg);
