@@ -1101,23 +1101,31 @@ def state_as_sent(widget) -> tuple[dict, list]:
 
 
 def test_the_page_gets_the_picture_deflated_under_a_key_of_its_text(gpt):
-    """The SVG text and the click marks stay in the kernel (``w.svg``, ``w.clicks``); the
-    page gets them deflated, a tenth of their size, beside one key that names both: the same
-    picture, the same key."""
+    """The SVG text, the click marks and the module tree stay in the kernel (``w.svg``,
+    ``w.clicks``, ``w.tree``); the page gets them deflated, a tenth of their size, the picture
+    and its clicks beside one key that names both: the same picture, the same key."""
     import zlib
 
     widget, _, _ = gpt
     state, buffers = state_as_sent(widget)
-    assert not {"svg", "svg_packed", "clicks", "clicks_packed"} & set(state), "buffers only"
+    packed = {"svg", "svg_packed", "clicks", "clicks_packed", "tree", "tree_packed"}
+    assert not packed & set(state), "buffers only"
     texts = sorted(zlib.decompress(b).decode() for b in buffers)
     clicks = json.dumps(widget.clicks, separators=(",", ":"))
-    assert texts == sorted([widget.svg, clicks])
-    assert sum(map(len, buffers)) < (len(widget.svg) + len(clicks)) / 4
+    assert texts == sorted([widget.svg, clicks, widget.tree])
+    assert sum(map(len, buffers)) < sum(map(len, texts)) / 4
     first = widget.svg_key
     widget.collapse("layers.1")
     assert widget.svg_key != first and zlib.decompress(widget.svg_packed).decode() == widget.svg
     widget.expand("layers.1")
     assert widget.svg_key == first, "a picture shown again has the key it had"
+    # a new tree comes under a new key: the page is told by the key (bytes raise no event)
+    tree_key = widget.tree_key
+    widget.show_overlay("latency")
+    assert "data-gs-value" in widget.tree, "precondition: the tree shows the overlay's values"
+    assert (
+        widget.tree_key != tree_key and zlib.decompress(widget.tree_packed).decode() == widget.tree
+    )
 
 
 def test_names_that_are_markup_reach_the_page_escaped():
@@ -2080,7 +2088,7 @@ def test_the_page_cannot_set_what_the_kernel_writes():
     # every trait the panels write is the kernel's, and so are the buttons and the messages
     inputs, outputs = gs.SurgeryWidget.PAGE_INPUTS, gs.SurgeryWidget.OUTPUT_TRAITS
     written = set(panel_values(widget.session, set(PARTS))) | {"actions", "menus", "error", "busy"}
-    assert written - set(widget.keys) == {"svg", "clicks"}, "kept in the kernel: sent packed"
+    assert written - set(widget.keys) == {"svg", "clicks", "tree"}, "sent packed"
     written &= set(widget.keys)
     assert written - inputs <= outputs and inputs == {"selected"} and not inputs & outputs
     for trait in sorted(outputs - {"error"}):

@@ -715,7 +715,10 @@ def test_the_error_overlay_paints_heat_colours_and_a_legend(page):
         hot,
     )
     assert fill is not None and fill.lower() == colour.lower(), (hot, fill, colour)
-    assert hf.locator(".gs-tree-panel [data-gs-value]").count() > 3, "the tree shows values"
+    # the tree comes with its values deflated, in a message of its own: it is in a moment later
+    page.wait_for_function(
+        f"() => {nth(HF)}.querySelectorAll('.gs-tree-panel [data-gs-value]').length > 3"
+    )
     to_top(page, HF)
     screenshot(page, f"widget-{page.app}-hf-overlay.png")
 

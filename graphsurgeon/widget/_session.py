@@ -171,8 +171,9 @@ class SurgerySession:
         #: The parts of the page (:data:`PARTS`) changed since :meth:`take_changes`.
         self.changed: set[str] = set(PARTS)
         #: texts of the page kept by the panels that make them, by part: (what a text was
-        #: made from, the text); a part made from the same objects again reads it here
-        self.kept_pages: dict[str, tuple[tuple, str]] = {}
+        #: made from, the text, or what the page gets of it); a part made from the same objects
+        #: again reads it here
+        self.kept_pages: dict[str, tuple[Any, Any]] = {}
         self.comparison: Comparison | None = None
         self.bisection: Any = None
         self.report: VerifyReport | None = surgery.last_verify

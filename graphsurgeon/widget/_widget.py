@@ -328,7 +328,9 @@ class SurgeryWidget(anywidget.AnyWidget):
     legend = t.Unicode("").tag(sync=True)  # the overlay's colours and what they mean
     overlay = t.Unicode("").tag(sync=True)  # the overlay painted: "", "error", ...
     details = t.Unicode("").tag(sync=True)
-    tree = t.Unicode("").tag(sync=True)
+    tree = t.Unicode("")  # the module tree's HTML; the page gets it deflated, with its key:
+    tree_key = t.Unicode("").tag(sync=True)
+    tree_packed = t.Bytes(b"").tag(sync=True)
     module_types = t.List().tag(sync=True)  # the tree's type filter
     search_text = t.Unicode("").tag(sync=True)
     search_html = t.Unicode("").tag(sync=True)  # the matches, one row each
