@@ -568,7 +568,11 @@ function render({ model, el }) {
     wanted = key;
     let text = null, clicks = null;
     if (!parsed.has(key)) {
-      [text, clicks] = await Promise.all([inflate(model.get("svg_packed")), inflate(model.get("clicks_packed"))]);
+      try {
+        [text, clicks] = await Promise.all([inflate(model.get("svg_packed")), inflate(model.get("clicks_packed"))]);
+      } finally {
+        if (wanted === key && text === null) wanted = null; // failed: what waits for it, waits no more
+      }
       if (wanted !== key) return; // a newer picture came while this one inflated
       clicks = clicks ? JSON.parse(clicks) : null;
     }
