@@ -81,6 +81,38 @@ def test_a_swapped_or_fused_module_is_found_once_in_every_form_of_a_program():
     assert pairs(search(surgery, r"act$")) == [("act", "module")]
 
 
+@pytest.fixture(scope="module")
+def swapped_chain():
+    model = Chain().eval()
+    surgery = gs.Surgery.from_model(model, (torch.randn(2, 4),))
+    surgery.swap("act", nn.GELU())
+    return surgery
+
+
+_TEXTS = ["lin", "linear", "linear_1", "act", "attn", "layers.1", "l", "a", "ln", r"\d$", "mlp.up"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(_TEXTS), st.integers(0, 40), st.booleans())
+def test_a_limit_keeps_the_first_matches_of_the_full_list(tiny_gpt, swapped_chain, text, limit, gpt):
+    # the widget keeps the first MATCHES; a limit stops the reading there, and must keep
+    # exactly those: an exact name first, the modules in tree order, the ops in graph order
+    program = tiny_gpt[2] if gpt else swapped_chain
+    everything = search(program, text)
+    assert search(program, text, limit=limit) == everything[:limit]
+    assert search(program, text, limit=None) == everything
+
+
+def test_an_exact_name_comes_first_under_any_limit(tiny_gpt):
+    # the node "linear" is found after every Linear module; named exactly, it leads anyway
+    _, _, ep = tiny_gpt
+    found = search(ep, "linear")
+    assert found[0] == Match("linear", "node", "aten.linear"), "precondition: exact first"
+    assert found[1].kind == "module" and found[1].what == "Linear", "precondition: modules"
+    assert search(ep, "linear", limit=1) == [found[0]]
+    assert search(ep, "layers.1.attn", limit=1) == [Match("layers.1.attn", "module", "Attention")]
+
+
 def test_the_ops_are_the_programs_as_it_is_now():
     model = Chain().eval()
     surgery = gs.Surgery.from_model(model, (torch.randn(2, 4),))
@@ -129,4 +161,4 @@ def test_the_joined_texts_find_what_a_row_by_row_reading_finds(rows, text):
         for name, what, fields, initial in table
         if matches(fields, initial == matches.lowered)
     ]
-    assert _Texts(table).matching(matches) == expected
+    assert list(_Texts(table).matching(matches)) == expected

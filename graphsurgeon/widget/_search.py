@@ -61,7 +61,7 @@ class Searcher:
         self._show_match(early=True)
 
     def _find(self, text: str) -> list[Match]:
-        return search(self.session.surgery, text)[:MATCHES]
+        return search(self.session.surgery, text, limit=MATCHES)
 
     def next_match(self) -> None:
         """Select the next match of the search (after the last: the first)."""
