@@ -94,7 +94,9 @@ _TEXTS = ["lin", "linear", "linear_1", "act", "attn", "layers.1", "l", "a", "ln"
 
 @settings(max_examples=60, deadline=None)
 @given(st.sampled_from(_TEXTS), st.integers(0, 40), st.booleans())
-def test_a_limit_keeps_the_first_matches_of_the_full_list(tiny_gpt, swapped_chain, text, limit, gpt):
+def test_a_limit_keeps_the_first_matches_of_the_full_list(
+    tiny_gpt, swapped_chain, text, limit, gpt
+):
     # the widget keeps the first MATCHES; a limit stops the reading there, and must keep
     # exactly those: an exact name first, the modules in tree order, the ops in graph order
     program = tiny_gpt[2] if gpt else swapped_chain

@@ -27,6 +27,7 @@ from typing import Any
 
 from .. import _meta
 from .. import display as d
+from .._derived import cached
 from ..checks.compare import Comparison
 from ..render import legend_html
 from ..rewrite import swap_info
@@ -298,8 +299,9 @@ def _node_details(session: SurgerySession, node: str) -> str:
         value = _meta.node_value_text(fx_node)
         if value:
             rows.append(["value", _pre(value)])
-    removed = session.removed_by(node) if node not in _current_nodes(session) else None
-    inner_call = session.inner_call(node) if node not in _current_nodes(session) else None
+    in_drawn = node in _current_nodes(session)
+    removed = session.removed_by(node) if not in_drawn else None
+    inner_call = session.inner_call(node) if not in_drawn else None
     if inner_call is not None:
         module = f"inside the swapped call <code>{_name(inner_call)}</code>"
         drawn = (
@@ -334,8 +336,14 @@ def _node_details(session: SurgerySession, node: str) -> str:
     return _fields(rows)
 
 
-def _current_nodes(session: SurgerySession) -> set[str]:
-    return {n.name for n in session.drawn_program().graph.nodes}
+def _current_nodes(session: SurgerySession) -> frozenset[str]:
+    """The names of the program drawn's nodes, kept with it (16,500 at 384 layers)."""
+    program = session.drawn_program()
+    return cached(program, "widget: drawn node names", lambda: _node_names(program))
+
+
+def _node_names(program: Any) -> frozenset[str]:
+    return frozenset(n.name for n in program.graph.nodes)
 
 
 def _swappable(info: Any) -> str:

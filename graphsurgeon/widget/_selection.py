@@ -52,6 +52,8 @@ class Selection:
         self._packed_click_marks: weakref.WeakKeyDictionary[Any, tuple[str, bytes]] = (
             weakref.WeakKeyDictionary()
         )
+        # the last search's marks: (scene, matches, program index, their ids)
+        self._match_ids: tuple[Any, list, Any, list[str]] | None = None
 
     def target(self, name: str | None, verb: str) -> str:
         """The module an action works on: ``name``, else the selection."""
@@ -230,8 +232,8 @@ class Selection:
         scene = session.viewer.scene
         ids = self._ids_selected(self.selected, self.selected_node, self._elements)
         split = _meta.split_call_name
-        matches = session.searcher.matches
         index = program_index(session.surgery.program)  # read once for every match
+        matches = session.searcher.matches
         culprits = session.bisection.culprits if session.bisection is not None else ()
         culprit_ids = [e for c in culprits for e in (self.ids_of(c) or self.call_elements(c))]
         regions = session.regions
@@ -241,7 +243,7 @@ class Selection:
             "focus": self._focus(ids),
             **scene.flow(ids),
             "module": self._row_of(self.selected),
-            "matches": list(dict.fromkeys(e for m in matches for e in self.ids_of(m.name, index))),
+            "matches": self._ids_of_matches(matches, index),
             "culprits": list(dict.fromkeys(culprit_ids)),
             "culprit_modules": [display.id_text(split(c)[0]) for c in culprits],
             "match_modules": [display.id_text(m.name) for m in matches if m.kind == "module"],
@@ -254,6 +256,18 @@ class Selection:
             ),
         }
         session.touch("marks")
+
+    def _ids_of_matches(self, matches: list, index: ProgramIndex) -> list[str]:
+        """The ids drawing a search's matches (up to a thousand), worked out once per picture:
+        a search marks the picture shown, then the one it opens, then selects its first match,
+        and the selection changes nothing of where the matches are drawn."""
+        scene = self.session.viewer.scene
+        kept = self._match_ids
+        if kept is not None and kept[0] is scene and kept[1] is matches and kept[2] is index:
+            return kept[3]
+        ids = list(dict.fromkeys(e for m in matches for e in self.ids_of(m.name, index)))
+        self._match_ids = (scene, matches, index, ids)
+        return ids
 
     def _focus(self, ids: list[str]) -> str | None:
         """The element that shows the selection best, which the page brings into view when
