@@ -203,9 +203,16 @@ function render({ model, el }) {
     }
     if (on && key === "tree") revealTreeRow();
     if (!on || key === "tree") return;
-    drawers[key].open = true;
-    const box = drawers[key].getBoundingClientRect(), view = panels.getBoundingClientRect();
-    if (box.top < view.top || box.top > view.bottom - 80) panels.scrollTop += box.top - view.top;
+    const drawer = drawers[key];
+    drawer.open = true;
+    // measured in the next frame, as scrollInto does: measured now, in the message that
+    // opened it (a search's matches), the page would lay out the whole picture (40 ms at 384
+    // layers) before the marks that come with it are set
+    requestAnimationFrame(() => {
+      if (!drawer.isConnected || !layout.open.has(key)) return;
+      const box = drawer.getBoundingClientRect(), view = panels.getBoundingClientRect();
+      if (box.top < view.top || box.top > view.bottom - 80) panels.scrollTop += box.top - view.top;
+    });
   }
   main.addEventListener("click", (event) => {
     const button = event.target.closest("[data-gs-drawer]");
