@@ -27,7 +27,6 @@ from typing import Any
 
 from .. import _meta
 from .. import display as d
-from .._derived import cached
 from ..checks.compare import Comparison
 from ..render import legend_html
 from ..rewrite import swap_info
@@ -299,7 +298,7 @@ def _node_details(session: SurgerySession, node: str) -> str:
         value = _meta.node_value_text(fx_node)
         if value:
             rows.append(["value", _pre(value)])
-    in_drawn = node in _current_nodes(session)
+    in_drawn = session.in_drawn_program(node)
     removed = session.removed_by(node) if not in_drawn else None
     inner_call = session.inner_call(node) if not in_drawn else None
     if inner_call is not None:
@@ -334,16 +333,6 @@ def _node_details(session: SurgerySession, node: str) -> str:
         if source:
             rows.append(["source", _pre(source)])
     return _fields(rows)
-
-
-def _current_nodes(session: SurgerySession) -> frozenset[str]:
-    """The names of the program drawn's nodes, kept with it (16,500 at 384 layers)."""
-    program = session.drawn_program()
-    return cached(program, "widget: drawn node names", lambda: _node_names(program))
-
-
-def _node_names(program: Any) -> frozenset[str]:
-    return frozenset(n.name for n in program.graph.nodes)
 
 
 def _swappable(info: Any) -> str:

@@ -232,8 +232,8 @@ class Selection:
         scene = session.viewer.scene
         ids = self._ids_selected(self.selected, self.selected_node, self._elements)
         split = _meta.split_call_name
-        index = program_index(session.surgery.program)  # read once for every match
         matches = session.searcher.matches
+        index = program_index(session.surgery.program)  # read once for every match
         culprits = session.bisection.culprits if session.bisection is not None else ()
         culprit_ids = [e for c in culprits for e in (self.ids_of(c) or self.call_elements(c))]
         regions = session.regions

@@ -418,6 +418,7 @@ class SurgerySession:
     opened_by_user = _state("viewer", "opened_by_user")
     revealed = _state("viewer", "revealed")
     drawn_program = _delegated("viewer", View.drawn_program)
+    in_drawn_program = _delegated("viewer", View.in_drawn_program)
     calls_of = _delegated("viewer", View.calls_of)
     call_nodes = _delegated("viewer", View.call_nodes)
     call_node = _delegated("viewer", View.call_node)

@@ -212,6 +212,11 @@ class View:
         s = self.session.surgery
         return s.module if (s.replacements or s.fused) else s.program
 
+    def in_drawn_program(self, node: str) -> bool:
+        """Whether fx node ``node`` is one of the program drawn's (not one a swap removed),
+        read off its call index, which every picture of it reads too."""
+        return node in call_index(self.drawn_program()).chains
+
     @property
     def can_diff(self) -> bool:
         """Whether a before/after picture can be shown: something is swapped (a fused call
