@@ -14,11 +14,12 @@ same outputs, and its buffers as that state left them.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import os
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +40,14 @@ from ._program import as_inputs, as_program, not_a_program
 from .checks._eager_calls import call_differences
 from .checks.compare import Comparison, compare
 from .checks.verify import VerifyReport, eager_reference, verify
-from .errors import ConflictError, ExportError, SurgeryError, VerifyError, a_type
+from .errors import (
+    ConflictError,
+    ExportError,
+    GraphSurgeonError,
+    SurgeryError,
+    VerifyError,
+    a_type,
+)
 from .export import export, quiet_export
 from .partition import ModuleTree, call_name, module_tree, program_index
 from .patterns.region import RegionPlan, example_inputs, region_of
@@ -132,6 +140,9 @@ class Surgery:
         # a background build of the current state (build_in_background), and what it built
         self._warming: WarmUp | None = None
         self._warmed: tuple[dict[str, Any], dict[str, Region], GraphModule] | None = None
+        # the next state built ahead of the swap that makes it (prepare_swap: the widget's
+        # swap set up in its picker), taken by that swap while nothing it reads changed
+        self._ahead: _Ahead | None = None
 
     @classmethod
     def from_model(
@@ -315,6 +326,7 @@ class Surgery:
         self._changed_buffers.clear()
         self._rebuilt = None
         self._warmed_up(None)  # built from the graph as it was: dropped
+        self.drop_prepared()
 
     def _keep(self, position: int, module: GraphModule) -> None:
         """Keep ``module`` as the built state ``position``, dropping the least recently used
@@ -370,22 +382,119 @@ class Surgery:
         :func:`graphsurgeon.fuse`); the program computes exactly what it did."""
         return self._change(name, FUSE, HistoryEntry("fuse", name, "fused"))
 
-    def _change(self, name: str, value: Any, entry: HistoryEntry) -> Surgery:
+    def _next_state(self, name: str, value: Any) -> dict[str, Any]:
+        """The state a swap (or fuse: ``value`` FUSE) of ``name`` makes from the current one;
+        a request the Surgery refuses raises (the rewrite checks the rest when it builds)."""
         state = dict(self._states[self._position])
         state.pop(name, None)
         for earlier in self._overlapping(state, name, value):
             del state[earlier]  # covered by the new request: it replaces them
         state[name] = value
+        return state
+
+    def _change(self, name: str, value: Any, entry: HistoryEntry) -> Surgery:
+        state = self._next_state(name, value)
         verb = "fuse" if value is FUSE else "swap"
         # a warm-up's program of the state left is kept as that state's (an undo to it is
         # then immediate); dropped here, its many cycles would cost the collector a pass
         self._take_warmed()
-        # raises before anything changes
-        module = rewrite(self.program, state, verb=verb, regions=self._regions)
+        module = self._take_ahead(state)
+        if module is None:  # raises before anything changes
+            module = rewrite(self.program, state, verb=verb, regions=self._regions)
         return self._commit(state, entry, module)
+
+    def prepare_swap(
+        self,
+        name: str,
+        replacement: torch.nn.Module,
+        *,
+        delay: float = 0.0,
+        hold: Callable[[], contextlib.AbstractContextManager] | None = None,
+    ) -> WarmUp | None:
+        """Build, on a background thread ``delay`` seconds from now, the program that
+        ``swap(name, replacement)`` would make: that swap then takes the program built
+        instead of building it, so it costs what follows the build (a picture, in a widget).
+        The :class:`SurgeryWidget` asks for it once a replacement is chosen for the selection
+        (its Swap button is then ready): a swap at 384 layers takes 0.2 s to build. The build
+        pauses while a widget action runs, as :meth:`build_in_background`'s does; it runs
+        inside ``hold()`` when given (a context made on its thread, such as the widget's hold
+        of the collector: see :func:`graphsurgeon.rewrite.warm_up`).
+
+        The swap takes it only if it is the same request (the same replacement object) in
+        the same state, and nothing the build read of the replacements has changed since
+        (their modules, their parameters and buffers, and those tensors' in-place versions):
+        else it builds as it would have. One swap is prepared at a time: preparing another
+        drops the last, and so do every change of the state and :meth:`drop_prepared`. A
+        request the Surgery refuses prepares nothing; one the build refuses fails quietly on
+        its thread, and the swap raises as it would have.
+
+        Returns:
+            The thread (``.join()`` waits for it), or None when nothing is prepared (refused,
+            or no change: the swap is in force already).
+
+        Example:
+            >>> import torch, graphsurgeon as gs
+            >>> model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU())
+            >>> s = gs.Surgery(gs.export(model, (torch.randn(1, 2),)))
+            >>> gelu = torch.nn.GELU()
+            >>> s.prepare_swap("1", gelu).join()
+            >>> list(s.swap("1", gelu).replacements), s.prepare_swap("1", gelu)
+            (['1'], None)
+        """
+        value = replacement
+        try:
+            state = self._next_state(name, value)
+        except GraphSurgeonError:
+            self.drop_prepared()
+            return None
+        base = self._states[self._position]
+        if list(state) == list(base) and all(state[n] is base[n] for n in state):
+            self.drop_prepared()  # no change: the swap just made, its choice still standing
+            return None
+        ahead = self._ahead
+        if ahead is not None and ahead.made_for(state, self._regions):
+            return ahead.thread  # asked again (each action asks): under way, or built
+        self.drop_prepared()
+        ahead = _Ahead(state, dict(self._regions))
+
+        def keep(module: GraphModule) -> None:
+            ahead.module = module  # on the build's thread; read once the thread is done
+
+        ahead.thread = warm_up(
+            self.program, dict(state), regions=ahead.regions, delay=delay, keep=keep, hold=hold
+        )
+        self._ahead = ahead
+        return ahead.thread
+
+    def _take_ahead(self, state: Mapping[str, Any]) -> GraphModule | None:
+        """The program built ahead for ``state`` (:meth:`prepare_swap`), when that is the
+        state it was built for and nothing the build read has changed
+        since (the replacements' modules, parameters and buffers, and those tensors' in-place
+        versions); a build under way is waited for. Else None, and the build is dropped."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return None
+        thread = ahead.thread
+        if not ahead.made_for(state, self._regions):
+            thread.cancel()  # (one under way finishes on its own; what it builds is dropped)
+            return None
+        thread.cancel()  # not begun: called off; begun: waited for (paused, it goes on)
+        with waiting_for_rewrite():
+            thread.join()
+        if ahead.module is None or ahead.fingerprint != _fingerprint(state):
+            return None
+        return ahead.module
+
+    def drop_prepared(self) -> None:
+        """Forget the swap :meth:`prepare_swap` built or is building (one not begun is called
+        off; one under way finishes on its own, and what it built is dropped)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.thread.cancel()
 
     def _commit(self, state: dict[str, Any], entry: HistoryEntry, module: GraphModule) -> Surgery:
         """Make ``state`` (built as ``module``) the next step, dropping any undone ones."""
+        self.drop_prepared()
         position = self._position
         del self._states[position + 1 :]
         del self._steps[position:]
@@ -649,6 +758,7 @@ class Surgery:
             raise SurgeryError("nothing to undo: no swap has been made (or all are undone)")
         self._position -= 1
         self._version += 1
+        self.drop_prepared()
         return self
 
     def redo(self) -> Surgery:
@@ -657,6 +767,7 @@ class Surgery:
             raise SurgeryError("nothing to redo: no step was undone since the last swap")
         self._position += 1
         self._version += 1
+        self.drop_prepared()
         return self
 
     def reset(self) -> Surgery:
@@ -664,6 +775,7 @@ class Surgery:
         if self._position:
             self._position = 0
             self._version += 1
+            self.drop_prepared()
         return self
 
     # -- views and checks -----------------------------------------------------------------
@@ -1227,3 +1339,60 @@ def _regions_of(
         )
         regions[name] = Region(name, match.call, match.nodes, signature, label, parameters)
     return regions
+
+
+class _Ahead:
+    """A state built ahead of the change that makes it (:meth:`Surgery.prepare_swap`)."""
+
+    __slots__ = ("fingerprint", "module", "regions", "state", "thread")
+
+    def __init__(self, state: dict[str, Any], regions: dict[str, Region]):
+        self.state = state
+        self.regions = regions
+        self.fingerprint = _fingerprint(state)  # what the build reads of the replacements
+        self.module: GraphModule | None = None  # set by the build's thread when it is done
+        self.thread: WarmUp | None = None
+
+    def made_for(self, state: Mapping[str, Any], regions: Mapping[str, Region]) -> bool:
+        """Whether this is the build of ``state`` (the same requests, in the same order, by
+        identity) with the same regions: a program is made of those alone, whichever state
+        the change was made from."""
+        return (
+            regions == self.regions
+            and list(state) == list(self.state)
+            and all(value is self.state[name] for name, value in state.items())
+        )
+
+
+def _fingerprint(state: Mapping[str, Any]) -> tuple:
+    """What a rewrite of ``state`` reads of its replacements when it builds: their module
+    trees (each module, its type, its own ``forward`` if it has one, its mode), and their
+    parameters and buffers with each tensor's in-place version. A program built ahead is taken
+    only while this is the same: a replacement changed in between (a weight written in place,
+    a submodule replaced) is built again."""
+    prints = []
+    for name, value in state.items():
+        if not isinstance(value, torch.nn.Module):
+            prints.append((name, id(value)))
+            continue
+        modules = tuple(
+            (path, id(module), type(module), id(module.__dict__.get("forward")), module.training)
+            for path, module in value.named_modules(remove_duplicate=False)
+        )
+        tensors = tuple(
+            (path, id(tensor), _version(tensor))
+            for path, tensor in (
+                *value.named_parameters(remove_duplicate=False),
+                *value.named_buffers(remove_duplicate=False),
+            )
+        )
+        prints.append((name, modules, tensors))
+    return tuple(prints)
+
+
+def _version(tensor: torch.Tensor) -> int | None:
+    """A tensor's in-place version (None for one that keeps none: an inference tensor)."""
+    try:
+        return tensor._version
+    except RuntimeError:
+        return None

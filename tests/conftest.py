@@ -15,13 +15,14 @@ def _seed():
 
 @pytest.fixture(autouse=True)
 def _no_background_builds(monkeypatch):
-    """A widget builds its program in the background once its clicks pause; the widgets of
-    tests outlive them, so that work (and the collector's full pass it runs) would land in
-    later tests, at times no test chooses. Off here; on where a test asks for it, and in the
-    browser tests' kernels."""
+    """A widget builds its program in the background once its clicks pause, and the swap set
+    up in its picker as soon as it is; the widgets of tests outlive them, so that work (and
+    the collector's passes it brings) would land in later tests, at times no test chooses.
+    Off here; on where a test asks for it, and in the browser tests' kernels."""
     from graphsurgeon.widget import _widget
 
     monkeypatch.setattr(_widget, "WARM_UP_DELAY", None)
+    monkeypatch.setattr(_widget, "PREPARE_DELAY", None)
 
 
 @pytest.fixture(autouse=True, scope="session")

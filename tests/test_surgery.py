@@ -881,6 +881,81 @@ def test_bisect_finds_a_wrong_region_among_swaps():
     assert found.culprits == ("silu:b",)
 
 
+def counted_rewrites(monkeypatch) -> list:
+    """The Surgery's own builds from now on (a build ahead runs through the warm-up's)."""
+    import graphsurgeon.surgery as surgery_module
+
+    built = []
+    rewrite = surgery_module.rewrite
+    monkeypatch.setattr(
+        surgery_module, "rewrite", lambda *a, **k: built.append(a[1]) or rewrite(*a, **k)
+    )
+    return built
+
+
+def test_a_swap_built_ahead_is_what_that_swap_takes(tiny_gpt, monkeypatch):
+    # Surgery.prepare_swap (the widget asks for it once a replacement is chosen) builds the
+    # next state in the background; the swap it was built for takes that program
+    model, tokens, ep = tiny_gpt
+    s = gs.Surgery(ep, args=(tokens,))
+    replacement = copy.deepcopy(model.layers[1])
+    s.prepare_swap("layers.1", replacement).join(30)
+    ahead = s._ahead
+    assert ahead is not None and ahead.module is not None, "precondition: built ahead"
+    built = counted_rewrites(monkeypatch)
+    s.swap("layers.1", replacement)
+    assert built == [] and s.module is ahead.module and s._ahead is None
+    assert s.replacements == {"layers.1": replacement}
+    assert gs.verify(eager_reference(model, {"layers.1": replacement}), s.module, (tokens,))
+    # the swap just made, asked for again: nothing to build
+    assert s.prepare_swap("layers.1", replacement) is None and s._ahead is None
+
+
+@pytest.mark.parametrize("change", ["another module", "weight written", "another step", "undo"])
+def test_a_swap_built_ahead_is_not_taken_once_what_it_read_has_changed(
+    tiny_gpt, monkeypatch, change
+):
+    model, tokens, ep = tiny_gpt
+    s = gs.Surgery(ep, args=(tokens,))
+    if change == "undo":
+        s.swap("layers.0", copy.deepcopy(model.layers[0]))
+    replacement = copy.deepcopy(model.layers[1])
+    s.prepare_swap("layers.1", replacement).join(30)
+    ahead = s._ahead.module
+    assert ahead is not None, "precondition: built ahead"
+    module = replacement
+    if change == "another module":
+        module = copy.deepcopy(model.layers[1])
+    elif change == "weight written":  # in place, as a user's cell may between choice and swap
+        with torch.no_grad():
+            replacement.mlp.up.weight.mul_(2.0)
+    elif change == "another step":
+        s.swap("layers.0", copy.deepcopy(model.layers[0]))
+    else:
+        s.undo()
+    built = counted_rewrites(monkeypatch)
+    s.swap("layers.1", module)
+    assert len(built) == 1 and s.module is not ahead
+    assert gs.verify(eager_reference(model, s.replacements), s.module, (tokens,))
+
+
+def test_a_swap_refused_is_built_ahead_by_no_one_and_refused_when_asked_for(tiny_gpt):
+    model, tokens, ep = tiny_gpt
+    s = gs.Surgery(ep, args=(tokens,))
+    s.swap("layers.1", copy.deepcopy(model.layers[1]))
+    # refused by the Surgery (inside a swapped module): nothing is started
+    assert s.prepare_swap("layers.1.attn", nn.Identity()) is None and s._ahead is None
+    with pytest.raises(gs.errors.ConflictError):
+        s.swap("layers.1.attn", nn.Identity())
+    # refused by the rewrite (a forward that takes two inputs): the build fails on its own
+    # thread, quietly; the swap raises as it would have
+    s.prepare_swap("layers.0.attn", nn.Bilinear(64, 64, 64)).join(30)
+    assert s._ahead is not None and s._ahead.module is None, "precondition: the build failed"
+    with pytest.raises(gs.errors.SwapError, match=r"layers\.0\.attn"):
+        s.swap("layers.0.attn", nn.Bilinear(64, 64, 64))
+    assert list(s.replacements) == ["layers.1"] and len(s.history) == 1
+
+
 def test_a_warm_up_s_program_is_taken_only_for_the_state_it_was_built_for(tiny_gpt):
     # Surgery.build_in_background (the widget starts it) builds the current state in the background; its
     # module is that state's only while that state is the current one

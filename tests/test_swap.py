@@ -1225,6 +1225,46 @@ def test_a_warm_up_runs_the_collector_s_full_pass_its_build_brings_due_while_not
     assert thread in passes
 
 
+def test_a_warm_up_inside_a_hold_leaves_the_collector_s_passes_to_the_hold():
+    # a build the next click may want at once (a swap built ahead) runs inside the widget's
+    # hold of the collector: its full pass (0.5 s at 384 layers) is not run on its thread then
+    import contextlib
+    import gc
+    import threading
+
+    from graphsurgeon.examples import TinyGPT
+    from graphsurgeon.rewrite import warm_up
+
+    model = TinyGPT(n_layers=4).eval()
+    tokens = model.example_input()
+    ep = gs.export(model, (tokens,))
+    held, passes, kept = [], [], []
+
+    @contextlib.contextmanager
+    def hold():
+        held.append(threading.current_thread())
+        gc.disable()
+        try:
+            yield
+        finally:
+            gc.enable()
+
+    def record(phase, info):
+        if phase == "start" and info["generation"] == 2:
+            passes.append(threading.current_thread())
+
+    gc.callbacks.append(record)
+    try:
+        thread = warm_up(
+            ep, {"layers.1": copy.deepcopy(model.layers[1])}, keep=kept.append, hold=hold
+        )
+        thread.join(30)
+    finally:
+        gc.callbacks.remove(record)
+    assert held == [thread] and len(kept) == 1, "precondition: built inside the hold"
+    assert thread not in passes
+
+
 def test_the_statements_reused_from_earlier_swaps_are_those_written_afresh():
     # Each swap of one program writes its untouched nodes' statements from those of the earlier
     # swaps: after swaps that rename what the next layer reads (layer 2, then 9, then 2 and 3

@@ -384,6 +384,50 @@ def test_the_collector_waits_until_a_click_is_answered_then_runs_on_a_thread_of_
     assert gs.verify(expected, widget.surgery.module, widget._session.inputs()[0])
 
 
+def test_a_swap_chosen_in_the_picker_is_built_before_swap_is_pressed(gpt, monkeypatch):
+    # Once a replacement is chosen for the selection, the swap is built in the background: Swap
+    # then only draws it. The build holds the collector, and the Swap takes the hold over: the
+    # passes the build brought due run after the Swap's answer, never inside it.
+    import gc
+
+    import graphsurgeon.surgery as surgery_module
+    from graphsurgeon.widget import _collector, _widget
+
+    monkeypatch.setattr(_widget, "PREPARE_DELAY", 0.0)
+    monkeypatch.setattr(_collector, "AHEAD_DELAY", 30.0)  # held until the Swap, however slow
+    widget, model, tokens = gpt
+    collector_back()
+    widget.select("layers.1.attn")
+    assert widget.surgery._ahead is None, "precondition: nothing chosen, nothing built ahead"
+    widget.choose("ns:fast")
+    ahead = widget.surgery._ahead
+    assert ahead is not None and ahead.thread is not None
+    ahead.thread.join(30)
+    assert ahead.module is not None, "built while the user looks at the preview"
+    assert not gc.isenabled() and _collector.releasing(), "the build holds the collector"
+    built = []
+    rewrite = surgery_module.rewrite
+    monkeypatch.setattr(
+        surgery_module, "rewrite", lambda *a, **k: built.append(a) or rewrite(*a, **k)
+    )
+    page_event(widget, event="button", name="swap")
+    assert widget.swapped == ["layers.1.attn"] and widget.error == {}
+    assert built == [] and widget.surgery.module is ahead.module
+    collector_back()  # the Swap's own hold, released as every click's is
+    assert gc.isenabled()
+    fast = widget._session.surgery.replacements["layers.1.attn"]
+    expected = eager_reference(model, {"layers.1.attn": fast})
+    assert gs.verify(expected, widget.surgery.module, (tokens,))
+    # the choice still stands for the module just swapped: nothing more to build
+    assert widget.surgery._ahead is None
+    # a choice for another module, then a click elsewhere (the choice goes): dropped
+    widget.select("layers.0.attn")
+    widget.choose("ns:fast")
+    assert widget.surgery._ahead is not None
+    widget.select("layers.0")
+    assert widget.surgery._ahead is None
+
+
 def test_actions_in_a_loop_keep_the_collector_off_no_longer_than_the_longest_hold(gpt, monkeypatch):
     # a cell that clicks in a loop never leaves the collector the pause it waits for: the owed
     # passes run at the start of an action once it has been off LONGEST_HOLD

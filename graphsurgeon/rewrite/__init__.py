@@ -198,6 +198,7 @@ def warm_up(
     regions: Mapping[str, Region] | None = None,
     delay: float = 0.0,
     keep: Callable[[GraphModule], None] | None = None,
+    hold: Callable[[], contextlib.AbstractContextManager] | None = None,
 ) -> WarmUp:
     """Builds ``rewrite(ep, modules)`` on a background thread, ``delay`` seconds from now: the
     code it compiled and the statements it wrote stay in ``ep``'s cache (:mod:`._parts`), so
@@ -210,8 +211,10 @@ def warm_up(
     :func:`._turns.interactive`), so it never slows one down. A rewrite asked for meanwhile
     waits for this one to finish (:data:`_REWRITING`); one that came first leaves nothing to
     do, unless the program built is kept. Then, if nothing waits, it runs the collector's full
-    pass that the build's objects bring due, which would otherwise land in a later click.
-    Nothing is reported: a failure here is the next rewrite's to raise, with its own message.
+    pass that the build's objects bring due, which would otherwise land in a later click;
+    unless the build runs inside ``hold()`` (a context made on its thread: the widget's
+    collector hold, for a build the next click may want at once), whose business the passes
+    then are. Nothing is reported: a failure here is the next rewrite's to raise, with its own message.
 
     Example:
         >>> import torch, graphsurgeon as gs
@@ -226,7 +229,8 @@ def warm_up(
         live = program()
         if live is None:
             return
-        with _turns.warming(), _REWRITING:
+        held = hold() if hold is not None else contextlib.nullcontext()
+        with held, _turns.warming(), _REWRITING:
             if keep is None and compiled_parts(live).code:
                 return  # a rewrite came first: it compiled the parts (nothing to keep)
             # a failure is the next rewrite's to raise, where it is asked for
@@ -237,7 +241,7 @@ def warm_up(
                 del built
         # the collector's full pass that this build's many objects bring due, run now while
         # nothing waits: else it lands in the next click (0.5 s at 384 layers)
-        if _turns.idle():
+        if hold is None and _turns.idle():
             gc.collect()
 
     # made here, on the caller's thread: they parse with ast (torch's guards; the module paths

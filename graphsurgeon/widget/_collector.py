@@ -33,6 +33,11 @@ from collections.abc import Iterator
 RELEASE_DELAY = 0.05
 # Seconds the collector stays off, at most, through actions that take it over one from another.
 LONGEST_HOLD = 1.0
+# Seconds from the end of a swap built ahead to the collector's return: a Swap clicked before
+# then takes the hold over (its build is ~0.3 s at 384 layers, so the collector is off less than
+# LONGEST_HOLD), and the full pass the build brought due (0.5 s at 384 layers, which cannot
+# pause) runs after the Swap's answer, not in the Swap.
+AHEAD_DELAY = 0.6
 
 _lock = threading.Lock()
 _holds = 0  # held actions running (they nest: a page message runs an action)
@@ -42,10 +47,14 @@ _off_since = 0.0  # when the hold turned the collector off (time.monotonic)
 
 
 @contextlib.contextmanager
-def held() -> Iterator[None]:
-    """The collector off inside, and on again :data:`RELEASE_DELAY` after the last hold ends
-    (if it was on when the first began). A hold that begins before then takes the collector
-    over as it is: it stays off."""
+def held(release_delay: float = RELEASE_DELAY) -> Iterator[None]:
+    """The collector off inside, and on again ``release_delay`` seconds after the last hold
+    ends (if it was on when the first began). A hold that begins before then takes the
+    collector over as it is: it stays off.
+
+    A swap built ahead (``SurgerySession.prepare_swap``) holds it with :data:`AHEAD_DELAY`:
+    the passes its objects bring due then run after the Swap that takes it has answered, as
+    a swap's own do, not while it is being waited for."""
     global _holds, _turn_on, _release, _off_since
     overdue = False
     with _lock:
@@ -70,7 +79,7 @@ def held() -> Iterator[None]:
         with _lock:
             _holds -= 1
             if _holds == 0 and _turn_on:
-                _release = threading.Timer(RELEASE_DELAY, _let_go)
+                _release = threading.Timer(release_delay, _let_go)
                 _release.daemon = True
                 _release.start()
 

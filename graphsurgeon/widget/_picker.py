@@ -180,6 +180,15 @@ class Picker:
         )
 
     @property
+    def swap_ahead(self) -> tuple[str, torch.nn.Module] | None:
+        """The swap that Swap would make now, when it is known ahead: ``(the selection, the
+        module chosen for it)``. None when Swap is not ready, or when the choice is a copy of
+        the original (made when the swap is)."""
+        if not self.can_swap or self.replacement is COPY:
+            return None
+        return self.replacement_for, self.replacement
+
+    @property
     def can_swap_region(self) -> bool:
         """Whether Swap region has what it needs: nodes that can be one call, and a
         replacement chosen for them."""

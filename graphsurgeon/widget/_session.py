@@ -57,6 +57,7 @@ from ..errors import GraphSurgeonError, InputStructureError, WidgetError
 from ..partition import Partition, partition
 from ..patterns.search import Match
 from ..surgery import Surgery
+from . import _collector
 from ._picker import REGION, Candidate, Picker, module_from
 from ._regions import Regions
 from ._search import Searcher
@@ -238,6 +239,18 @@ class SurgerySession:
     def refresh(self) -> None:
         """Show the Surgery as it is now (after it was changed from code, not by the widget)."""
         self._after_change()
+
+    def prepare_swap(self, delay: float) -> None:
+        """Build the swap set up in the picker (a module chosen for the selection) on a
+        background thread, ``delay`` seconds from now, so that Swap only draws it; anything
+        else drops a swap built ahead (:meth:`graphsurgeon.Surgery.prepare_swap`). The
+        build holds the collector (:data:`._collector.AHEAD_DELAY`)."""
+        ahead = self.picker.swap_ahead
+        if ahead is None:
+            self.surgery.drop_prepared()
+        else:
+            hold = functools.partial(_collector.held, _collector.AHEAD_DELAY)
+            self.surgery.prepare_swap(*ahead, delay=delay, hold=hold)
 
     def escape(self) -> None:
         """What Esc does: close the search if one is open, else clear the selection."""
