@@ -493,6 +493,28 @@ def test_a_picture_that_comes_while_another_inflates_ends_on_the_kernels_last(pa
     assert page.evaluate(f"() => {key}") == shown
 
 
+def test_going_back_to_the_oldest_picture_kept_shows_it(page):
+    """The page keeps the last four pictures shown, parsed, besides the one it shows. Going
+    back to the oldest of them put the one shown away first, which dropped that oldest one
+    beyond the limit: the page stayed on the picture it had (an undo after a few pictures)."""
+    key = f"{nth(TINY)}.querySelector('.gs-viewport').dataset.gsKey"
+    kernel_run(page, "w.show('program'); w.collapse('layers.0')")
+    first = in_kernel(page, "w.svg_key")
+    page.wait_for_function(f"(k) => {key} === k", arg=first)
+    shown = [first]
+    try:
+        for overlay in ["latency", "error", "own error", "grad error"]:  # four more pictures
+            kernel_run(page, f"w.show_overlay({overlay!r})")
+            shown.append(in_kernel(page, "w.svg_key"))
+            page.wait_for_function(f"(k) => {key} === k", arg=shown[-1])
+        assert len(set(shown)) == 5, "precondition: five pictures, the first the oldest kept"
+    finally:
+        kernel_run(page, "w.show_overlay(None)")
+    assert in_kernel(page, "w.svg_key") == first, "precondition: the kernel is back on it"
+    page.wait_for_function(f"(k) => {key} === k", arg=first, timeout=10_000)
+    assert page.evaluate(f"() => {nth(TINY)}.querySelectorAll('.gs-viewport svg').length") == 1
+
+
 def test_names_that_are_markup_are_shown_as_text_and_run_nothing(page):
     named = page.locator(".gs-widget").nth(NAMED)
     named.locator(".gs-tree-toggle").click()  # the tree is a drawer, closed at first

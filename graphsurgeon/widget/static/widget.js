@@ -584,9 +584,12 @@ function render({ model, el }) {
       clicks = clicks ? JSON.parse(clicks) : null;
     }
     wanted = null;
-    putAway();
+    // taken out before the picture shown is put away: putting it away drops the oldest ones
+    // beyond the limits, which may be this one (going back to the oldest kept picture)
     const kept = parsed.get(key);
-    if (kept) { parsed.delete(key); viewport.replaceChildren(...kept[0]); [, shownSize, shownClicks] = kept; }
+    parsed.delete(key);
+    putAway();
+    if (kept) { viewport.replaceChildren(...kept[0]); [, shownSize, shownClicks] = kept; }
     else { viewport.innerHTML = text; shownSize = text.length; shownClicks = clicks; }
     shownKey = key;
     viewport.dataset.gsKey = key; // which picture is shown (the kernel's w.svg_key)
