@@ -348,6 +348,9 @@ def measure(page, name: str) -> dict:
         "_AHEAD, _widget.PREPARE_DELAY = _widget.PREPARE_DELAY, None\n"
         f"w.undo(); w.select(None); w.select({target!r})",
     )
+    page.wait_for_function(  # the page has it: nothing chosen, Swap not ready
+        "() => document.querySelector('.gs-widget [data-gs-button=\"swap\"]').disabled"
+    )
     page.select_option(".gs-widget select.gs-picker", "ns:replacement")
     page.wait_for_function(
         "() => !document.querySelector('.gs-widget [data-gs-button=\"swap\"]').disabled"
