@@ -410,6 +410,7 @@ class Surgery:
         *,
         delay: float = 0.0,
         hold: Callable[[], contextlib.AbstractContextManager] | None = None,
+        then: Callable[[GraphModule], Any] | None = None,
     ) -> WarmUp | None:
         """Build, on a background thread ``delay`` seconds from now, the program that
         ``swap(name, replacement)`` would make: that swap then takes the program built
@@ -418,7 +419,9 @@ class Surgery:
         (its Swap button is then ready): a swap at 384 layers takes 0.2 s to build. The build
         pauses while a widget action runs, as :meth:`build_in_background`'s does; it runs
         inside ``hold()`` when given (a context made on its thread, such as the widget's hold
-        of the collector: see :func:`graphsurgeon.rewrite.warm_up`).
+        of the collector: see :func:`graphsurgeon.rewrite.warm_up`), and ``then(program)``
+        after it, on that thread (the widget works out what the swap's picture reads:
+        :func:`graphsurgeon.render.analyze`); a failure there is dropped.
 
         The swap takes it only if it is the same request (the same replacement object) in
         the same state, and nothing the build read of the replacements has changed since
@@ -458,7 +461,11 @@ class Surgery:
         ahead = _Ahead(state, dict(self._regions))
 
         def keep(module: GraphModule) -> None:
-            ahead.module = module  # on the build's thread; read once the thread is done
+            # on the build's thread; read once the thread is done
+            if then is not None:
+                with contextlib.suppress(Exception):  # a picture's business, not the swap's
+                    then(module)
+            ahead.module = module
 
         ahead.thread = warm_up(
             self.program, dict(state), regions=ahead.regions, delay=delay, keep=keep, hold=hold

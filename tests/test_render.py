@@ -127,6 +127,27 @@ HEAD = '  "linear_1" [id="node:linear_1", class="op module", label="head: Linear
 OUTPUT = '  "output" [id="node:output", class="output", label="output", tooltip="output of the program", style=filled, fillcolor="#e5e7eb"];\n'
 
 
+def test_analyze_works_out_ahead_what_a_picture_reads_and_changes_no_picture(tiny_gpt):
+    # the widget analyzes a swap it built ahead on a background thread: the picture drawn
+    # after reads what was worked out, and is the picture drawn without it
+    from graphsurgeon._derived import derived
+    from graphsurgeon.render import analyze
+    from graphsurgeon.render._scene import ANALYSIS_KEY
+
+    model, _tokens, ep = tiny_gpt
+    request = {"layers.1.attn": FusedAttention(model.layers[1].attn)}
+    ahead, plain = gs.swap(ep, request), gs.swap(ep, request)
+    assert ANALYSIS_KEY not in derived(ahead), "precondition: nothing worked out yet"
+    analyze(ahead)
+    assert ANALYSIS_KEY in derived(ahead) and ANALYSIS_KEY in derived(ep)
+    for diff in (None, "merged", "split"):
+        assert gs.to_dot(ahead, diff=diff) == gs.to_dot(plain, diff=diff)
+    fused = gs.fuse(ep, ["layers.1.mlp"])
+    analyze(fused)  # drawn with its fused call opened: worked out too
+    assert ANALYSIS_KEY in derived(fused)
+    assert gs.to_dot(fused) == gs.to_dot(gs.fuse(ep, ["layers.1.mlp"]))
+
+
 def test_to_dot_draws_one_cluster_per_module_and_inlines_single_node_modules(outer):
     assert len(gs.partition(outer)["block"].nodes) == 2  # a cluster, not an inlined node
     expected = (

@@ -391,6 +391,8 @@ def test_a_swap_chosen_in_the_picker_is_built_before_swap_is_pressed(gpt, monkey
     import gc
 
     import graphsurgeon.surgery as surgery_module
+    from graphsurgeon._derived import derived
+    from graphsurgeon.render._scene import ANALYSIS_KEY
     from graphsurgeon.widget import _collector, _widget
 
     monkeypatch.setattr(_widget, "PREPARE_DELAY", 0.0)
@@ -404,6 +406,7 @@ def test_a_swap_chosen_in_the_picker_is_built_before_swap_is_pressed(gpt, monkey
     assert ahead is not None and ahead.thread is not None
     ahead.thread.join(30)
     assert ahead.module is not None, "built while the user looks at the preview"
+    assert ANALYSIS_KEY in derived(ahead.module), "and what its picture reads worked out"
     assert not gc.isenabled() and _collector.releasing(), "the build holds the collector"
     built = []
     rewrite = surgery_module.rewrite

@@ -95,6 +95,7 @@ __all__ = [
     "AUTO_MAX_NODES",
     "DrawOptions",
     "GraphView",
+    "analyze",
     "graph_view",
     "legend_html",
     "overlay_of",
@@ -432,6 +433,29 @@ def _graph_view(program: Any, options: DrawOptions, verb: str) -> GraphView:
     values = overlay_of(program, options.overlay, options.args, options.kwargs)
     with _without_cyclic_gc():
         return _view(source, mode, options, values)
+
+
+def analyze(program: Any) -> None:
+    """Work out now what every picture of ``program`` reads first: the analysis of its graph
+    and of the program it was made from (for a swap or fuse result), with their call indexes.
+    They are kept with the programs, so the first picture drawn costs its drawing only. The
+    widget does this on a background thread for a swap it builds ahead
+    (:meth:`graphsurgeon.Surgery.prepare_swap`): 0.08 s of the swap's picture at 384 layers.
+
+    Args:
+        program: what to draw, as :func:`to_dot` takes it.
+
+    Example:
+        >>> import torch, graphsurgeon as gs
+        >>> from graphsurgeon.render import analyze
+        >>> analyze(gs.export(torch.nn.Linear(2, 2), (torch.randn(1, 2),)))
+    """
+    source = _program(as_program(program, None, None, verb="analyze"))
+    with _without_cyclic_gc():
+        state = _state(source.ep)
+        before = _analysis(source.ep, state)
+        if source.module is not None:
+            _drawn(source, before, state)
 
 
 def overlay_of(program: Any, overlay: Any, args: Any = None, kwargs: Any = None) -> Any:

@@ -34,6 +34,7 @@ from .. import _meta
 from .._derived import cached
 from .._program import Program
 from ..partition import call_index, program_index, split_call_name
+from ..rewrite import pause_point
 from ..swap import SwapInfo
 from . import _segments
 
@@ -196,7 +197,9 @@ class _Analysis:
         folded: set[str] = set()  # the buffers drawn inside their one reader
         # the parameters read in each chain, then in each call
         used: dict[int, tuple[tuple[str, ...], set[str]]] = {}
-        for node in graph.nodes:
+        for count, node in enumerate(graph.nodes):
+            if not count & 255:
+                pause_point()  # made ahead, on a warm-up's thread: it waits while a click runs
             kind = _kind(node, state, root)
             kinds[node.name] = kind
             chain = chains[node.name]

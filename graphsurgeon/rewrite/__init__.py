@@ -43,7 +43,7 @@ from . import _turns
 from ._builder import _Builder, compiled_parts, input_guard
 from ._cut import cut_call
 from ._plan import FUSE, FunctionModule, _plan, as_module, call_misfit, check_module
-from ._turns import interactive, waiting_for_rewrite
+from ._turns import interactive, pause_point, waiting_for_rewrite
 from ._writer import _exported_mode, safe_path
 from .info import _COMPUTATION, Diff, Region, SwapInfo, swap_info
 
@@ -52,6 +52,7 @@ __all__ = [
     "FunctionModule",
     "Region",
     "interactive",
+    "pause_point",
     "waiting_for_rewrite",
     "Diff",
     "SwapInfo",

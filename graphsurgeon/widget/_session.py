@@ -56,6 +56,7 @@ from ..checks.verify import VerifyReport
 from ..errors import GraphSurgeonError, InputStructureError, WidgetError
 from ..partition import Partition, partition
 from ..patterns.search import Match
+from ..render import analyze
 from ..surgery import Surgery
 from . import _collector
 from ._picker import REGION, Candidate, Picker, module_from
@@ -244,13 +245,14 @@ class SurgerySession:
         """Build the swap set up in the picker (a module chosen for the selection) on a
         background thread, ``delay`` seconds from now, so that Swap only draws it; anything
         else drops a swap built ahead (:meth:`graphsurgeon.Surgery.prepare_swap`). The
-        build holds the collector (:data:`._collector.AHEAD_DELAY`)."""
+        build holds the collector (:data:`._collector.AHEAD_DELAY`), and works out what the
+        swap's picture reads once it has built the program (:func:`graphsurgeon.render.analyze`)."""
         ahead = self.picker.swap_ahead
         if ahead is None:
             self.surgery.drop_prepared()
         else:
             hold = functools.partial(_collector.held, _collector.AHEAD_DELAY)
-            self.surgery.prepare_swap(*ahead, delay=delay, hold=hold)
+            self.surgery.prepare_swap(*ahead, delay=delay, hold=hold, then=analyze)
 
     def escape(self) -> None:
         """What Esc does: close the search if one is open, else clear the selection."""
