@@ -423,8 +423,8 @@ class Surgery:
         after it, on that thread (the widget works out what the swap's picture reads:
         :func:`graphsurgeon.render.analyze`); a failure there is dropped.
 
-        The swap takes it only if it is the same request (the same replacement object) in
-        the same state, and nothing the build read of the replacements has changed since
+        The swap takes it only if it makes the same state (the same requests, the same
+        replacement objects), and nothing the build read of the replacements has changed since
         (their modules, their parameters and buffers, and those tensors' in-place versions):
         else it builds as it would have. One swap is prepared at a time: preparing another
         drops the last, and so do every change of the state and :meth:`drop_prepared`. A
@@ -444,9 +444,8 @@ class Surgery:
             >>> list(s.swap("1", gelu).replacements), s.prepare_swap("1", gelu)
             (['1'], None)
         """
-        value = replacement
         try:
-            state = self._next_state(name, value)
+            state = self._next_state(name, replacement)
         except GraphSurgeonError:
             self.drop_prepared()
             return None
@@ -475,9 +474,9 @@ class Surgery:
 
     def _take_ahead(self, state: Mapping[str, Any]) -> GraphModule | None:
         """The program built ahead for ``state`` (:meth:`prepare_swap`), when that is the
-        state it was built for and nothing the build read has changed
-        since (the replacements' modules, parameters and buffers, and those tensors' in-place
-        versions); a build under way is waited for. Else None, and the build is dropped."""
+        state it was built for and nothing the build read has changed since (the
+        replacements' modules, parameters and buffers, and those tensors' in-place versions);
+        a build under way is waited for. Else None, and the build is dropped."""
         ahead, self._ahead = self._ahead, None
         if ahead is None:
             return None

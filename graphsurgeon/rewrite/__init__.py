@@ -215,7 +215,8 @@ def warm_up(
     pass that the build's objects bring due, which would otherwise land in a later click;
     unless the build runs inside ``hold()`` (a context made on its thread: the widget's
     collector hold, for a build the next click may want at once), whose business the passes
-    then are. Nothing is reported: a failure here is the next rewrite's to raise, with its own message.
+    then are. Nothing is reported: a failure here is the next rewrite's to raise, with its own
+    message.
 
     Example:
         >>> import torch, graphsurgeon as gs

@@ -496,7 +496,9 @@ class SurgeryWidget(anywidget.AnyWidget):
                 # put off while the clicks go on
                 self._warming = self._session.surgery.build_in_background(WARM_UP_DELAY)
             if PREPARE_DELAY is not None:
-                self._session.prepare_swap(PREPARE_DELAY)
+                # a head start only: what is wrong with the swap, Swap says when pressed
+                with contextlib.suppress(Exception):
+                    self._session.prepare_swap(PREPARE_DELAY)
 
     def _run_now(self, action: Callable[[], Any], *, catch: bool, from_page: bool) -> Any:
         try:
