@@ -424,11 +424,15 @@ def test_a_swap_chosen_in_the_picker_is_built_before_swap_is_pressed(gpt, monkey
     # the choice still stands for the module just swapped: nothing more to build
     assert widget.surgery._ahead is None
     # a choice for another module, then a click elsewhere (the choice goes): dropped
+    monkeypatch.setattr(_collector, "AHEAD_DELAY", 0.6)  # its own, for a build not taken
     widget.select("layers.0.attn")
     widget.choose("ns:fast")
-    assert widget.surgery._ahead is not None
+    dropped = widget.surgery._ahead
+    assert dropped is not None
     widget.select("layers.0")
     assert widget.surgery._ahead is None
+    dropped.thread.join(30)  # one begun finishes on its own, and lets the collector go
+    collector_back()
 
 
 def test_actions_in_a_loop_keep_the_collector_off_no_longer_than_the_longest_hold(gpt, monkeypatch):
