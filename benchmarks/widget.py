@@ -207,6 +207,28 @@ def timed_once(page, result: dict, key: str, action: str, done: str) -> float:
     return seconds
 
 
+SWAP_BUTTON = "document.querySelector('.gs-widget [data-gs-button=\"swap\"]')"
+
+
+def timed_swap(page, result: dict, key: str, remember: str) -> float:
+    """The replacement chosen in the picker for the module selected, then (once Swap is ready)
+    Swap pressed, timed once until the before/after picture shows; the widget must report no
+    error."""
+    page.select_option(".gs-widget select.gs-picker", "ns:replacement")
+    page.wait_for_function(f"() => !{SWAP_BUTTON}.disabled")  # chosen: Swap is ready
+    seconds = timed_once(
+        page,
+        result,
+        key,
+        remember + "root.querySelector('[data-gs-button=\"swap\"]').click();",
+        "return root.querySelector('.gs-views').value === 'merged' && "
+        "root.querySelector('.gs-viewport svg') !== window.__gsSvg;",
+    )
+    errors = kernel_run(page, "print(json.dumps(w.error))")
+    assert json.loads(errors) == {}, errors
+    return seconds
+
+
 def measure(page, name: str) -> dict:
     result: dict = {"program": name}
     state = kernel_run(
@@ -325,20 +347,7 @@ def measure(page, name: str) -> dict:
 
     # swap: select the attention, choose the replacement in the picker, press Swap
     kernel_run(page, f"w.select({target!r})")
-    page.select_option(".gs-widget select.gs-picker", "ns:replacement")
-    page.wait_for_function(  # chosen: the Swap button is enabled
-        "() => !document.querySelector('.gs-widget [data-gs-button=\"swap\"]').disabled"
-    )
-    result["swap"] = timed_once(
-        page,
-        result,
-        "swap",
-        remember + "root.querySelector('[data-gs-button=\"swap\"]').click();",
-        "return root.querySelector('.gs-views').value === 'merged' && "
-        "root.querySelector('.gs-viewport svg') !== window.__gsSvg;",
-    )
-    errors = kernel_run(page, "print(json.dumps(w.error))")
-    assert json.loads(errors) == {}, errors
+    result["swap"] = timed_swap(page, result, "swap", remember)
 
     # side by side: the same swap built on the click, as it was before the widget built the
     # swap chosen in its picker ahead (the same click, that build switched off)
@@ -348,23 +357,9 @@ def measure(page, name: str) -> dict:
         "_AHEAD, _widget.PREPARE_DELAY = _widget.PREPARE_DELAY, None\n"
         f"w.undo(); w.select(None); w.select({target!r})",
     )
-    page.wait_for_function(  # the page has it: nothing chosen, Swap not ready
-        "() => document.querySelector('.gs-widget [data-gs-button=\"swap\"]').disabled"
-    )
-    page.select_option(".gs-widget select.gs-picker", "ns:replacement")
-    page.wait_for_function(
-        "() => !document.querySelector('.gs-widget [data-gs-button=\"swap\"]').disabled"
-    )
-    result["swap_on_click"] = timed_once(
-        page,
-        result,
-        "swap_on_click",
-        remember + "root.querySelector('[data-gs-button=\"swap\"]').click();",
-        "return root.querySelector('.gs-views').value === 'merged' && "
-        "root.querySelector('.gs-viewport svg') !== window.__gsSvg;",
-    )
-    errors = kernel_run(page, "_widget.PREPARE_DELAY = _AHEAD\nprint(json.dumps(w.error))")
-    assert json.loads(errors) == {}, errors
+    page.wait_for_function(f"() => {SWAP_BUTTON}.disabled")  # the page has it: nothing chosen
+    result["swap_on_click"] = timed_swap(page, result, "swap_on_click", remember)
+    kernel_run(page, "_widget.PREPARE_DELAY = _AHEAD")
 
     # side by side: the kernel alone, the same swap on a fresh Surgery, and the DOT text of its
     # before/after picture (medians of three)

@@ -449,8 +449,7 @@ class Surgery:
         except GraphSurgeonError:
             self.drop_prepared()
             return None
-        base = self._states[self._position]
-        if list(state) == list(base) and all(state[n] is base[n] for n in state):
+        if _same_requests(state, self._states[self._position]):
             self.drop_prepared()  # no change: the swap just made, its choice still standing
             return None
         ahead = self._ahead
@@ -1363,11 +1362,12 @@ class _Ahead:
         """Whether this is the build of ``state`` (the same requests, in the same order, by
         identity) with the same regions: a program is made of those alone, whichever state
         the change was made from."""
-        return (
-            regions == self.regions
-            and list(state) == list(self.state)
-            and all(value is self.state[name] for name, value in state.items())
-        )
+        return regions == self.regions and _same_requests(state, self.state)
+
+
+def _same_requests(state: Mapping[str, Any], other: Mapping[str, Any]) -> bool:
+    """Whether two states hold the same requests, in the same order, by identity."""
+    return list(state) == list(other) and all(value is other[n] for n, value in state.items())
 
 
 def _fingerprint(state: Mapping[str, Any]) -> tuple:
