@@ -517,10 +517,23 @@ def svg_size(svg: str) -> tuple[float, float]:
 
 
 def inline_svg(svg: str) -> str:
-    """dot's SVG made fit to sit inside HTML: no XML prolog, doctype or comments, and its size
-    in pixels (CSS scales it down to the output's width; its viewBox keeps the proportions)."""
+    r"""dot's SVG made fit to sit inside HTML: no XML prolog, doctype or comments, no line
+    break between two elements, and its size in pixels (CSS scales it down to the output's
+    width; its viewBox keeps the proportions).
+
+    dot writes each element on a line of its own, and a page parses each line break between
+    two elements as a text node: at 384 layers, 6,600 of a picture's 13,700 nodes. They draw
+    nothing (SVG collapses white space), but every picture shown inserts, styles and lays them
+    out: without them, opening a layer at 384 layers in JupyterLab costs the page about a
+    third less (insertion 6 against 10 ms, style 30 against 50, layout 13 against 21). Line
+    breaks inside an element's text are not touched.
+
+    Example:
+        >>> inline_svg('<svg width="2pt" height="1pt">\n<g>\n<text>a</text>\n</g>\n</svg>\n')
+        '<svg width="3" height="1"><g><text>a</text></g></svg>\n'
+    """
     start = svg.find("<svg")
-    svg = re.sub(r"<!--.*?-->\s*", "", svg[start:], flags=re.S)
+    svg = re.sub(r"<!--.*?-->\s*", "", svg[start:], flags=re.S).replace(">\n<", "><")
     width, height = svg_size(svg)
 
     def pixels(match: re.Match) -> str:

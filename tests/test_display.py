@@ -198,6 +198,33 @@ def test_draw_shows_inline_svg_with_tooltips_ids_and_a_short_text(gpt):
 
 
 @needs_dot
+def test_inline_svg_keeps_every_element_and_drops_the_line_breaks_between_them(gpt):
+    import xml.etree.ElementTree as ET
+
+    from graphsurgeon.display import inline_svg
+
+    _, _, ep, _ = gpt
+    raw = gs.draw(ep).view.laid_out("svg").decode()
+    assert raw.count(">\n<") > 100, "precondition: dot writes one element a line"
+    inline = inline_svg(raw)
+    assert ">\n<" not in inline
+
+    def elements(text):
+        root = ET.fromstring(text[text.find("<svg") :])
+        return [
+            (e.tag, {k: v for k, v in e.attrib.items() if k not in ("width", "height")}, e.text)
+            for e in root.iter()
+            if e.tag != "{http://www.w3.org/2000/svg}svg"
+        ]
+
+    def stripped(text):  # the text of an element with its white space as the page draws it
+        return [(tag, attrib, (t or "").strip()) for tag, attrib, t in elements(text)]
+
+    assert stripped(inline) == stripped(raw), "every element, attribute and label kept"
+    assert all((t or "").strip() or not t for _, _, t in elements(inline)), "no blank text left"
+
+
+@needs_dot
 def test_draw_collapses_further_until_the_picture_fits_a_notebook():
     from graphsurgeon.display import svg_size
     from graphsurgeon.drawing import FIT_WIDTH, MAX_HEIGHT
