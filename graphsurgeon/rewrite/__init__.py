@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import inspect
-import linecache
 import threading
 import types
 import weakref
@@ -42,6 +41,7 @@ from ..partition import call_name, program_index, split_call_name
 from . import _turns
 from ._builder import _Builder, compiled_parts, input_guard
 from ._cut import cut_call
+from ._parts import forget_lines
 from ._plan import FUSE, FunctionModule, _plan, as_module, call_misfit, check_module
 from ._turns import interactive, pause_point, waiting_for_rewrite
 from ._writer import _exported_mode, safe_path
@@ -92,7 +92,7 @@ def _forget_source_with(module: GraphModule) -> None:
 
 def _forget_source(sources: dict, key: str) -> None:
     sources.pop(key, None)
-    linecache.cache.pop(key, None)
+    forget_lines(key)  # run by the collector, on whichever thread it runs
 
 
 def _interpreted_forward(gm: GraphModule):

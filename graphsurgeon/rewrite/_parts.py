@@ -45,7 +45,7 @@ from torch.fx.graph import (
 
 from . import _turns
 
-__all__ = ["PartCache", "Unsupported", "write_in_parts"]
+__all__ = ["PartCache", "Unsupported", "forget_lines", "write_in_parts"]
 
 #: Tests set this: every part taken from the cache is also written afresh and the two compared.
 CHECK_KEPT_PARTS = False
@@ -58,6 +58,21 @@ _SMALLEST = 16
 _LARGEST = 384
 _PART = "_gs_part_"
 _NAMES_KEPT = 1 << 20  # node names a cache remembers as checked, at most
+
+
+def forget_lines(filename: str) -> None:
+    """Let go of the source lines ``linecache`` holds for generated code (a part, a program's
+    forward), keeping its entry: ``linecache.checkcache()`` lists the entries, then reads each,
+    and one removed meanwhile by another thread raises KeyError in it (in a doctest, pdb, a
+    traceback). Parts are dropped on a warm-up's thread and programs when the collector frees
+    them, on any thread. The entry left holds no lines (a few dozen bytes)."""
+    if filename in linecache.cache:
+        linecache.cache[filename] = (0, None, [], filename)
+
+
+def _has_lines(filename: str) -> bool:
+    entry = linecache.cache.get(filename)
+    return entry is not None and (len(entry) == 1 or bool(entry[2]))
 
 
 class Unsupported(Exception):
@@ -130,7 +145,7 @@ class PartCache:
         self.code[text] = code
         while len(self.code) > self.limit:
             _, dropped = self.code.popitem(last=False)
-            linecache.cache.pop(dropped.co_filename, None)
+            forget_lines(dropped.co_filename)
         return code
 
     def kept_part(self, origins: tuple[Node, ...]) -> _KeptPart | None:
@@ -148,7 +163,7 @@ class PartCache:
             return None
         self.parts.move_to_end(origins)
         filename = kept.code.co_filename
-        if filename not in linecache.cache:  # its code left `code` since: its source, again
+        if not _has_lines(filename):  # its code left `code` since: its source, again
             linecache.cache[filename] = (len(kept.text), None, kept.text.splitlines(True), filename)
         return kept
 
@@ -157,7 +172,7 @@ class PartCache:
         while len(self.parts) > self.limit:
             _, dropped = self.parts.popitem(last=False)
             if self.code.get(dropped.text) is not dropped.code:  # nothing else shows its source
-                linecache.cache.pop(dropped.code.co_filename, None)
+                forget_lines(dropped.code.co_filename)
 
 
 _ARGS = operator.attrgetter("args")
