@@ -15,6 +15,7 @@ import re
 import shutil
 import time
 import xml.etree.ElementTree as ET
+import zlib
 from html import escape as html_escape
 from html import unescape as html_unescape
 from pathlib import Path
@@ -49,7 +50,7 @@ from torch import nn
 import graphsurgeon as gs
 from graphsurgeon.checks.verify import eager_reference
 from graphsurgeon.display import comparison_table, history_table, id_text
-from graphsurgeon.examples import FusedAttention, GeluTanhMLP
+from graphsurgeon.examples import FusedAttention, GeluTanhMLP, TinyGPT
 from graphsurgeon.partition import call_index
 from graphsurgeon.render import graph_view, layer_calls
 from graphsurgeon.widget import ACTIONS, SurgerySession
@@ -1177,6 +1178,76 @@ def test_the_page_gets_the_picture_deflated_under_a_key_of_its_text(gpt):
     assert (
         widget.tree_key != tree_key and zlib.decompress(widget.tree_packed).decode() == widget.tree
     )
+
+
+@pytest.fixture(scope="module")
+def tall_picture():
+    """The default picture of a 40-layer decoder: every layer a box, 2,230 points tall."""
+    torch.manual_seed(0)
+    model = TinyGPT(n_layers=40).eval()
+    tokens = model.example_input()
+    return gs.SurgeryWidget(gs.export(model, (tokens,)), args=(tokens,))
+
+
+def _drawn(text: str) -> list[tuple[str, str]]:
+    """The elements a picture draws, as ``(id, its markup)``: dot's groups at its top level."""
+    return [
+        (m[1], m[0])
+        for m in re.finditer(r'<g id="([^"]*)" class="(?:node|edge|cluster)[^"]*">', text)
+    ]
+
+
+def test_a_tall_picture_reaches_the_page_in_tiles_holding_each_element_once(tall_picture):
+    from graphsurgeon.widget._tiles import TILE_HEIGHT, tiled
+
+    svg = tall_picture.svg
+    box = [float(v) for v in re.search(r'viewBox="([^"]+)"', svg)[1].split()]
+    assert box[3] > 3 * TILE_HEIGHT, "precondition: a picture of several tiles"
+    sent = zlib.decompress(tall_picture.svg_packed).decode()
+    assert sent == tiled(svg) and sent != svg
+    page = ET.fromstring(sent)  # well-formed: one box, the picture's svg, then the tiles
+    assert (
+        page.get("class") == "gs-tiled"
+        and page.get("data-gs-width") == re.search(r'<svg width="([\d.]+)"', svg)[1]
+    )
+    own, *tiles = list(page)
+    assert own.tag.endswith("svg") and len(tiles) >= 3
+    assert all(t.get("class") == "gs-tile" and "top:" in t.get("style") for t in tiles)
+    # every element once, each tile's in dot's order; clusters drawn first, under the tiles
+    ids = [i for i, _ in _drawn(sent)]
+    assert sorted(ids) == sorted(i for i, _ in _drawn(svg)) and len(set(ids)) == len(ids)
+    order = {i: k for k, (i, _) in enumerate(_drawn(svg))}
+    for part in sent.split('<div class="gs-tile"')[1:]:
+        inside = [order[i] for i, _ in _drawn(part)]
+        assert inside == sorted(inside) and inside
+    assert all('class="cluster' not in part for part in sent.split('<div class="gs-tile"')[1:])
+    # a tile's box holds what its elements draw: every y they are written with, in its strip
+    for tile in tiles:
+        view = [float(v) for v in tile[0].get("viewBox").split()]
+        transform = re.search(r"translate\(([-\d.]+) ([-\d.]+)\)", sent)
+        ty = float(transform[2])
+        for group in tile[0][0]:
+            text = ET.tostring(group, encoding="unicode")
+            ys = [
+                float(y)
+                for y in re.findall(
+                    r",(-?[\d.]+)", " ".join(re.findall(r'(?:points|d)="([^"]*)"', text))
+                )
+            ]
+            assert ys and view[1] <= min(ys) + ty and max(ys) + ty <= view[1] + view[3]
+
+
+def test_a_small_picture_or_one_not_drawn_by_dot_reaches_the_page_whole(gpt, tall_picture):
+    from graphsurgeon.widget._tiles import tiled
+
+    widget, _, _ = gpt
+    assert zlib.decompress(widget.svg_packed).decode() == widget.svg == tiled(widget.svg)
+    svg = tall_picture.svg
+    assert tiled(svg) != svg, "precondition: tall, dot's own"
+    assert tiled(svg.replace('class="graph"', 'class="other"', 1)) == svg.replace(
+        'class="graph"', 'class="other"', 1
+    )
+    assert tiled(svg) == tiled(svg), "deterministic"
 
 
 def test_names_that_are_markup_reach_the_page_escaped():

@@ -95,10 +95,14 @@ for _ in range(8):  # a module eight levels down
     deep_model = nn.Sequential(deep_model, nn.ReLU())
 deep = gs.SurgeryWidget(gs.export(deep_model.eval(), (torch.randn(2, 4),)))
 deep""",
+    """\
+tall_model = TinyGPT(n_layers=40).eval()  # every layer a box: a picture of several tiles
+tall = gs.SurgeryWidget(gs.export(tall_model, (tokens,)), args=(tokens,))
+tall""",
 ]
 
 # The widgets of the notebook, in order.
-TINY, NAMED, HF, DEEP = 0, 1, 2, 3
+TINY, NAMED, HF, DEEP, TALL = 0, 1, 2, 3, 4
 
 
 @pytest.fixture(scope="module", params=["lab", "notebook"])
@@ -112,7 +116,7 @@ def page(request, tmp_path_factory):
         page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
         run_notebook(page, lab, "widget.ipynb")
         page.wait_for_function(
-            "() => document.querySelectorAll('.gs-widget .gs-viewport svg').length >= 4"
+            "() => document.querySelectorAll('.gs-widget .gs-viewport svg').length >= 5"
         )
         page.dialogs, page.app, page.lab = dialogs, app, lab
         yield page
@@ -513,6 +517,98 @@ def test_going_back_to_the_oldest_picture_kept_shows_it(page):
     assert in_kernel(page, "w.svg_key") == first, "precondition: the kernel is back on it"
     page.wait_for_function(f"(k) => {key} === k", arg=first, timeout=10_000)
     assert page.evaluate(f"() => {nth(TINY)}.querySelectorAll('.gs-viewport svg').length") == 1
+
+
+# Pixels of two screenshots (base64 PNGs) that differ at all, and that differ clearly from
+# every pixel around them in the other, and the pixels in all. Clearly: by more than the
+# blend of a line's edge with what is under it differs when the line is drawn a fraction of a
+# pixel apart (90 of 765 at most, measured); a stroke there or not differs by 300 or more.
+DIFFERING = """async ([a, b]) => {
+    const load = (data) => new Promise((done) => {
+        const image = new Image(); image.onload = () => done(image);
+        image.src = 'data:image/png;base64,' + data;
+    });
+    const images = await Promise.all([load(a), load(b)]);
+    const [width, height] = [images[0].width, images[0].height];
+    const [first, second] = images.map((image) => {
+        const canvas = document.createElement('canvas');
+        canvas.width = width; canvas.height = height;
+        const context = canvas.getContext('2d');
+        context.drawImage(image, 0, 0);
+        return context.getImageData(0, 0, width, height).data;
+    });
+    const distance = (p, i, q, j) => Math.abs(p[i] - q[j]) + Math.abs(p[i + 1] - q[j + 1])
+        + Math.abs(p[i + 2] - q[j + 2]);
+    const near = (p, q, x, y) => {
+        for (let dy = -1; dy <= 1; dy++) for (let dx = -1; dx <= 1; dx++) {
+            const u = x + dx, v = y + dy;
+            if (u < 0 || v < 0 || u >= width || v >= height) continue;
+            if (distance(p, 4 * (y * width + x), q, 4 * (v * width + u)) <= 150) return true;
+        }
+        return false;
+    };
+    let any = 0, clear = 0;
+    for (let y = 0; y < height; y++) for (let x = 0; x < width; x++) {
+        const i = 4 * (y * width + x);
+        if (!distance(first, i, second, i)) continue;
+        any++;
+        if (!near(first, second, x, y) || !near(second, first, x, y)) clear++;
+    }
+    return [any, clear, width * height];
+}"""
+
+
+def test_a_tall_picture_comes_in_tiles_that_look_and_click_as_one_picture(page):
+    import base64
+
+    tall = page.locator(".gs-widget").nth(TALL)
+    to_top(page, TALL)
+    view = f"{nth(TALL)}.querySelector('.gs-viewport')"
+    tiles = page.evaluate(f"() => {view}.querySelectorAll(':scope > .gs-tiled > .gs-tile').length")
+    assert tiles >= 3, "precondition: the picture comes in tiles"
+    # the same pixels as the picture drawn whole, at its top, its middle and its bottom
+    whole = in_kernel(page, "tall.svg")
+    height = page.evaluate(f"() => {view}.scrollHeight - {view}.clientHeight")
+    assert height > 1000, "precondition: the picture scrolls"
+    page.mouse.move(1, 1)  # off the picture: nothing is marked as hovered
+    shots = {}
+    for drawn in ("tiles", "whole"):
+        if drawn == "whole":
+            page.evaluate(
+                f"(svg) => {{ const v = {view}; window.__gsTiles = [...v.childNodes]; "
+                "v.innerHTML = svg; }",
+                whole,
+            )
+        for top in (0, height // 2, height):
+            page.evaluate(f"() => {{ {view}.scrollTop = {top}; }}")
+            page.wait_for_timeout(100)
+            shots[drawn, top] = base64.b64encode(tall.locator(".gs-viewport").screenshot()).decode()
+    page.evaluate(f"() => {view}.replaceChildren(...window.__gsTiles)")
+    for top in (0, height // 2, height):
+        differing, clearly, pixels = page.evaluate(
+            DIFFERING, [shots["tiles", top], shots["whole", top]]
+        )
+        assert clearly == 0 and differing < pixels / 1000, (top, differing, clearly)
+    # a click on a box in the last tiles selects it, as the browser's own hit test finds it
+    tall.locator('[id="module:layers.38"]').click()
+    page.wait_for_function(
+        f"() => {view}.querySelector('[id=\"module:layers.38\"]').classList.contains('gs-selected')"
+    )
+    assert in_kernel(page, "tall.selected") == "layers.38"
+    # a double-click opens it (a new picture, in tiles again), and run to selection there
+    # brings the current op into view from the top of the picture
+    tall.locator('[id="module:layers.38"]').dblclick()
+    page.wait_for_function(f"() => !!{view}.querySelector('[id=\"cluster:layers.38\"]')")
+    assert page.evaluate(f"() => !!{view}.querySelector(':scope > .gs-tiled')")
+    kernel_run(page, "tall.select('layers.38.attn')")
+    page.evaluate(f"() => {{ {view}.scrollTop = 0; }}")
+    tall.locator('[data-gs-button="run_to_selection"]').click()
+    page.wait_for_function(
+        f"(id) => {{ const c = {view}.querySelector('.gs-current'); return c && c.id === id; }}",
+        arg=in_kernel(page, "tall.current"),
+    )
+    assert in_picture(page, TALL), "after run to selection"
+    screenshot(page, f"widget-{page.app}-tall.png")
 
 
 def test_names_that_are_markup_are_shown_as_text_and_run_nothing(page):

@@ -25,6 +25,7 @@ from ..partition import Partition, call_index, program_index
 from ..render import GraphView, graph_view
 from ..render.picture import Picture, PictureNode
 from ..rewrite import swap_info
+from ._tiles import tiled
 
 __all__ = ["DEPTHS", "FOLD_RUNS", "OVERLAYS", "VIEWS", "PendingLayout", "Scene", "View"]
 
@@ -105,10 +106,11 @@ class Scene:
 
     @property
     def packed(self) -> tuple[str, bytes]:
-        """The SVG as the page receives it: :func:`packed` of its text, made once per scene
-        (2-3 ms at 384 layers)."""
+        """The SVG as the page receives it: :func:`packed` of its text, a tall one in tiles
+        the page draws as they come into view (:func:`._tiles.tiled`), made once per scene
+        (13 ms at 384 layers, 10 of them tiling)."""
         if self._packed is None:
-            self._packed = packed(self.svg)
+            self._packed = packed(tiled(self.svg))
         return self._packed
 
     @classmethod

@@ -55,9 +55,10 @@ function storeSize(key, value) {
   try { window.localStorage.setItem(STORAGE + key, String(value)); } catch (e) { /* not kept */ }
 }
 
-// A picture's natural width in CSS pixels: dot writes its size in points.
+// A picture's natural width in CSS pixels: dot writes its size in points (a tall picture
+// comes in tiles: its box says the width of the picture it holds).
 function naturalWidth(svg) {
-  const width = svg.getAttribute("width") || "";
+  const width = svg.getAttribute("data-gs-width") || svg.getAttribute("width") || "";
   const number = parseFloat(width);
   if (!number) return svg.getBoundingClientRect().width;
   return width.endsWith("pt") ? number * 4 / 3 : number;
@@ -245,12 +246,14 @@ function render({ model, el }) {
   // its natural size (node text >= 11 px): a wider picture scrolls rather than shrinks.
   let scale = null;
   let natural = 0;
-  const svgOf = () => viewport.querySelector("svg");
+  // the picture's box: its <svg>, or the box of a tall picture's tiles (its width in pixels)
+  const svgOf = () => viewport.querySelector(":scope > .gs-tiled, :scope > svg");
   function applyScale() {
     const svg = svgOf();
     if (!svg) return;
     if (scale === null) {
-      svg.style.width = ""; svg.style.maxWidth = "100%"; svg.style.minWidth = Math.round(natural * READABLE) + "px";
+      svg.style.width = svg.tagName === "svg" ? "" : natural + "px";
+      svg.style.maxWidth = "100%"; svg.style.minWidth = Math.round(natural * READABLE) + "px";
       root.classList.remove("gs-zoomed");
     } else {
       svg.style.minWidth = "";
