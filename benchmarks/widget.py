@@ -286,10 +286,19 @@ def measure(page, name: str) -> dict:
                 f"return !!root.querySelector('[id=\"cluster:{layer}\"]');",
             )
         )
-        if repeat == 0:  # select: ten different boxes or nodes after the open layer
+        if repeat == 0:  # select: ten different boxes or nodes from the open layer down
+            # (by where they are drawn: a tall picture's elements are in several svgs)
             ids = page.evaluate(
-                f"() => [...document.querySelectorAll('.gs-widget [id=\"cluster:{layer}\"] ~ g.node')]"
-                ".map(g => g.id).filter(i => /^(node|module):/.test(i)).slice(0, 10)"
+                f"""() => {{
+                    const view = document.querySelector('.gs-widget .gs-viewport');
+                    const top = view.querySelector('[id="cluster:{layer}"]')
+                        .getBoundingClientRect().top;
+                    return [...view.querySelectorAll('g.node')]
+                        .filter(g => /^(node|module):/.test(g.id))
+                        .map(g => [g.id, g.getBoundingClientRect().top])
+                        .filter(([, y]) => y >= top).sort((a, b) => a[1] - b[1])
+                        .slice(0, 10).map(([id]) => id);
+                }}"""
             )
             for element in ids:
                 selects.append(

@@ -1205,22 +1205,24 @@ def test_a_tall_picture_reaches_the_page_in_tiles_holding_each_element_once(tall
     assert box[3] > 3 * TILE_HEIGHT, "precondition: a picture of several tiles"
     sent = zlib.decompress(tall_picture.svg_packed).decode()
     assert sent == tiled(svg) and sent != svg
-    page = ET.fromstring(sent)  # well-formed: one box, the picture's svg, then the tiles
+    page = ET.fromstring(sent)  # well-formed: one box
     assert (
         page.get("class") == "gs-tiled"
         and page.get("data-gs-width") == re.search(r'<svg width="([\d.]+)"', svg)[1]
     )
-    own, *tiles = list(page)
-    assert own.tag.endswith("svg") and len(tiles) >= 3
+    *tiles, own = list(page)  # the tiles, then the picture's own svg (drawn under them)
+    assert own.tag.endswith("svg") and own[0].get("id") == "graph0" and len(tiles) >= 3
     assert all(t.get("class") == "gs-tile" and "top:" in t.get("style") for t in tiles)
     # every element once, each tile's in dot's order; clusters drawn first, under the tiles
     ids = [i for i, _ in _drawn(sent)]
     assert sorted(ids) == sorted(i for i, _ in _drawn(svg)) and len(set(ids)) == len(ids)
     order = {i: k for k, (i, _) in enumerate(_drawn(svg))}
-    for part in sent.split('<div class="gs-tile"')[1:]:
-        inside = [order[i] for i, _ in _drawn(part)]
+    strips = sent[: sent.rindex("<svg width=")].split('<div class="gs-tile"')[1:]
+    assert len(strips) == len(tiles)
+    for strip in strips:
+        inside = [order[i] for i, _ in _drawn(strip)]
         assert inside == sorted(inside) and inside
-    assert all('class="cluster' not in part for part in sent.split('<div class="gs-tile"')[1:])
+    assert all('class="cluster' not in strip for strip in strips)
     # a tile's box holds what its elements draw: every y they are written with, in its strip
     for tile in tiles:
         view = [float(v) for v in tile[0].get("viewBox").split()]
