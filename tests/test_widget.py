@@ -2393,8 +2393,9 @@ def test_the_widget_imports_no_private_name_and_reads_no_private_attribute():
     # every reach is seen, but _meta (shared by design) and self._seen (its own)
     assert len(found) == 5, found
     widget = sorted(m for m in MODULES if m.startswith("graphsurgeon.widget"))
-    # the face, the widget, the session, its six concerns, panels, the collector's hold
-    assert len(widget) == 11, widget
+    # the face, the widget, the session, its six concerns, panels, the collector's hold, and
+    # the picture as the page gets it (tiles)
+    assert len(widget) == 12, widget
     for module in widget:
         source = MODULES[module].read_text()
         assert _private_reaches(module, source) == [], module
