@@ -10,7 +10,9 @@ Face Llama built from a small config: the default view, stepping with the keyboa
 op in view after run to selection and continue, stepping into a swapped call (its replacement
 drawn beside, readable), the error overlay's heat colours and
 legend, a comparison's table read as a card per row in the narrow panel column, and a region
-chosen by shift-clicks with its similar places marked. Last, the notebook
+chosen by shift-clicks with its similar places marked. A 40-layer decoder's picture, tall
+enough to come in tiles, looks as the picture drawn whole (pixel by pixel) and clicks, opens
+and steps as one picture. Last, the notebook
 is saved, its kernel shut down and the notebook opened again: the static picture shows where
 the widget was. Screenshots go to out/screenshots/ (two are the README's: docs/images/).
 """
