@@ -55,12 +55,12 @@ function storeSize(key, value) {
   try { window.localStorage.setItem(STORAGE + key, String(value)); } catch (e) { /* not kept */ }
 }
 
-// A picture's natural width in CSS pixels: dot writes its size in points (a tall picture
-// comes in tiles: its box says the width of the picture it holds).
-function naturalWidth(svg) {
-  const width = svg.getAttribute("data-gs-width") || svg.getAttribute("width") || "";
+// A picture's natural width in CSS pixels, from its box: an <svg> (dot writes its size in
+// points), or the box of a tall picture's tiles (which says the width of the picture it holds).
+function naturalWidth(box) {
+  const width = box.getAttribute("data-gs-width") || box.getAttribute("width") || "";
   const number = parseFloat(width);
-  if (!number) return svg.getBoundingClientRect().width;
+  if (!number) return box.getBoundingClientRect().width;
   return width.endsWith("pt") ? number * 4 / 3 : number;
 }
 
@@ -247,17 +247,17 @@ function render({ model, el }) {
   let scale = null;
   let natural = 0;
   // the picture's box: its <svg>, or the box of a tall picture's tiles (its width in pixels)
-  const svgOf = () => viewport.querySelector(":scope > .gs-tiled, :scope > svg");
+  const pictureBox = () => viewport.querySelector(":scope > .gs-tiled, :scope > svg");
   function applyScale() {
-    const svg = svgOf();
-    if (!svg) return;
+    const box = pictureBox();
+    if (!box) return;
     if (scale === null) {
-      svg.style.width = svg.tagName === "svg" ? "" : natural + "px";
-      svg.style.maxWidth = "100%"; svg.style.minWidth = Math.round(natural * READABLE) + "px";
+      box.style.width = box.tagName === "svg" ? "" : natural + "px"; // an svg has its width attribute
+      box.style.maxWidth = "100%"; box.style.minWidth = Math.round(natural * READABLE) + "px";
       root.classList.remove("gs-zoomed");
     } else {
-      svg.style.minWidth = "";
-      svg.style.maxWidth = "none"; svg.style.width = natural * scale + "px"; root.classList.add("gs-zoomed");
+      box.style.minWidth = "";
+      box.style.maxWidth = "none"; box.style.width = natural * scale + "px"; root.classList.add("gs-zoomed");
     }
   }
   function current() {
@@ -596,8 +596,8 @@ function render({ model, el }) {
     else { viewport.innerHTML = text; shownSize = text.length; shownClicks = clicks; }
     shownKey = key;
     viewport.dataset.gsKey = key; // which picture is shown (the kernel's w.svg_key)
-    const svg = svgOf();
-    natural = svg ? naturalWidth(svg) : 0;
+    const box = pictureBox();
+    natural = box ? naturalWidth(box) : 0;
     applyScale();
     markSoon();
     markTyped();
