@@ -12,7 +12,15 @@ Reported:
 - growth: a one-layer swap at each size as a ratio to the same swap at the smallest size run
   (an edit should cost what it changes, not what the program holds);
 - the forward at batch 1 under no_grad, as a ratio to the eager model carrying the same
-  replacements (runs interleaved in a rotating order, median);
+  replacements (runs interleaved in a rotating order, median): to ``eager_reference`` (deep
+  copies of the model and of the replacements, as ``gs.verify`` runs it), and to the model
+  with the very parameters and replacement objects the swapped program runs ("same
+  modules"). Two deep copies of one model can differ by a few percent from each other (where
+  their memory lies), more than what the swapped program adds; the second ratio runs the
+  same memory;
+- what a swapped call costs over eager's loop over its layers, in µs per call: every layer
+  swapped for an ``nn.Identity`` (so nothing else runs), the swapped program against the
+  model carrying those very modules;
 - the input check a swapped program runs first (shapes, constants, structure, as
   ``ep.module()`` checks them): its own time per call and its share of the gs forward. It is
   included in the forward ratio above;
@@ -63,6 +71,19 @@ def forward_ratio(modules: dict, tokens: torch.Tensor, rounds: int) -> dict:
                 modules[name](tokens)
                 times[name].append(time.perf_counter() - start)
     return {name: statistics.median(values) for name, values in times.items()}
+
+
+def call_overhead(model: torch.nn.Module, ep, tokens: torch.Tensor, rounds: int) -> float:
+    """µs per swapped call that the swapped program spends over eager's loop: every layer
+    swapped for an ``nn.Identity``, against the model carrying those very modules."""
+    layers = len(model.layers)
+    request = {f"layers.{i}": torch.nn.Identity() for i in range(layers)}
+    gm = gs.swap(ep, request)
+    same = copy.deepcopy(model, {id(p): p for p in model.parameters()})
+    for i in range(layers):
+        same.layers[i] = request[f"layers.{i}"]
+    forward = forward_ratio({"eager": same, "gs": gm}, tokens, 10 * rounds)
+    return (forward["gs"] - forward["eager"]) / layers * 1e6
 
 
 def guard_time(gm: torch.fx.GraphModule, tokens: torch.Tensor, calls: int = 2000) -> float:
@@ -124,11 +145,21 @@ def run(layers: int, repeat: int, rounds: int) -> list[dict]:
         reference = eager_reference(model, request)
         if not gs.verify(reference, gm, (tokens,)):
             raise SystemExit(f"{layers} layers, {label}: the swapped program does not match")
-        forward = forward_ratio({"eager": reference, "gs": gm, "torch": torch_gm}, tokens, rounds)
+        # the very objects gs's program runs: the model's parameters (the program holds
+        # them, not copies) and the replacements
+        same = copy.deepcopy(model, {id(p): p for p in model.parameters()})
+        for name, replacement in request.items():
+            same.layers[int(name.split(".")[1])] = replacement
+        forward = forward_ratio(
+            {"eager": reference, "same": same, "gs": gm, "torch": torch_gm}, tokens, rounds
+        )
         guard = guard_time(gm, tokens)
         kept = written = None
+        overhead = None
         if count == 1:
             kept, written = kept_parts_ratio(fresh, request, max(6, 3 * repeat))
+        else:
+            overhead = call_overhead(model, fresh, tokens, rounds)
         rows.append(
             {
                 "layers": layers,
@@ -144,6 +175,8 @@ def run(layers: int, repeat: int, rounds: int) -> list[dict]:
                 "eager_fwd_ms": forward["eager"] * 1e3,
                 "gs_fwd_ratio": forward["gs"] / forward["eager"],
                 "torch_fwd_ratio": forward["torch"] / forward["eager"],
+                "gs_same_ratio": forward["gs"] / forward["same"],
+                "call_overhead_us": overhead,
                 "guard_us": guard * 1e6,
                 "guard_share": guard / forward["gs"],
                 "kept_ms": kept * 1e3 if kept else None,
@@ -153,7 +186,8 @@ def run(layers: int, repeat: int, rounds: int) -> list[dict]:
         print(
             f"  {layers:>3} layers, {label:<10}: gs {gs_median * 1e3:7.1f} ms "
             f"(first {gs_first * 1e3:6.1f}), torch {torch_median * 1e3:7.1f} ms, "
-            f"{torch_median / gs_median:5.1f}x; forward gs {forward['gs'] / forward['eager']:.3f}x, "
+            f"{torch_median / gs_median:5.1f}x; forward gs {forward['gs'] / forward['eager']:.3f}x "
+            f"({forward['gs'] / forward['same']:.3f}x of the same modules), "
             f"torch {forward['torch'] / forward['eager']:.3f}x of eager; input check "
             f"{guard * 1e6:.1f} µs ({guard / forward['gs']:.2%} of the gs forward)",
             file=sys.stderr,
@@ -184,14 +218,15 @@ def main() -> None:
     print()
     print(
         "| layers | nodes | swapped | gs.swap | first call | _swap_modules | speedup | µs/node "
-        "| forward vs eager: gs | torch | input check |"
+        "| forward vs eager: gs | gs vs same modules | torch | input check |"
     )
-    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
             f"| {r['layers']} | {r['nodes']:,} | {r['swap']} | {r['gs_ms']:.1f} ms | "
             f"{r['gs_first_ms']:.1f} ms | {r['torch_ms']:.0f} ms | {r['speedup']:.1f}x | "
-            f"{r['gs_us_per_node']:.1f} | {r['gs_fwd_ratio']:.3f}x | {r['torch_fwd_ratio']:.3f}x | "
+            f"{r['gs_us_per_node']:.1f} | {r['gs_fwd_ratio']:.3f}x | {r['gs_same_ratio']:.3f}x | "
+            f"{r['torch_fwd_ratio']:.3f}x | "
             f"{r['guard_us']:.1f} µs ({r['guard_share']:.2%}) |"
         )
     one = [r for r in rows if r["swap"] == "1 layer"]
@@ -202,6 +237,17 @@ def main() -> None:
         base = one[0]["gs_ms"]
         growth = " | ".join(f"{r['gs_ms'] / base:.2f}x" for r in one)
         print(f"| gs.swap vs {one[0]['layers']} layers | {growth} |")
+    every = [r for r in rows if r["call_overhead_us"] is not None]
+    if every:
+        print()
+        print(
+            "| every layer swapped for nn.Identity | "
+            + " | ".join(f"{r['layers']} layers" for r in every)
+            + " |"
+        )
+        print("|---|" + "---:|" * len(every))
+        costs = " | ".join(f"{r['call_overhead_us']:.2f} µs" for r in every)
+        print(f"| a swapped call over eager's loop | {costs} |")
     print()
     print("| one-layer swap, one process | kept parts taken whole | every part written | ratio |")
     print("|---|---:|---:|---:|")

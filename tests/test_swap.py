@@ -8,6 +8,7 @@ really changes the output.
 from __future__ import annotations
 
 import copy
+import linecache
 import operator
 import pickle
 from collections import OrderedDict
@@ -927,6 +928,61 @@ def test_a_nested_tensor_returned_is_a_replacement_error_not_torchs_internal_err
         gs.ReplacementError, match=r"'1' \(Nested\) returned a nested tensor of 2 parts"
     ):
         gm(x)
+
+
+class _Gives(nn.Module):
+    """Returns ``make(x)``: a single-tensor output of the shape, dtype, device or kind asked."""
+
+    def __init__(self, make):
+        super().__init__()
+        self.make = make
+
+    def forward(self, x):
+        return self.make(x)
+
+
+@pytest.mark.parametrize(
+    ("make", "got"),
+    [
+        (lambda x: x[:, :4], r"f32\[2, 4\]"),
+        (lambda x: x.double(), r"f64\[2, 8\]"),
+        (lambda x: x.to("meta"), r"f32\[2, 8\] on the meta device"),
+        (lambda x: x.to_sparse(), r"sparse"),
+        (lambda x: x[None], r"f32\[1, 2, 8\]"),
+    ],
+    ids=["shape", "dtype", "meta device", "sparse layout", "another rank"],
+)
+def test_a_single_tensor_output_is_checked_on_each_rule(make, got):
+    # the common case is checked inline (no call of ExpectedTensor.matches): each rule of the
+    # full check must still refuse, naming the call
+    model, x = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8)).eval(), torch.randn(2, 8)
+    ep = gs.export(model, (x,))
+    assert torch.equal(gs.swap(ep, {"1": _Gives(torch.relu)})(x), model(x))  # precondition
+    gm = gs.swap(ep, {"1": _Gives(make)})
+    with pytest.raises(gs.ReplacementError, match=rf"'1' \(_Gives\) returned .*{got}"):
+        gm(x)
+
+
+def test_a_parameter_returned_where_a_tensor_is_expected_passes():
+    # a Tensor subclass takes the full check, not the inline one: still accepted
+    model, x = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8)).eval(), torch.randn(2, 8)
+    held = nn.Parameter(torch.randn(2, 8))
+    gm = gs.swap(gs.export(model, (x,)), {"1": _Gives(lambda _x: held)})
+    assert torch.equal(gm(x), model[2](held))
+
+
+def test_a_module_set_on_the_swapped_program_is_the_one_its_forward_calls():
+    # the forward reads each called module from the program's module tree at run time (through
+    # _modules, not nn.Module.__getattr__): one set afterwards, as on any module, is called
+    model, x = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8)).eval(), torch.randn(2, 8)
+    gm = gs.swap(gs.export(model, (x,)), {"1": nn.ReLU()})
+    written = "".join(
+        "".join(linecache.getlines(p.__code__.co_filename)) for p in _part_functions(gm)
+    )
+    assert "self._modules['1'](" in written
+    assert torch.equal(gm(x), model(x))  # precondition
+    setattr(gm, "1", nn.Tanh())
+    assert torch.equal(gm(x), model[2](torch.tanh(model[0](x))))
 
 
 # -- modes: a swapped program keeps the mode its nodes were exported in --------------------

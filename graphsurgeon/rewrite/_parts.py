@@ -16,7 +16,8 @@ it disturbed: :func:`write_in_parts`'s ``disturbed``) is not written at all: its
 and the values it reads and returns are kept by the program nodes it copies, in order.
 
 The generated code is fx's, line for line (the same op calls, the same attribute reads, values
-freed after their last use), in parts. A graph this writer does not cover (a node kind or an
+freed after their last use), in parts; a called module is read from ``_modules`` along its path
+(:func:`_called_module`). A graph this writer does not cover (a node kind or an
 argument it does not spell, a name it would shadow) is written by fx's own generator, whole.
 """
 
@@ -231,13 +232,24 @@ def _attribute(target: str) -> str:
     return _format_target("self", target)
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _called_module(target: str) -> str:
+    """The module a ``call_module`` node calls, read from the ``_modules`` of each module on its
+    path: ``self._modules['layers']._modules['0']``. fx writes ``getattr(self.layers, "0")``,
+    two calls of ``nn.Module.__getattr__`` (1.5 µs; the dict reads take 0.08): in a program
+    with every layer swapped that was most of what a call cost over eager's loop over its
+    layers. The modules on the path are the program's own plain modules (the rewrite installs
+    each replacement under modules it makes), which hold their children in ``_modules`` only."""
+    return "self" + "".join(f"._modules[{part!r}]" for part in target.split("."))
+
+
 def _line(node: Node, cache: PartCache, fast: Any) -> str:
     """The statement computing ``node`` (fx's text for it, without type annotations)."""
     op, target, name = node.op, node.target, node.name
     if op == "get_attr":
         return f"{name} = {_attribute(target)}"
     if op == "call_module":
-        return f"{name} = {_attribute(target)}({_arguments(node, cache)})"
+        return f"{name} = {_called_module(target)}({_arguments(node, cache)})"
     if op == "call_method":
         if not node.args:
             raise Unsupported("a method call without a receiver")
