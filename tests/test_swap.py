@@ -35,6 +35,7 @@ from helpers.swap_models import (
     DoubleCounter,
     EncoderReplacement,
     FusedRMSNorm,
+    Gives,
     Halve,
     HeadsReplacement,
     HoldsScale,
@@ -930,17 +931,6 @@ def test_a_nested_tensor_returned_is_a_replacement_error_not_torchs_internal_err
         gm(x)
 
 
-class _Gives(nn.Module):
-    """Returns ``make(x)``: a single-tensor output of the shape, dtype, device or kind asked."""
-
-    def __init__(self, make):
-        super().__init__()
-        self.make = make
-
-    def forward(self, x):
-        return self.make(x)
-
-
 @pytest.mark.parametrize(
     ("make", "got"),
     [
@@ -957,9 +947,9 @@ def test_a_single_tensor_output_is_checked_on_each_rule(make, got):
     # full check must still refuse, naming the call
     model, x = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8)).eval(), torch.randn(2, 8)
     ep = gs.export(model, (x,))
-    assert torch.equal(gs.swap(ep, {"1": _Gives(torch.relu)})(x), model(x))  # precondition
-    gm = gs.swap(ep, {"1": _Gives(make)})
-    with pytest.raises(gs.ReplacementError, match=rf"'1' \(_Gives\) returned .*{got}"):
+    assert torch.equal(gs.swap(ep, {"1": Gives(torch.relu)})(x), model(x))  # precondition
+    gm = gs.swap(ep, {"1": Gives(make)})
+    with pytest.raises(gs.ReplacementError, match=rf"'1' \(Gives\) returned .*{got}"):
         gm(x)
 
 
@@ -967,7 +957,7 @@ def test_a_parameter_returned_where_a_tensor_is_expected_passes():
     # a Tensor subclass takes the full check, not the inline one: still accepted
     model, x = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8)).eval(), torch.randn(2, 8)
     held = nn.Parameter(torch.randn(2, 8))
-    gm = gs.swap(gs.export(model, (x,)), {"1": _Gives(lambda _x: held)})
+    gm = gs.swap(gs.export(model, (x,)), {"1": Gives(lambda _x: held)})
     assert torch.equal(gm(x), model[2](held))
 
 
@@ -1453,19 +1443,27 @@ def test_sources_let_go_on_another_thread_never_break_a_linecache_check_meanwhil
     # a program's generated source is let go when the collector frees the program, on
     # whichever thread it runs (a widget builds on a warm-up thread); linecache.checkcache()
     # lists its entries, then reads each: an entry removed in between raised KeyError in it
-    # (a doctest failed so). The entries stay, without their lines. Removing them instead
-    # fails this in every run measured (1-3 KeyErrors in 25 programs).
+    # (a doctest failed so). The entries stay, without their lines.
     import gc
     import linecache
+    import os
     import threading
+    import time
 
     model = nn.Sequential(nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 2))
     ep = gs.export(model, (torch.randn(1, 2),), preserve=["0"])
     sources = torch.fx.graph_module._loader.eval_cache
-    errors, done = [], threading.Event()
+    # entries of a real file, which each check reads with os.stat (letting the other thread
+    # run): a check is then under way for a while, and each program below is let go while
+    # one that listed its entry is. Removing the entries instead fails 24 of 25 programs.
+    stat = os.stat(__file__)
+    padding = [f"<padding {i}>" for i in range(2000)]
+    linecache.cache.update({name: (stat.st_size, stat.st_mtime, [], __file__) for name in padding})
+    errors, done, checks = [], threading.Event(), [0]
 
     def check() -> None:
         while not done.is_set():
+            checks[0] += 1
             try:
                 linecache.checkcache()
             except KeyError as error:
@@ -1478,11 +1476,16 @@ def test_sources_let_go_on_another_thread_never_break_a_linecache_check_meanwhil
         for _ in range(25):
             gm = gs.swap(ep, {"0": nn.Linear(2, 2)})
             keys.append(type(gm).forward.__code__.co_filename)
+            begun = checks[0]
+            while checks[0] == begun:  # a check that lists this program's entry
+                time.sleep(0.0005)
             del gm
-            gc.collect()
+            gc.collect(1)  # the young generations hold the program's cycle
     finally:
         done.set()
         checker.join()
+        for name in padding:
+            linecache.cache.pop(name, None)
     assert not any(key in sources for key in keys), "precondition: every source was let go"
     assert errors == []
     assert all(not linecache.getlines(key) for key in keys), "their lines are gone too"
