@@ -21,6 +21,12 @@ Reported:
 - what a swapped call costs over eager's loop over its layers, in µs per call: every layer
   swapped for an ``nn.Identity`` (so nothing else runs), the swapped program against the
   model carrying those very modules;
+- with every layer swapped, where the forward's extra time goes, against the same modules:
+  the time spent inside the layers' calls (forward hooks on the very replacement objects,
+  which both run) and outside them (the program's own statements, or eager's loop, with
+  the embeddings and the head), per layer. The time a statement between two layers takes
+  there is several times what it takes in a loop of its own (the layer evicted it from the
+  caches);
 - the input check a swapped program runs first (shapes, constants, structure, as
   ``ep.module()`` checks them): its own time per call and its share of the gs forward. It is
   included in the forward ratio above;
@@ -84,6 +90,42 @@ def call_overhead(model: torch.nn.Module, ep, tokens: torch.Tensor, rounds: int)
         same.layers[i] = request[f"layers.{i}"]
     forward = forward_ratio({"eager": same, "gs": gm}, tokens, 10 * rounds)
     return (forward["gs"] - forward["eager"]) / layers * 1e6
+
+
+def inside_and_outside(
+    same: torch.nn.Module, gm: torch.fx.GraphModule, layers: list, tokens: torch.Tensor, rounds: int
+) -> dict:
+    """Median time inside the ``layers``' calls and outside them, per forward, for the model
+    carrying them (``same``) and the swapped program calling them (``gm``), interleaved."""
+    clock = time.perf_counter
+    inside, began = [0.0], [0.0]
+    hooks = []
+    for layer in layers:
+        hooks.append(layer.register_forward_pre_hook(lambda *_: began.__setitem__(0, clock())))
+        hooks.append(
+            layer.register_forward_hook(
+                lambda *_: inside.__setitem__(0, inside[0] + clock() - began[0])
+            )
+        )
+    modules = {"same": same, "gs": gm}
+    spent: dict[str, dict[str, list]] = {name: {"in": [], "out": []} for name in modules}
+    try:
+        with torch.no_grad():
+            for round_ in range(rounds):
+                for name in ("same", "gs") if round_ % 2 else ("gs", "same"):
+                    inside[0] = 0.0
+                    start = clock()
+                    modules[name](tokens)
+                    total = clock() - start
+                    spent[name]["in"].append(inside[0])
+                    spent[name]["out"].append(total - inside[0])
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return {
+        name: {part: statistics.median(values) for part, values in parts.items()}
+        for name, parts in spent.items()
+    }
 
 
 def guard_time(gm: torch.fx.GraphModule, tokens: torch.Tensor, calls: int = 2000) -> float:
@@ -155,11 +197,12 @@ def run(layers: int, repeat: int, rounds: int) -> list[dict]:
         )
         guard = guard_time(gm, tokens)
         kept = written = None
-        overhead = None
+        overhead = split = None
         if count == 1:
             kept, written = kept_parts_ratio(fresh, request, max(6, 3 * repeat))
         else:
             overhead = call_overhead(model, fresh, tokens, rounds)
+            split = inside_and_outside(same, gm, list(request.values()), tokens, 2 * rounds)
         rows.append(
             {
                 "layers": layers,
@@ -177,6 +220,7 @@ def run(layers: int, repeat: int, rounds: int) -> list[dict]:
                 "torch_fwd_ratio": forward["torch"] / forward["eager"],
                 "gs_same_ratio": forward["gs"] / forward["same"],
                 "call_overhead_us": overhead,
+                "split": split,
                 "guard_us": guard * 1e6,
                 "guard_share": guard / forward["gs"],
                 "kept_ms": kept * 1e3 if kept else None,
@@ -248,6 +292,20 @@ def main() -> None:
         print("|---|" + "---:|" * len(every))
         costs = " | ".join(f"{r['call_overhead_us']:.2f} µs" for r in every)
         print(f"| a swapped call over eager's loop | {costs} |")
+        print()
+        print(
+            "| every layer swapped, against the same modules | inside the layers: gs / eager "
+            "| outside, per layer: eager | gs | gs - eager |"
+        )
+        print("|---|---:|---:|---:|---:|")
+        for r in every:
+            same_, gs_ = r["split"]["same"], r["split"]["gs"]
+            layers = r["layers"]
+            print(
+                f"| {layers} layers | {gs_['in'] / same_['in']:.4f}x "
+                f"| {same_['out'] / layers * 1e6:.2f} µs | {gs_['out'] / layers * 1e6:.2f} µs "
+                f"| {(gs_['out'] - same_['out']) / layers * 1e6:.2f} µs |"
+            )
     print()
     print("| one-layer swap, one process | kept parts taken whole | every part written | ratio |")
     print("|---|---:|---:|---:|")
