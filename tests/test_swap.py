@@ -1476,8 +1476,9 @@ def test_sources_let_go_on_another_thread_never_break_a_linecache_check_meanwhil
         for _ in range(25):
             gm = gs.swap(ep, {"0": nn.Linear(2, 2)})
             keys.append(type(gm).forward.__code__.co_filename)
-            begun = checks[0]
+            begun, deadline = checks[0], time.monotonic() + 30
             while checks[0] == begun:  # a check that lists this program's entry
+                assert checker.is_alive() and time.monotonic() < deadline, "the checker stopped"
                 time.sleep(0.0005)
             del gm
             gc.collect(1)  # the young generations hold the program's cycle

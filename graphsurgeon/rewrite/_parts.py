@@ -239,7 +239,8 @@ def _called_module(target: str) -> str:
     two calls of ``nn.Module.__getattr__`` (1.5 µs; the dict reads take 0.08): in a program
     with every layer swapped that was most of what a call cost over eager's loop over its
     layers. The modules on the path are the program's own plain modules (the rewrite installs
-    each replacement under modules it makes), which hold their children in ``_modules`` only."""
+    each replacement under modules it makes), which hold their children in ``_modules`` only;
+    a module set on a program later (``setattr``, ``add_submodule``) is filed there too."""
     return "self" + "".join(f"._modules[{part!r}]" for part in target.split("."))
 
 
