@@ -16,6 +16,7 @@ from collections import OrderedDict
 import pytest
 import torch
 import torch.utils._pytree as pytree
+from helpers.check_models import Returns
 from helpers.models import Scale, TimesTwo
 from helpers.references import assert_close_tree, check_swap, clone_tree, eager_reference
 from helpers.swap_models import (
@@ -35,7 +36,6 @@ from helpers.swap_models import (
     DoubleCounter,
     EncoderReplacement,
     FusedRMSNorm,
-    Gives,
     Halve,
     HeadsReplacement,
     HoldsScale,
@@ -947,9 +947,9 @@ def test_a_single_tensor_output_is_checked_on_each_rule(make, got):
     # full check must still refuse, naming the call
     model, x = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8)).eval(), torch.randn(2, 8)
     ep = gs.export(model, (x,))
-    assert torch.equal(gs.swap(ep, {"1": Gives(torch.relu)})(x), model(x))  # precondition
-    gm = gs.swap(ep, {"1": Gives(make)})
-    with pytest.raises(gs.ReplacementError, match=rf"'1' \(Gives\) returned .*{got}"):
+    assert torch.equal(gs.swap(ep, {"1": Returns(torch.relu)})(x), model(x))  # precondition
+    gm = gs.swap(ep, {"1": Returns(make)})
+    with pytest.raises(gs.ReplacementError, match=rf"'1' \(Returns\) returned .*{got}"):
         gm(x)
 
 
@@ -957,7 +957,7 @@ def test_a_parameter_returned_where_a_tensor_is_expected_passes():
     # a Tensor subclass takes the full check, not the inline one: still accepted
     model, x = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8)).eval(), torch.randn(2, 8)
     held = nn.Parameter(torch.randn(2, 8))
-    gm = gs.swap(gs.export(model, (x,)), {"1": Gives(lambda _x: held)})
+    gm = gs.swap(gs.export(model, (x,)), {"1": Returns(lambda _x: held)})
     assert torch.equal(gm(x), model[2](held))
 
 

@@ -703,17 +703,6 @@ class OnlyTensor(nn.Module):
         return x + 1
 
 
-class Gives(nn.Module):
-    """Returns ``make(x)``: a single-tensor output of the shape, dtype, device or kind asked."""
-
-    def __init__(self, make):
-        super().__init__()
-        self.make = make
-
-    def forward(self, x):
-        return self.make(x)
-
-
 class Nested(nn.Module):
     def forward(self, t):
         return torch.nested.nested_tensor([t[0], t[1]])
