@@ -28,12 +28,16 @@ def _no_background_builds(monkeypatch):
 @pytest.fixture(autouse=True, scope="session")
 def _check_kept_parts():
     """Every part of a swapped program's code taken from the cache is also written afresh and
-    compared (a wrong reuse would run another program's code): in every test."""
-    from graphsurgeon.rewrite import _parts
+    compared (a wrong reuse would run another program's code), and every rewrite's footprint
+    (the nodes it may disturb, worked out before it builds) is checked against what it
+    disturbed in the graph it made: in every test."""
+    from graphsurgeon.rewrite import _builder, _parts
 
     _parts.CHECK_KEPT_PARTS = True
+    _builder.CHECK_FOOTPRINT = True
     yield
     _parts.CHECK_KEPT_PARTS = False
+    _builder.CHECK_FOOTPRINT = False
 
 
 @pytest.fixture(scope="session")

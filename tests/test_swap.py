@@ -86,6 +86,7 @@ from helpers.swap_models import (
 from torch import nn
 
 import graphsurgeon as gs
+from graphsurgeon.partition import program_index
 from graphsurgeon.swap import swap_info
 
 # -- defect 1: outputs bound by name, not by graph position ------------------------------
@@ -1559,3 +1560,69 @@ def test_the_path_modules_of_a_result_are_plain_modules_as_torch_makes_them():
     assert unpickled.__dict__.keys() <= plain.__dict__.keys()
     assert list(unpickled.state_dict()) == ["0.weight", "0.bias"]
     torch.testing.assert_close(torch.export.export(gm, (x,)).module()(x), gm(x))
+
+
+def _footprints(monkeypatch, ep, request) -> list[frozenset]:
+    """gs.swap(ep, request), and the footprint its rewrite worked out before building."""
+    from graphsurgeon.rewrite._builder import _Builder
+
+    found = []
+    original = _Builder._footprint
+    with monkeypatch.context() as patch:
+        patch.setattr(
+            _Builder, "_footprint", lambda self: found.append(original(self)) or found[-1]
+        )
+        gm = gs.swap(ep, request)
+    return gm, found
+
+
+def test_an_edits_footprint_is_what_it_touches_not_what_the_program_holds(monkeypatch):
+    # the nodes a swap may disturb are worked out before it builds, from the program's own
+    # readers: the same nodes for the same layer whatever the program's length, none in a
+    # layer the swapped one neither reads nor feeds; and the tests' check (each rewrite
+    # compares its footprint with what the graph it made disturbed) fails on one too small
+    from graphsurgeon.rewrite import _builder
+
+    assert _builder.CHECK_FOOTPRINT, "precondition: the tests check every footprint"
+    sizes = {}
+    for layers in (8, 32):
+        model, tokens, ep = _decoder_program(layers)
+        request = {"layers.3": copy.deepcopy(model.layers[3])}
+        gm, found = _footprints(monkeypatch, ep, request)
+        assert len(found) == 1
+        footprint = found[0]
+        calls = program_index(ep).call_nodes
+        layer_of = {n: i for i in range(layers) for n in calls[f"layers.{i}"]}
+        reached = {layer_of[n] for n in footprint if n in layer_of}
+        assert reached == {2, 3, 4}, f"the footprint reaches layers {sorted(reached)}"
+        sizes[layers] = len(footprint)
+        assert_close_tree(gm(tokens), eager_reference(model, request)(tokens))
+    assert sizes[8] == sizes[32]
+
+    model, _, ep = _decoder_program(8)
+    swapped = program_index(ep).call_nodes["layers.3"]
+    readers = {user for node in swapped for user in node.users} - set(swapped)
+    assert readers, "precondition: the swapped layer's outputs are read"
+    original = _builder._Builder._footprint
+    monkeypatch.setattr(_builder._Builder, "_footprint", lambda self: original(self) - readers)
+    with pytest.raises(AssertionError, match="footprint misses nodes it disturbed"):
+        gs.swap(ep, {"layers.3": copy.deepcopy(model.layers[3])})
+
+
+def test_copies_fx_names_otherwise_are_in_every_footprint():
+    # a program edited by hand may hold node names fx never gives (a builtin's: ``abs``),
+    # and the very name fx then gives such a copy (``abs_1``), whose own copy is renamed in
+    # its turn: the parts reading them are written afresh (the tests' check holds it), and
+    # every swap computes what eager runs
+    torch.manual_seed(0)
+    model = nn.Sequential(*(nn.Sequential(nn.Linear(4, 4), nn.ReLU()) for _ in range(3))).eval()
+    x = torch.randn(2, 4)
+    ep = gs.export(model, (x,))
+    nodes = {n.name: n for n in ep.graph.nodes}
+    nodes["linear_1"].name = "abs"  # inside "1", not one of its outputs
+    nodes["linear_2"].name = "abs_1"  # inside "2"
+    for request in ({}, {"0": nn.Sequential(nn.Linear(4, 4), nn.ReLU())}, {"2": nn.Identity()}):
+        gm = gs.swap(ep, request)
+        renamed = {new: old for new, old in swap_info(gm).copies.items() if new != old}
+        assert renamed.get("abs_1") == "abs", "precondition: fx named the copy otherwise"
+        assert_close_tree(gm(x), eager_reference(model, request)(x))

@@ -3,7 +3,11 @@ call replaced by one ``call_module`` (see :mod:`graphsurgeon.rewrite`)."""
 
 from __future__ import annotations
 
+import bisect
+import builtins
+import keyword
 import operator
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,6 +24,7 @@ from ..errors import (
 from ..partition import (
     ProgramIndex,
     aliased_input,
+    program_index,
     returned_object,
     split_call_name,
 )
@@ -29,6 +34,7 @@ from ._guards import InputGuard
 from ._parts import PartCache
 from ._plan import _Request, _type_name
 from ._writer import (
+    _ILLEGAL_NAMES,
     _SYMBOLIC,
     _Attr,
     _flat_name,
@@ -43,6 +49,17 @@ from ._writer import (
     safe_path,
 )
 from .info import scheduled
+
+#: Tests set this: every rewrite also finds the nodes it disturbed from the graph it made, and
+#: checks that its footprint (worked out before the pass) holds them all.
+CHECK_FOOTPRINT = False
+
+
+def _check_footprint(footprint: frozenset[Node], disturbed: frozenset[Node]) -> None:
+    missed = disturbed - footprint
+    if missed:
+        names = sorted(node.name for node in missed)
+        raise AssertionError(f"the edit's footprint misses nodes it disturbed: {names[:20]}")
 
 
 def _user_arguments(ep: ExportedProgram) -> list[tuple[str, pytree.TreeSpec]] | None:
@@ -213,6 +230,7 @@ class _Builder(_GraphWriter):
                     "export without effect tokens"
                 )
         self._inputs(user_leaves)
+        footprint = self._footprint()
         for count, node in enumerate(self._schedule()):
             if not count & 255:
                 _turns.pause_point()  # a warm-up's turn to wait (see _turns)
@@ -232,28 +250,117 @@ class _Builder(_GraphWriter):
         alive = set(self.graph.nodes)
         self.node_map = self._node_map(alive)
         self.copies = {new.name: old.name for new, old in self.copied_from.items() if new in alive}
-        origins, disturbed = self._code_origins(placeholders)
-        gm = self.module("SwappedProgram", compiled_parts(ep), origins=origins, disturbed=disturbed)
+        origins = self._code_origins()
+        if CHECK_FOOTPRINT:
+            _check_footprint(footprint, self._disturbed(placeholders, origins))
+        gm = self.module("SwappedProgram", compiled_parts(ep), origins=origins, disturbed=footprint)
         for target in self.non_persistent:
             owner_path, _, leaf = target.rpartition(".")
             owner = gm.get_submodule(owner_path) if owner_path else gm
             owner._non_persistent_buffers_set.add(leaf)
         return gm
 
-    def _code_origins(self, placeholders: list[Node]) -> tuple[dict[Node, Node], frozenset]:
+    def _code_origins(self) -> dict[Node, Node]:
         """What the code writer reuses earlier code by (:func:`._parts.write_in_parts`): each
-        new node -> the program node it copies (a parameter's ``get_attr`` copies its
-        placeholder), and the program nodes whose part this edit may change:
+        new node -> the program node it copies. A parameter's ``get_attr`` copies its
+        placeholder when it is read as the program reads it (same name, same path). Made
+        from :attr:`copied_from` in place (read before: :attr:`copies`)."""
+        origins = self.copied_from
+        by_name = self.index.by_name
+        for value in self.attributes_made:
+            node = value.node
+            if node.name == value.name and node.target == safe_path(value.target):
+                origins[node] = by_name[value.name]
+        return origins
+
+    def _footprint(self) -> frozenset[Node]:
+        """The program nodes whose part this edit may change, worked out from the program's
+        own users before the pass (what the code writer keeps parts by: see
+        :func:`._parts.write_in_parts`). It costs what the edit touches, not what the
+        program holds, and it holds every node :meth:`_disturbed` finds after the pass
+        (tests check it on every rewrite: :data:`CHECK_FOOTPRINT`):
+
+        - the calls' nodes, what they read and what reads them; the arguments each call is
+          given and the values its nodes return, alias or write (readers move to them);
+        - the glue a call alone used, which the pass drops (a node whose every reader is
+          gone, and what it reads), and what reads it;
+        - nodes whose copy takes another name (a name the new graph already gave, or one fx
+          will not give), and what reads them;
+        - what the model returns and the inputs it writes (read by the new output node);
+        - state read another way: from a replacement, or under a name of its own.
+
+        It may hold more than the pass disturbs (glue that stays, an argument read as
+        before): such a part is only written again."""
+        index = self.index
+        removed: set[Node] = set()
+        for request in self.requests:
+            removed.update(request.nodes)
+        by_name = index.by_name
+        given: set[Node] = set()  # the calls' arguments: the new calls read them
+        for request in self.requests:
+            for argument in request.partition.signature.inputs:
+                if not _meta.is_constant(argument):
+                    node = by_name.get(argument.name)
+                    if node is not None:
+                        given.add(node)
+        touched: set[Node] = removed | given
+        for request in self.requests:
+            for node in request.nodes:
+                written = self.mutation_targets.get(node.name)
+                if written is not None:
+                    touched.add(written)
+                alias = returned_object(node)
+                if alias is not None:
+                    touched.add(alias)
+        # the glue only the calls read, dropped with them (as _remove_dead_code drops it), then
+        # what only that glue read; re-checked whenever a reader of it goes
+        pending = [value for node in removed for value in node._input_nodes]
+        while pending:
+            node = pending.pop()
+            if node in removed or node in given or not node.users:
+                continue
+            goes = node.op == "placeholder" or (node.op == "call_function" and _droppable(node))
+            if goes and all(user in removed for user in node.users):
+                removed.add(node)
+                pending.extend(node._input_nodes)
+        touched |= removed
+        for node in removed:
+            touched.update(node._input_nodes)
+        # the names the new graph gave before any copy (arguments, the input check): the
+        # pass gives new nodes names no program node has, so no copy collides with those
+        taken = {node.name for node in self.graph.nodes} | self.used_names
+        moved = [by_name[name] for name in taken if name in by_name]
+        moved.extend(_renamed_by_fx(self.ep))
+        moved = [n for n in moved if n.op != "placeholder" or n.name in index.state_specs]
+        touched.update(moved)
+        for node in (*removed, *moved):
+            touched.update(node.users)
+        output = index.nodes[-1]
+        touched.update(output._input_nodes)
+        touched.update(self.mutation_targets.values())
+        # state read from a replacement, or under a name of its own (tied to a swapped module's)
+        state = _state_by_target(self.ep)
+        for target in self.replacement_attributes:
+            touched.update(state.at(target))
+        for path in self.swapped_paths:
+            if "@" not in path:  # one call's install path holds no state (see _meta.inside)
+                touched.update(state.under(path))
+        return frozenset(touched)
+
+    def _disturbed(self, placeholders: list[Node], origins: dict[Node, Node]) -> frozenset:
+        """The program nodes whose part this edit changed, found from the graph the pass
+        made (what :meth:`_footprint` must hold; tests compare the two):
 
         - the nodes it removed (the calls' nodes, dead code) and the nodes whose copy took
           another name, with their readers (which read another value, or another name);
         - what the removed nodes read, and what its new nodes read: their readers changed,
-          so where each is last read, and whether its part returns it, may have changed.
+          so where each is last read, and whether its part returns it, may have changed;
+        - the state placeholders read another way (from a replacement, or under a name of
+          their own).
 
         A value's other readers are not disturbed by that: their statements read it by the
         same name, from the same part. A part of copies of none of these reads and returns
         what it did in the program."""
-        origins = dict(self.copied_from)
         removed: set[Node] = set(self.dead)
         for request in self.requests:
             removed.update(request.nodes)
@@ -265,17 +372,11 @@ class _Builder(_GraphWriter):
             value = self.env.get(placeholder)
             if not isinstance(value, _Attr) or value.node is None:
                 continue
-            node = value.node
-            if node.name != placeholder.name:
+            if value.node.name != placeholder.name:
                 renamed.add(placeholder)  # its readers read another name
-            if (
-                node.op == "get_attr"
-                and node.name == placeholder.name
-                and node.target == safe_path(value.target)
-            ):
-                origins[node] = placeholder
-            else:  # read another way (from a replacement, or under a name of its own)
                 changed.add(placeholder)
+            elif origins.get(value.node) is not placeholder:
+                changed.add(placeholder)  # read another way
         for node in self.graph.nodes:
             if node not in origins:  # a node of this edit's own: what it reads is disturbed
                 for value in node._input_nodes:
@@ -285,7 +386,7 @@ class _Builder(_GraphWriter):
         disturbed = set(changed)
         for old in removed | renamed:
             disturbed.update(old.users)
-        return origins, frozenset(disturbed)
+        return frozenset(disturbed)
 
     def _schedule(self) -> list[Node]:
         """The program's nodes in the order they are copied (see :func:`info.scheduled`)."""
@@ -633,6 +734,79 @@ class _Builder(_GraphWriter):
         still = {n.target for n in self.graph.nodes if n.op == "get_attr"}
         for target in removed_attrs - still:
             self.attrs.pop(target, None)
+
+
+class _StateByTarget:
+    """A program's state placeholders by the state's name, sorted, so that the state under
+    one module is found by bisection (an edit reads what it swaps, not all the state)."""
+
+    def __init__(self, ep: ExportedProgram):
+        index = program_index(ep)
+        pairs = sorted(
+            (spec.target, index.by_name[name])
+            for name, spec in index.state_specs.items()
+            if spec.target and name in index.by_name
+        )
+        self.targets = [target for target, _ in pairs]
+        self.nodes = [node for _, node in pairs]
+
+    def at(self, target: str) -> list[Node]:
+        start = bisect.bisect_left(self.targets, target)
+        end = bisect.bisect_right(self.targets, target)
+        return self.nodes[start:end]
+
+    def under(self, path: str) -> list[Node]:
+        """The state of module ``path`` and its submodules (``path`` itself, ``path.…``)."""
+        found = self.at(path)
+        prefix = path + "."
+        start = bisect.bisect_left(self.targets, prefix)
+        end = bisect.bisect_left(self.targets, path + "/")  # "/" sorts right after "."
+        return found + self.nodes[start:end]
+
+
+def _state_by_target(ep: ExportedProgram) -> _StateByTarget:
+    return _derived.cached(ep, "state by target", lambda: _StateByTarget(ep))
+
+
+def _renamed_by_fx(ep: ExportedProgram) -> tuple[Node, ...]:
+    """The program's nodes whose copy fx may name otherwise, whatever the edit: a name fx does
+    not give (a builtin's, a keyword, not an identifier), and the names such a copy may take
+    instead (``input`` -> ``input_1``, ``a.b`` -> ``a_b``: the program may have a node of that
+    name, which is then renamed in its turn). Made once per program."""
+
+    def make() -> tuple[Node, ...]:
+        nodes = program_index(ep).nodes
+        refused = [n for n in nodes if not _legal_name(n.name)]
+        if not refused:
+            return ()
+        candidates: set[str] = set()
+        for node in refused:  # as fx's namespace cleans a name up
+            candidate = re.sub(r"[^0-9a-zA-Z_]+", "_", node.name) or "_unnamed"
+            if candidate[0].isdigit():
+                candidate = "_" + candidate
+            candidates.add(candidate)
+        bases = {_NAME_SUFFIX.match(c).group(1) for c in candidates}
+        taken_instead = [
+            n for n in nodes if n.name in candidates or _NAME_SUFFIX.match(n.name).group(1) in bases
+        ]
+        return tuple(dict.fromkeys([*refused, *taken_instead]))
+
+    return _derived.cached(ep, "names fx renames", make)
+
+
+# a name and its numeric suffix, as fx's namespace splits it (``add_12`` -> ``add``, ``12``)
+_NAME_SUFFIX = re.compile(r"^(.*?)(?:_(\d+))?$", re.DOTALL)
+# the names fx gives no node: its own list where this torch has one
+_REFUSED_NAMES = (
+    _ILLEGAL_NAMES
+    if isinstance(_ILLEGAL_NAMES, dict)
+    else frozenset(keyword.kwlist) | frozenset(dir(builtins))
+)
+
+
+def _legal_name(name: str) -> bool:
+    """Whether fx gives a node this name as it is (when no other node has it)."""
+    return name not in _REFUSED_NAMES and name.isascii() and name.isidentifier()
 
 
 def _state_given_to_replacements(index: ProgramIndex, requests: list[_Request]) -> set[str]:

@@ -208,6 +208,7 @@ class _GraphWriter:
         self.taken = taken  # names the new graph must not reuse (those of the program)
         self.used_names: set[str] = set()
         self._constants: dict[int, tuple[str, Any]] = {}
+        self.attributes_made: list[_Attr] = []  # in the order their nodes were made
 
     def fresh(self, base: str) -> str:
         base = "".join(c if c.isalnum() or c == "_" else "_" for c in base).strip("_") or "v"
@@ -259,6 +260,7 @@ class _GraphWriter:
                 self.attrs.setdefault(target, x.value)
                 x.node = _node(self.graph, "get_attr", target, (), x.name)
                 _set_meta(x.node, x.meta)
+                self.attributes_made.append(x)
             return x.node
         if isinstance(x, _Removed):
             raise SwapError(
