@@ -321,7 +321,11 @@ def write_in_parts(
     copy of a program node outside it is taken whole from the cache when one was written for
     the same program nodes before (its statements, the values it reads and returns are then
     the same: they follow from the copied nodes, their names and where their values are last
-    read, which are unchanged)."""
+    read, which are unchanged).
+
+    Only the parts written are read node by node: where one of their values is last read comes
+    from its readers, and which values the forward frees after each part call from the lists
+    of values the parts read. A part taken whole costs a look-up of its nodes, no more."""
     order = list(nodes)
     names = {n.name for n in order}
     unchecked = names - cache.names  # the names of earlier programs were checked then
@@ -351,29 +355,29 @@ def write_in_parts(
     where: dict[Node, int] = dict.fromkeys(placeholders, -1)  # node -> its part (-1: a placeholder)
     for i, part in enumerate(parts):
         where.update(dict.fromkeys(part, i))
-    # last use of each value: the node, and the last part (len(parts) = the output) reading it
-    last_user: dict[Node, Node] = {}
-    last_part: dict[Node, int] = {}
-    for node in order:
-        part = where.get(node, len(parts))
-        for value in node._input_nodes:
-            if value not in where:
-                raise Unsupported(f"node {node.name!r} reads a node of another graph")
-            last_user[value] = node
-            last_part[value] = part
-    freed_at: dict[Node, list[Node]] = {}  # node -> the values freed after it (in its part)
-    for value, user in last_user.items():
-        if last_part[value] == where.get(value):
-            freed_at.setdefault(user, []).append(value)
+    end = len(parts)  # what the output node reads is read after every part
+    last_parts: dict[Node, int] = {}
+
+    def last_part(value: Node) -> int:
+        """The last part reading ``value`` (``end``: the output; -1: nothing reads it), from
+        its readers: only the values of the parts written, and the values they read, are
+        asked for, so a part taken whole costs nothing here."""
+        found = last_parts.get(value)
+        if found is None:
+            found = max((where.get(user, end) for user in value.users), default=-1)
+            last_parts[value] = found
+        return found
+
+    for value in outputs[0]._input_nodes:
+        if value not in where:
+            raise Unsupported("the output reads a node of another graph")
     part_names = [f"{_PART}{i}" for i in range(len(parts))]
     reserved = set(cache.globals) | {"self", "getattr"}
-    forward_lines: list[str] = []
     arguments = [n.target for n in placeholders]
-    for node in placeholders:
-        if node.target != node.name:
-            forward_lines.append(f"{node.name} = {node.target}")
     functions: dict[str, Any] = {}
-    by_name: dict[str, Node] | None = None  # made when a kept part's reads are looked up
+    # each part's name, the values it reads and returns, in order: its call is written once
+    # every part is known (a value is freed after the last part that reads it)
+    calls: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = []
     for i, part in enumerate(parts):
         _turns.pause_point()  # a warm-up's turn to wait (see _turns)
         key = None
@@ -382,64 +386,38 @@ def write_in_parts(
             if None in key or not disturbed.isdisjoint(key):
                 key = None  # a new node, or a copy the edit reaches: written afresh
         kept = cache.kept_part(key) if key is not None else None
-        if kept is not None:
-            if by_name is None:
-                by_name = {n.name: n for n in order}
-            kept_call = _call_line(
-                part_names[i],
-                kept.params,
-                kept.returned,
-                [name for name in kept.params if last_part[by_name[name]] == i],
-            )
-            if not CHECK_KEPT_PARTS:
-                functions[part_names[i]] = kept.code
-                forward_lines.append(kept_call)
-                continue
-        members = set(part)
-        reads: dict[Node, None] = {}
-        lines: list[str] = []
-        for node in part:
-            for value in node._input_nodes:
-                if value not in members:
-                    reads[value] = None
-            old = origins.get(node) if origins else None
-            if old is None:
-                line = _line(node, cache, fast)
-            else:
-                line = _copied_line(node, old, cache, fast)
-            last = freed_at.get(node)
-            freed = [v.name for v in last if v in members or v in reads] if last else []
-            if not node.users:  # nothing reads it (kept for its effect): freed at once, as fx does
-                freed.append(node.name)
-            if freed:
-                line += ";  " + " = ".join(freed) + " = None"
-            lines.append("    " + line)
-        returned = [n.name for n in part if last_part.get(n, i) > i]
-        params = [v.name for v in reads]
-        header = f"def part({', '.join(['self', *params])}):"
-        if len(returned) == 1:
-            lines.append(f"    return {returned[0]}")
-        elif returned:
-            lines.append(f"    return ({', '.join(returned)},)")
-        text = "\n".join([header, *lines]) + "\n"
+        if kept is not None and not CHECK_KEPT_PARTS:
+            functions[part_names[i]] = kept.code
+            calls.append((part_names[i], kept.params, kept.returned))
+            continue
+        text, params, returned = _part_text(part, i, where, last_part, cache, fast, origins)
         code = cache.compiled(text)
         functions[part_names[i]] = code
-        forward_lines.append(
-            _call_line(
-                part_names[i], params, returned, [v.name for v in reads if last_part[v] == i]
-            )
-        )
-        if kept is not None:  # CHECK_KEPT_PARTS: the kept part, and its call, must be these
-            if (kept.text, kept.params, kept.returned, kept.code, kept_call) != (
+        calls.append((part_names[i], params, returned))
+        if kept is not None:  # CHECK_KEPT_PARTS: the kept part must be the one written now
+            if (kept.text, kept.params, kept.returned, kept.code) != (
                 text,
-                tuple(params),
-                tuple(returned),
+                params,
+                returned,
                 code,
-                forward_lines[-1],
             ):
                 raise AssertionError(f"a kept part differs from the part written now:\n{text}")
         elif key is not None:
-            cache.keep_part(key, _KeptPart(text, code, tuple(params), tuple(returned), key))
+            cache.keep_part(key, _KeptPart(text, code, params, returned, key))
+    # the forward: each part called in order; a value passed between parts is freed after the
+    # last part that reads it, unless the forward returns it
+    last_call: dict[str, int] = {}
+    for i, (_, params, _) in enumerate(calls):
+        for name in params:
+            last_call[name] = i
+    for value in outputs[0]._input_nodes:
+        last_call[value.name] = end
+    forward_lines: list[str] = [
+        f"{node.name} = {node.target}" for node in placeholders if node.target != node.name
+    ]
+    for i, (name, params, returned) in enumerate(calls):
+        freed = [value for value in params if last_call[value] == i]
+        forward_lines.append(_call_line(name, params, returned, freed))
     forward_lines.append(f"return {_repr(outputs[0].args[0], cache)}")
     if names & (reserved | set(cache.globals) | set(part_names)):
         raise Unsupported("a node named as a global of the generated code")
@@ -451,6 +429,55 @@ def write_in_parts(
         f"    {line}\n" for line in forward_lines
     )
     return PythonCode(source, scope, None)
+
+
+def _part_text(
+    part: list[Node],
+    i: int,
+    where: dict[Node, int],
+    last_part: Any,
+    cache: PartCache,
+    fast: Any,
+    origins: Any,
+) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """Part ``i`` written: ``(its text, the values it reads, the values it returns)``. It reads
+    the values of earlier parts it uses (in the order it first reads them), returns those of
+    its values that a later part or the output reads, and frees each of its other values after
+    its last reader in it (in the order they were first read), or at once if nothing reads it."""
+    local = {node: k for k, node in enumerate(part)}
+    reads: dict[Node, None] = {}
+    first_read: dict[Node, None] = {}  # this part's own values, in the order first read
+    for node in part:
+        for value in node._input_nodes:
+            if value in local:
+                first_read[value] = None
+            elif value in where:
+                reads[value] = None
+            else:
+                raise Unsupported(f"node {node.name!r} reads a node of another graph")
+    freed_at: dict[Node, list[str]] = {}  # node -> the values freed after it
+    for value in first_read:
+        if last_part(value) == i:
+            last = max((user for user in value.users if user in local), key=local.__getitem__)
+            freed_at.setdefault(last, []).append(value.name)
+    lines: list[str] = []
+    for node in part:
+        old = origins.get(node) if origins else None
+        line = _line(node, cache, fast) if old is None else _copied_line(node, old, cache, fast)
+        freed = freed_at.get(node, [])
+        if not node.users:  # nothing reads it (kept for its effect): freed at once, as fx does
+            freed = [*freed, node.name]
+        if freed:
+            line += ";  " + " = ".join(freed) + " = None"
+        lines.append("    " + line)
+    returned = tuple(node.name for node in part if node.users and last_part(node) > i)
+    params = tuple(value.name for value in reads)
+    header = f"def part({', '.join(['self', *params])}):"
+    if len(returned) == 1:
+        lines.append(f"    return {returned[0]}")
+    elif returned:
+        lines.append(f"    return ({', '.join(returned)},)")
+    return "\n".join([header, *lines]) + "\n", params, returned
 
 
 def _call_line(name: str, params: Any, returned: Any, freed: list[str]) -> str:
