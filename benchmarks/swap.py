@@ -144,25 +144,25 @@ def guard_time(gm: torch.fx.GraphModule, tokens: torch.Tensor, calls: int = 2000
 
 def kept_parts_ratio(ep, request: dict, rounds: int) -> tuple[float, float]:
     """Median one-layer swap time with kept parts (gs.swap as it is) and with every part of
-    the code written (the rewrite reports no disturbed nodes, so nothing is taken whole),
-    alternated in one process so drift hits both alike."""
+    the code written (the rewrite works out no footprint, so no part is known to be left
+    alone and nothing is taken whole), alternated in one process so drift hits both alike."""
     from graphsurgeon.rewrite import _builder
 
-    with_kept = _builder._Builder._code_origins
+    with_kept = _builder._Builder._footprint
 
-    def without_kept(builder, placeholders):
-        return builder.copied_from, None
+    def without_kept(builder):
+        return None
 
     times: dict[str, list[float]] = {"kept": [], "written": []}
     try:
         for round_ in range(rounds):
             order = (("kept", with_kept), ("written", without_kept))
-            for name, origins in order if round_ % 2 else order[::-1]:
-                _builder._Builder._code_origins = origins
+            for name, footprint in order if round_ % 2 else order[::-1]:
+                _builder._Builder._footprint = footprint
                 gc.collect()
                 times[name].append(timed(gs.swap, ep, request)[0])
     finally:
-        _builder._Builder._code_origins = with_kept
+        _builder._Builder._footprint = with_kept
     return statistics.median(times["kept"]), statistics.median(times["written"])
 
 

@@ -32,3 +32,47 @@ def test_no_script_is_named_like_a_standard_module():
     import sys
 
     assert not {p.stem for p in SCRIPTS} & set(sys.stdlib_module_names)
+
+
+def test_the_swap_benchmarks_every_part_written_still_writes_every_part(monkeypatch):
+    # benchmarks/swap.py times a swap with no part taken whole by replacing one method of the
+    # rewrite: that method must still be the one, or the benchmark fails (or, worse, times the
+    # same swap twice) only when someone runs it
+    import copy
+
+    import torch
+
+    import graphsurgeon as gs
+    from graphsurgeon.examples import TinyGPT
+    from graphsurgeon.rewrite import _builder, _parts
+
+    spec = importlib.util.spec_from_file_location("benchmark_swap", SCRIPTS[0].parent / "swap.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    torch.manual_seed(0)
+    model = TinyGPT(n_layers=8).eval()
+    ep = gs.export(model, (model.example_input(),), preserve=[f"layers.{i}" for i in range(8)])
+    request = {"layers.3": copy.deepcopy(model.layers[3])}
+    gs.swap(ep, request)  # the parts it left alone are kept for the next swap
+    written = []
+    original = _parts.PartCache.compiled
+    monkeypatch.setattr(_parts, "CHECK_KEPT_PARTS", False)  # what a user runs
+    monkeypatch.setattr(_builder, "CHECK_FOOTPRINT", False)
+    monkeypatch.setattr(
+        _parts.PartCache,
+        "compiled",
+        lambda self, text: written.append(text) or original(self, text),
+    )
+    counts = []  # parts written by each swap the benchmark times
+    timed = module.timed
+
+    def counting(function, *args):
+        before = len(written)
+        result = timed(function, *args)
+        counts.append(len(written) - before)
+        return result
+
+    monkeypatch.setattr(module, "timed", counting)
+    module.kept_parts_ratio(ep, request, rounds=2)
+    assert len(counts) == 4
+    assert 0 < min(counts) < max(counts), f"parts written by the benchmark's swaps: {counts}"
