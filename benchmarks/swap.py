@@ -79,15 +79,22 @@ def forward_ratio(modules: dict, tokens: torch.Tensor, rounds: int) -> dict:
     return {name: statistics.median(values) for name, values in times.items()}
 
 
+def same_modules(model: torch.nn.Module, request: dict) -> torch.nn.Module:
+    """The model holding the very objects a program swapped by ``request`` runs: the model's
+    parameters (the program holds them, not copies) and the replacements, at ``layers.N``."""
+    same = copy.deepcopy(model, {id(p): p for p in model.parameters()})
+    for name, replacement in request.items():
+        same.layers[int(name.split(".")[1])] = replacement
+    return same
+
+
 def call_overhead(model: torch.nn.Module, ep, tokens: torch.Tensor, rounds: int) -> float:
     """µs per swapped call that the swapped program spends over eager's loop: every layer
     swapped for an ``nn.Identity``, against the model carrying those very modules."""
     layers = len(model.layers)
     request = {f"layers.{i}": torch.nn.Identity() for i in range(layers)}
     gm = gs.swap(ep, request)
-    same = copy.deepcopy(model, {id(p): p for p in model.parameters()})
-    for i in range(layers):
-        same.layers[i] = request[f"layers.{i}"]
+    same = same_modules(model, request)
     forward = forward_ratio({"eager": same, "gs": gm}, tokens, 10 * rounds)
     return (forward["gs"] - forward["eager"]) / layers * 1e6
 
@@ -187,11 +194,7 @@ def run(layers: int, repeat: int, rounds: int) -> list[dict]:
         reference = eager_reference(model, request)
         if not gs.verify(reference, gm, (tokens,)):
             raise SystemExit(f"{layers} layers, {label}: the swapped program does not match")
-        # the very objects gs's program runs: the model's parameters (the program holds
-        # them, not copies) and the replacements
-        same = copy.deepcopy(model, {id(p): p for p in model.parameters()})
-        for name, replacement in request.items():
-            same.layers[int(name.split(".")[1])] = replacement
+        same = same_modules(model, request)
         forward = forward_ratio(
             {"eager": reference, "same": same, "gs": gm, "torch": torch_gm}, tokens, rounds
         )

@@ -1562,8 +1562,8 @@ def test_the_path_modules_of_a_result_are_plain_modules_as_torch_makes_them():
     torch.testing.assert_close(torch.export.export(gm, (x,)).module()(x), gm(x))
 
 
-def _footprints(monkeypatch, ep, request) -> list[frozenset]:
-    """gs.swap(ep, request), and the footprint its rewrite worked out before building."""
+def _footprints(monkeypatch, ep, request) -> tuple[torch.fx.GraphModule, list[frozenset]]:
+    """gs.swap(ep, request), and the footprints its rewrite worked out before building."""
     from graphsurgeon.rewrite._builder import _Builder
 
     found = []
@@ -1609,11 +1609,14 @@ def test_an_edits_footprint_is_what_it_touches_not_what_the_program_holds(monkey
         gs.swap(ep, {"layers.3": copy.deepcopy(model.layers[3])})
 
 
-def test_copies_fx_names_otherwise_are_in_every_footprint():
+def test_copies_fx_names_otherwise_are_in_every_footprint(monkeypatch):
     # a program edited by hand may hold node names fx never gives (a builtin's: ``abs``),
     # and the very name fx then gives such a copy (``abs_1``), whose own copy is renamed in
-    # its turn: the parts reading them are written afresh (the tests' check holds it), and
-    # every swap computes what eager runs
+    # its turn: both, and what reads them, are in every footprint (their parts are written
+    # afresh), and every swap computes what eager runs
+    from graphsurgeon.rewrite import _builder
+
+    assert _builder.CHECK_FOOTPRINT, "precondition: the tests check every footprint"
     torch.manual_seed(0)
     model = nn.Sequential(*(nn.Sequential(nn.Linear(4, 4), nn.ReLU()) for _ in range(3))).eval()
     x = torch.randn(2, 4)
@@ -1621,8 +1624,11 @@ def test_copies_fx_names_otherwise_are_in_every_footprint():
     nodes = {n.name: n for n in ep.graph.nodes}
     nodes["linear_1"].name = "abs"  # inside "1", not one of its outputs
     nodes["linear_2"].name = "abs_1"  # inside "2"
+    nodes = {n.name: n for n in ep.graph.nodes}
     for request in ({}, {"0": nn.Sequential(nn.Linear(4, 4), nn.ReLU())}, {"2": nn.Identity()}):
-        gm = gs.swap(ep, request)
+        gm, (footprint,) = _footprints(monkeypatch, ep, request)
         renamed = {new: old for new, old in swap_info(gm).copies.items() if new != old}
         assert renamed.get("abs_1") == "abs", "precondition: fx named the copy otherwise"
+        copied = {nodes[old] for old in renamed.values()}
+        assert copied | {user for node in copied for user in node.users} <= footprint
         assert_close_tree(gm(x), eager_reference(model, request)(x))

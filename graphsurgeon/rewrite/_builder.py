@@ -4,8 +4,6 @@ call replaced by one ``call_module`` (see :mod:`graphsurgeon.rewrite`)."""
 from __future__ import annotations
 
 import bisect
-import builtins
-import keyword
 import operator
 import re
 from collections.abc import Mapping
@@ -34,7 +32,6 @@ from ._guards import InputGuard
 from ._parts import PartCache
 from ._plan import _Request, _type_name
 from ._writer import (
-    _ILLEGAL_NAMES,
     _SYMBOLIC,
     _Attr,
     _flat_name,
@@ -45,6 +42,7 @@ from ._writer import (
     _Removed,
     _set_meta,
     _Source,
+    kept_by_fx,
     mutation_targets,
     safe_path,
 )
@@ -292,26 +290,21 @@ class _Builder(_GraphWriter):
         It may hold more than the pass disturbs (glue that stays, an argument read as
         before): such a part is only written again."""
         index = self.index
+        by_name = index.by_name
         removed: set[Node] = set()
+        given: set[Node] = set()  # the calls' arguments: the new calls read them
+        moved_to: set[Node] = set()  # what the calls' nodes alias or write: readers move to it
         for request in self.requests:
             removed.update(request.nodes)
-        by_name = index.by_name
-        given: set[Node] = set()  # the calls' arguments: the new calls read them
-        for request in self.requests:
             for argument in request.partition.signature.inputs:
-                if not _meta.is_constant(argument):
-                    node = by_name.get(argument.name)
-                    if node is not None:
-                        given.add(node)
-        touched: set[Node] = removed | given
-        for request in self.requests:
+                node = None if _meta.is_constant(argument) else by_name.get(argument.name)
+                if node is not None:
+                    given.add(node)
             for node in request.nodes:
-                written = self.mutation_targets.get(node.name)
-                if written is not None:
-                    touched.add(written)
-                alias = returned_object(node)
-                if alias is not None:
-                    touched.add(alias)
+                moved_to.add(self.mutation_targets.get(node.name))
+                moved_to.add(returned_object(node))
+        moved_to.discard(None)
+        touched: set[Node] = removed | given | moved_to
         # the glue only the calls read, dropped with them (as _remove_dead_code drops it), then
         # what only that glue read; re-checked whenever a reader of it goes
         pending = [value for node in removed for value in node._input_nodes]
@@ -776,7 +769,7 @@ def _renamed_by_fx(ep: ExportedProgram) -> tuple[Node, ...]:
 
     def make() -> tuple[Node, ...]:
         nodes = program_index(ep).nodes
-        refused = [n for n in nodes if not _legal_name(n.name)]
+        refused = [n for n in nodes if not kept_by_fx(n.name)]
         if not refused:
             return ()
         candidates: set[str] = set()
@@ -796,17 +789,6 @@ def _renamed_by_fx(ep: ExportedProgram) -> tuple[Node, ...]:
 
 # a name and its numeric suffix, as fx's namespace splits it (``add_12`` -> ``add``, ``12``)
 _NAME_SUFFIX = re.compile(r"^(.*?)(?:_(\d+))?$", re.DOTALL)
-# the names fx gives no node: its own list where this torch has one
-_REFUSED_NAMES = (
-    _ILLEGAL_NAMES
-    if isinstance(_ILLEGAL_NAMES, dict)
-    else frozenset(keyword.kwlist) | frozenset(dir(builtins))
-)
-
-
-def _legal_name(name: str) -> bool:
-    """Whether fx gives a node this name as it is (when no other node has it)."""
-    return name not in _REFUSED_NAMES and name.isascii() and name.isidentifier()
 
 
 def _state_given_to_replacements(index: ProgramIndex, requests: list[_Request]) -> set[str]:

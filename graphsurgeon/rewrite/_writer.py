@@ -4,6 +4,7 @@ GraphModule a rewrite makes (it keeps the mode its program was exported in)."""
 
 from __future__ import annotations
 
+import builtins
 import functools
 import inspect
 import keyword
@@ -86,7 +87,8 @@ def _node(graph: torch.fx.Graph, op: str, target: Any, args: tuple, name: str) -
         return graph.create_node(op, target, args, name=name)
     namespace = graph._graph_namespace
     used = namespace._used_names
-    if name in used or name in _ILLEGAL_NAMES or not (name.isascii() and name.isidentifier()):
+    # (kept_by_fx, written out: this runs once per node a swap makes)
+    if name in used or name in _REFUSED_NAMES or not (name.isascii() and name.isidentifier()):
         name = namespace.create_name(name, None)  # fx makes it unique and legal
     else:  # a legal name not taken (a copied node's own): fx's create_name would keep it as is
         used.add(name)
@@ -112,6 +114,19 @@ def _set_meta(node: Node, meta: dict) -> None:
 
 # names fx never gives a node (keywords, builtins): such a name goes through fx's create_name
 _ILLEGAL_NAMES = getattr(torch.fx.graph, "_illegal_names", None)
+_REFUSED_NAMES = (
+    _ILLEGAL_NAMES
+    if isinstance(_ILLEGAL_NAMES, dict)
+    else frozenset(keyword.kwlist) | frozenset(dir(builtins))
+)
+
+
+def kept_by_fx(name: str) -> bool:
+    """Whether fx gives a node this name as it is, when no other node of its graph has it
+    (not a keyword, not a builtin's, an identifier); else it makes another of it."""
+    return name not in _REFUSED_NAMES and name.isascii() and name.isidentifier()
+
+
 # what _node relies on of fx's graph (torch 2.x); elsewhere it asks fx's create_node
 _FAST_NODES = (
     isinstance(_ILLEGAL_NAMES, dict)
