@@ -294,6 +294,47 @@ def test_auto_keeps_a_32_layer_decoder_within_budget_and_opens_whole_groups():
     assert "layers.7.attn" in highlighted.clusters and "layers.7.attn" not in highlighted.collapsed
 
 
+class _CountedCalls(dict):
+    """A scene's calls that count how many times one is read."""
+
+    reads = 0
+
+    def __getitem__(self, name):
+        self.reads += 1
+        return super().__getitem__(name)
+
+
+def test_showing_a_layer_of_a_folded_stack_reads_only_what_it_opens():
+    # The default view of a stack too deep for its budget folds the layers into run boxes.
+    # Showing one layer (a search, the stepper) is planned on top of that view, which is
+    # worked out once per scene: it reads the calls it opens, not every layer of the stack.
+    from graphsurgeon.render._scene import _analysis, _plan, _state
+
+    reads = {}
+    for layers in (8, 32):
+        model = TinyGPT(layers).eval()
+        preserve = [f"layers.{i}" for i in range(layers)]
+        preserve += [f"layers.{i}.attn" for i in range(layers)]
+        ep = gs.export(model, (model.example_input(),), preserve=preserve)
+        graph_view(ep, max_nodes=12)
+        scene = _analysis(ep, _state(ep)).scenes[(False, False)]["scene"]
+        scene.calls = _CountedCalls(scene.calls)
+        base, base_runs = _plan(scene, "auto", set(), set(), 12)
+        assert "layers.3" not in base and any("layers.3" in r for r in base_runs.values())
+        assert scene.calls.reads == 0, "the view without what it shows was planned once"
+        open_, runs = _plan(scene, "auto", set(), set(), 12, shown={"layers.3.attn"})
+        assert {"layers.3", "layers.3.attn"} <= open_
+        assert not any("layers.3" in r for r in runs.values()), "the run split around it"
+        reads[layers] = scene.calls.reads
+        # the planner reads every layer when it plans the view afresh
+        scene.memo("plans").clear()
+        scene.calls.reads = 0
+        assert _plan(scene, "auto", set(), set(), 12, shown={"layers.3.attn"}) == (open_, runs)
+        reads[layers, "afresh"] = scene.calls.reads
+    assert reads[32, "afresh"] > 2 * reads[8, "afresh"], "precondition: counted reads grow"
+    assert 0 < reads[32] == reads[8]
+
+
 def test_fold_runs_draws_the_closed_layers_of_a_stack_a_run_to_a_box_around_those_open():
     model = TinyGPT(12).eval()
     ep = gs.export(model, (model.example_input(),), preserve=[f"layers.{i}" for i in range(12)])

@@ -509,6 +509,8 @@ def _with_fused_calls(
 #: The fewest ops a module's own forward must run, apart from its submodules and from inputs
 #: alone, for them to be folded into one box (``ops:<call>``): fewer are drawn as they are.
 MIN_OWN_OPS = 3
+# the collapse plans (without what a view shows on top) kept per scene, by budget and forced
+_KEPT_PLANS = 16
 
 
 #: How names and ids call a module call's own-ops box: ``ops:layers.0``; ``ops:`` (the root's).
@@ -704,6 +706,17 @@ class _Scene:
             candidates = kept
         owner_of = {name: owner for owner, names in by_owner.items() for name in names}
         return by_owner, owner_of
+
+    @property
+    def positions_of_calls(self) -> dict[str, int]:
+        """Each call's place in model order among :attr:`present` (the root ``""``: -1)."""
+        found = self._cache.get("positions of calls")
+        if found is None:
+            found = self._cache["positions of calls"] = {
+                name: i for i, name in enumerate(self.present)
+            }
+            found[""] = -1
+        return found
 
     def ancestors(self, names: Iterable[str]) -> set[str]:
         closed = set()
@@ -909,14 +922,25 @@ def _plan(
         return {n for n in (*present, *all_ops) if n not in collapsed or n in forced}, {}
     # The layer stack is always visible: every layer a box (or a run box), never one box for
     # the whole model however wide the glue around it is.
-    stacked = scene.stacks()
-    keep = set(forced) | scene.ancestors(scene.calls[run[0]].parent for run in stacked)
-    open_ = set(keep)
-    drawn = scene.count(open_)
-    runs: dict[str, list[str]] = {}
-    if drawn > budget:  # even the outermost boxes are too many
-        runs, drawn = _runs(scene, open_, drawn, budget, keep | set(no_runs))
-    _open_groups(scene, open_, runs, drawn, budget)
+    # The view without ``shown`` is the same for every search and step of a program drawn at
+    # one budget: worked out once per scene (it reads every layer of a stack; what ``shown``
+    # adds reads only what it opens).
+    plans = scene.memo("plans")
+    key = (frozenset(forced), budget, frozenset(no_runs))
+    planned = plans.get(key)
+    if planned is None:
+        stacked = scene.stacks()
+        keep = set(forced) | scene.ancestors(scene.calls[run[0]].parent for run in stacked)
+        open_ = set(keep)
+        drawn = scene.count(open_)
+        runs: dict[str, list[str]] = {}
+        if drawn > budget:  # even the outermost boxes are too many
+            runs, drawn = _runs(scene, open_, drawn, budget, keep | set(no_runs))
+        _open_groups(scene, open_, runs, drawn, budget)
+        planned = plans[key] = (frozenset(open_), runs)
+        while len(plans) > _KEPT_PLANS:
+            del plans[next(iter(plans))]  # the oldest
+    open_, runs = set(planned[0]), dict(planned[1])
     extra = scene.ancestors(shown) - open_
     if extra:
         open_ |= extra
@@ -941,33 +965,27 @@ def _open_groups(
     own ops, opened only when no group of modules fits any more: a decoder's mask building is
     the last thing a reader wants to see, its attentions the first. ``within``: only calls
     inside these (and their own ops)."""
-    present = scene.present
     in_runs = {name for members in runs.values() for name in members}
-    order = {name: i for i, name in enumerate(present)}
-    order[""] = -1
+    order = scene.positions_of_calls
     calls = scene.calls
-
-    def inside(name: str) -> bool:
-        if within is None:
-            return True
-        while name:
-            if name in within:
-                return True
-            name = calls[name].parent
-        return False
-
-    # (name, parent, type) of the calls that may open, read once for every round
-    candidates = [(n, calls[n].parent, calls[n].type) for n in present if n not in in_runs]
-    if within is not None:
-        candidates = [c for c in candidates if inside(c[0])]
+    # the calls that may open, (name, parent, type) in model order, read once for every
+    # round; ``within``: only those inside it (the rest of a 384-layer stack is never read)
+    if within is None:
+        names: Iterable[str] = scene.present
+        owners: Iterable[str] = scene.own_ops
+    else:
+        inside = _descendants(scene, within)
+        names = sorted((n for n in inside if n in order), key=order.__getitem__)  # present
+        owners = [o for o in scene.own_ops if o in inside]
+    candidates = [(n, calls[n].parent, calls[n].type) for n in names if n not in in_runs]
     while True:
         groups: dict[Any, list] = {}
         for name, parent, type_ in candidates:
             if name not in open_ and (parent == "" or parent in open_):
                 groups.setdefault(type_, []).append(name)
-        for owner in scene.own_ops:
+        for owner in owners:
             key = ops_key(owner)
-            if key not in open_ and (owner == "" or owner in open_) and inside(owner):
+            if key not in open_ and (owner == "" or owner in open_):
                 owner_type = calls[owner].type if owner else ""
                 groups.setdefault(("ops", owner_type), []).append(key)
         best = None
@@ -987,6 +1005,19 @@ def _open_groups(
             return
         open_.update(best[1])
         drawn += best[0][1]
+
+
+def _descendants(scene: _Scene, names: Iterable[str]) -> set[str]:
+    """``names`` and the calls of the scene inside them."""
+    found = set(names)
+    frontier = list(found)
+    children = scene.children
+    while frontier:
+        for child in children.get(frontier.pop(), ()):
+            if child not in found:
+                found.add(child)
+                frontier.append(child)
+    return found
 
 
 def _split_runs(runs: dict[str, list[str]], open_: set) -> dict[str, list[str]]:
