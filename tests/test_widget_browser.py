@@ -233,27 +233,30 @@ def test_a_module_deep_in_the_tree_reads_and_a_click_on_its_name_selects_it(page
     assert in_kernel(page, "deep.selected") == name
 
 
-def test_the_closed_tree_is_not_laid_out_and_opened_shows_the_row_selected_meanwhile(page):
+def test_the_closed_tree_is_out_of_the_page_and_opened_shows_the_row_selected_meanwhile(page):
     hf = page.locator(".gs-widget").nth(HF)
     to_top(page, HF)
     panel = f"{nth(HF)}.querySelector('.gs-tree-panel')"
+    assert page.evaluate(f"() => {panel}") is None, (
+        "the closed tree's rows are out of the page: its style pass never walks them"
+    )
     # every row unfolded (more rows than the panel shows), the tree scrolled to its top
+    hf.locator(".gs-tree-toggle").click()
     page.evaluate(
         f"() => {{ {panel}.querySelectorAll('details').forEach(d => d.open = true);"
         f" {panel}.scrollTop = 0; }}"
     )
-    assert (
-        page.evaluate(
-            f"() => getComputedStyle({nth(HF)}.querySelector('.gs-side')).contentVisibility"
-        )
-        == "hidden"
-    ), "the closed tree is skipped by the page's style and layout passes"
-    name = "model.layers.3.mlp.down_proj"
-    row = f"{panel}.querySelector('[data-gs-module=\"{name}\"]').parentElement"
-    kernel_run(page, f"hf.select({name!r})")
-    page.wait_for_function(f"() => {row}.classList.contains('gs-row-selected')")
     hf.locator(".gs-tree-toggle").click()
+    assert page.evaluate(f"() => {panel}") is None, "closed again"
+    name = "model.layers.3.mlp.down_proj"
+    kernel_run(page, f"hf.select({name!r})")
+    page.wait_for_function(  # the kernel's answer is in the page
+        f"() => {nth(HF)}.querySelector('.gs-details').textContent.includes({name!r})"
+    )
+    hf.locator(".gs-tree-toggle").click()
+    row = f"{panel}.querySelector('[data-gs-module=\"{name}\"]').parentElement"
     try:
+        page.wait_for_function(f"() => {row}.classList.contains('gs-row-selected')")
         where = (
             f"() => {{ const r = {row}.getBoundingClientRect(), p = {panel};"
             " const box = p.getBoundingClientRect();"
@@ -346,11 +349,11 @@ def test_the_picker_swaps_it_and_the_after_picture_shows_the_replacement(page):
     widget = page.locator(".gs-widget").first
     widget.locator(".gs-search").fill("layers.1.attn")  # selected by the search box this time
     widget.locator(".gs-search").press("Enter")
-    # wait for this selection's row, not any selected row: the row an earlier test selected
-    # stays marked until the search's answer arrives
+    # wait for this search's answer: its match listed (the selection an earlier test made
+    # is the same module, so the selection's marks cannot tell)
     page.wait_for_function(
-        "() => document.querySelector('.gs-widget .gs-tree-panel .gs-row-selected"
-        ' [data-gs-module="layers.1.attn"]\')'
+        "() => [...document.querySelector('.gs-widget').querySelectorAll('[data-gs-match]')]"
+        ".some(m => m.textContent.includes('layers.1.attn'))"
     )
     assert in_kernel(page, "w.selected") == "layers.1.attn"
     widget.locator("select.gs-picker").select_option("ns:fast")
@@ -836,11 +839,17 @@ def test_the_error_overlay_paints_heat_colours_and_a_legend(page):
     )
     assert fill is not None and fill.lower() == colour.lower(), (hot, fill, colour)
     # the tree comes with its values deflated, in a message of its own: it is in a moment later
-    page.wait_for_function(
-        f"() => {nth(HF)}.querySelectorAll('.gs-tree-panel [data-gs-value]').length > 3"
-    )
-    to_top(page, HF)
-    screenshot(page, f"widget-{page.app}-hf-overlay.png")
+    # (opened to be seen: the closed tree's rows are out of the page)
+    hf = page.locator(".gs-widget").nth(HF)
+    hf.locator(".gs-tree-toggle").click()
+    try:
+        page.wait_for_function(
+            f"() => {nth(HF)}.querySelectorAll('.gs-tree-panel [data-gs-value]').length > 3"
+        )
+        to_top(page, HF)
+        screenshot(page, f"widget-{page.app}-hf-overlay.png")
+    finally:
+        hf.locator(".gs-tree-toggle").click()  # closed again, as the other tests expect it
 
 
 def test_a_checks_table_in_the_panel_column_reads_without_a_sideways_scroll(page):

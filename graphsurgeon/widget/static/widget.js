@@ -112,6 +112,7 @@ function render({ model, el }) {
   const filter = h("input", { type: "search", class: "gs-filter", placeholder: "filter modules" });
   const tree = h("div", { class: "gs-tree-panel gs-out" });
   const side = h("div", { class: "gs-side" }, [h("div", { class: "gs-filters" }, [typeFilter, filter]), tree]);
+  let treeScroll = 0; // where the tree was scrolled when it was closed (see applyLayout)
 
   // -- the picture (middle), and the replacement the stepper is inside, beside it --
   const caption = h("div", { class: "gs-caption" });
@@ -194,6 +195,12 @@ function render({ model, el }) {
       button.classList.toggle("gs-pressed", layout.open.has(button.dataset.gsDrawer));
     }
     root.classList.toggle("gs-no-tree", !layout.open.has("tree"));
+    // The closed tree's rows are out of the page. They are thousands at 384 layers, and the
+    // page's style pass walked them on every change of the picture or its marks (hidden
+    // content spares them layout and paint, not that): 60 ms of a search at 384 layers.
+    const treeOpen = layout.open.has("tree");
+    if (treeOpen && tree.parentNode !== side) { side.append(tree); tree.scrollTop = treeScroll; }
+    else if (!treeOpen && tree.parentNode === side) { treeScroll = tree.scrollTop; tree.remove(); }
     root.classList.toggle("gs-no-panels", ![...layout.open].some((key) => key !== "tree"));
   }
   // a drawer opened (with its panel unfolded and scrolled into its column) or closed
@@ -202,7 +209,7 @@ function render({ model, el }) {
       if (on) layout.open.add(key); else layout.open.delete(key);
       applyLayout();
     }
-    if (on && key === "tree") revealTreeRow();
+    if (on && key === "tree") mark(); // its rows marked and the selection's unfolded and shown
     if (!on || key === "tree") return;
     const drawer = drawers[key];
     drawer.open = true;
@@ -510,7 +517,10 @@ function render({ model, el }) {
     add(marks.edges, "gs-flow");
     add([model.get("current")], "gs-current");
     add([model.get("inside_current")], "gs-current", insideView);
-    // the tree: the selection's row, the matches' and the culprits' rows
+    // the tree: the selection's row, the matches' and the culprits' rows; none while the
+    // tree is closed (marked once it opens): its rows are thousands at 384 layers, and the
+    // first lookup reads them all, and unfolding rows restyles them, in a click or a search
+    if (!layout.open.has("tree")) return;
     const rows = (names, cls) => {
       for (const module of names || []) {
         const name = treeName(module);
@@ -530,15 +540,9 @@ function render({ model, el }) {
       if (revealRow) {
         // unfold the rows around it, so the selection is visible in the tree too
         for (let p = row.parentElement; p && p !== tree; p = p.parentElement) if (p.tagName === "DETAILS" && p.firstElementChild !== row) p.open = true;
-        // scrolled to once the tree is open: measured while closed, it would be laid out
-        if (layout.open.has("tree")) scrollInto(tree, row);
+        scrollInto(tree, row);
       }
     }
-  }
-  // the tree opened: its selected row scrolled into view
-  function revealTreeRow() {
-    const row = tree.querySelector(".gs-row-selected");
-    if (row) scrollInto(tree, row);
   }
 
   // -- traits -> page --
