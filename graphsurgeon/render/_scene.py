@@ -974,7 +974,7 @@ def _open_groups(
         names: Iterable[str] = scene.present
         owners: Iterable[str] = scene.own_ops
     else:
-        inside = _descendants(scene, within)
+        inside = reached(within, scene.children)
         names = sorted((n for n in inside if n in order), key=order.__getitem__)  # present
         owners = [o for o in scene.own_ops if o in inside]
     candidates = [(n, calls[n].parent, calls[n].type) for n in names if n not in in_runs]
@@ -1007,16 +1007,16 @@ def _open_groups(
         drawn += best[0][1]
 
 
-def _descendants(scene: _Scene, names: Iterable[str]) -> set[str]:
-    """``names`` and the calls of the scene inside them."""
-    found = set(names)
+def reached(starts: Iterable[str], links: Mapping[str, Iterable[str]]) -> set[str]:
+    """Every name reached from ``starts`` along ``links``, ``starts`` included (a call's
+    descendants along :attr:`_Scene.children`; what feeds a stack along its edges)."""
+    found = set(starts)
     frontier = list(found)
-    children = scene.children
     while frontier:
-        for child in children.get(frontier.pop(), ()):
-            if child not in found:
-                found.add(child)
-                frontier.append(child)
+        for name in links.get(frontier.pop(), ()):
+            if name not in found:
+                found.add(name)
+                frontier.append(name)
     return found
 
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from ..errors import RenderError
 from . import graphviz
+from ._scene import reached
 from .picture import EXIT, HIDDEN, ClusterRow, EdgeRow, NodeRow, Picture, Placed
 
 __all__ = ["layout"]
@@ -266,7 +267,7 @@ class _Stacked:
             if edge.head not in self.layer_of:
                 tails.setdefault(edge.head, []).append(_HOLDER)
                 heads.setdefault(_HOLDER, []).append(edge.head)
-        linked = _reached(_HOLDER, heads) | _reached(_HOLDER, tails)
+        linked = reached([_HOLDER], heads) | reached([_HOLDER], tails)
         edges += [
             EdgeRow(f"stack:above:{element}", element, _HOLDER, "", HIDDEN)
             for element in order
@@ -425,17 +426,6 @@ def _read(output: bytes) -> dict[str, Any]:
 def _size(bb: str) -> tuple[float, float]:
     x0, y0, x1, y1 = (float(v) for v in bb.split(","))
     return x1 - x0, y1 - y0
-
-
-def _reached(start: str, links: Mapping[str, list[str]]) -> set[str]:
-    """Every name reached from ``start`` along ``links``, ``start`` included."""
-    seen, todo = {start}, [start]
-    while todo:
-        for name in links.get(todo.pop(), ()):
-            if name not in seen:
-                seen.add(name)
-                todo.append(name)
-    return seen
 
 
 def _half_width(laid: dict) -> float:
