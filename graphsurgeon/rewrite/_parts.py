@@ -31,6 +31,7 @@ import operator
 import types
 import zlib
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -435,7 +436,7 @@ def _part_text(
     part: list[Node],
     i: int,
     where: dict[Node, int],
-    last_part: Any,
+    last_part: Callable[[Node], int],
     cache: PartCache,
     fast: Any,
     origins: Any,
